@@ -1,0 +1,100 @@
+// Copies and conversions: contiguous, clone, to(dtype), to(device), copy_, fill_.
+#include "autograd/node.h"
+#include "ops/cpu/map.h"
+#include "ops/ops.h"
+
+namespace mu {
+
+using autograd::record;
+using autograd::TensorList;
+
+static void require_cpu(const Tensor& t, const char* op) {
+  MU_CHECK(t.device().is_cpu(), op, ": no CUDA kernel for this op yet; tensor is on ", t.device().str(),
+           " (move it with .cpu())");
+}
+
+namespace cpu {
+// dst[i] = src[i] converted to dst's dtype; src broadcast to dst's shape.
+void copy_convert(const Tensor& dst, const Tensor& src) {
+  MU_DISPATCH_ALL(dst.dtype(), "copy", [&] {
+    using TO = scalar_t;
+    MU_DISPATCH_ALL(src.dtype(), "copy", [&] {
+      map1<TO, scalar_t>(dst, src, [](scalar_t v) { return static_cast<TO>(v); });
+    });
+  });
+}
+}  // namespace cpu
+
+// A dense copy of x with the given dtype, on x's device. No graph.
+static Tensor dense_copy(const Tensor& x, DType dtype) {
+  Tensor out = empty(x.shape(), TensorOptions(dtype).device(x.device()));
+  if (x.device().is_cpu()) {
+    cpu::copy_convert(out, x);
+  } else {
+    MU_CHECK(x.is_contiguous() && dtype == x.dtype(), "copy on ", x.device().str(),
+             ": only dense same-dtype copies have a CUDA kernel yet (", x.describe(), " -> ",
+             dtype_name(dtype), ")");
+    cuda::memcpy(out.raw_data(), out.device(), x.raw_data(), x.device(), size_t(x.numel()) * element_size(dtype));
+  }
+  return out;
+}
+
+Tensor Tensor::contiguous() const {
+  if (is_contiguous()) return *this;
+  Tensor out = dense_copy(*this, dtype());
+  return record("ContiguousBackward", out, {*this}, [](const Tensor& g) -> TensorList { return {g}; });
+}
+
+Tensor Tensor::clone() const {
+  Tensor out = dense_copy(*this, dtype());
+  return record("CloneBackward", out, {*this}, [](const Tensor& g) -> TensorList { return {g}; });
+}
+
+Tensor Tensor::to(DType t) const {
+  if (t == dtype()) return *this;
+  Tensor out = dense_copy(*this, t);
+  if (!is_floating(t)) return out;  // integer results carry no gradient
+  DType from = dtype();
+  return record("ToDtypeBackward", out, {*this}, [from](const Tensor& g) -> TensorList { return {g.to(from)}; });
+}
+
+Tensor Tensor::to(Device d) const {
+  if (d == device()) return *this;
+  if (d.is_cuda()) {
+    int n = cuda::device_count();
+    MU_CHECK(n > 0, "to(", d.str(), "): no CUDA device is available on this machine",
+             cuda::is_available() ? "" : " (or this build has no CUDA support)");
+  }
+  Tensor src = contiguous();
+  Tensor out = empty(shape(), TensorOptions(dtype()).device(d));
+  cuda::memcpy(out.raw_data(), d, src.raw_data(), src.device(), size_t(numel()) * element_size(dtype()));
+  Device from = device();
+  return record("ToDeviceBackward", out, {*this}, [from](const Tensor& g) -> TensorList { return {g.to(from)}; });
+}
+
+Tensor& Tensor::fill_(double value) {
+  check_inplace(*this, "fill_");
+  require_cpu(*this, "fill_");
+  MU_DISPATCH_ALL(dtype(), "fill_", [&] {
+    const scalar_t v = static_cast<scalar_t>(value);
+    cpu::map1<scalar_t, scalar_t>(*this, *this, [v](scalar_t) { return v; });
+  });
+  bump_version();
+  return *this;
+}
+
+Tensor& Tensor::copy_(const Tensor& src) {
+  check_inplace(*this, "copy_");
+  require_cpu(*this, "copy_");
+  require_cpu(src, "copy_");
+  broadcast_shapes(src.shape(), shape(), "copy_");
+  MU_CHECK(numel_of(broadcast_shapes(src.shape(), shape(), "copy_")) == numel(), "copy_: source of shape ",
+           shape_str(src.shape()), " cannot be broadcast to destination shape ", shape_str(shape()));
+  // The source may overlap the destination (x.copy_(x.t())): read from a private copy.
+  Tensor s = src.storage() == storage() ? dense_copy(src, src.dtype()) : src;
+  cpu::copy_convert(*this, s);
+  bump_version();
+  return *this;
+}
+
+}  // namespace mu

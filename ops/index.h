@@ -1,0 +1,22 @@
+// Indexing ops: int64 indices, bounds-checked with the offending value in the message.
+#pragma once
+#include "ops/reduce.h"
+#include "tensor/tensor.h"
+
+namespace mu {
+
+// out[i][j][k] = x[index[i][j][k]][j][k] for dim 0 (torch.gather).
+Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);
+// out = x with out[index[i][j]][j] += src[i][j] for dim 0 (torch.scatter_add).
+Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src);
+// Slices of x at `index` (1-D) along dim.
+Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);
+// Rows of weight (V, D) picked by ids of any shape: result ids.shape + [D].
+Tensor embedding(const Tensor& weight, const Tensor& ids);
+Tensor cumsum(const Tensor& x, int64_t dim);
+// Sorted values (differentiable) and their indices along dim; stable.
+ValuesIndices sort(const Tensor& x, int64_t dim = -1, bool descending = false);
+// The k largest (or smallest) along dim, ordered, as torch.topk.
+ValuesIndices topk(const Tensor& x, int64_t k, int64_t dim = -1, bool largest = true);
+
+}  // namespace mu

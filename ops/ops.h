@@ -1,0 +1,8 @@
+// Every op of the library.
+#pragma once
+#include "ops/elementwise.h"
+#include "ops/index.h"
+#include "ops/linalg.h"
+#include "ops/nn_functional.h"
+#include "ops/reduce.h"
+#include "ops/shape.h"

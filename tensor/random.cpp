@@ -1,0 +1,94 @@
+#include "tensor/random.h"
+
+#include <cmath>
+#include <sstream>
+
+#include "tensor/tensor.h"
+
+namespace mu {
+
+double Generator::normal() {
+  if (has_spare_) {
+    has_spare_ = false;
+    return spare_;
+  }
+  double u1 = uniform(), u2 = uniform();
+  if (u1 < 1e-300) u1 = 1e-300;  // log(0) guard
+  double r = std::sqrt(-2.0 * std::log(u1)), th = 2.0 * M_PI * u2;
+  spare_ = r * std::sin(th);
+  has_spare_ = true;
+  return r * std::cos(th);
+}
+
+std::string Generator::state() const {
+  std::ostringstream os;
+  os << seed_ << ' ' << has_spare_ << ' ';
+  os.precision(17);
+  os << spare_ << ' ' << engine_;
+  return os.str();
+}
+
+void Generator::set_state(const std::string& s) {
+  std::istringstream is(s);
+  Generator g;
+  is >> g.seed_ >> g.has_spare_ >> g.spare_ >> g.engine_;
+  MU_CHECK(!is.fail(), "Generator::set_state: malformed generator state (", s.size(), " bytes)");
+  *this = g;
+}
+
+Generator& default_generator() {
+  static Generator g(0);
+  return g;
+}
+
+void manual_seed(uint64_t seed) { default_generator().manual_seed(seed); }
+
+// Draws on the host in row-major order (so results do not depend on threads), then
+// moves to the requested device.
+template <class Draw>
+static Tensor draw(const Shape& shape, TensorOptions opts, Draw d) {
+  Tensor t = empty(shape, TensorOptions(opts.dtype()));
+  Generator& g = default_generator();
+  MU_DISPATCH_NUMERIC(opts.dtype(), "random", [&] {
+    scalar_t* p = t.data_ptr<scalar_t>();
+    for (int64_t i = 0, n = t.numel(); i < n; ++i) p[i] = scalar_t(d(g));
+  });
+  if (!opts.device().is_cpu()) t = t.to(opts.device());
+  if (opts.requires_grad()) t.requires_grad_(true);
+  return t;
+}
+
+Tensor rand(const Shape& shape, TensorOptions opts) {
+  MU_CHECK(is_floating(opts.dtype()), "rand: needs a floating-point dtype, got ", dtype_name(opts.dtype()));
+  if (opts.dtype() == kFloat32)  // 24 random bits, so the value is exactly representable and < 1
+    return draw(shape, opts, [](Generator& g) { return double(g.next_u64() >> 40) * 0x1.0p-24; });
+  return draw(shape, opts, [](Generator& g) { return g.uniform(); });
+}
+
+Tensor randn(const Shape& shape, TensorOptions opts) {
+  MU_CHECK(is_floating(opts.dtype()), "randn: needs a floating-point dtype, got ", dtype_name(opts.dtype()));
+  return draw(shape, opts, [](Generator& g) { return g.normal(); });
+}
+
+Tensor randint(int64_t low, int64_t high, const Shape& shape, TensorOptions opts) {
+  MU_CHECK(high > low, "randint: empty range [", low, ", ", high, ")");
+  uint64_t span = uint64_t(high - low);
+  // Rejection sampling: no modulo bias even for spans that do not divide 2^64.
+  uint64_t limit = UINT64_MAX - UINT64_MAX % span;
+  return draw(shape, opts, [=](Generator& g) {
+    uint64_t v;
+    do v = g.next_u64(); while (v >= limit);
+    return double(low + int64_t(v % span));
+  });
+}
+
+Tensor randperm(int64_t n, TensorOptions opts) {
+  MU_CHECK(n >= 0, "randperm: negative n ", n);
+  std::vector<int64_t> p(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) p[size_t(i)] = i;
+  Generator& g = default_generator();
+  for (int64_t i = n - 1; i > 0; --i) std::swap(p[size_t(i)], p[size_t(g.next_u64() % uint64_t(i + 1))]);
+  return from_vector(p, {n}, opts);
+}
+
+}  // namespace mu

@@ -1,0 +1,26 @@
+// Shapes, strides and the small index arithmetic every op needs.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace mu {
+
+using Shape = std::vector<int64_t>;
+
+int64_t numel_of(const Shape& shape);
+// Row-major strides (in elements) for a dense tensor of this shape.
+Shape contiguous_strides(const Shape& shape);
+// "[2, 3, 4]"
+std::string shape_str(const Shape& shape);
+// Maps a possibly negative dim into [0, ndim); throws naming `op`, the dim and the rank.
+int64_t wrap_dim(int64_t dim, int64_t ndim, const char* op);
+// Maps a possibly negative index into [0, size); throws naming `op`, index and size.
+int64_t wrap_index(int64_t index, int64_t size, const char* op);
+// NumPy/PyTorch broadcasting of two shapes; throws with both shapes when incompatible.
+Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op);
+// Strides that view a tensor of (shape, strides) as broadcast to `target` (stride 0 on
+// expanded dims). `shape` must be broadcastable to `target`.
+Shape broadcast_strides(const Shape& shape, const Shape& strides, const Shape& target);
+
+}  // namespace mu

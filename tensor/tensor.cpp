@@ -1,0 +1,235 @@
+// Tensor metadata, element access and factories: everything about a tensor that needs
+// no kernel beyond filling fresh memory.
+#include "tensor/tensor.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "autograd/grad_mode.h"
+#include "autograd/node.h"
+
+namespace mu {
+
+TensorImpl* Tensor::checked() const {
+  MU_CHECK(impl_ != nullptr, "operation on an undefined tensor (a default-constructed Tensor, "
+           "or a gradient that was never computed)");
+  return impl_.get();
+}
+
+int64_t Tensor::size(int64_t d) const { return shape()[wrap_dim(d, dim(), "size")]; }
+int64_t Tensor::stride(int64_t d) const { return strides()[wrap_dim(d, dim(), "stride")]; }
+
+bool Tensor::is_contiguous() const {
+  const TensorImpl* i = checked();
+  int64_t expected = 1;
+  for (size_t d = i->shape.size(); d-- > 0;) {
+    if (i->shape[d] == 1) continue;
+    if (i->strides[d] != expected) return false;
+    expected *= i->shape[d];
+  }
+  return true;
+}
+
+void* Tensor::raw_data() const {
+  const TensorImpl* i = checked();
+  return static_cast<char*>(i->storage->data) + i->offset * int64_t(element_size(i->dtype));
+}
+
+template <class T>
+T* Tensor::data_ptr() const {
+  MU_CHECK(dtype() == dtype_of<T>(), "data_ptr: tensor has dtype ", dtype_name(dtype()),
+           ", requested ", dtype_name(dtype_of<T>()));
+  return static_cast<T*>(raw_data());
+}
+template float* Tensor::data_ptr<float>() const;
+template double* Tensor::data_ptr<double>() const;
+template int64_t* Tensor::data_ptr<int64_t>() const;
+template bool* Tensor::data_ptr<bool>() const;
+
+// Reads the element at storage offset `off` of a CPU tensor as a double.
+static double read_element(const Tensor& t, int64_t off) {
+  const char* base = static_cast<const char*>(t.storage()->data);
+  double v = 0;
+  MU_DISPATCH_ALL(t.dtype(), "read", [&] { v = double(reinterpret_cast<const scalar_t*>(base)[off]); });
+  return v;
+}
+
+static int64_t element_offset(const Tensor& t, const std::vector<int64_t>& idx, const char* op) {
+  MU_CHECK(int64_t(idx.size()) == t.dim(), op, ": got ", idx.size(), " indices for a tensor with ",
+           t.dim(), " dimensions (shape ", shape_str(t.shape()), ")");
+  int64_t off = t.storage_offset();
+  for (size_t d = 0; d < idx.size(); ++d) {
+    int64_t i = idx[d], n = t.shape()[d];
+    MU_CHECK(i >= -n && i < n, op, ": index ", i, " out of range for dimension ", d, " of size ", n,
+             " (shape ", shape_str(t.shape()), ")");
+    off += (i < 0 ? i + n : i) * t.strides()[d];
+  }
+  return off;
+}
+
+double Tensor::item() const {
+  MU_CHECK(numel() == 1, "item: only a one-element tensor converts to a number; this one has shape ",
+           shape_str(shape()), " (", numel(), " elements)");
+  if (!device().is_cpu()) return cpu().item();
+  return read_element(*this, storage_offset());
+}
+
+double Tensor::at(std::initializer_list<int64_t> idx) const { return at(std::vector<int64_t>(idx)); }
+
+double Tensor::at(const std::vector<int64_t>& idx) const {
+  if (!device().is_cpu()) return cpu().at(idx);
+  return read_element(*this, element_offset(*this, idx, "at"));
+}
+
+void Tensor::set(const std::vector<int64_t>& idx, double value) const {
+  MU_CHECK(device().is_cpu(), "set: element writes need a CPU tensor, this one is on ", device().str());
+  check_inplace(*this, "set");
+  int64_t off = element_offset(*this, idx, "set");
+  char* base = static_cast<char*>(storage()->data);
+  MU_DISPATCH_ALL(dtype(), "set", [&] { reinterpret_cast<scalar_t*>(base)[off] = scalar_t(value); });
+  bump_version();
+}
+
+template <class T>
+std::vector<T> Tensor::to_vector() const {
+  Tensor c = to(Device::cpu()).to(dtype_of<T>()).contiguous();
+  const T* p = c.data_ptr<T>();
+  return std::vector<T>(p, p + c.numel());
+}
+template std::vector<float> Tensor::to_vector<float>() const;
+template std::vector<double> Tensor::to_vector<double>() const;
+template std::vector<int64_t> Tensor::to_vector<int64_t>() const;
+template std::vector<bool> Tensor::to_vector<bool>() const;
+
+Tensor Tensor::detach() const {
+  const TensorImpl* i = checked();
+  return make_view(i->storage, i->shape, i->strides, i->offset, i->dtype);
+}
+
+std::string Tensor::describe() const {
+  if (!defined()) return "Tensor[undefined]";
+  return detail::str("Tensor[", dtype_name(dtype()), ", ", shape_str(shape()), ", ", device().str(), "]");
+}
+
+Tensor make_view(const std::shared_ptr<Storage>& storage, const Shape& shape, const Shape& strides,
+                 int64_t offset, DType dtype) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = storage;
+  impl->shape = shape;
+  impl->strides = strides;
+  impl->offset = offset;
+  impl->dtype = dtype;
+  return Tensor(std::move(impl));
+}
+
+void check_inplace(const Tensor& t, const char* op) {
+  if (!autograd::is_grad_enabled() || !t.requires_grad()) return;
+  MU_CHECK(!t.is_leaf(), op, ": in-place operation on a leaf tensor that requires grad (",
+           t.describe(), "); wrap the update in NoGradGuard, as optimizers do");
+  MU_FAIL(op, ": in-place operation on a tensor that is part of the autograd graph (", t.describe(),
+          ", output of ", t.grad_fn()->name(), "); use the out-of-place form");
+}
+
+// ---------------------------------------------------------------- factories
+
+Tensor empty(const Shape& shape, TensorOptions opts) {
+  for (int64_t s : shape)
+    MU_CHECK(s >= 0, "empty: negative dimension ", s, " in shape ", shape_str(shape));
+  MU_CHECK(opts.dtype() != DType::BFloat16 || opts.device().is_cuda(),
+           "bfloat16 tensors are supported on CUDA only");
+  int64_t n = numel_of(shape);
+  auto storage = std::make_shared<Storage>(size_t(n) * element_size(opts.dtype()), opts.device());
+  Tensor t = make_view(storage, shape, contiguous_strides(shape), 0, opts.dtype());
+  if (opts.requires_grad()) t.requires_grad_(true);
+  return t;
+}
+
+Tensor full(const Shape& shape, double value, TensorOptions opts) {
+  Tensor t = empty(shape, opts.requires_grad(false));
+  {
+    NoGradGuard g;
+    t.fill_(value);
+  }
+  if (opts.requires_grad()) t.requires_grad_(true);
+  return t;
+}
+
+Tensor zeros(const Shape& shape, TensorOptions opts) { return full(shape, 0.0, opts); }
+Tensor ones(const Shape& shape, TensorOptions opts) { return full(shape, 1.0, opts); }
+static TensorOptions like(const Tensor& t) { return TensorOptions(t.dtype()).device(t.device()); }
+Tensor zeros_like(const Tensor& t) { return zeros(t.shape(), like(t)); }
+Tensor ones_like(const Tensor& t) { return ones(t.shape(), like(t)); }
+Tensor empty_like(const Tensor& t) { return empty(t.shape(), like(t)); }
+Tensor full_like(const Tensor& t, double value) { return full(t.shape(), value, like(t)); }
+Tensor scalar_tensor(double value, TensorOptions opts) { return full({}, value, opts); }
+
+// Host-side construction, then one copy to the requested device.
+template <class Fill>
+static Tensor build_on_host(const Shape& shape, TensorOptions opts, Fill fill) {
+  Tensor t = empty(shape, TensorOptions(opts.dtype()));
+  MU_DISPATCH_ALL(opts.dtype(), "factory", [&] {
+    scalar_t* p = t.data_ptr<scalar_t>();
+    for (int64_t i = 0, n = t.numel(); i < n; ++i) p[i] = scalar_t(fill(i));
+  });
+  if (!opts.device().is_cpu()) t = t.to(opts.device());
+  if (opts.requires_grad()) t.requires_grad_(true);
+  return t;
+}
+
+Tensor arange(double start, double end, double step, TensorOptions opts) {
+  MU_CHECK(step != 0, "arange: step must be nonzero");
+  MU_CHECK((end - start) / step >= 0, "arange: the range [", start, ", ", end,
+           ") is empty or runs against the step ", step);
+  int64_t n = int64_t(std::ceil((end - start) / step));
+  return build_on_host({n}, opts, [&](int64_t i) { return start + double(i) * step; });
+}
+
+Tensor arange(int64_t end, TensorOptions opts) { return arange(0, double(end), 1, opts); }
+
+Tensor eye(int64_t n, int64_t m, TensorOptions opts) {
+  if (m < 0) m = n;
+  MU_CHECK(n >= 0, "eye: negative size ", n);
+  return build_on_host({n, m}, opts, [&](int64_t i) { return i / m == i % m ? 1.0 : 0.0; });
+}
+
+Tensor linspace(double start, double end, int64_t steps, TensorOptions opts) {
+  MU_CHECK(steps >= 0, "linspace: negative number of steps ", steps);
+  double h = steps > 1 ? (end - start) / double(steps - 1) : 0.0;
+  return build_on_host({steps}, opts, [&](int64_t i) { return start + h * double(i); });
+}
+
+template <class T>
+Tensor from_vector(const std::vector<T>& data, const Shape& shape, TensorOptions opts) {
+  MU_CHECK(int64_t(data.size()) == numel_of(shape), "from_vector: ", data.size(),
+           " values do not fill shape ", shape_str(shape), " (", numel_of(shape), " elements)");
+  return build_on_host(shape, opts, [&](int64_t i) { return double(data[size_t(i)]); });
+}
+template Tensor from_vector<float>(const std::vector<float>&, const Shape&, TensorOptions);
+template Tensor from_vector<double>(const std::vector<double>&, const Shape&, TensorOptions);
+template Tensor from_vector<int64_t>(const std::vector<int64_t>&, const Shape&, TensorOptions);
+template Tensor from_vector<int>(const std::vector<int>&, const Shape&, TensorOptions);
+template <>
+Tensor from_vector<bool>(const std::vector<bool>& data, const Shape& shape, TensorOptions opts) {
+  std::vector<int64_t> v(data.begin(), data.end());
+  return from_vector(v, shape, opts);
+}
+
+Tensor tensor(std::initializer_list<double> values, TensorOptions opts) {
+  return from_vector(std::vector<double>(values), {int64_t(values.size())}, opts);
+}
+
+Tensor tensor(std::initializer_list<int> values, TensorOptions opts) {
+  return from_vector(std::vector<int>(values), {int64_t(values.size())}, opts);
+}
+
+Tensor tensor(std::initializer_list<std::initializer_list<double>> rows, TensorOptions opts) {
+  std::vector<double> flat;
+  size_t cols = rows.size() ? rows.begin()->size() : 0;
+  for (const auto& r : rows) {
+    MU_CHECK(r.size() == cols, "tensor: ragged nested list (rows of ", cols, " and ", r.size(), " values)");
+    flat.insert(flat.end(), r.begin(), r.end());
+  }
+  return from_vector(flat, {int64_t(rows.size()), int64_t(cols)}, opts);
+}
+
+}  // namespace mu
