@@ -4,5 +4,6 @@
 #include "autograd/grad_mode.h"
 #include "autograd/gradcheck.h"
 #include "ops/ops.h"
+#include "tensor/allocator.h"
 #include "tensor/random.h"
 #include "tensor/tensor.h"

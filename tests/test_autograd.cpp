@@ -1,1 +1,209 @@
+// The backward engine: accumulation, ordering, retain_graph, grad mode, detach,
+// in-place safety and custom Functions. Expected gradients are worked out by hand.
 #include "helpers.h"
+
+using namespace mu;
+using autograd::AutogradContext;
+using autograd::TensorList;
+
+TEST_CASE("a tensor used twice accumulates both gradients") {
+  Tensor x = tensor({2.0, 3.0}, kFloat64).requires_grad_();
+  Tensor y = (x * x + x * 3.0).sum();  // dy/dx = 2x + 3
+  y.backward();
+  CHECK(x.grad().to_vector<double>() == std::vector<double>{7.0, 9.0});
+  // A second backward through a fresh graph adds to .grad
+  (x * 2.0).sum().backward();
+  CHECK(x.grad().to_vector<double>() == std::vector<double>{9.0, 11.0});
+  x.zero_grad();
+  CHECK(!x.grad().defined());
+}
+
+TEST_CASE("a diamond graph runs each node once, after all its consumers") {
+  // a -> b = a*2, c = a*3 -> d = b*c ; dd/da = 2*3a + 3*2a = 12a
+  Tensor a = tensor({1.0, -2.0}, kFloat64).requires_grad_();
+  Tensor b = a * 2.0, c = a * 3.0;
+  Tensor d = (b * c).sum();
+  d.backward();
+  CHECK(a.grad().to_vector<double>() == std::vector<double>{12.0, -24.0});
+}
+
+TEST_CASE("backward of a non-scalar takes an explicit gradient") {
+  Tensor x = tensor({1.0, 2.0, 3.0}, kFloat64).requires_grad_();
+  Tensor y = x * x;
+  CHECK_THROWS_MU(y.backward(), "scalar");
+  y.backward(tensor({1.0, 0.5, 0.0}, kFloat64));
+  CHECK(x.grad().to_vector<double>() == std::vector<double>{2.0, 2.0, 0.0});
+  Tensor y2 = x * x;
+  CHECK_THROWS_MU(y2.backward(ones({2}, kFloat64)), "shape");
+}
+
+TEST_CASE("retain_graph allows a second backward; without it the graph is freed") {
+  Tensor x = tensor({1.0, 2.0}, kFloat64).requires_grad_();
+  Tensor y = x.exp().sum();
+  y.backward(Tensor(), /*retain_graph=*/true);
+  y.backward();
+  std::vector<double> g = x.grad().to_vector<double>();
+  CHECK(g[0] == doctest::Approx(2 * std::exp(1.0)));
+  CHECK(g[1] == doctest::Approx(2 * std::exp(2.0)));
+  CHECK_THROWS_MU(y.backward(), "second time");
+}
+
+TEST_CASE("NoGradGuard records nothing; detach cuts the graph") {
+  Tensor x = ones({2}).requires_grad_();
+  {
+    NoGradGuard g;
+    Tensor y = x * 2.0;
+    CHECK(!y.requires_grad());
+    CHECK(y.grad_fn() == nullptr);
+  }
+  CHECK(autograd::is_grad_enabled());
+  Tensor d = (x * 2.0).detach();
+  CHECK(!d.requires_grad());
+  CHECK(d.storage() != nullptr);
+  Tensor z = (d * x).sum();  // only the x path carries gradient
+  z.backward();
+  CHECK(x.grad().to_vector<double>() == std::vector<double>{2.0, 2.0});
+}
+
+TEST_CASE("gradients through views reach the base tensor") {
+  Tensor x = arange(0, 6, 1, kFloat64).reshape({2, 3}).detach().requires_grad_();
+  // select row 1, transpose, narrow, expand: every view's backward re-indexes
+  Tensor y = x.t().narrow(0, 1, 2).select(1, 1).unsqueeze(0).expand({3, 2}).sum();
+  y.backward();
+  // elements x[1][1] and x[1][2] each reached 3 times
+  CHECK(x.grad().to_vector<double>() == std::vector<double>{0, 0, 0, 0, 3, 3});
+}
+
+TEST_CASE("broadcasting gradients are summed back to each operand's shape") {
+  Tensor a = ones({2, 3}, kFloat64).requires_grad_();
+  Tensor b = tensor({1.0, 2.0, 3.0}, kFloat64).requires_grad_();
+  Tensor s = scalar_tensor(2.0, kFloat64).requires_grad_();
+  ((a * b) * s).sum().backward();
+  CHECK(b.grad().shape() == Shape{3});
+  CHECK(b.grad().to_vector<double>() == std::vector<double>{4, 4, 4});
+  CHECK(s.grad().shape() == Shape{});
+  CHECK(s.grad().item() == 12.0);
+  CHECK(a.grad().to_vector<double>() == std::vector<double>{2, 4, 6, 2, 4, 6});
+}
+
+TEST_CASE("in-place changes to saved tensors are detected at backward time") {
+  Tensor w = ones({3}).requires_grad_();
+  Tensor a = tensor({1.0, 2.0, 3.0});
+  Tensor y = (w * a).sum();  // saves a
+  a.add_(1.0);
+  CHECK_THROWS_MU(y.backward(), "modified by an in-place operation");
+}
+
+TEST_CASE("in-place ops on tensors autograd tracks are refused, and allowed under NoGradGuard") {
+  Tensor w = ones({3}).requires_grad_();
+  CHECK_THROWS_MU(w.add_(1.0), "leaf tensor that requires grad");
+  Tensor h = w * 2.0;
+  CHECK_THROWS_MU(h.mul_(2.0), "part of the autograd graph");
+  {
+    NoGradGuard g;
+    w.add_(1.0);
+  }
+  CHECK(w.to_vector<double>() == std::vector<double>{2, 2, 2});
+}
+
+TEST_CASE("requires_grad_ is refused on non-leaves and integer tensors") {
+  CHECK_THROWS_MU(arange(3).requires_grad_(), "floating-point");
+  Tensor x = ones({2}).requires_grad_();
+  CHECK_THROWS_MU((x * 2.0).requires_grad_(), "leaf");
+  CHECK_THROWS_MU(ones({2}).sum().backward(), "does not require grad");
+}
+
+// A custom op whose backward declines to give its second input a gradient.
+struct FirstOnly : autograd::Function<FirstOnly> {
+  static Tensor forward(AutogradContext*, const Tensor& a, const Tensor& b) { return a + b; }
+  static TensorList backward(AutogradContext*, const TensorList& g) { return {g[0], Tensor()}; }
+};
+
+TEST_CASE("a branch that receives no gradient does not block the rest of the graph") {
+  Tensor x = tensor({1.0, 2.0}, kFloat64).requires_grad_();
+  Tensor y = x * 2.0;  // its node gets no gradient, but x's accumulator waits on it
+  FirstOnly::apply(x, y).sum().backward();
+  REQUIRE(x.grad().defined());
+  CHECK(x.grad().to_vector<double>() == std::vector<double>{1.0, 1.0});
+}
+
+// y = x^3 with a hand-written gradient, as an op author would write it.
+struct Cube : autograd::Function<Cube> {
+  static const char* name() { return "CubeBackward"; }
+  static Tensor forward(AutogradContext* ctx, const Tensor& x) {
+    ctx->save_for_backward({x});
+    return x * x * x;
+  }
+  static TensorList backward(AutogradContext* ctx, const TensorList& g) {
+    Tensor x = ctx->get_saved_variables()[0];
+    return {g[0] * x * x * 3.0};
+  }
+};
+
+// Two outputs (first and second half), each with its own gradient; a scale in saved_data.
+struct ScaledHalves : autograd::Function<ScaledHalves> {
+  static TensorList forward(AutogradContext* ctx, const Tensor& x, double scale) {
+    ctx->saved_data["scale"] = scale;
+    int64_t h = x.size(0) / 2;
+    return {x.narrow(0, 0, h) * scale, x.narrow(0, h, h) * scale};
+  }
+  static TensorList backward(AutogradContext* ctx, const TensorList& g) {
+    double scale = std::any_cast<double>(ctx->saved_data["scale"]);
+    return {cat({g[0], g[1]}, 0) * scale};
+  }
+};
+
+TEST_CASE("custom Function: forward without a graph, backward as written, checked by gradcheck") {
+  Tensor x = tensor({1.0, -2.0, 0.5}, kFloat64).requires_grad_();
+  Tensor y = Cube::apply(x);
+  CHECK(y.grad_fn()->name() == "CubeBackward");
+  y.sum().backward();
+  CHECK(x.grad().to_vector<double>() == std::vector<double>{3.0, 12.0, 0.75});
+  CHECK_GRAD([](const TensorList& in) { return Cube::apply(in[0]); }, TensorList{randn({4, 3})});
+  CHECK_GRAD([](const TensorList& in) { return Cube::apply(in[0].t()); }, TensorList{randn({3, 5})});
+}
+
+TEST_CASE("custom Function with two outputs: an unused output gets a zero gradient") {
+  Tensor x = tensor({1.0, 2.0, 3.0, 4.0}, kFloat64).requires_grad_();
+  TensorList halves = ScaledHalves::apply(x, 3.0);
+  REQUIRE(halves.size() == 2);
+  CHECK(halves[1].to_vector<double>() == std::vector<double>{9.0, 12.0});
+  (halves[1] * halves[1]).sum().backward();  // only the second half is used
+  // d/dx (3x)^2 = 18x on the second half, 0 on the first
+  CHECK(x.grad().to_vector<double>() == std::vector<double>{0.0, 0.0, 54.0, 72.0});
+  CHECK_GRAD([](const TensorList& in) {
+    TensorList h = ScaledHalves::apply(in[0], 0.5);
+    return h[0] * h[1];
+  }, TensorList{randn({6})});
+}
+
+TEST_CASE("custom Function detects in-place changes to what it saved") {
+  Tensor w = ones({2}, kFloat64).requires_grad_();
+  Tensor prod = tensor({1.0, 2.0}, kFloat64) * w;  // saved by Cube
+  Tensor out = Cube::apply(prod);
+  {
+    NoGradGuard g;  // the guard lets the write through; the version check still sees it
+    prod.mul_(2.0);
+  }
+  CHECK_THROWS_MU(out.sum().backward(), "modified by an in-place operation");
+}
+
+TEST_CASE("gradcheck reports the worst element when a gradient is wrong") {
+  struct WrongSquare : autograd::Function<WrongSquare> {
+    static Tensor forward(AutogradContext* ctx, const Tensor& x) {
+      ctx->save_for_backward({x});
+      return x * x;
+    }
+    static TensorList backward(AutogradContext* ctx, const TensorList& g) {
+      return {g[0] * ctx->get_saved_variables()[0] * 3.0};  // should be 2x
+    }
+  };
+  auto r = autograd::gradcheck([](const TensorList& in) { return WrongSquare::apply(in[0]); },
+                               {tensor({0.0, 0.0, 5.0}, kFloat64)});
+  CHECK(!r.ok);
+  CHECK(r.input == 0);
+  CHECK(r.index == std::vector<int64_t>{2});
+  CHECK(r.message.find("analytic") != std::string::npos);
+  // numeric derivative of <x^2, v> at x=5 is 10 v[2]; the analytic one is 15 v[2]
+  CHECK(r.analytic == doctest::Approx(1.5 * r.numeric).epsilon(1e-6));
+}

@@ -1,1 +1,63 @@
+// Every class of user error gives a mu::Error whose message names the values involved.
 #include "helpers.h"
+
+using namespace mu;
+
+TEST_CASE("shape mismatch names both shapes") {
+  CHECK_THROWS_MU(ones({2, 3}) + ones({4}), "[2, 3] and [4]");
+  CHECK_THROWS_MU(ones({2, 3}) * ones({3, 2}), "cannot be broadcast");
+  CHECK_THROWS_MU(ones({6}).view({4, -1}), "invalid for input of shape [6]");
+  CHECK_THROWS_MU(ones({2, 3}).expand({4, 3}), "must match");
+  CHECK_THROWS_MU(cat({ones({2, 3}), ones({2, 4})}, 0), "[2, 4]");
+  CHECK_THROWS_MU(masked_fill(ones({2}), ones({3}) > 0.0, 1.0), "cannot be broadcast");
+}
+
+TEST_CASE("dtype mismatch names both dtypes") {
+  CHECK_THROWS_MU(ones({2}) + ones({2}, kFloat64), "float32 vs float64");
+  CHECK_THROWS_MU(ones({2}) * arange(2), "float32 vs int64");
+  CHECK_THROWS_MU(exp(arange(3)), "int64");
+  CHECK_THROWS_MU(arange(3) * 0.5, "not an integer");
+  CHECK_THROWS_MU(ones({2}).data_ptr<double>(), "float32");
+}
+
+TEST_CASE("device mismatch and missing devices are reported, not crashed on") {
+  if (cuda::device_count() == 0) {
+    CHECK_THROWS_MU(ones({2}).to(Device::cuda()), "no CUDA device");
+    CHECK_THROWS_MU(zeros({2}, Device::cuda()), "CUDA");
+  } else {
+    Tensor g = ones({2}).to(Device::cuda());
+    CHECK_THROWS_MU(g + ones({2}), "device mismatch");
+  }
+}
+
+TEST_CASE("dims and indices out of range") {
+  Tensor x = ones({2, 3});
+  CHECK_THROWS_MU(x.sum({2}), "dimension 2 out of range");
+  CHECK_THROWS_MU(x.sum({-3}), "out of range");
+  CHECK_THROWS_MU(x.transpose(0, 5), "out of range");
+  CHECK_THROWS_MU(x.select(0, 2), "index 2 out of range");
+  CHECK_THROWS_MU(x.narrow(1, 2, 2), "out of bounds");
+  CHECK_THROWS_MU(x.permute({0, 0}), "repeated");
+  CHECK_THROWS_MU(x.at({0, 3}), "index 3 out of range");
+  CHECK_THROWS_MU(x.size(2), "out of range");
+  CHECK_THROWS_MU(x.sum({1, 1}), "more than once");
+}
+
+TEST_CASE("backward misuse") {
+  Tensor w = ones({3}).requires_grad_();
+  Tensor y = w * 2.0;
+  CHECK_THROWS_MU(y.backward(), "scalar");
+  Tensor l = (w * w).sum();
+  l.backward();
+  CHECK_THROWS_MU(l.backward(), "second time");
+  CHECK_THROWS_MU(ones({2}).sum().backward(), "does not require grad");
+}
+
+TEST_CASE("bad factory arguments") {
+  CHECK_THROWS_MU(empty({2, -1}), "negative dimension");
+  CHECK_THROWS_MU(arange(0, 5, 0), "step");
+  CHECK_THROWS_MU(randint(5, 5, {2}), "empty range");
+  CHECK_THROWS_MU(from_vector(std::vector<double>{1, 2, 3}, {2, 2}), "3 values");
+  CHECK_THROWS_MU(gelu(ones({2}), "fast"), "approximate");
+  CHECK_THROWS_MU(Tensor().shape(), "undefined tensor");
+}

@@ -1,1 +1,58 @@
+// cat, stack, split, chunk, tril, triu against element-by-element expectations.
 #include "helpers.h"
+
+using namespace mu;
+
+TEST_CASE("cat joins along any dim") {
+  Tensor a = arange(0, 6, 1, kFloat64).reshape({2, 3});
+  Tensor b = arange(10, 13, 1, kFloat64).reshape({1, 3});
+  Tensor r = cat({a, b}, 0);
+  CHECK(r.shape() == Shape{3, 3});
+  CHECK(r.to_vector<double>() == std::vector<double>{0, 1, 2, 3, 4, 5, 10, 11, 12});
+  Tensor c = cat({a, a.narrow(1, 0, 1)}, -1);
+  CHECK(c.shape() == Shape{2, 4});
+  CHECK(c.to_vector<double>() == std::vector<double>{0, 1, 2, 0, 3, 4, 5, 3});
+  Tensor t = cat({a.t(), a.t()}, 1);  // non-contiguous inputs
+  CHECK(t.shape() == Shape{3, 4});
+  CHECK(t.at({2, 3}) == a.at({1, 2}));
+  CHECK(cat({arange(2), arange(3)}).to_vector<int64_t>() == std::vector<int64_t>{0, 1, 0, 1, 2});
+}
+
+TEST_CASE("stack adds a new dim") {
+  Tensor a = tensor({1.0, 2.0}), b = tensor({3.0, 4.0});
+  Tensor s0 = stack({a, b});
+  CHECK(s0.shape() == Shape{2, 2});
+  CHECK(s0.to_vector<double>() == std::vector<double>{1, 2, 3, 4});
+  Tensor s1 = stack({a, b}, 1);
+  CHECK(s1.to_vector<double>() == std::vector<double>{1, 3, 2, 4});
+  CHECK_THROWS_MU(stack({a, ones({3})}), "one shape");
+}
+
+TEST_CASE("split and chunk return views covering the tensor") {
+  Tensor x = arange(0, 10, 1, kFloat64);
+  auto p = split(x, 4);
+  REQUIRE(p.size() == 3);
+  CHECK(p[2].to_vector<double>() == std::vector<double>{8, 9});
+  CHECK(p[1].storage() == x.storage());
+  auto q = split(x, std::vector<int64_t>{2, 3, 5});
+  CHECK(q[1].to_vector<double>() == std::vector<double>{2, 3, 4});
+  auto c = chunk(x, 3);  // sizes 4, 4, 2 like torch.chunk
+  REQUIRE(c.size() == 3);
+  CHECK(c[0].numel() == 4);
+  CHECK(c[2].numel() == 2);
+  CHECK_THROWS_MU(split(x, std::vector<int64_t>{2, 3}), "add up to 5");
+}
+
+TEST_CASE("tril and triu keep the right triangle for every diagonal offset") {
+  Tensor x = arange(1, 13, 1, kFloat64).reshape({3, 4});
+  for (int64_t k = -3; k <= 4; ++k) {
+    Tensor lo = tril(x, k), up = triu(x, k);
+    for (int64_t i = 0; i < 3; ++i)
+      for (int64_t j = 0; j < 4; ++j) {
+        CHECK(lo.at({i, j}) == (j - i <= k ? x.at({i, j}) : 0.0));
+        CHECK(up.at({i, j}) == (j - i >= k ? x.at({i, j}) : 0.0));
+      }
+  }
+  Tensor batched = ones({2, 3, 3});
+  CHECK(tril(batched).sum().item() == 12.0);
+}
