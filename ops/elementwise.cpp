@@ -17,6 +17,9 @@ using detail::map_numeric;
 using detail::zip_float;
 using detail::zip_numeric;
 
+// Constants of gelu's tanh form.
+static constexpr double k = 0.7978845608028654, c = 0.044715;
+
 // g * df(x), one pass: the gradient of every unary op of the form y = f(x).
 template <class DF>
 static Tensor chain(const Tensor& g, const Tensor& x, const char* op, DF df) {
@@ -103,8 +106,7 @@ Tensor gelu(const Tensor& x, const std::string& approximate) {
       })};
     });
   }
-  // tanh form: 0.5 x (1 + tanh(k (x + 0.044715 x^3))), k = sqrt(2/pi).
-  constexpr double k = 0.7978845608028654, c = 0.044715;
+  // tanh form: 0.5 x (1 + tanh(k (x + c x^3))), k = sqrt(2/pi), c = 0.044715.
   Tensor y = map_float(x, "gelu", [](auto v) {
     using T = decltype(v);
     return T(0.5) * v * (1 + std::tanh(T(k) * (v + T(c) * v * v * v)));

@@ -75,7 +75,7 @@ struct Printer {
   }
 
   void choose_format() {
-    if (t.dtype() == kBool) { f.kind = Formatter::Bool; return; }
+    if (t.dtype() == kBool) f.kind = Formatter::Bool;
     if (t.dtype() == kInt64) f.kind = Formatter::Int;
     double max_abs = 0, min_abs = INFINITY;
     bool all_int = true;
@@ -86,7 +86,7 @@ struct Printer {
       if (a > 0) min_abs = std::min(min_abs, a);
       if (v != std::floor(v)) all_int = false;
     });
-    if (t.dtype() != kInt64) {
+    if (is_floating(t.dtype())) {
       f.precision = g_print.precision;
       if (all_int && max_abs < 1e8) f.kind = Formatter::FloatInt;
       else if (max_abs >= 1e8 || (min_abs < 1e-4 && min_abs > 0) || (min_abs > 0 && max_abs / min_abs > 1e3))
@@ -110,7 +110,7 @@ struct Printer {
         if (d == t.dim() - 1) out += ' ';
         else out += std::string(size_t(t.dim() - d - 1), '\n') + std::string(size_t(indent + 1), ' ');
       }
-      if (idx[k] < 0) out += "...";
+      if (idx[k] < 0) out += d == t.dim() - 1 ? " ..." : "...";
       else print(d + 1, off + idx[k] * t.strides()[size_t(d)], indent + 1);
     }
     out += ']';

@@ -42,11 +42,11 @@ TEST_CASE("gradcheck: unary ops on several shapes, contiguous and transposed") {
   };
   for (const Case& c : cases) {
     for (Shape s : {Shape{5}, Shape{3, 4}, Shape{2, 3, 2}}) {
-      INFO(c.name << " on " << shape_str(s));
+      INFO(std::string(c.name) << " on " << shape_str(s));
       Tensor x = c.positive_only ? positive(s) : away_from_zero(s);
       auto f = c.f;
       autograd::GradcheckOptions o;
-      if (std::string(c.name) == "to_float32_and_back") o.atol = 1e-3, o.rtol = 1e-3;  // float32 rounding
+      if (std::string(c.name) == "to_float32_and_back") o.eps = 1e-3;  // a linear map; a wide step dwarfs float32 rounding
       auto r = autograd::gradcheck([f](const TensorList& in) { return f(in[0]); }, {x}, o);
       CHECK_MESSAGE(r.ok, r.message);
       if (s.size() >= 2) {  // the same op on a transposed (non-contiguous) view
@@ -75,7 +75,7 @@ TEST_CASE("gradcheck: binary ops with broadcasting and non-contiguous operands")
       {{4}, {4}}, {{3, 4}, {4}}, {{3, 1}, {1, 4}}, {{2, 3, 4}, {3, 1}}, {{}, {2, 3}}, {{2, 3}, {}}};
   for (const Case& c : cases) {
     for (auto& [sa, sb] : shapes) {
-      INFO(c.name << " on " << shape_str(sa) << " and " << shape_str(sb));
+      INFO(std::string(c.name) << " on " << shape_str(sa) << " and " << shape_str(sb));
       Tensor a = c.positive_only ? positive(sa) : away_from_zero(sa);
       Tensor b = c.positive_only ? positive(sb) : away_from_zero(sb);
       auto f = c.f;
@@ -83,10 +83,10 @@ TEST_CASE("gradcheck: binary ops with broadcasting and non-contiguous operands")
     }
     // non-contiguous: a transposed, b a strided slice
     Tensor a = c.positive_only ? positive({4, 3}) : away_from_zero({4, 3});
-    Tensor b = c.positive_only ? positive({4, 8}) : away_from_zero({4, 8});
+    Tensor b = c.positive_only ? positive({4, 6}) : away_from_zero({4, 6});
     auto f = c.f;
-    INFO(c.name << " on non-contiguous views");
-    CHECK_GRAD([f](const TensorList& in) { return f(in[0].t(), in[1].slice(1, 0, 8, 2).t()); }, (TensorList{a, b}));
+    INFO(std::string(c.name) << " on non-contiguous views");
+    CHECK_GRAD([f](const TensorList& in) { return f(in[0].t(), in[1].slice(1, 0, 6, 2).t()); }, (TensorList{a, b}));
   }
 }
 

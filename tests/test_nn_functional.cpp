@@ -1,1 +1,243 @@
+// softmax, log_softmax, cross_entropy and dropout against direct formulas in double.
+#include <cmath>
+#include <limits>
+
 #include "helpers.h"
+
+using namespace mu;
+
+namespace {
+
+const double kInf = std::numeric_limits<double>::infinity();
+
+int64_t flat(const Shape& shape, const std::vector<int64_t>& idx) {
+  int64_t f = 0;
+  for (size_t d = 0; d < shape.size(); ++d) f = f * shape[d] + idx[d];
+  return f;
+}
+
+std::vector<int64_t> unflat(const Shape& shape, int64_t f) {
+  std::vector<int64_t> idx(shape.size());
+  for (size_t d = shape.size(); d-- > 0;) {
+    idx[d] = f % shape[d];
+    f /= shape[d];
+  }
+  return idx;
+}
+
+// exp(x_j) / sum_k exp(x_k) along dim, straight from the definition (in double, with
+// no max subtracted: the inputs here are small), or its log.
+std::vector<double> ref_softmax(const Tensor& x, int64_t dim, bool log) {
+  std::vector<double> xv = x.to_vector<double>(), out(xv.size());
+  for (int64_t f = 0; f < x.numel(); ++f) {
+    std::vector<int64_t> at = unflat(x.shape(), f);
+    double s = 0;
+    for (int64_t k = 0; k < x.shape()[size_t(dim)]; ++k) {
+      std::vector<int64_t> a = at;
+      a[size_t(dim)] = k;
+      s += std::exp(xv[size_t(flat(x.shape(), a))]);
+    }
+    double v = xv[size_t(f)];
+    out[size_t(f)] = log ? v - std::log(s) : std::exp(v) / s;
+  }
+  return out;
+}
+
+void check_close(const Tensor& got, const Shape& shape, const std::vector<double>& want, double tol) {
+  REQUIRE(got.shape() == shape);
+  std::vector<double> g = got.to_vector<double>();
+  REQUIRE(g.size() == want.size());
+  for (size_t i = 0; i < g.size(); ++i) {
+    INFO("element " << i << ": got " << g[i] << ", want " << want[i]);
+    CHECK(std::fabs(g[i] - want[i]) <= tol * std::max(1.0, std::fabs(want[i])));
+  }
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- softmax, log_softmax
+
+TEST_CASE("softmax and log_softmax match the formula over every dim") {
+  manual_seed(1);
+  for (DType dt : {kFloat64, kFloat32}) {
+    double tol = dt == kFloat64 ? 1e-13 : 1e-6;
+    Tensor base = randn({3, 4, 5}, dt);
+    for (Tensor x : {base, base.transpose(0, 2), base.slice(1, 0, 4, 2)}) {
+      for (int64_t dim : {0, 1, 2, -1}) {
+        int64_t d = dim < 0 ? dim + 3 : dim;
+        INFO(dtype_name(dt) << " x " << shape_str(x.shape()) << " dim " << dim);
+        Tensor y = softmax(x, dim);
+        CHECK(y.dtype() == dt);
+        check_close(y, x.shape(), ref_softmax(x, d, false), tol);
+        check_close(log_softmax(x, dim), x.shape(), ref_softmax(x, d, true), tol);
+        // every line sums to 1
+        check_close(sum(y, {dim}), sum(x, {dim}).shape(), std::vector<double>(size_t(x.numel() / x.shape()[size_t(d)]), 1.0),
+                    tol * 10);
+      }
+    }
+  }
+}
+
+TEST_CASE("softmax of a large tensor (split over threads) matches the formula") {
+  manual_seed(2);
+  Tensor x = randn({300, 150}, kFloat32);
+  check_close(softmax(x, 1), x.shape(), ref_softmax(x, 1, false), 1e-6);
+  check_close(log_softmax(x, 0), x.shape(), ref_softmax(x, 0, true), 1e-6);
+}
+
+TEST_CASE("softmax is stable for large magnitudes and handles -inf") {
+  // exp(1000) overflows; softmax is shift-invariant, so it equals softmax([0, 1, 2]).
+  for (DType dt : {kFloat32, kFloat64}) {
+    Tensor x = tensor({1000.0, 1001.0, 1002.0}, dt);
+    double e0 = 1, e1 = std::exp(1.0), e2 = std::exp(2.0), s = e0 + e1 + e2;
+    check_close(softmax(x, 0), {3}, {e0 / s, e1 / s, e2 / s}, 1e-6);
+    check_close(log_softmax(x, 0), {3}, {-std::log(s), 1 - std::log(s), 2 - std::log(s)}, 1e-6);
+    Tensor xn = tensor({-1000.0, -1001.0, -1002.0}, dt);
+    check_close(softmax(xn, 0), {3}, {e2 / s, e1 / s, e0 / s}, 1e-6);
+  }
+  // Masked entries (-inf) get probability 0; log_softmax -inf.
+  Tensor m = tensor({-kInf, 0.0, 0.0});
+  check_close(softmax(m, 0), {3}, {0, 0.5, 0.5}, 1e-7);
+  CHECK(std::isinf(log_softmax(m, 0).at({0})));
+  CHECK(log_softmax(m, 0).at({1}) == doctest::Approx(-std::log(2.0)));
+  // A 0-dim tensor is one line of one element.
+  CHECK(softmax(full({}, 3.0), 0).item() == 1.0);
+}
+
+TEST_CASE("softmax and log_softmax gradients match their closed forms") {
+  manual_seed(3);
+  Tensor x = randn({4, 6}, kFloat64).requires_grad_();
+  Tensor g = randn({4, 6}, kFloat64);
+  softmax(x, 1).backward(g);
+  // dx_ij = y_ij (g_ij - sum_k g_ik y_ik)
+  std::vector<double> y = ref_softmax(x.detach(), 1, false), gv = g.to_vector<double>(), want(24);
+  for (int i = 0; i < 4; ++i) {
+    double s = 0;
+    for (int k = 0; k < 6; ++k) s += gv[size_t(i * 6 + k)] * y[size_t(i * 6 + k)];
+    for (int j = 0; j < 6; ++j) want[size_t(i * 6 + j)] = y[size_t(i * 6 + j)] * (gv[size_t(i * 6 + j)] - s);
+  }
+  check_close(x.grad(), {4, 6}, want, 1e-12);
+  // log_softmax along dim 0: dx_ij = g_ij - softmax_ij sum_k g_kj
+  Tensor x2 = x.detach().requires_grad_();
+  log_softmax(x2, 0).backward(g);
+  std::vector<double> y0 = ref_softmax(x.detach(), 0, false);
+  for (int j = 0; j < 6; ++j) {
+    double s = 0;
+    for (int k = 0; k < 4; ++k) s += gv[size_t(k * 6 + j)];
+    for (int i = 0; i < 4; ++i) want[size_t(i * 6 + j)] = gv[size_t(i * 6 + j)] - y0[size_t(i * 6 + j)] * s;
+  }
+  check_close(x2.grad(), {4, 6}, want, 1e-12);
+}
+
+// ---------------------------------------------------------------- cross_entropy
+
+TEST_CASE("cross_entropy matches -log softmax at the target, for every reduction") {
+  manual_seed(4);
+  int64_t N = 5, C = 4;
+  for (DType dt : {kFloat64, kFloat32}) {
+    double tol = dt == kFloat64 ? 1e-12 : 1e-6;
+    Tensor logits = randn({N, C}, dt);
+    std::vector<int64_t> t = {1, 0, 3, 3, 2};
+    Tensor target = from_vector(t, {N});
+    std::vector<double> lv = logits.to_vector<double>(), per(static_cast<size_t>(N));
+    for (int64_t i = 0; i < N; ++i) {
+      double s = 0;
+      for (int64_t c = 0; c < C; ++c) s += std::exp(lv[size_t(i * C + c)]);
+      per[size_t(i)] = std::log(s) - lv[size_t(i * C + t[size_t(i)])];
+    }
+    double total = 0;
+    for (double v : per) total += v;
+    check_close(cross_entropy(logits, target, Reduction::None), {N}, per, tol);
+    check_close(cross_entropy(logits, target, Reduction::Sum), {}, {total}, tol);
+    check_close(cross_entropy(logits, target), {}, {total / double(N)}, tol);
+
+    // ignore_index: those rows give 0 and leave the mean's count.
+    std::vector<int64_t> ti = {1, -100, 3, -100, 2};
+    Tensor target_i = from_vector(ti, {N});
+    std::vector<double> per_i = {per[0], 0, per[2], 0, per[4]};
+    double kept = per[0] + per[2] + per[4];
+    check_close(cross_entropy(logits, target_i, Reduction::None), {N}, per_i, tol);
+    check_close(cross_entropy(logits, target_i, Reduction::Sum), {}, {kept}, tol);
+    check_close(cross_entropy(logits, target_i, Reduction::Mean), {}, {kept / 3}, tol);
+    // A class id can be the ignored one too.
+    check_close(cross_entropy(logits, target, Reduction::Mean, 3), {}, {(per[0] + per[1] + per[4]) / 3}, tol);
+  }
+}
+
+TEST_CASE("cross_entropy: unbatched logits, all-ignored mean, gradient") {
+  Tensor logits = tensor({0.5, -1.0, 2.0}, kFloat64);
+  Tensor target = full({}, 2, kInt64);
+  double s = std::exp(0.5) + std::exp(-1.0) + std::exp(2.0);
+  Tensor l = cross_entropy(logits, target, Reduction::None);
+  CHECK(l.dim() == 0);
+  CHECK(l.item() == doctest::Approx(std::log(s) - 2.0).epsilon(1e-12));
+  CHECK(cross_entropy(logits, target).item() == doctest::Approx(std::log(s) - 2.0).epsilon(1e-12));
+  // Every target ignored: the mean is 0/0, as in torch.
+  Tensor t_all = from_vector(std::vector<int64_t>{-100, -100}, {2});
+  CHECK(std::isnan(cross_entropy(zeros({2, 3}), t_all).item()));
+  CHECK(cross_entropy(zeros({2, 3}), t_all, Reduction::Sum).item() == 0);
+  // d(mean loss)/d logits = (softmax - onehot) / count, zero on ignored rows.
+  Tensor x = tensor({{1.0, 2.0, 0.0}, {0.0, 0.0, 0.0}, {3.0, 1.0, 1.0}}, kFloat64).requires_grad_();
+  Tensor t = from_vector(std::vector<int64_t>{2, -100, 0}, {3});
+  cross_entropy(x, t).backward();
+  std::vector<double> xv = x.detach().to_vector<double>(), want(9, 0.0);
+  for (int i : {0, 2}) {
+    double z = 0;
+    for (int c = 0; c < 3; ++c) z += std::exp(xv[size_t(i * 3 + c)]);
+    int64_t ti = i == 0 ? 2 : 0;
+    for (int c = 0; c < 3; ++c) want[size_t(i * 3 + c)] = (std::exp(xv[size_t(i * 3 + c)]) / z - (c == ti)) / 2;
+  }
+  check_close(x.grad(), {3, 3}, want, 1e-12);
+}
+
+TEST_CASE("cross_entropy errors name the problem") {
+  Tensor logits = zeros({2, 4});
+  CHECK_THROWS_MU(cross_entropy(logits, from_vector(std::vector<int64_t>{1, 4}, {2})),
+                  "cross_entropy: target 4 is out of bounds for 4 classes");
+  CHECK_THROWS_MU(cross_entropy(logits, from_vector(std::vector<int64_t>{-3, 0}, {2})),
+                  "cross_entropy: target -3 is out of bounds");
+  CHECK_THROWS_MU(cross_entropy(logits, zeros({2})), "cross_entropy: target must hold int64 class indices, got float32");
+  CHECK_THROWS_MU(cross_entropy(logits, zeros({3}, kInt64)), "cross_entropy: target of shape [3] does not match");
+  CHECK_THROWS_MU(cross_entropy(zeros({2, 3, 4}), zeros({2}, kInt64)), "cross_entropy: logits must be (N, C) or (C)");
+  CHECK_THROWS_MU(cross_entropy(logits.to(kInt64), zeros({2}, kInt64)), "log_softmax: needs a floating-point tensor");
+}
+
+// ---------------------------------------------------------------- dropout
+
+TEST_CASE("dropout: same seed, same mask; zeros near p; survivors scaled by 1/(1-p)") {
+  double p = 0.3;
+  Tensor x = full({200, 500}, 2.0);
+  manual_seed(123);
+  Tensor a = dropout(x, p);
+  manual_seed(123);
+  Tensor b = dropout(x, p);
+  CHECK(a.to_vector<float>() == b.to_vector<float>());
+  Tensor c = dropout(x, p);  // the generator moved on: a different mask
+  CHECK(a.to_vector<float>() != c.to_vector<float>());
+  std::vector<double> v = a.to_vector<double>();
+  int64_t zeros_n = 0;
+  bool scaled = true;
+  for (double e : v) {
+    if (e == 0) ++zeros_n;
+    else scaled = scaled && std::fabs(e - 2.0 / (1 - p)) < 1e-5;
+  }
+  CHECK(scaled);
+  // 100000 Bernoulli(0.3) draws: the standard deviation of the fraction is 0.0015.
+  CHECK(std::fabs(double(zeros_n) / double(v.size()) - p) < 0.01);
+  // The gradient is the same mask.
+  Tensor xl = ones({1000}, kFloat64).requires_grad_();
+  manual_seed(5);
+  Tensor y = dropout(xl, 0.5);
+  y.sum().backward();
+  CHECK(xl.grad().to_vector<double>() == y.detach().to_vector<double>());
+}
+
+TEST_CASE("dropout: identity in eval or with p = 0, zeros with p = 1, errors outside [0, 1]") {
+  Tensor x = randn({10, 10});
+  CHECK(dropout(x, 0.5, false).is_same(x));
+  CHECK(dropout(x, 0.0, true).is_same(x));
+  std::vector<float> z = dropout(x, 1.0).to_vector<float>();
+  CHECK(z == std::vector<float>(100, 0.0f));
+  CHECK_THROWS_MU(dropout(x, 1.5), "dropout: probability has to be between 0 and 1, got 1.5");
+  CHECK_THROWS_MU(dropout(x, -0.1), "dropout: probability has to be between 0 and 1");
+}

@@ -1,1 +1,286 @@
+// Reductions against brute-force loops in double: every input element is dropped into
+// the bucket of the output element it reduces into, and each bucket is reduced by hand.
+#include <cmath>
+#include <functional>
+#include <limits>
+
 #include "helpers.h"
+
+using namespace mu;
+
+namespace {
+
+const double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+// The elements of x grouped by output position (row-major over the kept dims); within
+// a bucket, in row-major order of the reduced dims.
+struct Buckets {
+  Shape out_shape;
+  std::vector<std::vector<double>> b;
+};
+
+Buckets bucketize(const Tensor& x, Shape dims, bool keepdim) {
+  int64_t nd = x.dim();
+  std::vector<bool> red(size_t(nd), dims.empty());
+  for (int64_t d : dims) red[size_t(d < 0 ? d + nd : d)] = true;
+  Buckets r;
+  for (int64_t d = 0; d < nd; ++d) {
+    if (!red[size_t(d)]) r.out_shape.push_back(x.shape()[size_t(d)]);
+    else if (keepdim) r.out_shape.push_back(1);
+  }
+  int64_t outer = 1;
+  for (int64_t d = 0; d < nd; ++d)
+    if (!red[size_t(d)]) outer *= x.shape()[size_t(d)];
+  r.b.resize(size_t(outer));
+  std::vector<double> v = x.to_vector<double>();
+  for (int64_t flat = 0; flat < int64_t(v.size()); ++flat) {
+    // multi-index of flat, then the row-major position among the kept dims
+    std::vector<int64_t> idx(static_cast<size_t>(nd));
+    int64_t rem = flat;
+    for (int64_t d = nd - 1; d >= 0; --d) {
+      idx[size_t(d)] = rem % x.shape()[size_t(d)];
+      rem /= x.shape()[size_t(d)];
+    }
+    int64_t o = 0;
+    for (int64_t d = 0; d < nd; ++d)
+      if (!red[size_t(d)]) o = o * x.shape()[size_t(d)] + idx[size_t(d)];
+    r.b[size_t(o)].push_back(v[size_t(flat)]);
+  }
+  return r;
+}
+
+using Reducer = std::function<double(const std::vector<double>&)>;
+
+double ref_sum(const std::vector<double>& v) {
+  double s = 0;
+  for (double a : v) s += a;
+  return s;
+}
+double ref_mean(const std::vector<double>& v) { return ref_sum(v) / double(v.size()); }
+Reducer ref_var(int64_t corr) {
+  return [corr](const std::vector<double>& v) {
+    double m = ref_mean(v), s = 0;
+    for (double a : v) s += (a - m) * (a - m);
+    return s / double(int64_t(v.size()) - corr);
+  };
+}
+Reducer ref_std(int64_t corr) {
+  return [corr](const std::vector<double>& v) { return std::sqrt(ref_var(corr)(v)); };
+}
+// Position of the first NaN, else of the first max (min).
+int64_t ref_arg(const std::vector<double>& v, bool take_max) {
+  for (size_t i = 0; i < v.size(); ++i)
+    if (std::isnan(v[i])) return int64_t(i);
+  int64_t at = 0;
+  for (size_t i = 1; i < v.size(); ++i)
+    if (take_max ? v[i] > v[size_t(at)] : v[i] < v[size_t(at)]) at = int64_t(i);
+  return at;
+}
+double ref_max(const std::vector<double>& v) { return v[size_t(ref_arg(v, true))]; }
+double ref_min(const std::vector<double>& v) { return v[size_t(ref_arg(v, false))]; }
+
+// got has the expected shape and every value within tol (relative to max(1, |want|)); NaNs match.
+void check_values(const Tensor& got, const Shape& shape, const std::vector<double>& want, double tol) {
+  REQUIRE(got.shape() == shape);
+  std::vector<double> g = got.to_vector<double>();
+  REQUIRE(g.size() == want.size());
+  for (size_t i = 0; i < g.size(); ++i) {
+    INFO("element " << i << ": got " << g[i] << ", want " << want[i]);
+    if (std::isnan(want[i])) {
+      CHECK(std::isnan(g[i]));
+    } else {
+      CHECK(std::fabs(g[i] - want[i]) <= tol * std::max(1.0, std::fabs(want[i])));
+    }
+  }
+}
+
+std::vector<double> reduce_ref(const Buckets& b, const Reducer& f) {
+  std::vector<double> out;
+  for (const auto& v : b.b) out.push_back(f(v));
+  return out;
+}
+
+// The inputs every test sweeps: dense, transposed and strided views, in both float dtypes.
+std::vector<std::pair<std::string, Tensor>> inputs(DType dt) {
+  manual_seed(42);
+  Tensor base = randn({4, 6, 5}, dt);
+  return {{"dense", base},
+          {"transposed", base.transpose(0, 2)},
+          {"permuted", base.permute({1, 2, 0})},
+          {"sliced", base.slice(1, 1, 6, 2)},
+          {"expanded", randn({4, 1, 5}, dt).expand({4, 3, 5})}};
+}
+
+const std::vector<Shape> kDimSets = {{0}, {1}, {2}, {-1}, {-3}, {0, 2}, {2, 0}, {1, 2}, {0, 1, 2}, {}};
+
+}  // namespace
+
+TEST_CASE("sum, mean, var, std, amax, amin match brute force over every dim set") {
+  for (DType dt : {kFloat64, kFloat32}) {
+    double tol = dt == kFloat64 ? 1e-12 : 2e-5;
+    for (auto& [name, x] : inputs(dt)) {
+      for (const Shape& dims : kDimSets) {
+        for (bool keep : {false, true}) {
+          INFO(name << " " << dtype_name(dt) << " dims " << shape_str(dims) << " keepdim " << keep);
+          Buckets b = bucketize(x, dims, keep);
+          check_values(sum(x, dims, keep), b.out_shape, reduce_ref(b, ref_sum), tol);
+          check_values(mean(x, dims, keep), b.out_shape, reduce_ref(b, ref_mean), tol);
+          check_values(var(x, dims, 1, keep), b.out_shape, reduce_ref(b, ref_var(1)), tol * 10);
+          check_values(var(x, dims, 0, keep), b.out_shape, reduce_ref(b, ref_var(0)), tol * 10);
+          check_values(mu::std(x, dims, 1, keep), b.out_shape, reduce_ref(b, ref_std(1)), tol * 10);
+          check_values(mu::std(x, dims, 2, keep), b.out_shape, reduce_ref(b, ref_std(2)), tol * 10);
+          check_values(amax(x, dims, keep), b.out_shape, reduce_ref(b, ref_max), 0);
+          check_values(amin(x, dims, keep), b.out_shape, reduce_ref(b, ref_min), 0);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("max/min/argmax/argmin along one dim match brute force") {
+  for (DType dt : {kFloat64, kFloat32}) {
+    for (auto& [name, x] : inputs(dt)) {
+      for (int64_t d : {0, 1, 2, -1, -2}) {
+        for (bool keep : {false, true}) {
+          INFO(name << " " << dtype_name(dt) << " dim " << d << " keepdim " << keep);
+          Buckets b = bucketize(x, {d}, keep);
+          std::vector<double> imax, imin;
+          for (const auto& v : b.b) {
+            imax.push_back(double(ref_arg(v, true)));
+            imin.push_back(double(ref_arg(v, false)));
+          }
+          ValuesIndices mx = mu::max(x, d, keep), mn = mu::min(x, d, keep);
+          check_values(mx.values, b.out_shape, reduce_ref(b, ref_max), 0);
+          check_values(mn.values, b.out_shape, reduce_ref(b, ref_min), 0);
+          CHECK(mx.indices.dtype() == kInt64);
+          check_values(mx.indices, b.out_shape, imax, 0);
+          check_values(mn.indices, b.out_shape, imin, 0);
+          check_values(argmax(x, d, keep), b.out_shape, imax, 0);
+          check_values(argmin(x, d, keep), b.out_shape, imin, 0);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("max()/min()/argmax() over all elements") {
+  for (auto& [name, x] : inputs(kFloat64)) {
+    INFO(name);
+    std::vector<double> v = x.to_vector<double>();
+    check_values(mu::max(x), {}, {ref_max(v)}, 0);
+    check_values(mu::min(x), {}, {ref_min(v)}, 0);
+    Tensor a = argmax(x);
+    CHECK(a.dtype() == kInt64);
+    check_values(a, {}, {double(ref_arg(v, true))}, 0);
+  }
+  // A 0-dim tensor is its own max, at index 0.
+  Tensor s = full({}, 2.5, kFloat64);
+  CHECK(mu::max(s).item() == 2.5);
+  CHECK(argmax(s).item() == 0);
+  ValuesIndices m = mu::max(s, 0);
+  CHECK(m.values.dim() == 0);
+  CHECK(m.values.item() == 2.5);
+  CHECK(m.indices.item() == 0);
+}
+
+TEST_CASE("ties: indices take the first extremum; gradients follow torch") {
+  Tensor x = tensor({{1, 3, 3, 0}, {2, 2, -1, -1}}, kFloat64);
+  ValuesIndices mx = mu::max(x, 1), mn = mu::min(x, 1);
+  CHECK(mx.indices.to_vector<int64_t>() == std::vector<int64_t>{1, 0});
+  CHECK(mn.indices.to_vector<int64_t>() == std::vector<int64_t>{3, 2});
+  CHECK(argmax(x, 1).to_vector<int64_t>() == std::vector<int64_t>{1, 0});
+  CHECK(argmin(x, 0).to_vector<int64_t>() == std::vector<int64_t>{0, 1, 1, 1});
+  CHECK(argmax(x).item() == 1);
+
+  // max(dim) values: the gradient goes to the chosen (first) index only.
+  Tensor xl = x.detach().requires_grad_();
+  mu::max(xl, 1).values.sum().backward();
+  CHECK(xl.grad().to_vector<double>() == std::vector<double>{0, 1, 0, 0, 1, 0, 0, 0});
+
+  // amax: shared evenly among the ties.
+  Tensor xa = x.detach().requires_grad_();
+  amax(xa, {1}).sum().backward();
+  CHECK(xa.grad().to_vector<double>() == std::vector<double>{0, 0.5, 0.5, 0, 0.5, 0.5, 0, 0});
+  Tensor xb = x.detach().requires_grad_();
+  amin(xb, {1}).sum().backward();
+  CHECK(xb.grad().to_vector<double>() == std::vector<double>{0, 0, 0, 1, 0, 0, 0.5, 0.5});
+
+  // max() over everything: the two 3s share the gradient.
+  Tensor xc = x.detach().requires_grad_();
+  (mu::max(xc) * 4.0).backward();
+  CHECK(xc.grad().to_vector<double>() == std::vector<double>{0, 2, 2, 0, 0, 0, 0, 0});
+}
+
+TEST_CASE("NaN is the max and the min, and its first position is the index") {
+  Tensor x = tensor({{1, kNaN, 3, kNaN}, {5, 4, 2, 1}}, kFloat32);
+  CHECK(std::isnan(amax(x, {1}).at({0})));
+  CHECK(amax(x, {1}).at({1}) == 5);
+  CHECK(std::isnan(amin(x, {1}).at({0})));
+  CHECK(amin(x, {1}).at({1}) == 1);
+  CHECK(std::isnan(mu::max(x).item()));
+  CHECK(std::isnan(mu::min(x).item()));
+  CHECK(argmax(x, 1).to_vector<int64_t>() == std::vector<int64_t>{1, 0});
+  CHECK(argmin(x, 1).to_vector<int64_t>() == std::vector<int64_t>{1, 3});
+  CHECK(argmax(x).item() == 1);
+  ValuesIndices m = mu::min(x, 1);
+  CHECK(std::isnan(m.values.at({0})));
+  CHECK(m.indices.to_vector<int64_t>() == std::vector<int64_t>{1, 3});
+  // Along dim 0 the NaN column wins wherever it appears, in either row.
+  CHECK(argmax(x, 0).to_vector<int64_t>() == std::vector<int64_t>{1, 0, 0, 0});
+  // The NaNs share amax's gradient when the result is NaN.
+  Tensor xl = x.to(kFloat64).detach().requires_grad_();
+  amax(xl, {1}).sum().backward();
+  CHECK(xl.grad().to_vector<double>() == std::vector<double>{0, 0.5, 0, 0.5, 1, 0, 0, 0});
+}
+
+TEST_CASE("integer tensors: sum, amax, argmax") {
+  Tensor x = tensor({{3, 7, 7}, {-2, 9, 0}}, kFloat64).to(kInt64);
+  CHECK(sum(x).item() == 24);
+  CHECK(amax(x, {1}).dtype() == kInt64);
+  CHECK(amax(x, {1}).to_vector<int64_t>() == std::vector<int64_t>{7, 9});
+  CHECK(amin(x, {0}).to_vector<int64_t>() == std::vector<int64_t>{-2, 7, 0});
+  CHECK(argmax(x, 1).to_vector<int64_t>() == std::vector<int64_t>{1, 1});
+  CHECK(mu::max(x, 0).indices.to_vector<int64_t>() == std::vector<int64_t>{0, 1, 0});
+}
+
+TEST_CASE("var/std with too few elements follow torch (divide by max(0, n - correction))") {
+  Tensor one = tensor({4.0}, kFloat64).reshape({1, 1});
+  CHECK(std::isnan(var(one, {1}).item()));  // 0 / 0
+  CHECK(var(one, {1}, 0).item() == 0);
+  Tensor two = tensor({1.0, 3.0}, kFloat64);
+  CHECK(var(two).item() == doctest::Approx(2.0));
+  CHECK(mu::std(two, {}, 0).item() == doctest::Approx(1.0));
+  CHECK(std::isinf(var(two, {}, 2).item()));  // 2 / 0
+}
+
+TEST_CASE("reduction errors name the op and the problem") {
+  Tensor x = zeros({2, 3});
+  CHECK_THROWS_MU(amax(x, {2}), "amax: dimension 2 out of range");
+  CHECK_THROWS_MU(var(x, {0, 0}), "appears more than once");
+  CHECK_THROWS_MU(var(x, {0}, -1), "var: correction must be non-negative");
+  CHECK_THROWS_MU(var(x.to(kInt64)), "var: needs a floating-point tensor");
+  CHECK_THROWS_MU(amax(zeros({2, 0}), {1}), "amax: cannot reduce over zero elements");
+  CHECK_THROWS_MU(mu::max(zeros({0})), "max: cannot reduce over zero elements");
+  CHECK_THROWS_MU(argmax(zeros({3, 0}), 1), "argmax: cannot reduce over zero elements");
+  CHECK_THROWS_MU(mu::min(x, -3), "min: dimension -3 out of range");
+  // Reducing the non-empty dim of an empty tensor gives an empty result, no error.
+  CHECK(amax(zeros({0, 3}), {1}).shape() == Shape{0});
+}
+
+TEST_CASE("large inputs (split over threads) match brute force") {
+  manual_seed(3);
+  Tensor x = randn({40, 300, 3}, kFloat32);
+  for (Tensor v : {x, x.transpose(0, 1)}) {
+    for (const Shape& dims : std::vector<Shape>{{1}, {0, 2}, {}}) {
+      INFO("shape " << shape_str(v.shape()) << " dims " << shape_str(dims));
+      Buckets b = bucketize(v, dims, false);
+      check_values(sum(v, dims), b.out_shape, reduce_ref(b, ref_sum), 1e-5);
+      check_values(var(v, dims), b.out_shape, reduce_ref(b, ref_var(1)), 1e-4);
+      check_values(amax(v, dims), b.out_shape, reduce_ref(b, ref_max), 0);
+    }
+    Buckets b = bucketize(v, {1}, false);
+    std::vector<double> imin;
+    for (const auto& bv : b.b) imin.push_back(double(ref_arg(bv, false)));
+    check_values(argmin(v, 1), b.out_shape, imin, 0);
+  }
+}
