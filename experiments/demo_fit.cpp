@@ -13,7 +13,7 @@ using autograd::TensorList;
 // Inputs uniform on [-1, 1]^2 and their targets, computed on the host.
 static std::pair<Tensor, Tensor> make_data(int64_t n) {
   Tensor x = rand({n, 2}) * 2.0 - 1.0;
-  std::vector<float> xs = x.to_vector<float>(), ys(size_t(n));
+  std::vector<float> xs = x.to_vector<float>(), ys(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
     float x1 = xs[size_t(2 * i)], x2 = xs[size_t(2 * i + 1)];
     ys[size_t(i)] = std::sin(3 * x1) * std::cos(2 * x2) + x1 * x2;

@@ -76,8 +76,13 @@ Tensor& Tensor::fill_(double value) {
   check_inplace(*this, "fill_");
   require_cpu(*this, "fill_");
   MU_DISPATCH_ALL(dtype(), "fill_", [&] {
+    // Write-only: fresh memory may hold bytes that are not a valid value of the type.
     const scalar_t v = static_cast<scalar_t>(value);
-    cpu::map1<scalar_t, scalar_t>(*this, *this, [v](scalar_t) { return v; });
+    scalar_t* base = data_ptr<scalar_t>();
+    cpu::for_each_run<1>(shape(), {strides()}, [&](const auto& off, int64_t n, const auto& st) {
+      scalar_t* o = base + off[0];
+      for (int64_t i = 0; i < n; ++i) o[i * st[0]] = v;
+    });
   });
   bump_version();
   return *this;
