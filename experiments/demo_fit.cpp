@@ -53,11 +53,11 @@ int main(int argc, char** argv) {
         params[i].add_(velocity[i], -lr);
       }
     }
-    if (step == 0) first = loss.item();
     if (step % (steps / 10 > 0 ? steps / 10 : 1) == 0) {
       NoGradGuard no_grad;
       double test = mse(forward(x_test), y_test).item();
       std::printf("step %5d  train mse %.5f  test mse %.5f\n", step, loss.item(), test);
+      if (step == 0) first = test;
       last = test;
     }
   }

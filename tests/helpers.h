@@ -14,7 +14,7 @@
       (void)(expr);                                                                    \
     } catch (const mu::Error& e_) {                                                    \
       thrown_ = true;                                                                  \
-      INFO("message: " << e_.what());                                                  \
+      INFO("message: " << std::string(e_.what()));                                                  \
       CHECK(std::string(e_.what()).find(needle) != std::string::npos);                 \
     }                                                                                  \
     CHECK_MESSAGE(thrown_, "expected mu::Error containing \"" << needle << "\"");      \

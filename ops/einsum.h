@@ -1,0 +1,42 @@
+// einsum with PyTorch semantics, a contraction-order planner, and pairwise execution
+// as permute + reshape + batched GEMM.
+//
+//   einsum("bij,bjk->bik", {a, b})          explicit output
+//   einsum("ij,jk", {a, b})                 implicit: letters seen once, sorted
+//   einsum("...ij,...jk->...ik", {a, b})    ellipsis, broadcast like matmul's batch dims
+//   einsum("ii->i", {a})                    a letter repeated in one operand: diagonal
+//   einsum("b t n1, n1 r -> b t r", {a, u}) einops style: space-separated axis names
+//
+// A spec whose terms contain spaces between names is read einops style (each name a
+// whitespace-separated token); otherwise every character is an axis and spaces are
+// ignored. The gradient of each operand is itself an einsum of the output gradient and
+// the other operands.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "tensor/tensor.h"
+
+namespace mu {
+
+Tensor einsum(const std::string& spec, const std::vector<Tensor>& operands);
+
+// The contraction order chosen for a spec and shapes, like opt_einsum's contract_path.
+struct EinsumPath {
+  // Each step contracts two entries of the current operand list (i < j); the result is
+  // appended at the end of the list and both inputs removed (opt_einsum's convention).
+  std::vector<std::pair<int, int>> steps;
+  // Multiply-adds of the whole evaluation (each counts as one FLOP), including the
+  // reduction of letters that only one operand holds.
+  double flops = 0;
+  // Elements of the largest intermediate tensor (operands and output excluded).
+  double largest_intermediate = 0;
+  // Multiply-adds of evaluating the spec as one nested loop over all letters.
+  double naive_flops = 0;
+  bool exhaustive = false;  // true when every order was tried (<= 5 operands)
+  std::string str() const;
+};
+
+EinsumPath einsum_path(const std::string& spec, const std::vector<Shape>& shapes);
+
+}  // namespace mu
