@@ -1,8 +1,7 @@
 // einsum: parse the spec into integer labels, bring every operand to unique labels
 // (diagonals taken, broadcast size-1 dims dropped, private letters summed out), then
-// contract pairwise in the order the planner picks. The contraction of the prepared
-// operands is one autograd node whose gradient for each operand is again a contraction
-// of the output gradient with the other operands.
+// contract pairwise in the order the planner picks. Every step is a differentiable op,
+// so the gradient follows the same plan backwards (see contract_all).
 #include "ops/einsum.h"
 
 #include <algorithm>
@@ -52,6 +51,7 @@ bool has_inner_space(const std::string& s, size_t b, size_t e) {
 }
 
 struct Parser {
+  explicit Parser(const std::string& s) : spec(s) {}
   const std::string& spec;
   bool einops = false;
   std::map<std::string, int> ids;
@@ -154,14 +154,8 @@ struct Problem {
   std::string spec;
 };
 
-std::string label_str(const Problem& p, const Labels& ls) {
-  std::string s;
-  for (int l : ls) s += (s.empty() ? "" : " ") + p.names[size_t(l)];
-  return s;
-}
-
 Problem build_problem(const std::string& spec, const std::vector<Shape>& shapes) {
-  ParsedSpec ps = Parser{spec}.parse();
+  ParsedSpec ps = Parser(spec).parse();
   Problem p;
   p.spec = spec;
   MU_CHECK(ps.inputs.size() == shapes.size(), "einsum: \"", spec, "\" has ", ps.inputs.size(), " operand term",
@@ -422,10 +416,10 @@ std::pair<Tensor, Labels> contract_pair(const Tensor& a, const Labels& la, const
     for (int l : batch) xs.push_back(sizes[size_t(l)]), ys.push_back(sizes[size_t(l)]);
     for (int l : a_only) xs.push_back(sizes[size_t(l)]), ys.push_back(1);
     for (int l : b_only) xs.push_back(1), ys.push_back(sizes[size_t(l)]);
+    if (contracted.empty()) return {(xp.reshape(xs) * yp.reshape(ys)).reshape(out_shape), out_labels};
     xs.push_back(k);
     ys.push_back(k);
-    Tensor prod = xp.reshape(xs) * yp.reshape(ys);
-    Tensor r = prod.sum({int64_t(xs.size()) - 1});
+    Tensor r = (xp.reshape(xs) * yp.reshape(ys)).sum({int64_t(xs.size()) - 1});
     return {r.reshape(out_shape), out_labels};
   }
   // GEMM form: (nb, m, k) @ (nb, k, n).
@@ -436,9 +430,12 @@ std::pair<Tensor, Labels> contract_pair(const Tensor& a, const Labels& la, const
 }
 
 // Contracts prepared operands (unique labels, nothing private to one operand) into
-// the output labels `out`. Records no graph: the caller attaches the gradient.
+// the output labels `out`, pair by pair in the planned order. Every step is built of
+// differentiable views, bmm, mul and sum, so the backward pass walks the same plan in
+// reverse: the gradient of each pair's operand is a contraction of the pair's output
+// gradient with the other operand of the pair (g·Bᵀ and Aᵀ·g for a GEMM step), and the
+// intermediates of the forward pass are reused rather than recomputed.
 Tensor contract_all(TensorList ts, std::vector<Labels> ls, const Labels& out, const std::vector<int64_t>& sizes) {
-  autograd::NoGradGuard no_grad;
   Plan plan = plan_contraction(ls, out, sizes, nullptr);
   for (auto [i, j] : plan.steps) {
     std::vector<Labels> others;
@@ -447,7 +444,16 @@ Tensor contract_all(TensorList ts, std::vector<Labels> ls, const Labels& out, co
       if (k != i && k != j) others.push_back(ls[size_t(k)]), rest.push_back(ts[size_t(k)]);
     Labels keep = out;
     for (const Labels& o : others) keep = label_union(keep, o);
-    auto [r, lr] = contract_pair(ts[size_t(i)], ls[size_t(i)], ts[size_t(j)], ls[size_t(j)], keep, sizes);
+    // Orientation: the operand holding the output's leading letters goes first, so that
+    // the GEMM writes rows in the output's order and no transpose copy follows.
+    int first = i, second = j;
+    auto lead = [&](const Labels& own, const Labels& partner) {
+      for (size_t q = 0; q < out.size(); ++q)
+        if (std::count(own.begin(), own.end(), out[q]) && !std::count(partner.begin(), partner.end(), out[q])) return q;
+      return out.size();
+    };
+    if (lead(ls[size_t(j)], ls[size_t(i)]) < lead(ls[size_t(i)], ls[size_t(j)])) std::swap(first, second);
+    auto [r, lr] = contract_pair(ts[size_t(first)], ls[size_t(first)], ts[size_t(second)], ls[size_t(second)], keep, sizes);
     rest.push_back(r);
     others.push_back(lr);
     ts = rest;
@@ -542,27 +548,7 @@ Tensor einsum(const std::string& spec, const std::vector<Tensor>& operands) {
     p.prepared[k] = after;  // same set, in the operand's own dim order
   }
 
-  Tensor out = contract_all(prepared, p.prepared, p.output, p.sizes);
-  auto sizes = p.sizes;
-  auto labels = p.prepared;
-  auto output = p.output;
-  std::vector<autograd::SavedTensor> saved;
-  for (const Tensor& t : prepared) saved.push_back(autograd::save(t));
-  std::vector<bool> needs;
-  for (const Tensor& t : prepared) needs.push_back(t.requires_grad());
-  return autograd::record("EinsumBackward", out, prepared, [=](const Tensor& g) -> TensorList {
-    // d out / d operand k: contract the gradient with every other operand.
-    TensorList grads(labels.size());
-    for (size_t k = 0; k < labels.size(); ++k) {
-      if (!needs[k]) continue;
-      TensorList ts = {g};
-      std::vector<Labels> ls = {output};
-      for (size_t j = 0; j < labels.size(); ++j)
-        if (j != k) ts.push_back(saved[j].get()), ls.push_back(labels[j]);
-      grads[k] = contract_all(ts, ls, labels[k], sizes);
-    }
-    return grads;
-  });
+  return contract_all(prepared, p.prepared, p.output, p.sizes);
 }
 
 EinsumPath einsum_path(const std::string& spec, const std::vector<Shape>& shapes) {

@@ -9,8 +9,9 @@
 //
 // A spec whose terms contain spaces between names is read einops style (each name a
 // whitespace-separated token); otherwise every character is an axis and spaces are
-// ignored. The gradient of each operand is itself an einsum of the output gradient and
-// the other operands.
+// ignored. Gradients follow the contraction plan backwards: each pairwise step's
+// operand gets the contraction of that step's output gradient with its partner, so the
+// forward pass's intermediates are reused rather than recomputed.
 #pragma once
 #include <string>
 #include <vector>

@@ -1,1 +1,359 @@
+// Matrix products: the CPU GEMM on raw strided buffers and matmul/mm/bmm on tensors,
+// each against a brute-force triple loop in double, over odd sizes, every operand layout
+// and both backends (native kernel, OpenBLAS when linked); then the error messages.
+#include <cmath>
+#include <functional>
+#include <random>
+
 #include "helpers.h"
+#include "ops/cpu/gemm.h"
+
+using namespace mu;
+using cpu::GemmBackend;
+
+namespace {
+
+// Sets the GEMM backend for one scope and restores the previous one afterwards.
+struct BackendScope {
+  GemmBackend saved = cpu::gemm_backend();
+  explicit BackendScope(GemmBackend b) { cpu::set_gemm_backend(b); }
+  ~BackendScope() { cpu::set_gemm_backend(saved); }
+};
+
+// Every backend this build has: Auto, the native kernel, and OpenBLAS if linked.
+std::vector<GemmBackend> backends() {
+  std::vector<GemmBackend> v = {GemmBackend::Native, GemmBackend::Auto};
+  if (cpu::gemm_have_blas()) v.push_back(GemmBackend::Blas);
+  return v;
+}
+
+// ---------------------------------------------------------------- raw GEMM
+
+// How an operand of rows x cols is laid out in its buffer.
+enum class Layout { RowMajor, Transposed, Strided };
+const char* layout_name(Layout l) {
+  return l == Layout::RowMajor ? "row-major" : l == Layout::Transposed ? "transposed" : "strided";
+}
+
+// A batch of rows x cols matrices in a buffer with the requested layout. Strided: row-major
+// with every other column skipped and padding after each row (neither stride is 1).
+template <class T>
+struct Operand {
+  std::vector<T> buf;
+  int64_t batch_stride = 0, rs = 0, cs = 0;
+  T& at(int64_t b, int64_t i, int64_t j) { return buf[size_t(b * batch_stride + i * rs + j * cs)]; }
+};
+
+template <class T>
+Operand<T> make_operand(int64_t batch, int64_t rows, int64_t cols, Layout l, bool broadcast_batch, std::mt19937& rng) {
+  Operand<T> o;
+  switch (l) {
+    case Layout::RowMajor: o.rs = cols, o.cs = 1; break;
+    case Layout::Transposed: o.rs = 1, o.cs = rows; break;
+    case Layout::Strided: o.rs = 2 * cols + 3, o.cs = 2; break;
+  }
+  int64_t per = l == Layout::Strided ? rows * o.rs : rows * cols;
+  o.batch_stride = broadcast_batch ? 0 : per + 5;  // +5: batch entries need not be adjacent
+  o.buf.assign(size_t(std::max<int64_t>(1, (broadcast_batch ? 1 : batch) * (per + 5))), T(0));
+  std::normal_distribution<double> nd;
+  for (auto& v : o.buf) v = T(nd(rng));
+  return o;
+}
+
+// C (+)= A·B computed by brute force in double; also the sum of |a||b| per element,
+// which bounds the rounding error of any summation order.
+template <class T>
+void check_gemm(int64_t batch, int64_t M, int64_t N, int64_t K, Layout la, Layout lb, bool bcast_a, bool bcast_b,
+                bool accumulate, std::mt19937& rng) {
+  INFO("batch " << batch << " M " << M << " N " << N << " K " << K << " A " << layout_name(la) << (bcast_a ? " (broadcast)" : "")
+                << " B " << layout_name(lb) << (bcast_b ? " (broadcast)" : "") << " accumulate " << accumulate
+                << " backend " << cpu::gemm_backend_name(cpu::gemm_backend()) << " " << sizeof(T) * 8 << "-bit");
+  Operand<T> A = make_operand<T>(batch, M, K, la, bcast_a, rng);
+  Operand<T> B = make_operand<T>(batch, K, N, lb, bcast_b, rng);
+  Operand<T> C = make_operand<T>(batch, M, N, Layout::RowMajor, false, rng);
+  std::vector<T> c0 = C.buf;
+  cpu::gemm<T>(batch, M, N, K, {A.buf.data(), A.batch_stride, A.rs, A.cs}, {B.buf.data(), B.batch_stride, B.rs, B.cs},
+               {C.buf.data(), C.batch_stride, C.rs, C.cs}, accumulate);
+  const double eps = sizeof(T) == 4 ? 1e-4 : 1e-12;
+  double worst = 0;
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) {
+        double ref = 0, mag = 0;
+        for (int64_t k = 0; k < K; ++k) {
+          double p = double(A.at(b, i, k)) * double(B.at(b, k, j));
+          ref += p;
+          mag += std::abs(p);
+        }
+        const size_t at = size_t(b * C.batch_stride + i * C.rs + j);
+        if (accumulate) ref += double(c0[at]), mag += std::abs(double(c0[at]));
+        double err = std::abs(double(C.buf[at]) - ref) - eps * (mag + 1);
+        worst = std::max(worst, err);
+      }
+  CHECK(worst <= 0);
+  // Padding between rows and batch entries of C must be untouched.
+  bool padding_intact = true;
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t t = M * N; t < C.batch_stride; ++t)
+      padding_intact = padding_intact && C.buf[size_t(b * C.batch_stride + t)] == c0[size_t(b * C.batch_stride + t)];
+  CHECK(padding_intact);
+}
+
+template <class T>
+void gemm_sweep() {
+  std::mt19937 rng(42);
+  for (GemmBackend be : backends()) {
+    BackendScope scope(be);
+    // Every combination of a few odd sizes, around the tile sizes (12 x 32 on AVX-512).
+    for (int64_t M : {1, 7, 13, 33})
+      for (int64_t N : {1, 5, 33, 65})
+        for (int64_t K : {1, 7, 65})
+          check_gemm<T>(1, M, N, K, Layout::RowMajor, Layout::RowMajor, false, false, false, rng);
+    // Larger and odd, every layout. With a row-major B these take the unpacked path for
+    // small products, with other layouts the packed one (several depth blocks at K = 600).
+    struct Dims { int64_t M, N, K; };
+    for (Dims d : {Dims{257, 129, 65}, Dims{129, 257, 300}, Dims{65, 33, 600}, Dims{200, 200, 129}}) {
+      for (Layout la : {Layout::RowMajor, Layout::Transposed, Layout::Strided})
+        for (Layout lb : {Layout::RowMajor, Layout::Transposed, Layout::Strided})
+          check_gemm<T>(1, d.M, d.N, d.K, la, lb, false, false, false, rng);
+      check_gemm<T>(1, d.M, d.N, d.K, Layout::RowMajor, Layout::Transposed, false, false, true, rng);
+    }
+    // Past the small-product limits with a row-major B: packed, more rows than one row
+    // block, more depth than one depth block, the threads splitting rows and columns.
+    for (Layout la : {Layout::RowMajor, Layout::Transposed})
+      for (bool acc : {false, true}) check_gemm<T>(1, 300, 260, 600, la, Layout::RowMajor, false, false, acc, rng);
+    // Matrix-vector shapes, each operand layout.
+    for (Dims d : {Dims{300, 1, 257}, Dims{1, 300, 257}, Dims{1, 1, 1000}, Dims{700, 1, 3}, Dims{1, 700, 3}})
+      for (Layout la : {Layout::RowMajor, Layout::Transposed, Layout::Strided})
+        for (Layout lb : {Layout::RowMajor, Layout::Transposed, Layout::Strided})
+          for (bool acc : {false, true}) check_gemm<T>(1, d.M, d.N, d.K, la, lb, false, false, acc, rng);
+    // Few rows and many columns (the threads split columns), more columns than one block
+    // of the packed path (4096 floats).
+    check_gemm<T>(1, 7, 500, 40, Layout::RowMajor, Layout::RowMajor, false, false, false, rng);
+    check_gemm<T>(1, 13, 4200, 9, Layout::Transposed, Layout::Transposed, false, false, true, rng);
+    check_gemm<T>(1, 13, 4200, 9, Layout::Transposed, Layout::RowMajor, false, false, true, rng);
+    // Batches: odd count (threads share each product), even count (one product per
+    // thread), many tiny products, broadcast operands (batch stride 0).
+    for (int64_t batch : {3, 4, 9}) {
+      check_gemm<T>(batch, 33, 65, 47, Layout::RowMajor, Layout::RowMajor, false, false, false, rng);
+      check_gemm<T>(batch, 33, 65, 47, Layout::Transposed, Layout::RowMajor, true, false, false, rng);
+      check_gemm<T>(batch, 33, 65, 47, Layout::RowMajor, Layout::Transposed, false, true, true, rng);
+      check_gemm<T>(batch, 2, 3, 4, Layout::RowMajor, Layout::RowMajor, false, false, false, rng);
+    }
+    check_gemm<T>(64, 70, 40, 50, Layout::RowMajor, Layout::Transposed, false, false, false, rng);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("gemm float32 matches a brute-force product over sizes, layouts and backends") { gemm_sweep<float>(); }
+TEST_CASE("gemm float64 matches a brute-force product over sizes, layouts and backends") { gemm_sweep<double>(); }
+
+TEST_CASE("gemm with an empty dimension") {
+  for (GemmBackend be : backends()) {
+    BackendScope scope(be);
+    // K = 0: C = 0, or unchanged when accumulating.
+    std::vector<float> c(6, 7.0f);
+    float dummy = 1.0f;
+    cpu::gemm<float>(1, 2, 3, 0, {&dummy, 0, 0, 1}, {&dummy, 0, 3, 1}, {c.data(), 0, 3, 1}, true);
+    CHECK(c == std::vector<float>(6, 7.0f));
+    cpu::gemm<float>(1, 2, 3, 0, {&dummy, 0, 0, 1}, {&dummy, 0, 3, 1}, {c.data(), 0, 3, 1}, false);
+    CHECK(c == std::vector<float>(6, 0.0f));
+    // M = 0, N = 0 or batch = 0: nothing is written.
+    std::vector<double> d(4, 3.0);
+    double dd = 1.0;
+    cpu::gemm<double>(1, 0, 2, 5, {&dd, 0, 5, 1}, {&dd, 0, 2, 1}, {d.data(), 0, 2, 1});
+    cpu::gemm<double>(1, 2, 0, 5, {&dd, 0, 5, 1}, {&dd, 0, 0, 1}, {d.data(), 0, 0, 1});
+    cpu::gemm<double>(0, 2, 2, 5, {&dd, 0, 5, 1}, {&dd, 0, 2, 1}, {d.data(), 0, 2, 1});
+    CHECK(d == std::vector<double>(4, 3.0));
+  }
+}
+
+TEST_CASE("gemm backend selection") {
+  CHECK(std::string(cpu::gemm_backend_name(GemmBackend::Native)) == "native");
+  CHECK(std::string(cpu::gemm_backend_name(GemmBackend::Blas)) == "blas");
+  {
+    BackendScope scope(GemmBackend::Native);
+    CHECK(cpu::gemm_backend() == GemmBackend::Native);
+  }
+  if (!cpu::gemm_have_blas()) CHECK_THROWS_MU(cpu::set_gemm_backend(GemmBackend::Blas), "no OpenBLAS");
+}
+
+// ---------------------------------------------------------------- matmul on tensors
+
+namespace {
+
+// torch.matmul by brute force in double: promote 1-D operands, broadcast batch dims by
+// index arithmetic, triple loop, drop the promoted dims.
+Tensor ref_matmul(const Tensor& a, const Tensor& b) {
+  Shape sa = a.shape(), sb = b.shape();
+  if (a.dim() == 1) sa.insert(sa.begin(), 1);
+  if (b.dim() == 1) sb.push_back(1);
+  const int64_t M = sa[sa.size() - 2], K = sa.back(), N = sb.back();
+  REQUIRE(sb[sb.size() - 2] == K);
+  Shape ba(sa.begin(), sa.end() - 2), bb(sb.begin(), sb.end() - 2);
+  Shape batch = broadcast_shapes(ba, bb, "ref_matmul");
+  std::vector<double> x = a.to_vector<double>(), y = b.to_vector<double>();
+  const int64_t nb = numel_of(batch);
+  std::vector<double> out(size_t(nb * M * N), 0.0);
+  for (int64_t flat = 0; flat < nb; ++flat) {
+    // Offsets of this batch entry's matrix in a and b.
+    int64_t r = flat, oa = 0, ob = 0, mul_a = M * K, mul_b = K * N;
+    for (int64_t d = int64_t(batch.size()) - 1; d >= 0; --d) {
+      const int64_t i = r % batch[size_t(d)];
+      r /= batch[size_t(d)];
+      const int64_t la = d - int64_t(batch.size() - ba.size()), lb = d - int64_t(batch.size() - bb.size());
+      if (la >= 0) {
+        if (ba[size_t(la)] != 1) oa += i * mul_a;
+        mul_a *= ba[size_t(la)];
+      }
+      if (lb >= 0) {
+        if (bb[size_t(lb)] != 1) ob += i * mul_b;
+        mul_b *= bb[size_t(lb)];
+      }
+    }
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) {
+        double s = 0;
+        for (int64_t k = 0; k < K; ++k) s += x[size_t(oa + i * K + k)] * y[size_t(ob + k * N + j)];
+        out[size_t(flat * M * N + i * N + j)] = s;
+      }
+  }
+  Shape os = batch;
+  if (a.dim() > 1) os.push_back(M);
+  if (b.dim() > 1) os.push_back(N);
+  return from_vector<double>(out, os, kFloat64);
+}
+
+void check_matmul(const Tensor& a, const Tensor& b, const Shape& expected_shape) {
+  INFO("matmul of " << shape_str(a.shape()) << " (strides " << shape_str(a.strides()) << ") and "
+                    << shape_str(b.shape()) << " (strides " << shape_str(b.strides()) << "), "
+                    << dtype_name(a.dtype()) << ", backend " << cpu::gemm_backend_name(cpu::gemm_backend()));
+  Tensor y = matmul(a, b);
+  CHECK(y.shape() == expected_shape);
+  CHECK(y.dtype() == a.dtype());
+  Tensor ref = ref_matmul(a, b);
+  REQUIRE(ref.shape() == expected_shape);
+  const double tol = a.dtype() == kFloat32 ? 1e-4 * (1 + std::sqrt(double(a.size(-1)))) : 1e-11;
+  CHECK(max_abs_diff(y, ref) <= tol);
+  // The method form is the same op.
+  CHECK(max_abs_diff(a.matmul(b), y) == 0);
+}
+
+}  // namespace
+
+TEST_CASE("matmul follows torch.matmul's rules for every rank combination") {
+  manual_seed(1);
+  for (GemmBackend be : backends()) {
+    BackendScope scope(be);
+    for (DType dt : {kFloat32, kFloat64}) {
+      auto r = [dt](const Shape& s) { return randn(s, dt); };
+      check_matmul(r({7}), r({7}), {});                           // dot: 0-dim
+      check_matmul(r({5, 7}), r({7}), {5});                       // matrix · vector
+      check_matmul(r({7}), r({7, 4}), {4});                       // vector · matrix
+      check_matmul(r({5, 7}), r({7, 4}), {5, 4});                 // matrix · matrix
+      check_matmul(r({3, 5, 7}), r({7}), {3, 5});                 // batch · vector
+      check_matmul(r({7}), r({3, 7, 4}), {3, 4});                 // vector · batch
+      check_matmul(r({2, 3, 5, 7}), r({7, 4}), {2, 3, 5, 4});     // batch · matrix (folded)
+      check_matmul(r({5, 7}), r({2, 3, 7, 4}), {2, 3, 5, 4});     // matrix · batch
+      check_matmul(r({3, 5, 7}), r({3, 7, 4}), {3, 5, 4});        // equal batches
+      check_matmul(r({2, 1, 5, 16}), r({3, 16, 6}), {2, 3, 5, 6});  // broadcast batch
+      check_matmul(r({4, 1, 3, 5, 7}), r({2, 1, 7, 4}), {4, 2, 3, 5, 4});
+      check_matmul(r({1, 5, 7}), r({6, 7, 4}), {6, 5, 4});
+      // Empty dimensions: K = 0 gives zeros, M = 0 or a batch of 0 an empty result.
+      Tensor z = matmul(r({3, 0}), r({0, 4}));
+      CHECK(z.shape() == Shape{3, 4});
+      CHECK(max_abs_diff(z, zeros({3, 4}, kFloat64)) == 0);
+      check_matmul(r({0, 7}), r({7, 4}), {0, 4});
+      check_matmul(r({2, 0, 5, 7}), r({7, 4}), {2, 0, 5, 4});
+      check_matmul(r({0, 5, 7}), r({1, 7, 4}), {0, 5, 4});
+      CHECK(matmul(r({0}), r({0})).item() == 0.0);
+      // Larger odd sizes.
+      check_matmul(r({65, 129}), r({129, 33}), {65, 33});
+      check_matmul(r({129, 257}), r({257, 65}), {129, 65});
+      check_matmul(r({3, 33, 65}), r({3, 65, 17}), {3, 33, 17});
+    }
+  }
+}
+
+TEST_CASE("matmul on transposed, strided, expanded and permuted operands") {
+  manual_seed(2);
+  for (GemmBackend be : backends()) {
+    BackendScope scope(be);
+    for (DType dt : {kFloat32, kFloat64}) {
+      auto r = [dt](const Shape& s) { return randn(s, dt); };
+      // Transposed views: read in place.
+      check_matmul(r({33, 65}).t(), r({33, 17}), {65, 17});
+      check_matmul(r({65, 33}), r({17, 33}).t(), {65, 17});
+      check_matmul(r({33, 65}).t(), r({17, 33}).t(), {65, 17});
+      check_matmul(r({3, 33, 65}).transpose(1, 2), r({3, 17, 33}).transpose(1, 2), {3, 65, 17});
+      // Every other column or row: neither stride is 1 or the rows skip, copied or read strided.
+      check_matmul(r({33, 130}).slice(1, 0, 130, 2), r({65, 17}), {33, 17});
+      check_matmul(r({33, 65}), r({130, 34}).slice(0, 0, 130, 2).slice(1, 0, 34, 2), {33, 17});
+      check_matmul(r({3, 66, 65}).slice(1, 0, 66, 2), r({3, 65, 9}), {3, 33, 9});
+      // Expanded operands (stride 0 inside the matrix and along the batch).
+      check_matmul(r({1, 65}).expand({33, 65}), r({65, 17}), {33, 17});
+      check_matmul(r({33, 65}), r({65, 1}).expand({65, 17}), {33, 17});
+      check_matmul(r({33, 65}).expand({4, 33, 65}), r({4, 65, 17}), {4, 33, 17});
+      check_matmul(r({4, 33, 65}), r({65, 17}).expand({4, 65, 17}), {4, 33, 17});
+      // Permuted batch dims and a transposed matrix, with batch broadcasting.
+      check_matmul(r({5, 2, 7, 3}).permute({1, 3, 0, 2}), r({3, 7, 4}), {2, 3, 5, 4});
+      // The vector operand itself strided.
+      check_matmul(r({5, 7}), r({14}).slice(0, 0, 14, 2), {5});
+      check_matmul(r({21}).slice(0, 0, 21, 3), r({3, 7, 4}), {3, 4});
+    }
+  }
+}
+
+TEST_CASE("mm and bmm") {
+  manual_seed(3);
+  for (GemmBackend be : backends()) {
+    BackendScope scope(be);
+    Tensor a = randn({13, 33}), b = randn({33, 7});
+    CHECK(max_abs_diff(mm(a, b), ref_matmul(a, b)) < 1e-4);
+    Tensor x = randn({5, 13, 33}, kFloat64), y = randn({5, 33, 7}, kFloat64);
+    CHECK(max_abs_diff(bmm(x, y), ref_matmul(x, y)) < 1e-11);
+    CHECK(max_abs_diff(bmm(x, y.transpose(1, 2).contiguous().transpose(1, 2)), ref_matmul(x, y)) < 1e-11);
+  }
+}
+
+TEST_CASE("matmul gradients: shapes, values and no gradient for inputs that need none") {
+  manual_seed(4);
+  Tensor a = randn({3, 5, 7}, kFloat64).requires_grad_(), b = randn({7, 4}, kFloat64).requires_grad_();
+  matmul(a, b).sum().backward();
+  // d(sum(a·b))/da[i,k] = sum_j b[k,j]; d/db[k,j] = sum over batch and rows of a[., ., k].
+  Tensor ga = b.detach().sum({1}).reshape({1, 1, 7}).expand({3, 5, 7});
+  Tensor gb = a.detach().sum({0, 1}).reshape({7, 1}).expand({7, 4});
+  CHECK(max_abs_diff(a.grad(), ga) < 1e-12);
+  CHECK(max_abs_diff(b.grad(), gb) < 1e-12);
+
+  Tensor c = randn({4, 6}, kFloat64).requires_grad_(), d = randn({6, 2}, kFloat64);
+  matmul(c, d).sum().backward();
+  CHECK(c.grad().defined());
+  CHECK_FALSE(d.grad().defined());
+  CHECK(matmul(d.t(), d).requires_grad() == false);
+}
+
+TEST_CASE("matmul errors") {
+  Tensor a = randn({2, 3}), b = randn({4, 5});
+  CHECK_THROWS_MU(matmul(a, b), "matmul: shapes [2, 3] and [4, 5] cannot be multiplied (3 != 4)");
+  CHECK_THROWS_MU(a.matmul(b), "cannot be multiplied (3 != 4)");
+  CHECK_THROWS_MU(matmul(randn({3}), randn({4})), "shapes [3] and [4] cannot be multiplied (3 != 4)");
+  CHECK_THROWS_MU(matmul(randn({2, 5, 3}), randn({4})), "shapes [2, 5, 3] and [4] cannot be multiplied (3 != 4)");
+  CHECK_THROWS_MU(matmul(randn({2, 3, 4}), randn({3, 5, 6})), "(4 != 5)");
+  CHECK_THROWS_MU(matmul(randn({2, 3, 4}), randn({3, 4, 6})), "batch dimensions of shapes [2, 3, 4] and [3, 4, 6]");
+  CHECK_THROWS_MU(matmul(randn({2, 3}), randn({3, 2}, kFloat64)), "dtype mismatch: float32 vs float64");
+  CHECK_THROWS_MU(matmul(randn({}), randn({3})), "at least 1 dimension");
+  CHECK_THROWS_MU(matmul(randn({3}), randn({})), "at least 1 dimension");
+  CHECK_THROWS_MU(matmul(ones({2, 3}, kInt64), ones({3, 2}, kInt64)), "int64 tensors are not supported");
+  CHECK_THROWS_MU(matmul(ones({2, 3}, kBool), ones({3, 2}, kBool)), "bool tensors are not supported");
+  CHECK_THROWS_MU(mm(randn({2, 3, 4}), randn({4, 5})), "mm: expects two 2-D tensors");
+  CHECK_THROWS_MU(mm(randn({2, 3}), randn({4, 5})), "mm: shapes [2, 3] and [4, 5] cannot be multiplied (3 != 4)");
+  CHECK_THROWS_MU(bmm(randn({2, 3}), randn({3, 2})), "bmm: expects two 3-D tensors");
+  CHECK_THROWS_MU(bmm(randn({2, 3, 4}), randn({3, 4, 5})), "bmm: batch sizes differ (2 != 3)");
+  CHECK_THROWS_MU(bmm(randn({2, 3, 4}), randn({2, 5, 5})), "bmm: shapes [2, 3, 4] and [2, 5, 5] cannot be multiplied (4 != 5)");
+  if (cuda::device_count() > 0) {
+    Tensor g = randn({3, 2}).to(Device::cuda(0));
+    CHECK_THROWS_MU(matmul(a, g), "device mismatch");
+  }
+}

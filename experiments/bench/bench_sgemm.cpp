@@ -1,0 +1,80 @@
+// sgemm-1024: times a.matmul(b) for two 1024 x 1024 float32 matrices of N(0, 1) values,
+// as the sgemm-1024 workload of ../shared/reference/torch_reference.py does, once per
+// CPU GEMM backend (native kernel, then OpenBLAS when linked). Prints one JSON line per
+// backend in the reference's shape, plus the GFLOP/s rate.
+//
+//   bench_sgemm [--reps 20] [--warmup 3] [--n 1024]
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "mumoe.h"
+#include "ops/cpu/gemm.h"
+
+namespace {
+
+struct Timing {
+  double median_ms, min_ms, max_ms;
+};
+
+Timing time_matmul(const mu::Tensor& a, const mu::Tensor& b, int reps, int warmup) {
+  for (int i = 0; i < warmup; ++i) a.matmul(b);
+  std::vector<double> ms;
+  for (int i = 0; i < reps; ++i) {
+    auto t0 = std::chrono::steady_clock::now();
+    mu::Tensor c = a.matmul(b);
+    auto t1 = std::chrono::steady_clock::now();
+    ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+  }
+  std::sort(ms.begin(), ms.end());
+  // The median as Python's statistics.median: the mean of the middle two for even counts.
+  size_t n = ms.size();
+  double median = n % 2 ? ms[n / 2] : (ms[n / 2 - 1] + ms[n / 2]) / 2;
+  return {median, ms.front(), ms.back()};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int reps = 20, warmup = 3;
+  int64_t n = 1024;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string k = argv[i];
+    if (k == "--reps") reps = std::atoi(argv[i + 1]);
+    else if (k == "--warmup") warmup = std::atoi(argv[i + 1]);
+    else if (k == "--n") n = std::atoll(argv[i + 1]);
+    else {
+      std::fprintf(stderr, "bench_sgemm: unknown option %s (options: --reps, --warmup, --n)\n", argv[i]);
+      return 2;
+    }
+  }
+  if (reps < 1 || n < 1) {
+    std::fprintf(stderr, "bench_sgemm: --reps and --n must be positive\n");
+    return 2;
+  }
+
+  mu::manual_seed(0);
+  mu::Tensor a = mu::randn({n, n}), b = mu::randn({n, n});
+  const std::string workload = n == 1024 ? "sgemm-1024" : "sgemm-" + std::to_string(n);
+
+  std::vector<mu::cpu::GemmBackend> backends = {mu::cpu::GemmBackend::Native};
+  if (mu::cpu::gemm_have_blas()) backends.push_back(mu::cpu::GemmBackend::Blas);
+  for (auto be : backends) {
+    mu::cpu::set_gemm_backend(be);
+    Timing t = time_matmul(a, b, reps, warmup);
+    double gflops = 2.0 * double(n) * double(n) * double(n) / (t.median_ms * 1e-3) / 1e9;
+    std::printf(
+        "{\"workload\": \"%s\", \"impl\": \"mumoe-%s\", \"threads\": %d, \"median_ms\": %.3f, \"min_ms\": %.3f, "
+        "\"max_ms\": %.3f, \"gflops\": %.1f}\n",
+        workload.c_str(), mu::cpu::gemm_backend_name(be), omp_get_max_threads(), t.median_ms, t.min_ms, t.max_ms,
+        gflops);
+    std::fflush(stdout);
+  }
+  return 0;
+}

@@ -1,0 +1,685 @@
+// CPU GEMM. The native kernel has three paths, picked per product by shape (gemm_one):
+//  - a 1-row or 1-column operand: matrix-vector loops;
+//  - small products (B fits in L2): no packing; register blocks of 8 rows x 1 vector of
+//    C summed over the whole depth, reading A and B in place;
+//  - the rest: the Goto/BLIS scheme. C is computed in blocks of NC columns x KC depth x
+//    MC rows sized so that the operands stay in cache; each block of A and B is first
+//    copied ("packed") into a dense buffer in the exact order the micro-kernel reads it,
+//    so the inner loop streams aligned memory whatever the original strides were; the
+//    micro-kernel keeps an MR x NR tile of C in vector registers for the whole depth KC.
+// Threads (OpenMP) take whole products of a batch when there are enough of them, else
+// blocks of one product. The vector code is GCC vector extensions, as wide as the target
+// allows (AVX-512, AVX2 or SSE), so one source serves every x86-64 machine.
+#include "ops/cpu/gemm.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <atomic>
+#include <climits>
+#include <cstdlib>
+#include <mutex>
+#include <string>
+#include <utility>
+
+#include "tensor/error.h"
+
+#ifdef MUMOE_OPENBLAS
+#include <cblas.h>
+#endif
+
+namespace mu::cpu {
+namespace {
+
+// ---------------------------------------------------------------- tile geometry
+
+// The widest vector the target has. AVX-512 also doubles the register file (32 zmm
+// instead of 16 ymm), which is what lets the tile grow from 6 to 12 rows.
+#if defined(__AVX512F__)
+constexpr int kVecBytes = 64;
+constexpr int kVecRegs = 32;
+#elif defined(__AVX__)
+constexpr int kVecBytes = 32;
+constexpr int kVecRegs = 16;
+#else
+constexpr int kVecBytes = 16;
+constexpr int kVecRegs = 16;
+#endif
+
+// A GCC vector of T as wide as the target's vector registers (v16f / v8d on AVX-512).
+template <class T>
+struct Vec {
+  typedef T type __attribute__((vector_size(kVecBytes)));
+  static constexpr int width = kVecBytes / int(sizeof(T));
+};
+
+// All lanes = x, as a vector initialiser with one x per lane (one broadcast instruction;
+// the shorter `V{} + x` costs an extra add, since 0.0 + -0.0 is not -0.0).
+template <class V, class T, size_t... Lane>
+inline V splat_lanes(T x, std::index_sequence<Lane...>) {
+  return V{((void)Lane, x)...};
+}
+template <class T>
+inline typename Vec<T>::type splat(T x) {
+  return splat_lanes<typename Vec<T>::type>(x, std::make_index_sequence<Vec<T>::width>());
+}
+
+template <class T>
+struct Tile {
+  static constexpr int NV = 2;                         // vectors per row of the C tile
+  static constexpr int NR = NV * Vec<T>::width;        // tile columns: 32 floats on AVX-512
+  // Tile rows: MR * NV accumulators + NV vectors of B + 1 broadcast of A must fit in
+  // the register file (12*2 + 2 + 1 = 27 of 32; 6*2 + 2 + 1 = 15 of 16).
+  static constexpr int MR = kVecRegs == 32 ? 12 : 6;
+  // Cache blocking: an MC x KC block of packed A (384 KB) stays in L2 while the KC x NR
+  // panels of packed B stream past it; a KC x NC block of packed B (8 MB at most) stays
+  // in L3. A deep KC makes each load and store of the C tile pay for more multiplies;
+  // measured on Zen 4, 1024^3: KC = 192 gives 197 GFLOP/s, 256 204, 512 209, 1024 210.
+  static constexpr int64_t KC = 512 * 4 / int64_t(sizeof(T));  // 512 floats, 256 doubles
+  static constexpr int64_t MC = MR * 16;
+  static constexpr int64_t NC = NR * 128;
+};
+
+// Below this many flops (2 M N K summed over the batch) one thread does the whole product:
+// starting a team costs more than it saves.
+constexpr double kParallelFlops = 1 << 20;
+
+// ---------------------------------------------------------------- scratch buffers
+
+// A 64-byte-aligned buffer that only grows, so that packing does not hit malloc on every
+// call. One per thread and purpose (thread_local below).
+template <class T>
+class Scratch {
+ public:
+  ~Scratch() { std::free(data_); }
+  T* get(int64_t n) {
+    if (n > size_) {
+      std::free(data_);
+      // aligned_alloc wants a size that is a multiple of the alignment.
+      size_t bytes = (size_t(n) * sizeof(T) + 63) / 64 * 64;
+      data_ = static_cast<T*>(std::aligned_alloc(64, bytes));
+      MU_CHECK(data_ != nullptr, "gemm: out of memory allocating a ", bytes, "-byte packing buffer");
+      size_ = n;
+    }
+    return data_;
+  }
+
+ private:
+  T* data_ = nullptr;
+  int64_t size_ = 0;
+};
+
+template <class T>
+T* packed_a_buffer(int64_t n) {
+  thread_local Scratch<T> s;
+  return s.get(n);
+}
+template <class T>
+T* packed_b_buffer(int64_t n) {
+  thread_local Scratch<T> s;
+  return s.get(n);
+}
+
+// ---------------------------------------------------------------- packing
+
+// Copies rows [0, m) x depth [0, kc) of A (element (i, p) at a[i * rs + p * cs]) into
+// MR-row panels: panel r holds, for each p, the MR values A[r*MR .. r*MR+MR-1][p] side by
+// side, which is the order the micro-kernel broadcasts them. The last panel is padded
+// with zeros so the kernel never needs a shorter tile.
+template <class T>
+void pack_a(int64_t m, int64_t kc, const T* a, int64_t rs, int64_t cs, T* dst) {
+  constexpr int MR = Tile<T>::MR;
+  for (int64_t i0 = 0; i0 < m; i0 += MR, dst += MR * kc) {
+    const int64_t mr = std::min<int64_t>(MR, m - i0);
+    const T* src = a + i0 * rs;
+    if (mr == MR && cs == 1) {
+      // Row-major A: read each row sequentially (MR streams), write one panel line per p.
+      for (int64_t p = 0; p < kc; ++p)
+        for (int i = 0; i < MR; ++i) dst[p * MR + i] = src[i * rs + p];
+    } else if (mr == MR && rs == 1) {
+      // Transposed A: the MR values of one p are adjacent in memory already.
+      for (int64_t p = 0; p < kc; ++p)
+        for (int i = 0; i < MR; ++i) dst[p * MR + i] = src[p * cs + i];
+    } else {
+      for (int64_t p = 0; p < kc; ++p) {
+        for (int64_t i = 0; i < mr; ++i) dst[p * MR + i] = src[i * rs + p * cs];
+        for (int64_t i = mr; i < MR; ++i) dst[p * MR + i] = T(0);
+      }
+    }
+  }
+}
+
+// Copies depth [0, kc) x columns [j0, j0 + NR) of B (element (p, j) at b[p * rs + j * cs])
+// into one NR-column panel, row p of the panel being NR consecutive values; columns at or
+// past n are zero.
+template <class T>
+void pack_b_panel(int64_t kc, int64_t nr, const T* b, int64_t rs, int64_t cs, T* dst) {
+  constexpr int NR = Tile<T>::NR;
+  if (nr == NR && cs == 1) {
+    // Row-major B: each panel row is a contiguous run of the source.
+    for (int64_t p = 0; p < kc; ++p)
+      for (int j = 0; j < NR; ++j) dst[p * NR + j] = b[p * rs + j];
+  } else if (nr == NR && rs == 1) {
+    // Transposed B: read each source column sequentially.
+    for (int j = 0; j < NR; ++j)
+      for (int64_t p = 0; p < kc; ++p) dst[p * NR + j] = b[j * cs + p];
+  } else {
+    for (int64_t p = 0; p < kc; ++p) {
+      for (int64_t j = 0; j < nr; ++j) dst[p * NR + j] = b[p * rs + j * cs];
+      for (int64_t j = nr; j < NR; ++j) dst[p * NR + j] = T(0);
+    }
+  }
+}
+
+// ---------------------------------------------------------------- micro-kernel
+
+// C tile (MR x NR, row stride ldc, unit column stride) = or += packed A panel · packed B
+// panel over depth kc. The accumulators are plain arrays of vectors: with the loops over
+// i and j fully unrolled GCC keeps every one of them in a register, broadcasts a[i] once
+// per row and issues one fused multiply-add per (i, j) (GCC contracts a * b + c into an
+// FMA in C++ by default).
+template <class T>
+void micro_kernel(int64_t kc, const T* __restrict a, const T* __restrict b, T* __restrict c, int64_t ldc,
+                  bool overwrite) {
+  using V = typename Vec<T>::type;
+  constexpr int W = Vec<T>::width, MR = Tile<T>::MR, NV = Tile<T>::NV, NR = Tile<T>::NR;
+  V acc[MR][NV];
+#pragma GCC unroll 16
+  for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 4
+    for (int j = 0; j < NV; ++j) acc[i][j] = V{};
+  // Ask for the C tile now so that its cache misses overlap the multiply loop.
+#pragma GCC unroll 16
+  for (int i = 0; i < MR; ++i) __builtin_prefetch(c + i * ldc, 1);
+
+  for (int64_t p = 0; p < kc; ++p) {
+    V bv[NV];
+#pragma GCC unroll 4
+    for (int j = 0; j < NV; ++j) __builtin_memcpy(&bv[j], b + j * W, sizeof(V));  // aligned: panels are 64-byte aligned
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; ++i) {
+      const V ai = splat(a[i]);
+#pragma GCC unroll 4
+      for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
+    }
+    a += MR;
+    b += NR;
+  }
+
+#pragma GCC unroll 16
+  for (int i = 0; i < MR; ++i) {
+#pragma GCC unroll 4
+    for (int j = 0; j < NV; ++j) {
+      T* cp = c + i * ldc + j * W;
+      V v = acc[i][j];
+      if (!overwrite) {
+        V old;
+        __builtin_memcpy(&old, cp, sizeof(V));  // C rows need not be vector-aligned
+        v += old;
+      }
+      __builtin_memcpy(cp, &v, sizeof(V));
+    }
+  }
+}
+
+// One tile of C that may be partial (mr < MR or nr < NR at the matrix edge) or have a
+// non-unit column stride: computed into a local tile, then the valid part merged into C.
+template <class T>
+void edge_tile(int64_t kc, const T* a, const T* b, T* c, int64_t rs, int64_t cs, int64_t mr, int64_t nr,
+               bool overwrite) {
+  constexpr int MR = Tile<T>::MR, NR = Tile<T>::NR;
+  alignas(64) T tmp[MR * NR];
+  micro_kernel<T>(kc, a, b, tmp, NR, true);
+  for (int64_t i = 0; i < mr; ++i)
+    for (int64_t j = 0; j < nr; ++j) {
+      T& dst = c[i * rs + j * cs];
+      dst = overwrite ? tmp[i * NR + j] : dst + tmp[i * NR + j];
+    }
+}
+
+// ---------------------------------------------------------------- blocked product
+
+// C (M x N) = or += A · B on the calling thread alone, K > 0: the five loops of the
+// Goto scheme. Packed B (KC x NC) is reused by every row block of A, packed A (MC x KC)
+// by every column panel of B, and one KC x NR panel of B by every MR-row panel of A.
+template <class T>
+void gemm_serial(int64_t M, int64_t N, int64_t K, const T* A, int64_t a_rs, int64_t a_cs, const T* B, int64_t b_rs,
+                 int64_t b_cs, T* C, int64_t c_rs, int64_t c_cs, bool accumulate) {
+  constexpr int64_t MR = Tile<T>::MR, NR = Tile<T>::NR, KC = Tile<T>::KC, MC = Tile<T>::MC, NC = Tile<T>::NC;
+  const int64_t kc_max = std::min(KC, K);
+  T* bpack = packed_b_buffer<T>(kc_max * std::min(NC, (N + NR - 1) / NR * NR));
+  T* apack = packed_a_buffer<T>(kc_max * std::min(MC, (M + MR - 1) / MR * MR));
+
+  for (int64_t jc = 0; jc < N; jc += NC) {
+    const int64_t nc = std::min(NC, N - jc);
+    for (int64_t pc = 0; pc < K; pc += KC) {
+      const int64_t kc = std::min(KC, K - pc);
+      // The first slice of depth writes C, later ones add to it.
+      const bool overwrite = !accumulate && pc == 0;
+      for (int64_t jp = 0; jp * NR < nc; ++jp)
+        pack_b_panel<T>(kc, std::min(NR, nc - jp * NR), B + pc * b_rs + (jc + jp * NR) * b_cs, b_rs, b_cs,
+                        bpack + jp * NR * kc);
+      for (int64_t ic = 0; ic < M; ic += MC) {
+        const int64_t mc = std::min(MC, M - ic);
+        pack_a<T>(mc, kc, A + ic * a_rs + pc * a_cs, a_rs, a_cs, apack);
+        for (int64_t jp = 0; jp * NR < nc; ++jp) {
+          const int64_t nr = std::min(NR, nc - jp * NR);
+          const T* bp = bpack + jp * NR * kc;
+          for (int64_t ip = 0; ip * MR < mc; ++ip) {
+            const int64_t mr = std::min(MR, mc - ip * MR);
+            T* cp = C + (ic + ip * MR) * c_rs + (jc + jp * NR) * c_cs;
+            if (mr == MR && nr == NR && c_cs == 1)
+              micro_kernel<T>(kc, apack + ip * MR * kc, bp, cp, c_rs, overwrite);
+            else
+              edge_tile<T>(kc, apack + ip * MR * kc, bp, cp, c_rs, c_cs, mr, nr, overwrite);
+          }
+        }
+      }
+    }
+  }
+}
+
+// How many blocks (rows x columns) C is cut into for `nt` threads. Each block is an
+// independent product that packs its own rows of A and columns of B, so threads never
+// wait for each other (packing B once for all threads would need a barrier per KC slice;
+// packing it twice costs ~1% at 1024^3). There are two blocks per thread, handed out on
+// demand, so a thread slowed down by another process on its core takes fewer; more
+// blocks would repack more (four per thread: 188 instead of 205 GFLOP/s at 1024^3).
+// Among the splits into `items` blocks, the one packing the least (M * cols + N * rows,
+// times K) wins; ties go to more row blocks.
+void block_grid(int64_t M, int64_t N, int64_t MR, int64_t NR, int nt, int64_t& rb, int64_t& cb) {
+  const int64_t pm = (M + MR - 1) / MR, pn = (N + NR - 1) / NR;
+  for (int64_t items : {2 * int64_t(nt), int64_t(nt)}) {
+    int64_t best = -1;
+    for (int64_t r = 1; r <= items; ++r) {
+      const int64_t c = items / r;
+      if (r * c != items || r > pm || c > pn) continue;
+      const int64_t cost = M * c + N * r;
+      if (best < 0 || cost <= best) {
+        best = cost;
+        rb = r;
+        cb = c;
+      }
+    }
+    if (best >= 0) return;
+  }
+  // Too small to give every thread a block of whole tiles: split the longer side only.
+  if (pm >= pn) {
+    rb = std::min<int64_t>(pm, nt);
+    cb = 1;
+  } else {
+    rb = 1;
+    cb = std::min<int64_t>(pn, nt);
+  }
+}
+
+// C = or += A · B for one product on `nt` threads, K > 0.
+template <class T>
+void gemm_blocked(int64_t M, int64_t N, int64_t K, const T* A, int64_t a_rs, int64_t a_cs, const T* B,
+                  int64_t b_rs, int64_t b_cs, T* C, int64_t c_rs, int64_t c_cs, bool accumulate, int nt) {
+  constexpr int64_t MR = Tile<T>::MR, NR = Tile<T>::NR;
+  int64_t rb = 1, cb = 1;
+  if (nt > 1) block_grid(M, N, MR, NR, nt, rb, cb);
+  if (rb * cb == 1) return gemm_serial<T>(M, N, K, A, a_rs, a_cs, B, b_rs, b_cs, C, c_rs, c_cs, accumulate);
+  // Block boundaries fall on whole tiles, spreading the tiles as evenly as possible.
+  const int64_t pm = (M + MR - 1) / MR, pn = (N + NR - 1) / NR;
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
+  for (int64_t item = 0; item < rb * cb; ++item) {
+    const int64_t r = item / cb, c = item % cb;
+    const int64_t m0 = std::min(M, pm * r / rb * MR), m1 = std::min(M, pm * (r + 1) / rb * MR);
+    const int64_t n0 = std::min(N, pn * c / cb * NR), n1 = std::min(N, pn * (c + 1) / cb * NR);
+    if (m0 < m1 && n0 < n1)
+      gemm_serial<T>(m1 - m0, n1 - n0, K, A + m0 * a_rs, a_rs, a_cs, B + n0 * b_cs, b_rs, b_cs,
+                     C + m0 * c_rs + n0 * c_cs, c_rs, c_cs, accumulate);
+  }
+}
+
+// ---------------------------------------------------------------- matrix-vector
+
+// Runs body(begin, end) on nt threads, each taking one contiguous share of [0, n); on
+// the calling thread alone when nt == 1, since even an inactive parallel region costs
+// more than a tiny product.
+template <class F>
+void split_range(int64_t n, int nt, F&& body) {
+  if (nt <= 1 || n <= 1) return body(int64_t(0), n);
+#pragma omp parallel num_threads(nt)
+  {
+    const int team = omp_get_num_threads(), tid = omp_get_thread_num();
+    body(n * tid / team, n * (tid + 1) / team);
+  }
+}
+
+// Sum of x[i * incx] * y[i * incy] for i < n, with several vector accumulators when both
+// are contiguous (a single scalar accumulator would serialise on the add latency, and
+// GCC may not reorder a float sum by itself).
+template <class T>
+T dot(int64_t n, const T* x, int64_t incx, const T* y, int64_t incy) {
+  if (incx == 1 && incy == 1) {
+    using V = typename Vec<T>::type;
+    constexpr int W = Vec<T>::width;
+    V acc[4] = {};
+    int64_t i = 0;
+    for (; i + 4 * W <= n; i += 4 * W)
+      for (int u = 0; u < 4; ++u) {
+        V a, b;
+        __builtin_memcpy(&a, x + i + u * W, sizeof(V));
+        __builtin_memcpy(&b, y + i + u * W, sizeof(V));
+        acc[u] += a * b;
+      }
+    V v = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+    T s = 0;
+    for (int w = 0; w < W; ++w) s += v[w];
+    for (; i < n; ++i) s += x[i] * y[i];
+    return s;
+  }
+  T s = 0;
+  for (int64_t i = 0; i < n; ++i) s += x[i * incx] * y[i * incy];
+  return s;
+}
+
+// y (length L, stride ys) = or += Mat (L x K, strides ls, ks) · x (length K, stride xs).
+// The product with a 1-row or 1-column operand, where a GEMM tile would mostly multiply
+// padding. Rows of Mat contiguous: one dot product per output. Columns of Mat contiguous:
+// y accumulates whole columns (axpy), which vectorises along y.
+template <class T>
+void gemv(int64_t L, int64_t K, const T* mat, int64_t ls, int64_t ks, const T* x, int64_t xs, T* y, int64_t ys,
+          bool accumulate, int nt) {
+  if (ls == 1 && ks != 1) {
+    split_range(L, nt, [&](int64_t l0, int64_t l1) {
+      // This thread's outputs, summed over every column in a dense local buffer.
+      T* acc = packed_a_buffer<T>(std::max<int64_t>(1, l1 - l0));
+      for (int64_t l = l0; l < l1; ++l) acc[l - l0] = T(0);
+      for (int64_t k = 0; k < K; ++k) {
+        const T xk = x[k * xs];
+        const T* col = mat + k * ks;
+        for (int64_t l = l0; l < l1; ++l) acc[l - l0] += col[l] * xk;
+      }
+      for (int64_t l = l0; l < l1; ++l) y[l * ys] = accumulate ? y[l * ys] + acc[l - l0] : acc[l - l0];
+    });
+    return;
+  }
+  split_range(L, nt, [&](int64_t l0, int64_t l1) {
+    for (int64_t l = l0; l < l1; ++l) {
+      const T v = dot(K, mat + l * ls, ks, x, xs);
+      y[l * ys] = accumulate ? y[l * ys] + v : v;
+    }
+  });
+}
+
+// ---------------------------------------------------------------- small products
+
+// Products up to kSmallWork multiply-adds (M N K) whose B is row-major and at most
+// kSmallBBytes (so it stays in L2 while every block of rows of A passes over it) skip
+// packing, as do products of any layout up to kTinyWork. Packing A and padding to whole
+// MR x NR tiles is a fixed cost these sizes do not recover: on Zen 4 this path is 1.1x
+// to 1.4x faster than the packed one from 16^3 to 256^3 (e.g. 4 x 128^3: 208 vs 163
+// GFLOP/s on 2 threads), and 5x faster for a batch of 16^3 products.
+constexpr double kSmallWork = 256.0 * 256.0 * 256.0;
+constexpr double kSmallBBytes = 512 * 1024;
+constexpr double kTinyWork = 32.0 * 32.0 * 32.0;
+
+// R rows of C = or += R rows of A · B, B row-major (unit column stride). Each vector of
+// W columns is summed over k in R register accumulators, which are independent of each
+// other, so the FMAs overlap instead of waiting on one another. The last, partial vector
+// of columns (N not a multiple of W) reads `tail`, a zero-padded copy of those columns
+// with row stride W, so it is a vector loop too; only its valid lanes are stored.
+template <class T, int R>
+void small_rows(int64_t N, int64_t K, const T* A, int64_t a_rs, int64_t a_cs, const T* B, int64_t b_rs,
+                const T* tail, T* C, int64_t c_rs, int64_t c_cs, bool accumulate) {
+  using V = typename Vec<T>::type;
+  constexpr int W = Vec<T>::width;
+  for (int64_t j = 0; j < N; j += W) {
+    const int64_t n = std::min<int64_t>(W, N - j);
+    const T* b = n == W ? B + j : tail;
+    const int64_t bs = n == W ? b_rs : W;
+    V acc[R];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) acc[r] = V{};
+    for (int64_t k = 0; k < K; ++k) {
+      V bv;
+      __builtin_memcpy(&bv, b + k * bs, sizeof(V));
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) acc[r] += splat(A[r * a_rs + k * a_cs]) * bv;
+    }
+    for (int r = 0; r < R; ++r) {
+      T* dst = C + r * c_rs + j * c_cs;
+      if (n == W && c_cs == 1) {  // a whole vector store (unaligned)
+        V v = acc[r];
+        if (accumulate) {
+          V old;
+          __builtin_memcpy(&old, dst, sizeof(V));
+          v += old;
+        }
+        __builtin_memcpy(dst, &v, sizeof(V));
+      } else {
+        for (int64_t w = 0; w < n; ++w) dst[w * c_cs] = accumulate ? dst[w * c_cs] + acc[r][w] : acc[r][w];
+      }
+    }
+  }
+}
+
+// Rows [i0, i1) of C = or += A · B, B row-major: blocks of 8 rows, then 4, 2, 1.
+template <class T>
+void small_row_range(int64_t i0, int64_t i1, int64_t N, int64_t K, const T* A, int64_t a_rs, int64_t a_cs,
+                     const T* B, int64_t b_rs, const T* tail, T* C, int64_t c_rs, int64_t c_cs, bool accumulate) {
+  int64_t i = i0;
+  for (; i + 8 <= i1; i += 8)
+    small_rows<T, 8>(N, K, A + i * a_rs, a_rs, a_cs, B, b_rs, tail, C + i * c_rs, c_rs, c_cs, accumulate);
+  if (i + 4 <= i1) {
+    small_rows<T, 4>(N, K, A + i * a_rs, a_rs, a_cs, B, b_rs, tail, C + i * c_rs, c_rs, c_cs, accumulate);
+    i += 4;
+  }
+  if (i + 2 <= i1) {
+    small_rows<T, 2>(N, K, A + i * a_rs, a_rs, a_cs, B, b_rs, tail, C + i * c_rs, c_rs, c_cs, accumulate);
+    i += 2;
+  }
+  if (i < i1) small_rows<T, 1>(N, K, A + i * a_rs, a_rs, a_cs, B, b_rs, tail, C + i * c_rs, c_rs, c_cs, accumulate);
+}
+
+// C = or += A · B without packing, for products whose B fits in L2 (see gemm_one). B is
+// copied to row-major form first unless it already is.
+template <class T>
+void gemm_small(int64_t M, int64_t N, int64_t K, const T* A, int64_t a_rs, int64_t a_cs, const T* B, int64_t b_rs,
+                int64_t b_cs, T* C, int64_t c_rs, int64_t c_cs, bool accumulate, int nt) {
+  if (b_cs != 1) {
+    T* dense = packed_b_buffer<T>(K * N);
+    for (int64_t k = 0; k < K; ++k)
+      for (int64_t j = 0; j < N; ++j) dense[k * N + j] = B[k * b_rs + j * b_cs];
+    B = dense;
+    b_rs = N;
+  }
+  constexpr int W = Vec<T>::width;
+  const int64_t full = N / W * W;
+  T* tail = nullptr;
+  if (full < N) {
+    tail = packed_a_buffer<T>(K * W);
+    for (int64_t k = 0; k < K; ++k)
+      for (int64_t w = 0; w < W; ++w) tail[k * W + w] = full + w < N ? B[k * b_rs + full + w] : T(0);
+  }
+  // Threads take contiguous ranges of 8-row blocks.
+  split_range((M + 7) / 8, nt, [&](int64_t b0, int64_t b1) {
+    small_row_range<T>(std::min(M, b0 * 8), std::min(M, b1 * 8), N, K, A, a_rs, a_cs, B, b_rs, tail, C, c_rs, c_cs,
+                       accumulate);
+  });
+}
+
+// ---------------------------------------------------------------- native entry
+
+// One product on `nt` threads, K > 0: picks the path for its shape.
+template <class T>
+void gemm_one(int64_t M, int64_t N, int64_t K, const T* A, int64_t a_rs, int64_t a_cs, const T* B, int64_t b_rs,
+              int64_t b_cs, T* C, int64_t c_rs, int64_t c_cs, bool accumulate, int nt) {
+  if (N == 1)  // C column = A · b column
+    return gemv<T>(M, K, A, a_rs, a_cs, B, b_rs, C, c_rs, accumulate, nt);
+  if (M == 1)  // C row = Bᵀ · a row
+    return gemv<T>(N, K, B, b_cs, b_rs, A, a_cs, C, c_cs, accumulate, nt);
+  const double work = double(M) * double(N) * double(K);
+  if ((work <= kSmallWork && double(K) * double(N) * sizeof(T) <= kSmallBBytes && b_cs == 1) || work <= kTinyWork)
+    return gemm_small<T>(M, N, K, A, a_rs, a_cs, B, b_rs, b_cs, C, c_rs, c_cs, accumulate, nt);
+  gemm_blocked<T>(M, N, K, A, a_rs, a_cs, B, b_rs, b_cs, C, c_rs, c_cs, accumulate, nt);
+}
+
+template <class T>
+void gemm_native(int64_t batch, int64_t M, int64_t N, int64_t K, MatrixRef<const T> A, MatrixRef<const T> B,
+                 MatrixRef<T> C, bool accumulate) {
+  int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
+  if (2.0 * double(M) * double(N) * double(K) * double(batch) < kParallelFlops) nt = 1;
+  auto one = [&](int64_t b, int threads) {
+    gemm_one<T>(M, N, K, A.data + b * A.batch_stride, A.row_stride, A.col_stride, B.data + b * B.batch_stride,
+                B.row_stride, B.col_stride, C.data + b * C.batch_stride, C.row_stride, C.col_stride, accumulate,
+                threads);
+  };
+  // Enough products to share out evenly: whole products per thread, no synchronisation.
+  if (nt > 1 && batch >= nt && (batch % nt == 0 || batch >= 4 * nt)) {
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
+    for (int64_t b = 0; b < batch; ++b) one(b, 1);
+    return;
+  }
+  for (int64_t b = 0; b < batch; ++b) one(b, nt);
+}
+
+// ---------------------------------------------------------------- OpenBLAS
+
+#ifdef MUMOE_OPENBLAS
+// Whether Auto sends large products (M N K >= kBlasMinWork) to OpenBLAS. It does not:
+// measured on this Zen 4 machine with OpenBLAS 0.3.21 (pthreads build), the native
+// kernel is as fast or faster at every shape tried (1024^3: ~209 vs ~205 GFLOP/s on 2
+// threads), and OpenBLAS runs its own thread pool, which contends with the OpenMP
+// workers that spin after every elementwise op: a 512^3 product alternating with an
+// OpenMP loop took 3.6 ms through OpenBLAS against 1.3 ms native. Flip this where a
+// BLAS does better; MUMOE_GEMM=blas or set_gemm_backend(Blas) forces it anyway.
+constexpr bool kAutoUsesBlas = false;
+constexpr double kBlasMinWork = 128.0 * 128.0 * 128.0;
+
+// How BLAS can read an operand of `rows` x `cols` with strides (rs, cs): row-major
+// (NoTrans, leading dimension rs) or column-major (Trans, leading dimension cs). A size-1
+// dimension's stride is never used, so it may take whatever value BLAS requires.
+bool blas_layout(int64_t rows, int64_t cols, int64_t rs, int64_t cs, CBLAS_TRANSPOSE& trans, int64_t& ld) {
+  if ((cs == 1 || cols == 1) && (rows == 1 || rs >= std::max<int64_t>(1, cols))) {
+    trans = CblasNoTrans;
+    ld = rows == 1 ? std::max<int64_t>(1, cols) : rs;
+    return ld <= INT_MAX;
+  }
+  if ((rs == 1 || rows == 1) && (cols == 1 || cs >= std::max<int64_t>(1, rows))) {
+    trans = CblasTrans;
+    ld = cols == 1 ? std::max<int64_t>(1, rows) : cs;
+    return ld <= INT_MAX;
+  }
+  return false;
+}
+
+void blas_gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, const float* A, int lda, const float* B,
+               int ldb, float beta, float* C, int ldc) {
+  cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, C, ldc);
+}
+void blas_gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, const double* A, int lda,
+               const double* B, int ldb, double beta, double* C, int ldc) {
+  cblas_dgemm(CblasRowMajor, ta, tb, M, N, K, 1.0, A, lda, B, ldb, beta, C, ldc);
+}
+
+// Runs the whole batch through OpenBLAS if every operand has a layout it accepts;
+// returns false (having done nothing) otherwise.
+template <class T>
+bool try_blas(int64_t batch, int64_t M, int64_t N, int64_t K, MatrixRef<const T> A, MatrixRef<const T> B,
+              MatrixRef<T> C, bool accumulate) {
+  CBLAS_TRANSPOSE ta, tb, tc;
+  int64_t lda, ldb, ldc;
+  if (M > INT_MAX || N > INT_MAX || K > INT_MAX) return false;
+  if (!blas_layout(M, K, A.row_stride, A.col_stride, ta, lda)) return false;
+  if (!blas_layout(K, N, B.row_stride, B.col_stride, tb, ldb)) return false;
+  // C is written row-major, so it must be NoTrans.
+  if (!blas_layout(M, N, C.row_stride, C.col_stride, tc, ldc) || tc != CblasNoTrans) return false;
+  // OpenBLAS keeps its own thread pool: size it like the OpenMP team, once.
+  static std::once_flag threads_set;
+  std::call_once(threads_set, [] { openblas_set_num_threads(omp_get_max_threads()); });
+  for (int64_t b = 0; b < batch; ++b)
+    blas_gemm(ta, tb, int(M), int(N), int(K), A.data + b * A.batch_stride, int(lda), B.data + b * B.batch_stride,
+              int(ldb), accumulate ? T(1) : T(0), C.data + b * C.batch_stride, int(ldc));
+  return true;
+}
+#endif
+
+// ---------------------------------------------------------------- backend choice
+
+GemmBackend backend_from_env() {
+  const char* s = std::getenv("MUMOE_GEMM");
+  if (s == nullptr || *s == '\0') return GemmBackend::Auto;
+  std::string v(s);
+  if (v == "auto") return GemmBackend::Auto;
+  if (v == "native") return GemmBackend::Native;
+  if (v == "blas") {
+    MU_CHECK(gemm_have_blas(), "MUMOE_GEMM=blas, but this build has no OpenBLAS (install libopenblas-dev and "
+             "reconfigure, or set MUMOE_GEMM=native)");
+    return GemmBackend::Blas;
+  }
+  MU_FAIL("MUMOE_GEMM must be auto, native or blas, got \"", v, "\"");
+}
+
+// -1 until the environment has been read.
+std::atomic<int> g_backend{-1};
+
+}  // namespace
+
+bool gemm_have_blas() {
+#ifdef MUMOE_OPENBLAS
+  return true;
+#else
+  return false;
+#endif
+}
+
+const char* gemm_backend_name(GemmBackend b) {
+  switch (b) {
+    case GemmBackend::Auto: return "auto";
+    case GemmBackend::Native: return "native";
+    case GemmBackend::Blas: return "blas";
+  }
+  return "?";
+}
+
+void set_gemm_backend(GemmBackend b) {
+  MU_CHECK(b != GemmBackend::Blas || gemm_have_blas(),
+           "set_gemm_backend(Blas): this build has no OpenBLAS (install libopenblas-dev and reconfigure)");
+  g_backend.store(int(b));
+}
+
+GemmBackend gemm_backend() {
+  int v = g_backend.load();
+  if (v < 0) {
+    v = int(backend_from_env());
+    g_backend.store(v);
+  }
+  return GemmBackend(v);
+}
+
+template <class T>
+void gemm(int64_t batch, int64_t M, int64_t N, int64_t K, MatrixRef<const T> A, MatrixRef<const T> B,
+          MatrixRef<T> C, bool accumulate) {
+  MU_CHECK(batch >= 0 && M >= 0 && N >= 0 && K >= 0, "gemm: negative size (batch ", batch, ", M ", M, ", N ", N,
+           ", K ", K, ")");
+  if (batch == 0 || M == 0 || N == 0) return;
+  if (K == 0) {
+    // An empty sum: C = 0, or C unchanged when accumulating.
+    if (!accumulate)
+      for (int64_t b = 0; b < batch; ++b)
+        for (int64_t i = 0; i < M; ++i)
+          for (int64_t j = 0; j < N; ++j) C.data[b * C.batch_stride + i * C.row_stride + j * C.col_stride] = T(0);
+    return;
+  }
+#ifdef MUMOE_OPENBLAS
+  const GemmBackend be = gemm_backend();
+  // Inside someone else's parallel region OpenBLAS would add its own threads on top.
+  const bool blas_wanted =
+      !omp_in_parallel() && (be == GemmBackend::Blas || (be == GemmBackend::Auto && kAutoUsesBlas &&
+                                                         double(M) * double(N) * double(K) >= kBlasMinWork));
+  if (blas_wanted && try_blas<T>(batch, M, N, K, A, B, C, accumulate)) return;
+#endif
+  gemm_native<T>(batch, M, N, K, A, B, C, accumulate);
+}
+
+template void gemm<float>(int64_t, int64_t, int64_t, int64_t, MatrixRef<const float>, MatrixRef<const float>,
+                          MatrixRef<float>, bool);
+template void gemm<double>(int64_t, int64_t, int64_t, int64_t, MatrixRef<const double>, MatrixRef<const double>,
+                           MatrixRef<double>, bool);
+
+}  // namespace mu::cpu

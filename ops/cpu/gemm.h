@@ -1,0 +1,40 @@
+// CPU matrix multiply: C[b] = A[b]·B[b] (or C[b] += A[b]·B[b]) for a batch of strided
+// operands. A native cache-blocked, packed kernel is always built; when the library is
+// linked with OpenBLAS (MUMOE_OPENBLAS), cblas_?gemm is available as a second backend.
+#pragma once
+#include <cstdint>
+
+namespace mu::cpu {
+
+// One operand's geometry, in elements. Element (i, j) of matrix b lives at
+// data[b * batch_stride + i * row_stride + j * col_stride]. The native kernel takes any
+// strides (even 0, for a broadcast row or column); BLAS needs row_stride == 1 or
+// col_stride == 1 and is bypassed for other layouts.
+template <class T>
+struct MatrixRef {
+  T* data = nullptr;
+  int64_t batch_stride = 0;  // 0: the same matrix for every batch entry
+  int64_t row_stride = 0;
+  int64_t col_stride = 1;
+};
+
+// For each b < batch: C[b] (M x N) = A[b] (M x K) · B[b] (K x N), or C[b] += ... when
+// `accumulate`. C must not overlap A or B; distinct C[b] must not overlap each other.
+// K == 0 gives C = 0 (or leaves C as it is when accumulating).
+template <class T>
+void gemm(int64_t batch, int64_t M, int64_t N, int64_t K, MatrixRef<const T> A, MatrixRef<const T> B,
+          MatrixRef<T> C, bool accumulate = false);
+
+// Which implementation gemm uses. Auto: the library's choice, currently the native kernel
+// for every product (gemm.cpp, kAutoUsesBlas, says why). Native / Blas force one; Blas
+// still runs layouts BLAS cannot express (neither stride 1) and calls made inside an
+// OpenMP parallel region natively. The initial choice comes from the environment
+// variable MUMOE_GEMM=auto|native|blas, read once, so benchmarks switch without rebuilding.
+enum class GemmBackend { Auto, Native, Blas };
+
+void set_gemm_backend(GemmBackend backend);  // throws for Blas in a build without OpenBLAS
+GemmBackend gemm_backend();
+const char* gemm_backend_name(GemmBackend backend);  // "auto", "native", "blas"
+bool gemm_have_blas();  // true when built with OpenBLAS
+
+}  // namespace mu::cpu

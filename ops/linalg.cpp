@@ -1,0 +1,152 @@
+// Matrix products. One differentiable primitive, `product` (bmm, and mm as its batch-free
+// case), runs the CPU GEMM of ops/cpu/gemm.h; its gradients are products again, taken
+// with transposed views so that nothing is copied. matmul reduces every torch.matmul
+// case to it with views (unsqueeze, expand, reshape), whose own gradients route the
+// result back to the original shapes.
+#include "autograd/grad_mode.h"
+#include "autograd/node.h"
+#include "ops/cpu/gemm.h"
+#include "ops/ops.h"
+#include "ops/pointwise.h"
+
+namespace mu {
+
+using autograd::record;
+using autograd::save;
+using autograd::SavedTensor;
+using autograd::TensorList;
+
+namespace {
+
+// Same dtype and device, and a dtype the GEMM has: float32 or float64.
+void check_operands(const Tensor& a, const Tensor& b, const char* op) {
+  detail::require_same(a, b, op);
+  MU_CHECK(a.dtype() == kFloat32 || a.dtype() == kFloat64, op, ": ", dtype_name(a.dtype()),
+           " tensors are not supported, only float32 and float64 (shapes ", shape_str(a.shape()), " and ",
+           shape_str(b.shape()), "); convert with .to(kFloat32)");
+}
+
+void check_inner(const Tensor& a, const Tensor& b, int64_t ka, int64_t kb, const char* op) {
+  MU_CHECK(ka == kb, op, ": shapes ", shape_str(a.shape()), " and ", shape_str(b.shape()), " cannot be multiplied (",
+           ka, " != ", kb, ")");
+}
+
+// x itself when its last two dims are row-major or transposed (one of their strides is 1,
+// which the GEMM packs fastest and BLAS accepts), else a dense copy.
+Tensor gemm_operand(const Tensor& x) {
+  const int64_t r = x.size(-2), c = x.size(-1);
+  const bool rows_dense = x.stride(-1) == 1 || c == 1;
+  const bool cols_dense = x.stride(-2) == 1 || r == 1;
+  return rows_dense || cols_dense ? x : x.contiguous();
+}
+
+// a · b for two rank-2 or two rank-3 tensors with matching batch and inner sizes; no
+// graph. The result is a new dense tensor.
+Tensor product_kernel(const Tensor& a_in, const Tensor& b_in, const char* op) {
+  NoGradGuard no_grad;  // a layout copy made here is not part of the user's graph
+  detail::require_cpu(a_in, op);
+  const Tensor a = gemm_operand(a_in), b = gemm_operand(b_in);
+  const bool batched = a.dim() == 3;
+  const int64_t batch = batched ? a.size(0) : 1, M = a.size(-2), K = a.size(-1), N = b.size(-1);
+  Tensor out = empty(batched ? Shape{batch, M, N} : Shape{M, N}, TensorOptions(a.dtype()).device(a.device()));
+  MU_DISPATCH_FLOAT(a.dtype(), op, [&] {
+    // A 2-D operand is a batch of one: its batch stride is never used.
+    cpu::MatrixRef<const scalar_t> A{a.data_ptr<scalar_t>(), batched ? a.stride(0) : 0, a.stride(-2), a.stride(-1)};
+    cpu::MatrixRef<const scalar_t> B{b.data_ptr<scalar_t>(), batched ? b.stride(0) : 0, b.stride(-2), b.stride(-1)};
+    cpu::MatrixRef<scalar_t> C{out.data_ptr<scalar_t>(), batched ? out.stride(0) : 0, out.stride(-2), out.stride(-1)};
+    cpu::gemm<scalar_t>(batch, M, N, K, A, B, C);
+  });
+  return out;
+}
+
+// The differentiable product. With y = a · b: da = g · bᵀ and db = aᵀ · g, per batch entry.
+// Each operand is kept only if the other one's gradient needs it.
+Tensor product(const Tensor& a, const Tensor& b, const char* op, const char* node_name) {
+  Tensor y = product_kernel(a, b, op);
+  const bool ga = a.requires_grad(), gb = b.requires_grad();
+  SavedTensor as = gb ? save(a) : SavedTensor(), bs = ga ? save(b) : SavedTensor();
+  return record(node_name, y, {a, b}, [as, bs, ga, gb, op](const Tensor& g) -> TensorList {
+    Tensor da = ga ? product_kernel(g, bs.get().transpose(-2, -1), op) : Tensor();
+    Tensor db = gb ? product_kernel(as.get().transpose(-2, -1), g, op) : Tensor();
+    return {da, db};
+  });
+}
+
+}  // namespace
+
+Tensor mm(const Tensor& a, const Tensor& b) {
+  MU_CHECK(a.dim() == 2 && b.dim() == 2, "mm: expects two 2-D tensors, got shapes ", shape_str(a.shape()), " and ",
+           shape_str(b.shape()), " (matmul handles other ranks)");
+  check_operands(a, b, "mm");
+  check_inner(a, b, a.size(1), b.size(0), "mm");
+  return product(a, b, "mm", "MmBackward");
+}
+
+Tensor bmm(const Tensor& a, const Tensor& b) {
+  MU_CHECK(a.dim() == 3 && b.dim() == 3, "bmm: expects two 3-D tensors, got shapes ", shape_str(a.shape()), " and ",
+           shape_str(b.shape()), " (matmul broadcasts batch dimensions)");
+  check_operands(a, b, "bmm");
+  MU_CHECK(a.size(0) == b.size(0), "bmm: batch sizes differ (", a.size(0), " != ", b.size(0), ") for shapes ",
+           shape_str(a.shape()), " and ", shape_str(b.shape()));
+  check_inner(a, b, a.size(2), b.size(1), "bmm");
+  return product(a, b, "bmm", "BmmBackward");
+}
+
+Tensor matmul(const Tensor& a, const Tensor& b) {
+  MU_CHECK(a.dim() >= 1 && b.dim() >= 1, "matmul: both arguments need at least 1 dimension, got shapes ",
+           shape_str(a.shape()), " and ", shape_str(b.shape()), " (use mul for scalars)");
+  check_operands(a, b, "matmul");
+  const int64_t da = a.dim(), db = b.dim();
+  // A 1-D left operand is a row (K), a 1-D right operand a column (K).
+  const int64_t K = a.size(-1);
+  check_inner(a, b, K, db == 1 ? b.size(0) : b.size(-2), "matmul");
+
+  if (da <= 2 && db <= 2) {
+    // Promote vectors to matrices, multiply, then drop the added dims:
+    // (K)·(K) -> [], (M,K)·(K) -> [M], (K)·(K,N) -> [N], (M,K)·(K,N) -> [M,N].
+    Tensor a2 = da == 1 ? a.unsqueeze(0) : a, b2 = db == 1 ? b.unsqueeze(1) : b;
+    Tensor y = product(a2, b2, "matmul", "MmBackward");
+    if (da == 2 && db == 2) return y;
+    Shape out;
+    if (da == 2) out.push_back(a.size(0));
+    if (db == 2) out.push_back(b.size(1));
+    return y.reshape(out);
+  }
+
+  if (da >= 3 && db <= 2) {
+    // Batched · matrix: the batch dims of a fold into its rows, giving one large product
+    // rather than a batch of small ones, and b is never expanded.
+    Shape out(a.shape().begin(), a.shape().end() - 1);  // batch..., M
+    Tensor b2 = db == 1 ? b.unsqueeze(1) : b;
+    Tensor y = product(a.reshape({numel_of(out), K}), b2, "matmul", "MmBackward");
+    if (db == 2) out.push_back(b.size(1));
+    return y.reshape(out);
+  }
+
+  // General case: broadcast the batch dims, flatten them into one, bmm, restore them.
+  Tensor a2 = da == 1 ? a.unsqueeze(0) : a, b2 = db == 1 ? b.unsqueeze(1) : b;
+  const Shape ba(a2.shape().begin(), a2.shape().end() - 2), bb(b2.shape().begin(), b2.shape().end() - 2);
+  const size_t nd = std::max(ba.size(), bb.size());
+  Shape batch(nd);
+  for (size_t i = 0; i < nd; ++i) {
+    // Right-aligned, missing leading dims count as 1 (NumPy broadcasting).
+    const int64_t x = i < nd - ba.size() ? 1 : ba[i - (nd - ba.size())];
+    const int64_t y = i < nd - bb.size() ? 1 : bb[i - (nd - bb.size())];
+    MU_CHECK(x == y || x == 1 || y == 1, "matmul: the batch dimensions of shapes ", shape_str(a.shape()), " and ",
+             shape_str(b.shape()), " cannot be broadcast together (", x, " vs ", y, ")");
+    batch[i] = x == 1 ? y : x;
+  }
+  const int64_t M = a2.size(-2), N = b2.size(-1), nb = numel_of(batch);
+  Shape sa = batch, sb = batch;
+  sa.insert(sa.end(), {M, K});
+  sb.insert(sb.end(), {K, N});
+  Tensor y = product(a2.expand(sa).reshape({nb, M, K}), b2.expand(sb).reshape({nb, K, N}), "matmul", "BmmBackward");
+  Shape out = batch;
+  if (da > 1) out.push_back(M);
+  if (db > 1) out.push_back(N);
+  return y.reshape(out);
+}
+
+Tensor Tensor::matmul(const Tensor& other) const { return mu::matmul(*this, other); }
+
+}  // namespace mu
