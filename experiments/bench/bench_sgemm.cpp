@@ -14,32 +14,10 @@
 #include <string>
 #include <vector>
 
+#include "experiments/bench/timing.h"
 #include "mumoe.h"
 #include "ops/cpu/gemm.h"
 
-namespace {
-
-struct Timing {
-  double median_ms, min_ms, max_ms;
-};
-
-Timing time_matmul(const mu::Tensor& a, const mu::Tensor& b, int reps, int warmup) {
-  for (int i = 0; i < warmup; ++i) a.matmul(b);
-  std::vector<double> ms;
-  for (int i = 0; i < reps; ++i) {
-    auto t0 = std::chrono::steady_clock::now();
-    mu::Tensor c = a.matmul(b);
-    auto t1 = std::chrono::steady_clock::now();
-    ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
-  }
-  std::sort(ms.begin(), ms.end());
-  // The median as Python's statistics.median: the mean of the middle two for even counts.
-  size_t n = ms.size();
-  double median = n % 2 ? ms[n / 2] : (ms[n / 2 - 1] + ms[n / 2]) / 2;
-  return {median, ms.front(), ms.back()};
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   int reps = 20, warmup = 3;
@@ -67,7 +45,7 @@ int main(int argc, char** argv) {
   if (mu::cpu::gemm_have_blas()) backends.push_back(mu::cpu::GemmBackend::Blas);
   for (auto be : backends) {
     mu::cpu::set_gemm_backend(be);
-    Timing t = time_matmul(a, b, reps, warmup);
+    mu::bench::Timing t = mu::bench::time_it([&] { a.matmul(b); }, reps, warmup);
     double gflops = 2.0 * double(n) * double(n) * double(n) / (t.median_ms * 1e-3) / 1e9;
     std::printf(
         "{\"workload\": \"%s\", \"impl\": \"mumoe-%s\", \"threads\": %d, \"median_ms\": %.3f, \"min_ms\": %.3f, "
