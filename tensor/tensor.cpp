@@ -106,6 +106,20 @@ Tensor Tensor::detach() const {
   return make_view(i->storage, i->shape, i->strides, i->offset, i->dtype);
 }
 
+void Tensor::set_data(const Tensor& src) const {
+  TensorImpl* i = checked();
+  MU_CHECK(src.defined(), "set_data: source is an undefined tensor");
+  MU_CHECK(i->grad_fn == nullptr, "set_data: only leaf tensors can take new data (this one is the output of ",
+           "an op)");
+  i->storage = src.storage();
+  i->shape = src.shape();
+  i->strides = src.strides();
+  i->offset = src.storage_offset();
+  i->dtype = src.dtype();
+  i->grad.reset();
+  if (!is_floating(i->dtype)) i->requires_grad = false;
+}
+
 std::string Tensor::describe() const {
   if (!defined()) return "Tensor[undefined]";
   return detail::str("Tensor[", dtype_name(dtype()), ", ", shape_str(shape()), ", ", device().str(), "]");

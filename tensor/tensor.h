@@ -106,6 +106,10 @@ class Tensor {
   Tensor clone() const;
   // Shares storage, drops the autograd history: the result never requires grad.
   Tensor detach() const;
+  // Makes this tensor hold src's data (storage, shape, strides, dtype) in place, so every
+  // handle to it sees the change; keeps requires_grad, resets the gradient. Modules use
+  // it to move parameters between devices and dtypes.
+  void set_data(const Tensor& src) const;
 
   // ---- autograd
   bool requires_grad() const { return checked()->requires_grad; }
