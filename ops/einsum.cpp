@@ -327,16 +327,29 @@ Plan plan_contraction(const std::vector<Labels>& ops, const Labels& out, const s
     std::vector<std::pair<int, int>> candidates;
     for (int i = 0; i < int(cur.size()); ++i)
       for (int j = i + 1; j < int(cur.size()); ++j) candidates.push_back({i, j});
-    if (!full) {  // greedy: only the cheapest pair continues
-      double c_best = std::numeric_limits<double>::infinity(), s_best = c_best;
-      std::pair<int, int> pick{0, 1};
+    if (!full) {
+      // Greedy, as opt_einsum's: among pairs that share a letter (any pair if none do),
+      // take the one whose result shrinks memory most (result size minus both inputs),
+      // then the one with the fewest multiply-adds. Pairs sharing nothing would form
+      // outer products, which is how a μMoE layer's weight tensor gets materialised.
+      bool any_shared = false;
+      auto shares = [&](int i, int j) {
+        for (int l : cur[size_t(i)])
+          if (std::count(cur[size_t(j)].begin(), cur[size_t(j)].end(), l)) return true;
+        return false;
+      };
+      for (auto [i, j] : candidates) any_shared = any_shared || shares(i, j);
+      double best_delta = std::numeric_limits<double>::infinity(), best_cost = best_delta;
+      std::pair<int, int> pick = candidates[0];
       for (auto [i, j] : candidates) {
+        if (any_shared && !shares(i, j)) continue;
         std::vector<Labels> others;
         for (int k = 0; k < int(cur.size()); ++k)
           if (k != i && k != j) others.push_back(cur[size_t(k)]);
-        double c = double(labels_size(label_union(cur[size_t(i)], cur[size_t(j)]), sizes));
-        double s = double(labels_size(pair_result(cur[size_t(i)], cur[size_t(j)], others, out), sizes));
-        if (c < c_best || (c == c_best && s < s_best)) c_best = c, s_best = s, pick = {i, j};
+        double cost = double(labels_size(label_union(cur[size_t(i)], cur[size_t(j)]), sizes));
+        double delta = double(labels_size(pair_result(cur[size_t(i)], cur[size_t(j)], others, out), sizes)) -
+                       double(labels_size(cur[size_t(i)], sizes)) - double(labels_size(cur[size_t(j)], sizes));
+        if (delta < best_delta || (delta == best_delta && cost < best_cost)) best_delta = delta, best_cost = cost, pick = {i, j};
       }
       candidates = {pick};
     }

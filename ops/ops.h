@@ -7,3 +7,4 @@
 #include "ops/nn_functional.h"
 #include "ops/reduce.h"
 #include "ops/shape.h"
+#include "ops/tensor_algebra.h"

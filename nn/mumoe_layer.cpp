@@ -1,0 +1,346 @@
+#include "nn/mumoe_layer.h"
+
+#include <cmath>
+#include <numeric>
+
+#include "autograd/grad_mode.h"
+#include "ops/ops.h"
+
+namespace mu::nn {
+
+int64_t MoEShape::total_experts() const {
+  int64_t n = 1;
+  for (int64_t e : experts) n *= e;
+  return n;
+}
+
+static void check_shape(const MoEShape& s, const char* type) {
+  MU_CHECK(s.in > 0 && s.out > 0, type, ": input and output features must be positive, got in=", s.in,
+           ", out=", s.out);
+  MU_CHECK(!s.experts.empty(), type, ": needs at least one level of experts");
+  for (size_t e = 0; e < s.experts.size(); ++e)
+    MU_CHECK(s.experts[e] > 0, type, ": level ", e, " has ", s.experts[e], " experts; each level needs at least one");
+}
+
+// U(-sqrt(k), sqrt(k)) with k = 1/fan_in, PyTorch's linear-layer initialisation.
+static Tensor uniform_init(const Shape& shape, int64_t fan_in) {
+  double b = 1.0 / std::sqrt(double(fan_in));
+  return rand(shape) * (2 * b) - b;
+}
+
+// Entries N(1, sigma^2): replicates one weight matrix along an expert mode, plus noise.
+static Tensor replicate_init(const Shape& shape, double sigma) { return randn(shape) * sigma + 1.0; }
+
+// The paper's noise on expert modes: sigma = 1 on the first level, 0 on further ones.
+static double expert_sigma(int64_t level) { return level == 0 ? 1.0 : 0.0; }
+
+// ---------------------------------------------------------------- the shared skeleton
+
+MuMoELayer::MuMoELayer(std::string type, MoEShape shape) : Module(std::move(type)), shape_(std::move(shape)) {
+  check_shape(shape_, type_name().c_str());
+}
+
+void MuMoELayer::add_factor(const std::string& name, Tensor value, std::vector<std::string> axes) {
+  MU_CHECK(int64_t(axes.size()) == value.dim(), type_name(), ": factor ", name, " has ", value.dim(), " modes but ",
+           axes.size(), " axis names");
+  Tensor p = register_parameter(name, value);
+  factors_.push_back({name, p, std::move(axes)});
+}
+
+// "n1 r" for a factor's axes.
+static std::string term(const std::vector<std::string>& axes) {
+  std::string t;
+  for (const auto& a : axes) t += (t.empty() ? "" : " ") + a;
+  return t;
+}
+
+std::pair<Tensor, std::vector<Tensor>> MuMoELayer::flatten_inputs(const Tensor& z, const std::vector<Tensor>& a,
+                                                                   const char* op) const {
+  const MoEShape& s = shape_;
+  MU_CHECK(z.dim() >= 1 && z.size(-1) == s.in, type_name(), ".", op, ": input has shape ", shape_str(z.shape()),
+           "; expected (..., ", s.in, ")");
+  MU_CHECK(int64_t(a.size()) == s.levels(), type_name(), ".", op, ": got ", a.size(), " coefficient tensors for ",
+           s.levels(), " expert level", s.levels() == 1 ? "" : "s");
+  Shape lead(z.shape().begin(), z.shape().end() - 1);
+  int64_t B = numel_of(lead);
+  std::vector<Tensor> flat;
+  for (size_t e = 0; e < a.size(); ++e) {
+    Shape want = lead;
+    want.push_back(s.experts[e]);
+    MU_CHECK(a[e].shape() == want, type_name(), ".", op, ": coefficients of level ", e, " have shape ",
+             shape_str(a[e].shape()), "; expected ", shape_str(want), " (the input's leading dims, then N_", e + 1,
+             " = ", s.experts[e], ")");
+    flat.push_back(a[e].reshape({B, s.experts[e]}));
+  }
+  Tensor zf = z.reshape({B, s.in});
+  if (s.bias) zf = cat({zf, ones({B, 1}, TensorOptions(z.dtype()).device(z.device()))}, 1);
+  return {zf, flat};
+}
+
+Tensor MuMoELayer::restore_leading(const Tensor& y, const Tensor& z) const {
+  Shape out(z.shape().begin(), z.shape().end() - 1);
+  out.push_back(shape_.out);
+  return y.reshape(out);
+}
+
+Tensor MuMoELayer::forward(const Tensor& z, const std::vector<Tensor>& a) const {
+  auto [zf, af] = flatten_inputs(z, a, "forward");
+  // "b n1, ..., b nE, b i, <factors> -> b o": the planner orders the contraction.
+  std::string spec;
+  std::vector<Tensor> ops;
+  for (int64_t e = 0; e < shape_.levels(); ++e) {
+    spec += "b " + expert_axis(e) + ", ";
+    ops.push_back(af[size_t(e)]);
+  }
+  spec += "b i";
+  ops.push_back(zf);
+  for (const Factor& f : factors_) {
+    spec += ", " + term(f.axes);
+    ops.push_back(f.param);
+  }
+  return restore_leading(einsum(spec + " -> b o", ops), z);
+}
+
+Tensor MuMoELayer::materialize() const {
+  std::string spec, out;
+  std::vector<Tensor> ops;
+  for (const Factor& f : factors_) {
+    spec += (spec.empty() ? "" : ", ") + term(f.axes);
+    ops.push_back(f.param);
+  }
+  for (int64_t e = 0; e < shape_.levels(); ++e) out += expert_axis(e) + " ";
+  // A lone factor with all axes already in order (DenseMoE) still goes through einsum,
+  // which returns a copy: the materialised tensor never aliases a parameter.
+  return einsum(spec + " -> " + out + "i o", ops);
+}
+
+Tensor MuMoELayer::expert_weight(const std::vector<int64_t>& index) const {
+  MU_CHECK(int64_t(index.size()) == shape_.levels(), type_name(), ".expert_weight: got ", index.size(),
+           " indices for ", shape_.levels(), " levels");
+  for (size_t e = 0; e < index.size(); ++e)
+    MU_CHECK(index[e] >= 0 && index[e] < shape_.experts[e], type_name(), ".expert_weight: expert ", index[e],
+             " out of range at level ", e, " (", shape_.experts[e], " experts)");
+  // Slice every factor at the chosen experts, then contract what is left to (i, o).
+  std::string spec;
+  std::vector<Tensor> ops;
+  for (const Factor& f : factors_) {
+    Tensor t = f.param;
+    std::vector<std::string> axes;
+    int64_t removed = 0;
+    for (size_t d = 0; d < f.axes.size(); ++d) {
+      bool sliced = false;
+      for (int64_t e = 0; e < shape_.levels(); ++e)
+        if (f.axes[d] == expert_axis(e)) {
+          t = t.select(int64_t(d) - removed, index[size_t(e)]);
+          ++removed;
+          sliced = true;
+        }
+      if (!sliced) axes.push_back(f.axes[d]);
+    }
+    spec += (spec.empty() ? "" : ", ") + (axes.empty() ? std::string() : term(axes));
+    ops.push_back(t);
+  }
+  return einsum(spec + " -> i o", ops);
+}
+
+Tensor MuMoELayer::forward_without_expert(const Tensor& z, const std::vector<Tensor>& a, int64_t level,
+                                          int64_t n) const {
+  MU_CHECK(level >= 0 && level < shape_.levels(), type_name(), ".forward_without_expert: level ", level,
+           " out of range (", shape_.levels(), " levels)");
+  MU_CHECK(n >= 0 && n < shape_.experts[size_t(level)], type_name(), ".forward_without_expert: expert ", n,
+           " out of range at level ", level, " (", shape_.experts[size_t(level)], " experts)");
+  // Zeroing slice n of mode `level` of W removes exactly the terms with coefficient a_level[n].
+  std::vector<Tensor> b = a;
+  Tensor keep = ones({shape_.experts[size_t(level)]}, a[size_t(level)].dtype());
+  keep.set({n}, 0.0);
+  b[size_t(level)] = a[size_t(level)] * keep;
+  return forward(z, b);
+}
+
+Tensor MuMoELayer::forward_without_combination(const Tensor& z, const std::vector<Tensor>& a,
+                                               const std::vector<int64_t>& index) const {
+  Tensor w = expert_weight(index);  // (I+1, O)
+  auto [zf, af] = flatten_inputs(z, a, "forward_without_combination");
+  // The removed expert's contribution: (Π_e a_e[n_e]) · W_nᵀ [z; 1], per row.
+  Tensor coef = af[0].narrow(1, index[0], 1);
+  for (size_t e = 1; e < af.size(); ++e) coef = coef * af[e].narrow(1, index[e], 1);
+  Tensor contribution = zf.matmul(w) * coef;
+  return forward(z, a) - restore_leading(contribution, z);
+}
+
+std::string MuMoELayer::extra_repr() const {
+  std::string ex;
+  for (int64_t n : shape_.experts) ex += (ex.empty() ? "" : "x") + std::to_string(n);
+  return detail::str("in=", shape_.in, ", out=", shape_.out, ", experts=", ex, ", bias=", shape_.bias ? "true" : "false");
+}
+
+// ---------------------------------------------------------------- CP
+
+CPMuMoE::CPMuMoE(MoEShape s, int64_t rank) : MuMoELayer("CPMuMoE", std::move(s)), rank_(rank) {
+  MU_CHECK(rank > 0, "CPMuMoE: rank must be positive, got ", rank);
+  for (int64_t e = 0; e < shape_.levels(); ++e)
+    add_factor("U" + std::to_string(e + 1), replicate_init({shape_.experts[size_t(e)], rank}, expert_sigma(e)),
+               {expert_axis(e), "r"});
+  add_factor("U_in", uniform_init({shape_.in_rows(), rank}, shape_.in), {"i", "r"});
+  add_factor("U_out", uniform_init({shape_.out, rank}, rank), {"o", "r"});
+}
+
+int64_t CPMuMoE::count_parameters(const MoEShape& s, int64_t rank) {
+  int64_t n = s.in_rows() + s.out;
+  for (int64_t e : s.experts) n += e;
+  return rank * n;
+}
+
+// R (Σ N_e + I + O): the factor products; the Hadamard products add E·R more.
+int64_t CPMuMoE::flops_per_token() const {
+  int64_t n = shape_.in_rows() + shape_.out;
+  for (int64_t e : shape_.experts) n += e;
+  return rank_ * n + shape_.levels() * rank_;
+}
+
+// ---------------------------------------------------------------- TR / TT
+
+static std::string rank_axis(size_t k) { return "r" + std::to_string(k + 1); }
+
+TRMuMoE::TRMuMoE(MoEShape s, std::vector<int64_t> ranks) : TRMuMoE("TRMuMoE", std::move(s), std::move(ranks)) {}
+
+TRMuMoE::TRMuMoE(std::string type, MoEShape s, std::vector<int64_t> ranks)
+    : MuMoELayer(std::move(type), std::move(s)), ranks_(std::move(ranks)) {
+  const int64_t E = shape_.levels();
+  MU_CHECK(int64_t(ranks_.size()) == E + 2, type_name().c_str(), ": needs E + 2 = ", E + 2, " ranks (R_1..R_", E + 2,
+           ") for ", E, " expert level", E == 1 ? "" : "s", ", got ", ranks_.size());
+  for (int64_t r : ranks_) MU_CHECK(r > 0, type_name().c_str(), ": ranks must be positive, got ", shape_str(ranks_));
+  const size_t K = ranks_.size();
+  for (int64_t e = 0; e < E; ++e) {
+    int64_t r0 = ranks_[size_t(e)], r1 = ranks_[size_t(e) + 1], n = shape_.experts[size_t(e)];
+    // Each slice U_e[:, n, :] is diagonal with entries N(1, sigma^2): the same matrix for
+    // every expert, plus noise on the first level.
+    Tensor core = zeros({r0, n, r1});
+    Tensor diag = replicate_init({n, std::min(r0, r1)}, expert_sigma(e));
+    for (int64_t k = 0; k < std::min(r0, r1); ++k) core.select(0, k).select(1, k).copy_(diag.select(1, k));
+    add_factor("U" + std::to_string(e + 1), core, {rank_axis(size_t(e)), expert_axis(e), rank_axis(size_t(e) + 1)});
+  }
+  int64_t ri = ranks_[K - 2], ro = ranks_[K - 1];
+  add_factor("U_in", uniform_init({ri, shape_.in_rows(), ro}, shape_.in), {rank_axis(K - 2), "i", rank_axis(K - 1)});
+  add_factor("U_out", uniform_init({ro, shape_.out, ranks_[0]}, ro * ranks_[0]), {rank_axis(K - 1), "o", rank_axis(0)});
+}
+
+int64_t TRMuMoE::count_parameters(const MoEShape& s, const std::vector<int64_t>& r) {
+  MU_CHECK(int64_t(r.size()) == s.levels() + 2, "TRMuMoE::count_parameters: needs ", s.levels() + 2, " ranks");
+  int64_t n = 0;
+  for (size_t e = 0; e < s.experts.size(); ++e) n += r[e] * s.experts[e] * r[e + 1];
+  size_t K = r.size();
+  return n + r[K - 2] * s.in_rows() * r[K - 1] + r[K - 1] * s.out * r[0];
+}
+
+// Σ_e R_e N_e R_{e+1} + R_{E+1} I R_{E+2} (mode-2 products), Σ R_1 R_e R_{e+1} (the chain
+// of small matrix products), R_1 O R_{E+2} (the output core): the paper's count for E = 1.
+int64_t TRMuMoE::flops_per_token() const {
+  const auto& r = ranks_;
+  size_t K = r.size();
+  int64_t n = 0;
+  for (size_t e = 0; e < shape_.experts.size(); ++e) n += r[e] * shape_.experts[e] * r[e + 1];
+  n += r[K - 2] * shape_.in_rows() * r[K - 1];
+  for (size_t e = 1; e + 1 < K; ++e) n += r[0] * r[e] * r[e + 1];
+  return n + r[0] * shape_.out * r[K - 1];
+}
+
+static std::vector<int64_t> with_unit_first(std::vector<int64_t> r) {
+  r.insert(r.begin(), 1);
+  return r;
+}
+
+TTMuMoE::TTMuMoE(MoEShape s, std::vector<int64_t> ranks) : TRMuMoE("TTMuMoE", std::move(s), with_unit_first(std::move(ranks))) {}
+
+// ---------------------------------------------------------------- Tucker
+
+TuckerMuMoE::TuckerMuMoE(MoEShape s, std::vector<int64_t> ranks) : MuMoELayer("TuckerMuMoE", std::move(s)), ranks_(std::move(ranks)) {
+  const int64_t E = shape_.levels();
+  MU_CHECK(int64_t(ranks_.size()) == E + 2, "TuckerMuMoE: needs E + 2 = ", E + 2,
+           " ranks (one per expert mode, then R_I, R_O), got ", ranks_.size());
+  for (int64_t r : ranks_) MU_CHECK(r > 0, "TuckerMuMoE: ranks must be positive, got ", shape_str(ranks_));
+  int64_t ri = ranks_[size_t(E)], ro = ranks_[size_t(E) + 1];
+  Shape core_shape = {ro, ri};
+  std::vector<std::string> core_axes = {"ro", "ri"};
+  for (int64_t e = 0; e < E; ++e) {
+    core_shape.push_back(ranks_[size_t(e)]);
+    core_axes.push_back("rn" + std::to_string(e + 1));
+  }
+  // The core mixes R_I inputs per output rank: initialised like a linear map from R_I.
+  add_factor("core", uniform_init(core_shape, ri), core_axes);
+  for (int64_t e = 0; e < E; ++e)
+    add_factor("U" + std::to_string(e + 1), replicate_init({shape_.experts[size_t(e)], ranks_[size_t(e)]}, expert_sigma(e)),
+               {expert_axis(e), "rn" + std::to_string(e + 1)});
+  add_factor("U_in", uniform_init({shape_.in_rows(), ri}, shape_.in), {"i", "ri"});
+  add_factor("U_out", uniform_init({shape_.out, ro}, ro), {"o", "ro"});
+}
+
+int64_t TuckerMuMoE::count_parameters(const MoEShape& s, const std::vector<int64_t>& r) {
+  size_t E = s.experts.size();
+  MU_CHECK(r.size() == E + 2, "TuckerMuMoE::count_parameters: needs ", E + 2, " ranks");
+  int64_t core = r[E] * r[E + 1], n = 0;
+  for (size_t e = 0; e < E; ++e) core *= r[e], n += s.experts[e] * r[e];
+  return core + n + s.in_rows() * r[E] + s.out * r[E + 1];
+}
+
+// Projections Σ N_e R_{N_e} + I R_I, the core contraction R_O R_I Π R_{N_e}, the output O R_O.
+int64_t TuckerMuMoE::flops_per_token() const {
+  size_t E = shape_.experts.size();
+  int64_t core = ranks_[E] * ranks_[E + 1], n = 0;
+  for (size_t e = 0; e < E; ++e) core *= ranks_[e], n += shape_.experts[e] * ranks_[e];
+  return n + shape_.in_rows() * ranks_[E] + core + shape_.out * ranks_[E + 1];
+}
+
+// ---------------------------------------------------------------- Hadamard
+
+HadamardMoE::HadamardMoE(MoEShape s) : MuMoELayer("HadamardMoE", std::move(s)) {
+  for (int64_t e = 0; e < shape_.levels(); ++e)
+    add_factor("C" + std::to_string(e + 1), replicate_init({shape_.experts[size_t(e)], shape_.out}, expert_sigma(e)),
+               {expert_axis(e), "o"});
+  add_factor("D", uniform_init({shape_.in_rows(), shape_.out}, shape_.in), {"i", "o"});
+}
+
+int64_t HadamardMoE::count_parameters(const MoEShape& s) {
+  int64_t n = s.in_rows();
+  for (int64_t e : s.experts) n += e;
+  return n * s.out;
+}
+
+int64_t HadamardMoE::flops_per_token() const {
+  int64_t n = shape_.in_rows() + shape_.levels();
+  for (int64_t e : shape_.experts) n += e;
+  return n * shape_.out;
+}
+
+// ---------------------------------------------------------------- dense
+
+static std::vector<std::string> dense_axes(const MoEShape& s) {
+  std::vector<std::string> axes;
+  for (size_t e = 0; e < s.experts.size(); ++e) axes.push_back("n" + std::to_string(e + 1));
+  axes.push_back("i");
+  axes.push_back("o");
+  return axes;
+}
+
+static Shape dense_shape(const MoEShape& s) {
+  Shape sh(s.experts.begin(), s.experts.end());
+  sh.push_back(s.in_rows());
+  sh.push_back(s.out);
+  return sh;
+}
+
+DenseMoE::DenseMoE(MoEShape s) : MuMoELayer("DenseMoE", std::move(s)) {
+  // Every expert initialised independently, like its own linear layer.
+  add_factor("W", uniform_init(dense_shape(shape_), shape_.in), dense_axes(shape_));
+}
+
+DenseMoE::DenseMoE(MoEShape s, const Tensor& weight) : MuMoELayer("DenseMoE", std::move(s)) {
+  MU_CHECK(weight.shape() == dense_shape(shape_), "DenseMoE: weight has shape ", shape_str(weight.shape()),
+           "; expected ", shape_str(dense_shape(shape_)));
+  add_factor("W", weight.detach().clone(), dense_axes(shape_));
+}
+
+int64_t DenseMoE::count_parameters(const MoEShape& s) { return s.total_experts() * s.in_rows() * s.out; }
+int64_t DenseMoE::flops_per_token() const { return count_parameters(shape_); }
+
+}  // namespace mu::nn
