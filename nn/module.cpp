@@ -52,16 +52,26 @@ void Module::collect(const std::string& prefix, bool params, bool bufs, bool rec
     for (const auto& [n, m] : children_) m->collect(prefix + n + ".", params, bufs, true, out);
 }
 
+// Keeps the first entry of each tensor: a tensor registered twice (tied weights, a shared
+// child) must reach an optimizer, and the parameter count, once.
+static StateDict unique_tensors(const StateDict& sd) {
+  StateDict out;
+  std::set<const TensorImpl*> seen;
+  for (const auto& [n, t] : sd)
+    if (seen.insert(t.impl()).second) out.emplace_back(n, t);
+  return out;
+}
+
 StateDict Module::named_parameters(bool recurse) const {
   StateDict out;
   collect("", true, false, recurse, out);
-  return out;
+  return unique_tensors(out);
 }
 
 StateDict Module::named_buffers(bool recurse) const {
   StateDict out;
   collect("", false, true, recurse, out);
-  return out;
+  return unique_tensors(out);
 }
 
 std::vector<Tensor> Module::parameters(bool recurse) const {
@@ -84,12 +94,17 @@ std::vector<std::shared_ptr<Module>> Module::children() const {
 
 std::vector<std::pair<std::string, std::shared_ptr<Module>>> Module::named_children() const { return children_; }
 
+void Module::collect_modules(std::vector<Module*>& out, std::set<const Module*>& seen) {
+  // A child registered in two places is visited once, so to() converts it once.
+  if (!seen.insert(this).second) return;
+  out.push_back(this);
+  for (const auto& [n, m] : children_) m->collect_modules(out, seen);
+}
+
 std::vector<Module*> Module::modules() {
-  std::vector<Module*> out = {this};
-  for (const auto& [n, m] : children_) {
-    std::vector<Module*> sub = m->modules();
-    out.insert(out.end(), sub.begin(), sub.end());
-  }
+  std::vector<Module*> out;
+  std::set<const Module*> seen;
+  collect_modules(out, seen);
   return out;
 }
 
@@ -98,11 +113,14 @@ void Module::train(bool on) {
   for (const auto& [n, m] : children_) m->train(on);
 }
 
+// Tensors already in place are skipped: set_data would drop their gradients for nothing.
 void Module::to(Device device) {
   NoGradGuard g;
   for (Module* m : modules()) {
-    for (auto& [n, t] : m->params_) t.set_data(t.to(device));
-    for (auto& [n, t] : m->buffers_) t.set_data(t.to(device));
+    for (auto& [n, t] : m->params_)
+      if (t.device() != device) t.set_data(t.to(device));
+    for (auto& [n, t] : m->buffers_)
+      if (t.device() != device) t.set_data(t.to(device));
   }
 }
 
@@ -111,9 +129,9 @@ void Module::to(DType dtype) {
   NoGradGuard g;
   for (Module* m : modules()) {
     for (auto& [n, t] : m->params_)
-      if (t.is_floating_point()) t.set_data(t.to(dtype));
+      if (t.is_floating_point() && t.dtype() != dtype) t.set_data(t.to(dtype));
     for (auto& [n, t] : m->buffers_)
-      if (t.is_floating_point()) t.set_data(t.to(dtype));
+      if (t.is_floating_point() && t.dtype() != dtype) t.set_data(t.to(dtype));
   }
 }
 
@@ -136,7 +154,10 @@ StateDict Module::state_dict() const {
 void Module::load_state_dict(const StateDict& sd, bool strict) {
   StateDict mine = state_dict();
   std::set<std::string> given, expected;
-  for (const auto& [n, t] : sd) given.insert(n);
+  for (const auto& [n, t] : sd) {
+    MU_CHECK(t.defined(), type_name_, ".load_state_dict: entry \"", n, "\" is an undefined tensor");
+    given.insert(n);
+  }
   for (const auto& [n, t] : mine) expected.insert(n);
   std::string missing, unexpected;
   for (const auto& n : expected)

@@ -11,6 +11,7 @@
 // the data inside the shared tensor (Tensor::set_data), never replace the handle.
 #pragma once
 #include <memory>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -40,7 +41,8 @@ class Module {
     return m;
   }
 
-  // ---- traversal (recursive: own entries first, then each child's, in registration order)
+  // ---- traversal (recursive: own entries first, then each child's, in registration order;
+  // a tensor or module registered under two names is listed once, under its first name)
   std::vector<Tensor> parameters(bool recurse = true) const;
   StateDict named_parameters(bool recurse = true) const;
   std::vector<Tensor> buffers(bool recurse = true) const;
@@ -59,7 +61,7 @@ class Module {
   void zero_grad();      // every parameter's gradient back to none
   int64_t num_parameters() const;
 
-  // ---- state: parameters and buffers by dotted name
+  // ---- state: parameters and buffers by dotted name (every name, shared tensors included)
   StateDict state_dict() const;
   // Copies values into this module's tensors. Refuses, naming the entries, when strict and
   // an entry is missing or unexpected, and always when a shape differs.
@@ -76,6 +78,7 @@ class Module {
   void add_child(const std::string& name, std::shared_ptr<Module> m);
   void check_new_name(const std::string& name) const;
   void collect(const std::string& prefix, bool params, bool bufs, bool recurse, StateDict& out) const;
+  void collect_modules(std::vector<Module*>& out, std::set<const Module*>& seen);
   void print(std::string& out, const std::string& name, int indent) const;
 
   std::string type_name_;
@@ -102,6 +105,13 @@ class Sequential : public UnaryModule {
   Tensor forward(const Tensor& x) override;
   size_t size() const { return layers_.size(); }
   std::shared_ptr<UnaryModule> operator[](size_t i) const;
+  // Layer i as its own type, e.g. seq.at<Linear>(0)->weight.
+  template <class M>
+  std::shared_ptr<M> at(size_t i) const {
+    auto p = std::dynamic_pointer_cast<M>((*this)[i]);
+    MU_CHECK(p != nullptr, "Sequential::at: layer ", i, " is a ", (*this)[i]->type_name(), ", not the requested type");
+    return p;
+  }
 
  private:
   std::vector<std::shared_ptr<UnaryModule>> layers_;

@@ -153,7 +153,8 @@ Tensor MuMoELayer::forward_without_expert(const Tensor& z, const std::vector<Ten
   std::vector<Tensor> b = a;
   Tensor keep = ones({shape_.experts[size_t(level)]}, a[size_t(level)].dtype());
   keep.set({n}, 0.0);
-  b[size_t(level)] = a[size_t(level)] * keep;
+  // Element writes need a CPU tensor; the mask then moves to the coefficients' device.
+  b[size_t(level)] = a[size_t(level)] * keep.to(a[size_t(level)].device());
   return forward(z, b);
 }
 

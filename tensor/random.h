@@ -10,7 +10,8 @@ namespace mu {
 class Generator {
  public:
   explicit Generator(uint64_t seed = 5489) { manual_seed(seed); }
-  void manual_seed(uint64_t seed) { engine_.seed(seed); seed_ = seed; }
+  // Also drops a pending Box-Muller value, so a seed alone fixes the next normal draws.
+  void manual_seed(uint64_t seed) { engine_.seed(seed); seed_ = seed; has_spare_ = false; }
   uint64_t seed() const { return seed_; }
   uint64_t next_u64() { return engine_(); }
   // Uniform in [0, 1) with 53 random bits.

@@ -21,6 +21,7 @@ int64_t Tensor::stride(int64_t d) const { return strides()[wrap_dim(d, dim(), "s
 
 bool Tensor::is_contiguous() const {
   const TensorImpl* i = checked();
+  if (numel_of(i->shape) == 0) return true;  // no element to misplace, as PyTorch
   int64_t expected = 1;
   for (size_t d = i->shape.size(); d-- > 0;) {
     if (i->shape[d] == 1) continue;

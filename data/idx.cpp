@@ -1,0 +1,152 @@
+#include "data/idx.h"
+
+#include <zlib.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+
+#include "tensor/error.h"
+
+namespace mu::data {
+
+namespace {
+
+// An open gzFile that remembers how many (uncompressed) bytes were consumed, so that
+// every error can say where in the file it happened. zlib reads plain files unchanged.
+class GzReader {
+ public:
+  GzReader(const std::string& path) : path_(path) {
+    std::error_code ec;
+    // gzopen would open a directory and fail only on the first read, with a vaguer message.
+    MU_CHECK(!std::filesystem::is_directory(path, ec), path, ": is a directory, not an IDX file");
+    errno = 0;
+    file_ = gzopen(path.c_str(), "rb");
+    if (file_ == nullptr) {
+      // errno is 0 when zlib itself failed (out of memory), not the open.
+      MU_FAIL(path, ": cannot open: ", errno != 0 ? std::strerror(errno) : "zlib could not allocate its state");
+    }
+    gzbuffer(file_, 1 << 17);  // larger than the 8 KiB default: fewer system calls on 30 MB files
+  }
+  ~GzReader() {
+    if (file_ != nullptr) gzclose(file_);
+  }
+  GzReader(const GzReader&) = delete;
+  GzReader& operator=(const GzReader&) = delete;
+
+  int64_t offset() const { return offset_; }
+
+  // Reads up to n bytes into out; returns how many came (fewer only at the end of the
+  // data). A damaged gzip stream is an error; a gzip stream cut short reads as an early end.
+  int64_t read(uint8_t* out, int64_t n) {
+    int64_t got = 0;
+    while (got < n) {
+      // gzread takes an unsigned int count: read in chunks well below its limit.
+      unsigned chunk = unsigned(std::min<int64_t>(n - got, int64_t(1) << 24));
+      int r = gzread(file_, out + got, chunk);
+      if (r < 0) fail_on_stream_error(offset_ + got);
+      got += r;
+      if (unsigned(r) < chunk) {
+        // A short read is the end of the data, or a stream error zlib reports only now.
+        fail_on_stream_error(offset_ + got);
+        break;
+      }
+    }
+    offset_ += got;
+    return got;
+  }
+
+ private:
+  // Z_BUF_ERROR means the gzip stream ended early: the caller reports that as truncation
+  // with the byte counts. Anything else (corrupt deflate data, an I/O error) is fatal here.
+  // `at` is the uncompressed offset reached so far.
+  void fail_on_stream_error(int64_t at) {
+    int code = Z_OK;
+    std::string msg = gzerror(file_, &code);
+    if (code == Z_OK || code == Z_BUF_ERROR) return;
+    if (code == Z_ERRNO) MU_FAIL(path_, ": read error near byte ", at, ": ", std::strerror(errno));
+    // zlib prefixes its message with the path, which ours already starts with.
+    if (msg.rfind(path_ + ": ", 0) == 0) msg = msg.substr(path_.size() + 2);
+    MU_FAIL(path_, ": corrupt gzip data near byte ", at, ": ", msg);
+  }
+
+  std::string path_;
+  gzFile file_ = nullptr;
+  int64_t offset_ = 0;
+};
+
+// Fails unless exactly n bytes could be read: "truncated at byte B: expected n bytes of <what>, got g".
+void read_exact(GzReader& in, uint8_t* out, int64_t n, const std::string& path, const std::string& what) {
+  int64_t start = in.offset();
+  int64_t got = in.read(out, n);
+  MU_CHECK(got == n, path, ": truncated at byte ", start, ": expected ", n, " bytes of ", what, ", got ", got);
+}
+
+std::string hex(uint32_t v, int digits) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "0x%0*x", digits, v);
+  return buf;
+}
+
+// "1 dim", "3 dims".
+std::string dims_word(int64_t n) { return std::to_string(n) + (n == 1 ? " dim" : " dims"); }
+
+// Big-endian uint32 at p (IDX stores every header field that way).
+uint32_t be32(const uint8_t* p) { return uint32_t(p[0]) << 24 | uint32_t(p[1]) << 16 | uint32_t(p[2]) << 8 | p[3]; }
+
+// Larger payloads are taken for a corrupt header rather than allocated.
+constexpr int64_t kMaxPayload = int64_t(1) << 36;
+
+}  // namespace
+
+IdxArray read_idx(const std::string& path, int64_t expected_rank, const std::string& what) {
+  MU_CHECK(expected_rank == -1 || (expected_rank >= 1 && expected_rank <= 255),
+           "read_idx: expected_rank must be -1 (any) or in [1, 255], got ", expected_rank);
+  GzReader in(path);
+
+  // ---- magic: 0x00, 0x00, element type, rank
+  uint8_t magic[4];
+  read_exact(in, magic, 4, path, "magic number");
+  uint32_t m = be32(magic);
+  const bool ubyte = magic[0] == 0 && magic[1] == 0 && magic[2] == 0x08;
+  if (expected_rank > 0) {
+    MU_CHECK(ubyte && magic[3] == expected_rank, path, ": bad magic number ", hex(m, 8), " at byte 0: expected ",
+             hex(0x800u | uint32_t(expected_rank), 8), " (unsigned bytes, ", dims_word(expected_rank), ")");
+  } else {
+    MU_CHECK(magic[0] == 0 && magic[1] == 0, path, ": bad magic number ", hex(m, 8),
+             " at byte 0: an IDX file starts with two zero bytes");
+    MU_CHECK(magic[2] == 0x08, path, ": unsupported element type ", hex(magic[2], 2),
+             " at byte 2: only unsigned bytes (0x08) are read");
+    MU_CHECK(magic[3] >= 1, path, ": bad magic number ", hex(m, 8), " at byte 0: rank 0 (no dims)");
+  }
+  const int64_t rank = magic[3];
+
+  // ---- dims: one big-endian uint32 each
+  std::vector<uint8_t> raw(size_t(rank) * 4);
+  read_exact(in, raw.data(), rank * 4, path, "dims (" + std::to_string(rank) + " x uint32)");
+  IdxArray out;
+  int64_t numel = 1;
+  for (int64_t d = 0; d < rank; ++d) {
+    int64_t v = be32(&raw[size_t(d) * 4]);
+    MU_CHECK(v > 0, path, ": dim ", d, " (at byte ", 4 + 4 * d, ") is 0: every dim must be positive");
+    out.dims.push_back(v);
+    // Checked before multiplying, so the product can never overflow.
+    MU_CHECK(v <= kMaxPayload / numel, path, ": dims ", shape_str(out.dims), "... at byte 4 describe more than ",
+             kMaxPayload, " bytes: the header is corrupt");
+    numel *= v;
+  }
+
+  // ---- payload, and nothing after it
+  out.data.resize(size_t(numel));
+  read_exact(in, out.data.data(), numel, path, what);
+  uint8_t extra[64];
+  int64_t tail_start = in.offset();
+  int64_t tail = in.read(extra, sizeof extra);
+  MU_CHECK(tail == 0, path, ": unexpected data at byte ", tail_start, ": the dims ", shape_str(out.dims),
+           " describe ", numel, " bytes of ", what, ", but the file goes on");
+  return out;
+}
+
+}  // namespace mu::data

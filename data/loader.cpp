@@ -1,0 +1,31 @@
+#include "data/loader.h"
+
+#include <algorithm>
+
+#include "tensor/error.h"
+
+namespace mu::data {
+
+DataLoader::DataLoader(int64_t size, const DataLoaderOptions& options) : size_(size), options_(options) {
+  MU_CHECK(size >= 0, "DataLoader: negative dataset size ", size);
+  MU_CHECK(options.batch_size() > 0, "DataLoader: batch_size must be positive, got ", options.batch_size());
+}
+
+int64_t DataLoader::batches_per_epoch() const {
+  const int64_t b = options_.batch_size();
+  return options_.drop_last() ? size_ / b : (size_ + b - 1) / b;
+}
+
+std::vector<Tensor> DataLoader::epoch() const {
+  Tensor order = options_.shuffle() ? randperm(size_) : arange(size_);
+  std::vector<Tensor> batches;
+  const int64_t b = options_.batch_size();
+  for (int64_t k = 0, n = batches_per_epoch(); k < n; ++k) {
+    const int64_t start = k * b;
+    // A view into the permutation; the last batch may be short.
+    batches.push_back(order.narrow(0, start, std::min(b, size_ - start)));
+  }
+  return batches;
+}
+
+}  // namespace mu::data

@@ -1,0 +1,165 @@
+#include "nn/init.h"
+
+#include <vector>
+
+#include "autograd/grad_mode.h"
+#include "tensor/random.h"
+
+namespace mu::nn::init {
+
+namespace {
+
+void check_float(const Tensor& t, const char* op) {
+  MU_CHECK(t.defined(), op, ": the tensor is undefined");
+  MU_CHECK(t.is_floating_point(), op, ": needs a floating-point tensor, got ", t.describe());
+}
+
+// Overwrites t with draw(generator) for each element in row-major order. Values are drawn
+// in double on the host (so a seed gives the same numbers on any device and dtype), then
+// written in one conversion.
+template <class Draw>
+Tensor fill_from(Tensor t, const char* op, Draw draw) {
+  check_float(t, op);
+  Generator& gen = default_generator();
+  std::vector<double> v(size_t(t.numel()));
+  for (double& x : v) x = draw(gen);
+  Tensor host = from_vector(v, t.shape());
+  NoGradGuard no_grad;  // an initialisation is not part of any graph
+  if (t.device().is_cpu()) {
+    t.copy_(host);
+  } else {
+    // copy_ has no device-to-device path yet: give the handle new device data instead,
+    // which every holder of the handle sees.
+    t.set_data(host.to(t.device()).to(t.dtype()));
+  }
+  return t;
+}
+
+// The fan the kaiming functions scale by.
+double fan_for(const Tensor& t, FanMode mode) {
+  auto [fan_in, fan_out] = calculate_fan_in_and_fan_out(t);
+  return double(mode == FanMode::FanIn ? fan_in : fan_out);
+}
+
+// Inverse error function: Giles' single-precision approximation ("Approximating the
+// erfinv function", GPU Computing Gems, 2011), then two Newton steps on erf(x) = y,
+// which bring it to double precision.
+double erfinv(double y) {
+  if (y <= -1) return -INFINITY;
+  if (y >= 1) return INFINITY;
+  double w = -std::log((1 - y) * (1 + y)), p;
+  if (w < 5) {
+    w -= 2.5;
+    p = 2.81022636e-08;
+    p = 3.43273939e-07 + p * w;
+    p = -3.5233877e-06 + p * w;
+    p = -4.39150654e-06 + p * w;
+    p = 0.00021858087 + p * w;
+    p = -0.00125372503 + p * w;
+    p = -0.00417768164 + p * w;
+    p = 0.246640727 + p * w;
+    p = 1.50140941 + p * w;
+  } else {
+    w = std::sqrt(w) - 3;
+    p = -0.000200214257;
+    p = 0.000100950558 + p * w;
+    p = 0.00134934322 + p * w;
+    p = -0.00367342844 + p * w;
+    p = 0.00573950773 + p * w;
+    p = -0.0076224613 + p * w;
+    p = 0.00943887047 + p * w;
+    p = 1.00167406 + p * w;
+    p = 2.83297682 + p * w;
+  }
+  double x = p * y;
+  for (int k = 0; k < 2; ++k) x -= (std::erf(x) - y) / (2 / std::sqrt(M_PI) * std::exp(-x * x));
+  return x;
+}
+
+// Standard normal CDF.
+double norm_cdf(double x) { return (1 + std::erf(x / std::sqrt(2.0))) / 2; }
+
+}  // namespace
+
+double calculate_gain(Nonlinearity nonlinearity, double param) {
+  switch (nonlinearity) {
+    case Nonlinearity::Linear:
+    case Nonlinearity::Sigmoid: return 1.0;
+    case Nonlinearity::Tanh: return 5.0 / 3.0;
+    case Nonlinearity::ReLU: return std::sqrt(2.0);
+    case Nonlinearity::LeakyReLU: return std::sqrt(2.0 / (1 + param * param));
+  }
+  return 1.0;
+}
+
+std::pair<int64_t, int64_t> calculate_fan_in_and_fan_out(const Tensor& t) {
+  MU_CHECK(t.defined() && t.dim() >= 2, "init: fan in and fan out need a tensor of at least 2 dimensions, got ",
+           t.describe());
+  // Dims past the first two (a convolution's kernel) multiply both fans.
+  int64_t receptive = 1;
+  for (int64_t d = 2; d < t.dim(); ++d) receptive *= t.size(d);
+  return {t.size(1) * receptive, t.size(0) * receptive};
+}
+
+Tensor uniform_(Tensor t, double a, double b) {
+  MU_CHECK(a <= b, "uniform_: expects a <= b, got a = ", a, ", b = ", b);
+  return fill_from(t, "uniform_", [a, b](Generator& g) { return a + (b - a) * g.uniform(); });
+}
+
+Tensor normal_(Tensor t, double mean, double std) {
+  MU_CHECK(std >= 0, "normal_: std must be non-negative, got ", std);
+  return fill_from(t, "normal_", [mean, std](Generator& g) { return mean + std * g.normal(); });
+}
+
+Tensor constant_(Tensor t, double value) {
+  check_float(t, "constant_");
+  NoGradGuard no_grad;
+  t.fill_(value);
+  return t;
+}
+
+Tensor zeros_(Tensor t) { return constant_(t, 0.0); }
+Tensor ones_(Tensor t) { return constant_(t, 1.0); }
+
+Tensor kaiming_uniform_(Tensor t, double a, FanMode mode, Nonlinearity nonlinearity) {
+  check_float(t, "kaiming_uniform_");
+  if (t.numel() == 0) return t;  // nothing to draw, and no fan to divide by
+  double std = calculate_gain(nonlinearity, a) / std::sqrt(fan_for(t, mode));
+  double bound = std::sqrt(3.0) * std;  // U(-b, b) has variance b^2 / 3
+  return uniform_(t, -bound, bound);
+}
+
+Tensor kaiming_normal_(Tensor t, double a, FanMode mode, Nonlinearity nonlinearity) {
+  check_float(t, "kaiming_normal_");
+  if (t.numel() == 0) return t;
+  return normal_(t, 0.0, calculate_gain(nonlinearity, a) / std::sqrt(fan_for(t, mode)));
+}
+
+Tensor xavier_uniform_(Tensor t, double gain) {
+  check_float(t, "xavier_uniform_");
+  auto [fan_in, fan_out] = calculate_fan_in_and_fan_out(t);
+  double std = gain * std::sqrt(2.0 / double(fan_in + fan_out));
+  double bound = std::sqrt(3.0) * std;
+  return uniform_(t, -bound, bound);
+}
+
+Tensor xavier_normal_(Tensor t, double gain) {
+  check_float(t, "xavier_normal_");
+  auto [fan_in, fan_out] = calculate_fan_in_and_fan_out(t);
+  return normal_(t, 0.0, gain * std::sqrt(2.0 / double(fan_in + fan_out)));
+}
+
+Tensor trunc_normal_(Tensor t, double mean, double std, double a, double b) {
+  MU_CHECK(std > 0, "trunc_normal_: std must be positive, got ", std);
+  MU_CHECK(a < b, "trunc_normal_: expects a < b, got a = ", a, ", b = ", b);
+  // Uniform on the CDF values of the bounds, mapped back through the inverse CDF:
+  // Phi^-1(p) = sqrt(2) * erfinv(2p - 1), so draw 2p - 1 directly.
+  double lo = 2 * norm_cdf((a - mean) / std) - 1, hi = 2 * norm_cdf((b - mean) / std) - 1;
+  return fill_from(t, "trunc_normal_", [=](Generator& g) {
+    double v = mean + std * std::sqrt(2.0) * erfinv(lo + (hi - lo) * g.uniform());
+    // Rounding in the tails may step just outside: clamp as torch does.
+    return std::min(std::max(v, a), b);
+  });
+}
+
+}  // namespace mu::nn::init

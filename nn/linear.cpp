@@ -1,0 +1,41 @@
+#include "nn/linear.h"
+
+#include <cmath>
+
+#include "nn/init.h"
+#include "ops/ops.h"
+
+namespace mu::nn {
+
+Linear::Linear(const LinearOptions& options) : UnaryModule("Linear"), options_(options) {
+  MU_CHECK(options.in_features() >= 0 && options.out_features() >= 0, "Linear: feature counts must be non-negative, got in_features=",
+           options.in_features(), ", out_features=", options.out_features());
+  weight = register_parameter("weight", empty({options.out_features(), options.in_features()}));
+  if (options.bias()) bias = register_parameter("bias", empty({options.out_features()}));
+  reset_parameters();
+}
+
+void Linear::reset_parameters() {
+  // kaiming_uniform with a = sqrt(5): gain sqrt(1/3), so bound = sqrt(3) * gain / sqrt(in)
+  // = 1/sqrt(in), the same bound torch then uses for the bias.
+  init::kaiming_uniform_(weight, std::sqrt(5.0));
+  if (bias.defined() && options_.in_features() > 0) {
+    double bound = 1 / std::sqrt(double(options_.in_features()));
+    init::uniform_(bias, -bound, bound);
+  }
+}
+
+Tensor Linear::forward(const Tensor& x) {
+  MU_CHECK(x.defined() && x.dim() >= 1 && x.size(-1) == options_.in_features(), "Linear: expected input with last dim ",
+           options_.in_features(), ", got ", x.describe());
+  // weight.t() is a transposed view: the GEMM reads it in place, nothing is copied.
+  Tensor y = matmul(x, weight.t());
+  return bias.defined() ? y + bias : y;
+}
+
+std::string Linear::extra_repr() const {
+  return detail::str("in_features=", options_.in_features(), ", out_features=", options_.out_features(),
+                     ", bias=", options_.bias() ? "true" : "false");
+}
+
+}  // namespace mu::nn

@@ -1,0 +1,242 @@
+#include "nn/mumoe_block.h"
+
+#include "nn/entmax.h"
+#include "ops/ops.h"
+
+namespace mu::nn {
+
+const char* to_string(MoEKind kind) {
+  switch (kind) {
+    case MoEKind::CP: return "CP";
+    case MoEKind::TR: return "TR";
+    case MoEKind::TT: return "TT";
+    case MoEKind::Tucker: return "Tucker";
+    case MoEKind::Hadamard: return "Hadamard";
+    case MoEKind::Dense: return "Dense";
+  }
+  return "?";
+}
+
+const char* to_string(GateNorm norm) {
+  switch (norm) {
+    case GateNorm::None: return "None";
+    case GateNorm::BatchNorm: return "BatchNorm";
+    case GateNorm::LayerNorm: return "LayerNorm";
+  }
+  return "?";
+}
+
+const char* to_string(GateActivation activation) {
+  switch (activation) {
+    case GateActivation::Entmax15: return "Entmax15";
+    case GateActivation::Softmax: return "Softmax";
+    case GateActivation::Sparsemax: return "Sparsemax";
+  }
+  return "?";
+}
+
+// ---------------------------------------------------------------- options
+
+MoEShape MuMoEOptions::layer_shape(int64_t index) const {
+  MU_CHECK(index >= 0 && index < num_layers(), "MuMoEOptions::layer_shape: layer ", index, " out of range (",
+           num_layers(), " layer", num_layers() == 1 ? "" : "s", ")");
+  MoEShape s;
+  // One layer maps in -> out; two map in -> hidden -> out.
+  s.in = index == 0 ? in_ : hidden_;
+  s.out = (index == 0 && hidden_ > 0) ? hidden_ : out_;
+  s.experts = experts_;
+  s.bias = bias_;
+  return s;
+}
+
+std::vector<int64_t> MuMoEOptions::resolved_ranks() const {
+  if (!ranks_.empty()) return ranks_;
+  const size_t E = experts_.size();
+  // TR: R_1..R_{E+2}; TT drops R_1 (fixed to 1). Every rank but the last is 4, as in the papers.
+  if (kind_ == MoEKind::TR || kind_ == MoEKind::TT) {
+    if (rank_ <= 0) return {};
+    std::vector<int64_t> r(kind_ == MoEKind::TR ? E + 2 : E + 1, 4);
+    r.back() = rank_;
+    return r;
+  }
+  return {};
+}
+
+void MuMoEOptions::validate() const {
+  MU_CHECK(in_ > 0 && out_ > 0, "MuMoE: input and output features must be positive, got in=", in_, ", out=", out_);
+  MU_CHECK(!experts_.empty(), "MuMoE: set the experts per level, e.g. .experts({128})");
+  for (size_t e = 0; e < experts_.size(); ++e)
+    MU_CHECK(experts_[e] > 0, "MuMoE: level ", e, " has ", experts_[e], " experts; each level needs at least one");
+  MU_CHECK(hidden_ >= 0, "MuMoE: hidden must be 0 (one layer) or positive, got ", hidden_);
+  MU_CHECK(gelu_approximate_ == "none" || gelu_approximate_ == "tanh",
+           "MuMoE: gelu_approximate must be \"none\" or \"tanh\", got \"", gelu_approximate_, "\"");
+  MU_CHECK(gate_eps_ >= 0, "MuMoE: gate_eps must be non-negative, got ", gate_eps_);
+  const int64_t E = int64_t(experts_.size());
+  switch (kind_) {
+    case MoEKind::CP:
+      MU_CHECK(rank_ > 0, "MuMoE: a CP block needs .rank(R) with R > 0, got ", rank_);
+      break;
+    case MoEKind::TR:
+    case MoEKind::TT: {
+      const int64_t want = kind_ == MoEKind::TR ? E + 2 : E + 1;
+      std::vector<int64_t> r = resolved_ranks();
+      MU_CHECK(!r.empty(), "MuMoE: a ", to_string(kind_), " block needs .rank(R) (the last rank) or .ranks({...})");
+      MU_CHECK(int64_t(r.size()) == want, "MuMoE: a ", to_string(kind_), " block with ", E, " level",
+               E == 1 ? "" : "s", " needs ", want, " ranks, got ", shape_str(r));
+      break;
+    }
+    case MoEKind::Tucker:
+      MU_CHECK(int64_t(ranks_.size()) == E + 2, "MuMoE: a Tucker block with ", E, " level", E == 1 ? "" : "s",
+               " needs .ranks({R_N1, ..., R_NE, R_I, R_O}) with ", E + 2, " entries, got ", shape_str(ranks_));
+      break;
+    case MoEKind::Hadamard:
+    case MoEKind::Dense:
+      break;
+  }
+  for (int64_t r : ranks_) MU_CHECK(r > 0, "MuMoE: ranks must be positive, got ", shape_str(ranks_));
+}
+
+std::shared_ptr<MuMoELayer> make_mumoe_layer(const MuMoEOptions& o, const MoEShape& shape) {
+  switch (o.kind()) {
+    case MoEKind::CP: return std::make_shared<CPMuMoE>(shape, o.rank());
+    case MoEKind::TR: return std::make_shared<TRMuMoE>(shape, o.resolved_ranks());
+    case MoEKind::TT: return std::make_shared<TTMuMoE>(shape, o.resolved_ranks());
+    case MoEKind::Tucker: return std::make_shared<TuckerMuMoE>(shape, o.resolved_ranks());
+    case MoEKind::Hadamard: return std::make_shared<HadamardMoE>(shape);
+    case MoEKind::Dense: return std::make_shared<DenseMoE>(shape);
+  }
+  MU_FAIL("make_mumoe_layer: unknown kind");
+  return nullptr;
+}
+
+int64_t count_layer_parameters(const MuMoEOptions& o, const MoEShape& shape) {
+  switch (o.kind()) {
+    case MoEKind::CP: return CPMuMoE::count_parameters(shape, o.rank());
+    case MoEKind::TR: return TRMuMoE::count_parameters(shape, o.resolved_ranks());
+    case MoEKind::TT: {
+      // A tensor train is a ring whose closing rank R_1 is 1.
+      std::vector<int64_t> r = o.resolved_ranks();
+      r.insert(r.begin(), 1);
+      return TRMuMoE::count_parameters(shape, r);
+    }
+    case MoEKind::Tucker: return TuckerMuMoE::count_parameters(shape, o.resolved_ranks());
+    case MoEKind::Hadamard: return HadamardMoE::count_parameters(shape);
+    case MoEKind::Dense: return DenseMoE::count_parameters(shape);
+  }
+  MU_FAIL("count_layer_parameters: unknown kind");
+  return 0;
+}
+
+// ---------------------------------------------------------------- the block
+
+MuMoE::MuMoE(const MuMoEOptions& options) : UnaryModule("MuMoE"), options_(options) {
+  options_.validate();
+  const int64_t E = int64_t(options_.experts().size());
+  for (int64_t e = 0; e < E; ++e) {
+    const int64_t n = options_.experts()[size_t(e)];
+    // Zero gating: every expert gets the same coefficient at initialisation.
+    gates_.push_back(register_parameter("G" + std::to_string(e + 1), zeros({options_.in(), n})));
+  }
+  for (int64_t e = 0; e < E; ++e) {
+    const int64_t n = options_.experts()[size_t(e)];
+    const std::string name = "gate_norm" + std::to_string(e + 1);
+    if (options_.gate_norm() == GateNorm::BatchNorm)
+      gate_norms_.push_back(register_module(
+          name, std::make_shared<BatchNorm1d>(
+                    BatchNormOptions(n).affine(false).eps(options_.gate_eps()).momentum(options_.gate_momentum()))));
+    else if (options_.gate_norm() == GateNorm::LayerNorm)
+      gate_norms_.push_back(register_module(
+          name, std::make_shared<LayerNorm>(LayerNormOptions({n}).elementwise_affine(false).eps(options_.gate_eps()))));
+  }
+  if (options_.input_norm())
+    input_norm_ = register_module("input_norm", std::make_shared<LayerNorm>(LayerNormOptions({options_.in()})));
+  for (int64_t l = 0; l < options_.num_layers(); ++l)
+    layers_.push_back(register_module("layer" + std::to_string(l + 1), make_mumoe_layer(options_, options_.layer_shape(l))));
+}
+
+std::vector<Tensor> MuMoE::coefficients(const Tensor& x) {
+  const int64_t in = options_.in();
+  MU_CHECK(x.defined() && x.dim() >= 1 && x.size(-1) == in, "MuMoE: expected input (..., ", in, "), got ",
+           x.defined() ? x.describe() : std::string("an undefined tensor"));
+  Shape lead(x.shape().begin(), x.shape().end() - 1);
+  const int64_t M = numel_of(lead);
+  // Every leading position is one row, so batch-norm statistics span all of them.
+  Tensor flat = x.reshape({M, in});
+  std::vector<Tensor> a;
+  for (size_t e = 0; e < gates_.size(); ++e) {
+    Tensor logits = flat.matmul(gates_[e]);  // (M, N_e)
+    if (!gate_norms_.empty()) logits = gate_norms_[e]->forward(logits);
+    Tensor p;
+    switch (options_.activation()) {
+      case GateActivation::Entmax15: p = entmax15(logits, -1); break;
+      case GateActivation::Softmax: p = softmax(logits, -1); break;
+      case GateActivation::Sparsemax: p = sparsemax(logits, -1); break;
+    }
+    Shape shape = lead;
+    shape.push_back(gates_[e].size(1));
+    a.push_back(p.reshape(shape));
+  }
+  return a;
+}
+
+Tensor MuMoE::layer_input(const Tensor& x) { return input_norm_ ? input_norm_->forward(x) : x; }
+
+Tensor MuMoE::hidden_activation(const Tensor& h) const { return gelu(h, options_.gelu_approximate()); }
+
+Tensor MuMoE::forward_with(const Tensor& x, const std::vector<Tensor>& a) {
+  Tensor y = layers_[0]->forward(layer_input(x), a);
+  // The second layer reuses the first layer's coefficients: one gating decision per token.
+  if (layers_.size() > 1) y = layers_[1]->forward(hidden_activation(y), a);
+  return y;
+}
+
+Tensor MuMoE::forward(const Tensor& x) {
+  std::vector<Tensor> a = coefficients(x);
+  last_coefficients_.clear();
+  // Copies, so later in-place changes to the graph's tensors cannot alter what analysis reads.
+  for (const Tensor& t : a) last_coefficients_.push_back(t.detach().clone());
+  return forward_with(x, a);
+}
+
+std::shared_ptr<MuMoELayer> MuMoE::layer(int64_t index) const {
+  MU_CHECK(index >= 0 && index < num_layers(), "MuMoE::layer: layer ", index, " out of range (", num_layers(),
+           " layer", num_layers() == 1 ? "" : "s", ")");
+  return layers_[size_t(index)];
+}
+
+const Tensor& MuMoE::gate(int64_t level) const {
+  MU_CHECK(level >= 0 && level < levels(), "MuMoE::gate: level ", level, " out of range (", levels(), " level",
+           levels() == 1 ? "" : "s", ")");
+  return gates_[size_t(level)];
+}
+
+int64_t MuMoE::flops_per_token() const {
+  int64_t n = 0;
+  for (int64_t e : options_.experts()) n += options_.in() * e;
+  for (const auto& l : layers_) n += l->flops_per_token();
+  return n;
+}
+
+int64_t MuMoE::count_parameters(const MuMoEOptions& options) {
+  options.validate();
+  int64_t n = 0;
+  for (int64_t e : options.experts()) n += options.in() * e;  // the gating matrices
+  // Gate norms have no affine parameters; the input LayerNorm has a weight and a bias.
+  if (options.input_norm()) n += 2 * options.in();
+  for (int64_t l = 0; l < options.num_layers(); ++l) n += count_layer_parameters(options, options.layer_shape(l));
+  return n;
+}
+
+std::string MuMoE::extra_repr() const {
+  std::string ex;
+  for (int64_t n : options_.experts()) ex += (ex.empty() ? "" : "x") + std::to_string(n);
+  std::string r;
+  if (options_.kind() == MoEKind::CP) r = ", rank=" + std::to_string(options_.rank());
+  if (!options_.resolved_ranks().empty()) r = ", ranks=" + shape_str(options_.resolved_ranks());
+  return detail::str("in=", options_.in(), ", out=", options_.out(), ", hidden=", options_.hidden(),
+                     ", experts=", ex, ", kind=", to_string(options_.kind()), r,
+                     ", gate_norm=", to_string(options_.gate_norm()), ", activation=",
+                     to_string(options_.activation()), ", input_norm=", options_.input_norm() ? "true" : "false");
+}
+
+}  // namespace mu::nn

@@ -1,0 +1,38 @@
+// Line-wise kernels (softmax-like ops that normalise along one dim): a dense tensor is
+// viewed as (outer, n, inner) and every line of n elements along the middle axis is
+// handed to the kernel as (offset, stride). Lines are disjoint, so they run on several
+// threads once the tensor is large enough to pay for it.
+#pragma once
+#include <omp.h>
+
+#include <array>
+#include <cstdint>
+
+#include "ops/cpu/loops.h"
+#include "tensor/shape.h"
+
+namespace mu::cpu {
+
+// Sizes before and after `dim` (already wrapped): the tensor seen as (outer, n, inner).
+// A 0-dim tensor is one line of one element.
+inline std::array<int64_t, 3> line_geometry(const Shape& shape, int64_t dim) {
+  int64_t outer = 1, inner = 1;
+  for (int64_t k = 0; k < int64_t(shape.size()); ++k) {
+    if (k < dim) outer *= shape[size_t(k)];
+    if (k > dim) inner *= shape[size_t(k)];
+  }
+  return {outer, shape.empty() ? 1 : shape[size_t(dim)], inner};
+}
+
+// Calls f(offset, stride) for every line along the middle axis of a dense (outer, n,
+// inner) tensor. `cost` weighs one element's work against an elementwise op's, so that
+// a kernel doing a sort or a bisection per line goes parallel on smaller tensors.
+template <class F>
+void for_each_line(int64_t outer, int64_t n, int64_t inner, F f, int64_t cost = 1) {
+  int64_t lines = outer * inner;
+  bool par = lines * n * cost >= kParallelGrain && lines > 1 && !omp_in_parallel();
+#pragma omp parallel for if (par) schedule(static)
+  for (int64_t l = 0; l < lines; ++l) f((l / inner) * n * inner + l % inner, inner);
+}
+
+}  // namespace mu::cpu

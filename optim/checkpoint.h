@@ -1,0 +1,35 @@
+// Training checkpoints: model, optimizer, step and random-generator state in one
+// safetensors file, so that training resumes exactly where it stopped (bit-identical on
+// the CPU: same losses, same weights as a run that never stopped).
+//
+//   optim::save_checkpoint("run/ckpt.safetensors", model, opt, step);
+//   ...
+//   int64_t step = optim::load_checkpoint("run/ckpt.safetensors", model, opt);
+//
+// Layout (PyTorch can read it as a plain safetensors file):
+//   model.<name>    model.state_dict() entries (parameters and buffers)
+//   optim.<name>    opt.state_dict() entries (see optim/optimizer.h)
+//   __metadata__    checkpoint_version "1", step, optimizer (its name, e.g. "AdamW"),
+//                   rng_state (default_generator().state()), and the header checksum
+// The write is atomic (temporary file + rename), as every save_safetensors is.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "nn/module.h"
+#include "optim/optimizer.h"
+
+namespace mu::optim {
+
+// The layout version written, and the only one read.
+inline constexpr int kCheckpointVersion = 1;
+
+void save_checkpoint(const std::string& path, const nn::Module& model, const Optimizer& opt, int64_t step);
+
+// Restores the model (strict: every entry present, same shapes and dtypes), the
+// optimizer's hyper-parameters and state, and the global random generator; returns the
+// step saved. Everything is checked before anything changes, so a refused checkpoint
+// leaves model, optimizer and generator as they were. Errors name the file and the entry.
+int64_t load_checkpoint(const std::string& path, nn::Module& model, Optimizer& opt);
+
+}  // namespace mu::optim

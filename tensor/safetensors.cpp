@@ -1,0 +1,401 @@
+#include "tensor/safetensors.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <set>
+
+namespace mu {
+
+// Tensor memory is written and read as is, and the format is little-endian.
+static_assert(std::endian::native == std::endian::little, "safetensors I/O assumes a little-endian host");
+
+namespace {
+
+// ordered_json keeps header entries in the order they were written.
+using json = nlohmann::ordered_json;
+
+constexpr size_t kChecksumDigits = 16;
+// The reference implementation refuses larger headers; so a corrupt length cannot make
+// us allocate gigabytes before the JSON is even looked at.
+constexpr uint64_t kMaxHeaderBytes = 100'000'000;
+
+std::string errno_text() { return std::strerror(errno); }
+
+// 64-bit FNV-1a. Every step is a bijection of the running state, so two headers that
+// differ in a single byte always hash differently.
+uint64_t fnv1a(const std::string& s) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+std::string hex16(uint64_t v) {
+  char buf[kChecksumDigits + 1];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+// `"mumoe.header_checksum":"` as nlohmann's compact dump writes it. Inside any other
+// JSON string its quotes would be escaped, so this text occurs only as the real key.
+std::string checksum_prefix() { return std::string("\"") + kSafetensorsChecksumKey + "\":\""; }
+
+// The hash of `header` with the checksum's digits (starting at `at`) read as zeros:
+// the writer hashes with zeros there, then writes the digits in.
+std::string header_hash(std::string header, size_t at) {
+  header.replace(at, kChecksumDigits, kChecksumDigits, '0');
+  return hex16(fnv1a(header));
+}
+
+bool parse_dtype(const std::string& s, DType& out) {
+  const std::pair<const char*, DType> known[] = {
+      {"F32", kFloat32}, {"F64", kFloat64}, {"I64", kInt64}, {"BOOL", kBool}, {"BF16", DType::BFloat16}};
+  for (const auto& [name, t] : known)
+    if (s == name) {
+      out = t;
+      return true;
+    }
+  return false;
+}
+
+// A file descriptor closed on scope exit.
+struct Fd {
+  int fd = -1;
+  explicit Fd(int f) : fd(f) {}
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+};
+
+void write_all(int fd, const void* data, size_t n, const std::string& file) {
+  const char* p = static_cast<const char*>(data);
+  while (n > 0) {
+    ssize_t k = ::write(fd, p, n);
+    if (k < 0 && errno == EINTR) continue;  // interrupted by a signal before writing: retry
+    MU_CHECK(k > 0, "cannot write ", file, ": ", errno_text());
+    p += k;
+    n -= size_t(k);
+  }
+}
+
+// Reads exactly n bytes at `offset`; a short read means the file shrank under us.
+void read_all(int fd, void* data, size_t n, uint64_t offset, const std::string& file) {
+  char* p = static_cast<char*>(data);
+  while (n > 0) {
+    ssize_t k = ::pread(fd, p, n, off_t(offset));
+    if (k < 0 && errno == EINTR) continue;
+    MU_CHECK(k >= 0, "cannot read ", file, ": ", errno_text());
+    MU_CHECK(k > 0, file, ": unexpected end of file at byte ", offset, " (was it truncated while being read?)");
+    p += k;
+    n -= size_t(k);
+    offset += uint64_t(k);
+  }
+}
+
+// The temporary a save writes; removed on scope exit unless the save committed it.
+struct TempFile {
+  std::string path;
+  bool committed = false;
+  explicit TempFile(std::string p) : path(std::move(p)) {}
+  ~TempFile() {
+    if (!committed) ::unlink(path.c_str());
+  }
+};
+
+// Writes one tensor's elements, dense and row-major.
+void write_tensor(int fd, const Tensor& t, const std::string& file) {
+  // detach: no autograd node for this copy; contiguous: no copy when already dense.
+  Tensor d = t.detach().contiguous();
+  size_t nbytes = size_t(d.numel()) * element_size(d.dtype());
+  if (nbytes == 0) return;
+  if (d.device().is_cpu()) {
+    write_all(fd, d.raw_data(), nbytes, file);
+    return;
+  }
+  // Device memory goes through a host buffer (raw bytes, so bfloat16 needs no CPU kernel).
+  std::vector<char> host(nbytes);
+  cuda::memcpy(host.data(), Device::cpu(), d.raw_data(), d.device(), nbytes);
+  write_all(fd, host.data(), nbytes, file);
+}
+
+// Durability of the rename itself: flush the directory entry. Best effort, since the
+// new file is already complete and in place when this runs.
+void sync_directory(const std::string& path) {
+  std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  if (dir.empty()) dir = ".";
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return;
+  ::fsync(fd);
+  ::close(fd);
+}
+
+// One tensor as the header describes it.
+struct Entry {
+  std::string name, dtype_str;
+  DType dtype;
+  Shape shape;
+  uint64_t begin, end;
+};
+
+uint64_t to_u64(const json& v) { return v.get<uint64_t>(); }
+
+Entry parse_entry(const std::string& file, const std::string& name, const json& v, uint64_t data_size,
+                  uint64_t data_start) {
+  std::string where = file + ": entry \"" + name + "\"";
+  MU_CHECK(v.is_object(), where, " is not a JSON object");
+  for (const auto& [key, value] : v.items())
+    MU_CHECK(key == "dtype" || key == "shape" || key == "data_offsets", where, " has an unexpected key \"", key,
+             "\"");
+  for (const char* key : {"dtype", "shape", "data_offsets"}) MU_CHECK(v.contains(key), where, " has no \"", key, "\"");
+
+  Entry e;
+  e.name = name;
+  const json& dt = v["dtype"];
+  MU_CHECK(dt.is_string(), where, ": \"dtype\" is not a string");
+  e.dtype_str = dt.get<std::string>();
+  MU_CHECK(parse_dtype(e.dtype_str, e.dtype), where, " has unknown dtype \"", e.dtype_str,
+           "\" (supported: F32, F64, I64, BOOL, BF16)");
+
+  const json& sh = v["shape"];
+  MU_CHECK(sh.is_array(), where, ": \"shape\" is not an array");
+  // Bytes needed, built up with overflow checks: a corrupt shape may hold huge numbers.
+  uint64_t numel = 1;
+  bool overflow = false;
+  for (const json& d : sh) {
+    // nlohmann parses non-negative integers as unsigned; negatives and fractions fail here.
+    MU_CHECK(d.is_number_unsigned() && to_u64(d) <= uint64_t(INT64_MAX), where, ": shape ", sh.dump(),
+             " holds ", d.dump(), ", not a dimension size");
+    e.shape.push_back(int64_t(to_u64(d)));
+    overflow = overflow || __builtin_mul_overflow(numel, to_u64(d), &numel);
+  }
+  uint64_t nbytes = 0;
+  overflow = overflow || __builtin_mul_overflow(numel, uint64_t(element_size(e.dtype)), &nbytes);
+
+  const json& off = v["data_offsets"];
+  MU_CHECK(off.is_array() && off.size() == 2 && off[0].is_number_unsigned() && off[1].is_number_unsigned(), where,
+           ": \"data_offsets\" is ", off.dump(), ", not [begin, end]");
+  e.begin = to_u64(off[0]);
+  e.end = to_u64(off[1]);
+  MU_CHECK(e.begin <= e.end, where, ": data_offsets [", e.begin, ", ", e.end, "] end before they begin");
+  MU_CHECK(e.end <= data_size, where, ": data_offsets [", e.begin, ", ", e.end, "] reach past the end of the ",
+           data_size, "-byte data region (file byte ", data_start + e.end, " of ", data_start + data_size,
+           "; truncated file?)");
+  MU_CHECK(!overflow && e.end - e.begin == nbytes, where, ": data_offsets [", e.begin, ", ", e.end, "] span ",
+           e.end - e.begin, " bytes but dtype ", e.dtype_str, " with shape ", sh.dump(), " needs ",
+           overflow ? std::string("more than 2^64") : std::to_string(nbytes));
+  return e;
+}
+
+// Reads an entry's elements into a new CPU tensor.
+Tensor read_entry(int fd, const Entry& e, uint64_t data_start, const std::string& file) {
+  uint64_t at = data_start + e.begin;
+  size_t nbytes = size_t(e.end - e.begin);
+  if (e.dtype == DType::BFloat16) {
+    // bfloat16 is the upper half of a float32, so widening is a 16-bit shift: exact.
+    std::vector<uint16_t> half(nbytes / 2);
+    read_all(fd, half.data(), nbytes, at, file);
+    Tensor t = empty(e.shape, kFloat32);
+    float* p = t.data_ptr<float>();
+    for (size_t i = 0; i < half.size(); ++i) p[i] = std::bit_cast<float>(uint32_t(half[i]) << 16);
+    return t;
+  }
+  Tensor t = empty(e.shape, e.dtype);
+  if (nbytes > 0) read_all(fd, t.raw_data(), nbytes, at, file);
+  if (e.dtype == kBool) {
+    // Any byte but 0 and 1 is not a bool; as a C++ bool it would be undefined behaviour.
+    const unsigned char* b = static_cast<const unsigned char*>(t.raw_data());
+    for (size_t i = 0; i < nbytes; ++i)
+      MU_CHECK(b[i] <= 1, file, ": entry \"", e.name, "\" (BOOL) holds byte ", int(b[i]), " at file byte ", at + i,
+               "; only 0 and 1 are booleans");
+  }
+  return t;
+}
+
+}  // namespace
+
+const char* safetensors_dtype(DType t) {
+  switch (t) {
+    case DType::Float32: return "F32";
+    case DType::Float64: return "F64";
+    case DType::Int64: return "I64";
+    case DType::Bool: return "BOOL";
+    case DType::BFloat16: return "BF16";
+  }
+  MU_FAIL("safetensors_dtype: unknown dtype ", int(t));
+}
+
+bool SafetensorsFile::contains(const std::string& name) const {
+  for (const auto& [n, t] : tensors)
+    if (n == name) return true;
+  return false;
+}
+
+Tensor SafetensorsFile::get(const std::string& name) const {
+  for (const auto& [n, t] : tensors)
+    if (n == name) return t;
+  MU_FAIL(path, ": no tensor named \"", name, "\"");
+}
+
+void save_safetensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
+                      const std::map<std::string, std::string>& metadata) {
+  std::string what = "save_safetensors " + path;
+  // Everything that can be refused is checked before a byte is written.
+  std::set<std::string> seen;
+  for (const auto& [name, t] : tensors) {
+    MU_CHECK(!name.empty(), what, ": a tensor has an empty name");
+    MU_CHECK(name != "__metadata__", what, ": \"__metadata__\" is reserved for the metadata, not a tensor name");
+    MU_CHECK(seen.insert(name).second, what, ": two tensors are named \"", name, "\"");
+    MU_CHECK(t.defined(), what, ": tensor \"", name, "\" is undefined");
+  }
+  MU_CHECK(!metadata.count(kSafetensorsChecksumKey), what, ": metadata key \"", kSafetensorsChecksumKey,
+           "\" is reserved for the header checksum");
+
+  json header = json::object();
+  json meta = json::object();
+  for (const auto& [k, v] : metadata) meta[k] = v;
+  meta[kSafetensorsChecksumKey] = std::string(kChecksumDigits, '0');  // placeholder, filled in below
+  header["__metadata__"] = meta;
+  uint64_t offset = 0;
+  for (const auto& [name, t] : tensors) {
+    uint64_t nbytes = uint64_t(t.numel()) * element_size(t.dtype());
+    header[name] = {{"dtype", safetensors_dtype(t.dtype())},
+                    {"shape", t.shape()},
+                    {"data_offsets", {offset, offset + nbytes}}};
+    offset += nbytes;
+  }
+  std::string text;
+  try {
+    text = header.dump();
+  } catch (const json::exception& e) {
+    MU_FAIL(what, ": cannot encode the header (names and metadata must be valid UTF-8): ", e.what());
+  }
+  // Padding makes the data region start 8-byte aligned, as the format asks.
+  text.append((8 - text.size() % 8) % 8, ' ');
+  size_t at = text.find(checksum_prefix()) + checksum_prefix().size();
+  text.replace(at, kChecksumDigits, header_hash(text, at));
+
+  TempFile tmp(path + ".tmp." + std::to_string(::getpid()));
+  {
+    Fd fd(::open(tmp.path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+    MU_CHECK(fd.fd >= 0, what, ": cannot create ", tmp.path, ": ", errno_text());
+    unsigned char len[8];
+    for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(uint64_t(text.size()) >> (8 * i));
+    write_all(fd.fd, len, 8, tmp.path);
+    write_all(fd.fd, text.data(), text.size(), tmp.path);
+    for (const auto& [name, t] : tensors) {
+      try {
+        write_tensor(fd.fd, t, tmp.path);
+      } catch (const Error& e) {
+        // Say which tensor failed (a CUDA copy, the disk filling up); the temporary goes.
+        MU_FAIL(what, ": tensor \"", name, "\": ", e.what());
+      }
+    }
+    // The data must be on disk before the rename makes it the file at `path`.
+    MU_CHECK(::fsync(fd.fd) == 0, what, ": cannot flush ", tmp.path, ": ", errno_text());
+    int f = fd.fd;
+    fd.fd = -1;
+    MU_CHECK(::close(f) == 0, what, ": cannot close ", tmp.path, ": ", errno_text());
+  }
+  MU_CHECK(::rename(tmp.path.c_str(), path.c_str()) == 0, what, ": cannot rename ", tmp.path, " to ", path, ": ",
+           errno_text());
+  tmp.committed = true;
+  sync_directory(path);
+}
+
+SafetensorsFile load_safetensors(const std::string& path) {
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  MU_CHECK(fd.fd >= 0, "cannot open ", path, ": ", errno_text());
+  struct stat st;
+  MU_CHECK(::fstat(fd.fd, &st) == 0, "cannot stat ", path, ": ", errno_text());
+  MU_CHECK(S_ISREG(st.st_mode), "cannot load ", path, ": not a regular file");
+  const uint64_t size = uint64_t(st.st_size);
+  MU_CHECK(size >= 8, path, ": the file is ", size,
+           " bytes long, shorter than the 8-byte header length (truncated, or not a safetensors file)");
+
+  unsigned char len[8];
+  read_all(fd.fd, len, 8, 0, path);
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | len[i];
+  MU_CHECK(n <= size - 8, path, ": the header length in bytes 0-7 is ", n, " but only ", size - 8,
+           " bytes follow (truncated file, or a corrupt length)");
+  MU_CHECK(n <= kMaxHeaderBytes, path, ": the header length in bytes 0-7 is ", n, ", over the format's limit of ",
+           kMaxHeaderBytes);
+  std::string text(n, '\0');
+  read_all(fd.fd, text.data(), n, 8, path);
+
+  json header;
+  try {
+    header = json::parse(text);
+  } catch (const json::parse_error& e) {
+    // e.byte counts from 1 within the header, which starts at file byte 8.
+    MU_FAIL(path, ": the header is not valid JSON (error at file byte ", 8 + e.byte - 1, "): ", e.what());
+  }
+  MU_CHECK(header.is_object(), path, ": the header is a JSON ", header.type_name(), ", not an object");
+
+  SafetensorsFile out;
+  out.path = path;
+  if (header.contains("__metadata__")) {
+    const json& meta = header["__metadata__"];
+    MU_CHECK(meta.is_object(), path, ": \"__metadata__\" is not a JSON object");
+    for (const auto& [k, v] : meta.items()) {
+      MU_CHECK(v.is_string(), path, ": \"__metadata__\" entry \"", k, "\" is ", v.dump(), ", not a string");
+      out.metadata[k] = v.get<std::string>();
+    }
+  }
+  // Checked before the entries: when the hash disagrees, a corrupt header is the cause of
+  // whatever else looks wrong.
+  if (auto it = out.metadata.find(kSafetensorsChecksumKey); it != out.metadata.end()) {
+    size_t at = text.find(checksum_prefix());
+    MU_CHECK(at != std::string::npos, path, ": the header checksum entry is not where it was written");
+    at += checksum_prefix().size();
+    std::string computed = at + kChecksumDigits <= text.size() ? header_hash(text, at) : "";
+    MU_CHECK(computed == it->second, path, ": the header checksum is ", it->second, " but the header hashes to ",
+             computed, ": the header was altered after it was written (a flipped bit, or an edit by a tool that "
+             "kept this file's metadata)");
+    out.metadata.erase(it);
+    out.checksummed = true;
+  }
+
+  const uint64_t data_start = 8 + n, data_size = size - data_start;
+  std::vector<Entry> entries;
+  for (const auto& [name, v] : header.items())
+    if (name != "__metadata__") entries.push_back(parse_entry(path, name, v, data_size, data_start));
+  // Data order. An empty tensor shares its offset with the next one and goes first (by
+  // end); equal entries (several empty ones) keep header order.
+  std::stable_sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+  });
+  uint64_t covered = 0;  // the data region is covered up to here
+  const Entry* prev = nullptr;
+  for (const Entry& e : entries) {
+    MU_CHECK(e.begin >= covered, path, ": entry \"", e.name, "\" (data_offsets [", e.begin, ", ", e.end,
+             "]) overlaps entry \"", prev ? prev->name : "", "\", which ends at ", covered);
+    MU_CHECK(e.begin == covered, path, ": data bytes [", covered, ", ", e.begin, ") (file bytes ", data_start + covered,
+             " to ", data_start + e.begin, ") belong to no entry");
+    covered = e.end;
+    prev = &e;
+  }
+  MU_CHECK(covered == data_size, path, ": the last ", data_size - covered, " bytes of the data region (from file byte ",
+           data_start + covered, ") belong to no entry");
+
+  for (const Entry& e : entries) {
+    out.tensors.emplace_back(e.name, read_entry(fd.fd, e, data_start, path));
+    out.dtypes[e.name] = e.dtype_str;
+  }
+  return out;
+}
+
+}  // namespace mu

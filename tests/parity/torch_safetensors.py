@@ -1,0 +1,152 @@
+#!/usr/bin/python3
+"""PyTorch side of the safetensors parity test (the `safetensors` package is not needed:
+the format is parsed and written here with struct and json).
+
+Usage: torch_safetensors.py DIR
+
+(a) Reads DIR/mumoe.safetensors, written by mumoe, checks its layout (length prefix,
+    header padded to 8 bytes, offsets covering the data region back to back, the
+    mumoe.header_checksum), turns every entry into a torch tensor and compares it, bit
+    for bit, with the raw dump DIR/mumoe_raw/NAME.bin listed in DIR/mumoe_manifest.txt
+    ("NAME DTYPE SHAPE" lines, SHAPE like 2x3, "scalar" or 0x4). Metadata must hold
+    the pairs listed in DIR/mumoe_metadata.txt ("KEY VALUE" lines).
+(b) Writes DIR/torch.safetensors from seeded torch tensors (F32, F64, I64, BOOL, BF16,
+    0-dim, empty) the way Python writers do: json.dumps spacing, data in another order
+    than the header, {"format": "pt"} metadata. Each tensor's raw bytes go to
+    DIR/torch_raw/NAME.bin (BF16 as its float32 widening) and DIR/torch_manifest.txt.
+Exits non-zero, saying why, on any mismatch.
+"""
+import json
+import os
+import struct
+import sys
+
+import numpy as np
+import torch
+
+NUMPY = {'F32': np.float32, 'F64': np.float64, 'I64': np.int64, 'BOOL': np.bool_}
+TORCH = {'F32': torch.float32, 'F64': torch.float64, 'I64': torch.int64, 'BOOL': torch.bool,
+         'BF16': torch.bfloat16}
+CHECKSUM_KEY = 'mumoe.header_checksum'
+
+
+def fail(msg):
+    print(f'torch_safetensors.py: {msg}', file=sys.stderr)
+    sys.exit(1)
+
+
+def parse_shape(s):
+    return [] if s == 'scalar' else [int(d) for d in s.split('x')]
+
+
+def fnv1a64(data):
+    h = 0xcbf29ce484222325
+    for b in data:
+        h = ((h ^ b) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+def read_mumoe(d):
+    blob = open(f'{d}/mumoe.safetensors', 'rb').read()
+    (n,) = struct.unpack('<Q', blob[:8])
+    raw_header = blob[8:8 + n]
+    if n % 8 != 0:
+        fail(f'header length {n} is not a multiple of 8')
+    header = json.loads(raw_header.decode('utf-8'))
+    meta = header.pop('__metadata__', {})
+    data = blob[8 + n:]
+
+    # The checksum: FNV-1a 64 of the header with its 16 digits read as '0'.
+    stored = meta.pop(CHECKSUM_KEY, None)
+    if stored is None:
+        fail('no mumoe.header_checksum in the metadata')
+    prefix = f'"{CHECKSUM_KEY}":"'.encode()
+    at = raw_header.index(prefix) + len(prefix)
+    zeroed = raw_header[:at] + b'0' * 16 + raw_header[at + 16:]
+    if f'{fnv1a64(zeroed):016x}' != stored:
+        fail(f'header checksum {stored} does not match {fnv1a64(zeroed):016x}')
+
+    expected_meta = {}
+    for line in open(f'{d}/mumoe_metadata.txt', encoding='utf-8'):
+        key, value = line.rstrip('\n').split(' ', 1)
+        expected_meta[key] = value
+    if meta != expected_meta:
+        fail(f'metadata {meta} != expected {expected_meta}')
+
+    manifest = [line.split() for line in open(f'{d}/mumoe_manifest.txt')]
+    if [m[0] for m in manifest] != list(header.keys()):
+        fail(f'header entries {list(header.keys())} are not the manifest order {[m[0] for m in manifest]}')
+    covered = 0
+    for name, dtype, shape in manifest:
+        entry = header[name]
+        if set(entry) != {'dtype', 'shape', 'data_offsets'}:
+            fail(f'{name}: keys {sorted(entry)}')
+        if entry['dtype'] != dtype or entry['shape'] != parse_shape(shape):
+            fail(f'{name}: header says {entry["dtype"]} {entry["shape"]}, expected {dtype} {shape}')
+        begin, end = entry['data_offsets']
+        if begin != covered:
+            fail(f'{name}: data starts at {begin}, expected {covered} (back to back, in order)')
+        covered = end
+        chunk = data[begin:end]
+        arr = np.frombuffer(chunk, dtype=NUMPY[dtype]).reshape(entry['shape'])
+        t = torch.from_numpy(arr.copy())
+        if t.dtype != TORCH[dtype] or list(t.shape) != entry['shape']:
+            fail(f'{name}: torch built {t.dtype} {list(t.shape)}')
+        raw = open(f'{d}/mumoe_raw/{name}.bin', 'rb').read()
+        ref = torch.from_numpy(np.frombuffer(raw, dtype=NUMPY[dtype]).reshape(entry['shape']).copy())
+        if chunk != raw or not torch.equal(t, ref):
+            fail(f'{name}: values differ from the raw dump')
+    if covered != len(data):
+        fail(f'entries cover {covered} of {len(data)} data bytes')
+    print(f'read {len(manifest)} tensors written by mumoe')
+
+
+def write_torch(d):
+    torch.manual_seed(1234)
+    tensors = {
+        'weight': torch.randn(5, 7),
+        'double': torch.randn(4, dtype=torch.float64),
+        'index': torch.randint(-10**12, 10**12, (3, 3)),
+        'scalar': torch.tensor(3.25),
+        'scalar_f64': torch.tensor(-1e-300, dtype=torch.float64),
+        'flag': torch.randn(6) > 0,
+        'half': torch.randn(2, 3).to(torch.bfloat16),
+        'empty': torch.empty(0, 2),
+        'transposed': torch.randn(3, 4).t(),  # written contiguous, as every writer must
+    }
+    names = list(tensors)
+    dtype_of = {v: k for k, v in TORCH.items()}
+    blobs = {n: t.contiguous().view(torch.int16).numpy().tobytes() if t.dtype == torch.bfloat16
+             else t.contiguous().numpy().tobytes() for n, t in tensors.items()}
+    # Data in reverse order of the header, as writers that sort by size or dtype produce.
+    offsets, pos = {}, 0
+    for n in reversed(names):
+        offsets[n] = [pos, pos + len(blobs[n])]
+        pos += len(blobs[n])
+    header = {'__metadata__': {'format': 'pt', 'source': 'torch ' + torch.__version__}}
+    for n in names:
+        header[n] = {'dtype': dtype_of[tensors[n].dtype], 'shape': list(tensors[n].shape),
+                     'data_offsets': offsets[n]}
+    text = json.dumps(header).encode('utf-8')
+    text += b' ' * ((8 - len(text) % 8) % 8)
+    with open(f'{d}/torch.safetensors', 'wb') as f:
+        f.write(struct.pack('<Q', len(text)))
+        f.write(text)
+        for n in reversed(names):
+            f.write(blobs[n])
+
+    os.makedirs(f'{d}/torch_raw', exist_ok=True)
+    with open(f'{d}/torch_manifest.txt', 'w') as m:
+        for n in names:
+            t = tensors[n]
+            shape = 'x'.join(str(s) for s in t.shape) if t.dim() else 'scalar'
+            m.write(f'{n} {dtype_of[t.dtype]} {shape}\n')
+            # BF16 is compared as its exact float32 widening, the form mumoe loads it in.
+            ref = t.float() if t.dtype == torch.bfloat16 else t
+            open(f'{d}/torch_raw/{n}.bin', 'wb').write(ref.contiguous().numpy().tobytes())
+    print(f'wrote {len(names)} tensors from torch {torch.__version__}')
+
+
+if __name__ == '__main__':
+    read_mumoe(sys.argv[1])
+    write_torch(sys.argv[1])

@@ -1,0 +1,450 @@
+// safetensors files: round trips, the exact byte layout, atomic writes, and a clear
+// mu::Error for every kind of damaged or malformed file.
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "helpers.h"
+#include "nn/module.h"
+#include "tensor/safetensors.h"
+
+using namespace mu;
+namespace fs = std::filesystem;
+
+namespace {
+
+using Named = std::vector<std::pair<std::string, Tensor>>;
+
+// A fresh directory per test case, removed afterwards.
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    static int counter = 0;
+    path = fs::temp_directory_path() /
+           ("mumoe_safetensors_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+  std::string file(const std::string& name) const { return (path / name).string(); }
+};
+
+std::string read_bytes(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+}
+
+void write_bytes(const std::string& path, const std::string& bytes) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f.write(bytes.data(), std::streamsize(bytes.size()));
+}
+
+// Writes `bytes` to a file of a new name in `dir` (truncating a file in place is slow on
+// some file systems, and the loops below write thousands of variants).
+std::string write_fresh(const fs::path& dir, const std::string& bytes) {
+  static int counter = 0;
+  std::string path = (dir / ("variant_" + std::to_string(counter++) + ".safetensors")).string();
+  write_bytes(path, bytes);
+  return path;
+}
+
+std::string le64(uint64_t v) {
+  std::string s(8, '\0');
+  for (int i = 0; i < 8; ++i) s[size_t(i)] = char((v >> (8 * i)) & 0xff);
+  return s;
+}
+
+// A file assembled by hand: the length, the header padded with spaces, the data.
+std::string assemble(std::string header, const std::string& data) {
+  header.append((8 - header.size() % 8) % 8, ' ');
+  return le64(header.size()) + header + data;
+}
+
+template <class T>
+std::string bytes_of(const std::vector<T>& v) {
+  return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
+}
+
+// Same dtype, shape and elements (exactly).
+void check_same(const Tensor& got, const Tensor& want) {
+  REQUIRE(got.defined());
+  CHECK(got.dtype() == want.dtype());
+  REQUIRE(got.shape() == want.shape());
+  CHECK(got.to_vector<double>() == want.to_vector<double>());
+}
+
+// Files named like the temporaries a save writes.
+int temp_files_in(const fs::path& dir) {
+  int n = 0;
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.path().filename().string().find(".tmp.") != std::string::npos) ++n;
+  return n;
+}
+
+// A valid small file written by save_safetensors, its bytes, and its header length.
+struct Sample {
+  Named tensors;
+  std::string bytes;
+  uint64_t header_len;
+};
+
+Sample write_sample(const std::string& path) {
+  manual_seed(7);
+  Sample s;
+  s.tensors = {{"weight", randn({3, 4})}, {"bias", randn({4}, kFloat64)}, {"steps", arange(5)},
+               {"mask", randn({2, 3}) > 0.0}, {"scale", scalar_tensor(0.5)}};
+  save_safetensors(path, s.tensors, {{"step", "42"}, {"note", "sample"}});
+  s.bytes = read_bytes(path);
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | uint8_t(s.bytes[size_t(i)]);
+  s.header_len = n;
+  return s;
+}
+
+uint64_t fnv1a(const std::string& s) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+}  // namespace
+
+TEST_CASE("round trip of every CPU dtype, 0-dim, empty and non-contiguous tensors") {
+  TempDir dir;
+  manual_seed(1);
+  Tensor base = randn({4, 6});
+  Named in = {
+      {"f32", randn({2, 3})},
+      {"f64", randn({5}, kFloat64)},
+      {"i64", randint(-1000000000000, 1000000000000, {3, 2})},
+      {"bool", randn({7}) > 0.0},
+      {"scalar", scalar_tensor(-2.75)},
+      {"scalar_i64", scalar_tensor(9, kInt64)},
+      {"empty", zeros({0, 4})},
+      {"empty_i64", zeros({3, 0}, kInt64)},
+      {"transposed", base.t()},                 // strides (1, 6)
+      {"narrowed", base.narrow(1, 2, 3)},       // offset and row gaps
+      {"expanded", randn({3, 1}).expand({3, 5})},  // stride 0
+      {"grad_leaf", randn({2}).requires_grad_()},
+  };
+  std::map<std::string, std::string> meta = {{"step", "10"}, {"empty", ""}, {"unicode", "µ-MoE ✓"},
+                                             {"json-ish", "{\"a\": [1, 2]}\n"}};
+  std::string path = dir.file("rt.safetensors");
+  save_safetensors(path, in, meta);
+  SafetensorsFile f = load_safetensors(path);
+
+  CHECK(f.path == path);
+  REQUIRE(f.tensors.size() == in.size());
+  for (size_t i = 0; i < in.size(); ++i) {
+    INFO("tensor " << in[i].first);
+    CHECK(f.tensors[i].first == in[i].first);  // file order is the order given
+    check_same(f.tensors[i].second, in[i].second);
+    if (in[i].second.numel() > 0) CHECK(f.tensors[i].second.is_contiguous());
+    CHECK_FALSE(f.tensors[i].second.requires_grad());
+  }
+  CHECK(f.metadata == meta);  // the checksum entry is not handed back
+  CHECK(f.checksummed);
+  CHECK(f.dtypes.at("f32") == "F32");
+  CHECK(f.dtypes.at("f64") == "F64");
+  CHECK(f.dtypes.at("i64") == "I64");
+  CHECK(f.dtypes.at("bool") == "BOOL");
+  CHECK(f.contains("scalar"));
+  CHECK_FALSE(f.contains("nope"));
+  check_same(f.get("scalar"), in[4].second);
+  CHECK_THROWS_MU(f.get("nope"), "no tensor named \"nope\"");
+
+  // Saving over an existing file replaces it.
+  save_safetensors(path, {{"only", ones({2})}});
+  SafetensorsFile g = load_safetensors(path);
+  REQUIRE(g.tensors.size() == 1);
+  CHECK(g.tensors[0].first == "only");
+  CHECK(g.metadata.empty());
+}
+
+TEST_CASE("an empty file (no tensors, no metadata) round trips") {
+  TempDir dir;
+  save_safetensors(dir.file("e.safetensors"), {});
+  SafetensorsFile f = load_safetensors(dir.file("e.safetensors"));
+  CHECK(f.tensors.empty());
+  CHECK(f.metadata.empty());
+}
+
+TEST_CASE("the byte layout matches one assembled by hand") {
+  TempDir dir;
+  std::string path = dir.file("layout.safetensors");
+  save_safetensors(path, {{"a", tensor({1.5, -2.0})}, {"b", scalar_tensor(7, kInt64)}}, {{"k", "v"}});
+
+  // Compact JSON, metadata first, entries in the order given, offsets from the end of the
+  // header; padded with spaces to a multiple of 8; the checksum is FNV-1a 64 of the padded
+  // header with the checksum's 16 digits read as '0'.
+  std::string header =
+      "{\"__metadata__\":{\"k\":\"v\",\"mumoe.header_checksum\":\"0000000000000000\"},"
+      "\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+      "\"b\":{\"dtype\":\"I64\",\"shape\":[],\"data_offsets\":[8,16]}}";
+  header.append((8 - header.size() % 8) % 8, ' ');
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(fnv1a(header)));
+  size_t at = header.find("0000000000000000");
+  header.replace(at, 16, hex);
+  std::string data = bytes_of(std::vector<float>{1.5f, -2.0f}) + bytes_of(std::vector<int64_t>{7});
+  // The little-endian encodings spelled out, so the test does not lean on this host's order.
+  CHECK(data == std::string("\x00\x00\xc0\x3f\x00\x00\x00\xc0\x07\x00\x00\x00\x00\x00\x00\x00", 16));
+  std::string expected = le64(header.size()) + header + data;
+
+  std::string got = read_bytes(path);
+  CHECK(header.size() % 8 == 0);
+  CHECK(got.size() == expected.size());
+  CHECK(got == expected);
+}
+
+TEST_CASE("writes are atomic: a failed save leaves the old file and no temporary") {
+  TempDir dir;
+  std::string path = dir.file("ckpt.safetensors");
+  save_safetensors(path, {{"w", ones({3})}}, {{"version", "1"}});
+  const std::string before = read_bytes(path);
+
+  // A directory that does not exist: the temporary cannot even be created.
+  CHECK_THROWS_MU(save_safetensors(dir.file("missing/ckpt.safetensors"), {{"w", ones({3})}}),
+                  "cannot create " + dir.file("missing/ckpt.safetensors") + ".tmp.");
+  // Tensors that cannot be written: refused before anything touches the disk.
+  CHECK_THROWS_MU(save_safetensors(path, {{"w", zeros({3})}, {"u", Tensor()}}), "tensor \"u\" is undefined");
+  CHECK_THROWS_MU(save_safetensors(path, {{"w", zeros({3})}, {"w", zeros({3})}}), "two tensors are named \"w\"");
+  CHECK_THROWS_MU(save_safetensors(path, {{"", zeros({3})}}), "empty name");
+  CHECK_THROWS_MU(save_safetensors(path, {{"__metadata__", zeros({3})}}), "reserved");
+  CHECK_THROWS_MU(save_safetensors(path, {{"w", zeros({3})}}, {{"mumoe.header_checksum", "x"}}), "reserved");
+  CHECK_THROWS_MU(save_safetensors(path, {{"w\xff", zeros({3})}}), "valid UTF-8");
+  CHECK(read_bytes(path) == before);
+  CHECK(temp_files_in(dir.path) == 0);
+
+  // The rename fails after the whole temporary was written (the target is a non-empty
+  // directory): the temporary is removed and the directory left as it was.
+  fs::create_directories(dir.path / "taken");
+  write_bytes(dir.file("taken/inside"), "keep");
+  CHECK_THROWS_MU(save_safetensors(dir.file("taken"), {{"w", zeros({3})}}), "cannot rename");
+  CHECK(temp_files_in(dir.path) == 0);
+  CHECK(read_bytes(dir.file("taken/inside")) == "keep");
+  CHECK(read_bytes(path) == before);
+  CHECK(load_safetensors(path).metadata.at("version") == "1");
+}
+
+TEST_CASE("missing files and non-files are named") {
+  TempDir dir;
+  CHECK_THROWS_MU(load_safetensors(dir.file("absent.safetensors")),
+                  "cannot open " + dir.file("absent.safetensors") + ": No such file");
+  CHECK_THROWS_MU(load_safetensors(dir.path.string()), "not a regular file");
+}
+
+TEST_CASE("a truncated file is refused at every length") {
+  TempDir dir;
+  Sample s = write_sample(dir.file("full.safetensors"));
+  const uint64_t data_start = 8 + s.header_len;
+  REQUIRE(s.bytes.size() > data_start);
+  for (size_t len = 0; len < s.bytes.size(); ++len) {
+    INFO("truncated to " << len << " of " << s.bytes.size() << " bytes");
+    std::string cut = write_fresh(dir.path, s.bytes.substr(0, len));
+    if (len < 8)
+      CHECK_THROWS_MU(load_safetensors(cut), "shorter than the 8-byte header length");
+    else if (len < data_start)
+      CHECK_THROWS_MU(load_safetensors(cut), "bytes follow (truncated file");
+    else
+      CHECK_THROWS_MU(load_safetensors(cut), "reach past the end of the");
+    // Every message names the file.
+    CHECK_THROWS_MU(load_safetensors(cut), cut);
+    fs::remove(cut);
+  }
+}
+
+TEST_CASE("every single-bit flip in the length or the header is caught") {
+  TempDir dir;
+  Sample s = write_sample(dir.file("full.safetensors"));
+  // The one place a flip cannot be told from a genuine file: the name of the checksum
+  // key itself (the file then reads as a foreign one with an extra metadata entry, and
+  // its tensors are intact). Everything else must throw.
+  const size_t key_at = s.bytes.find("\"mumoe.header_checksum\"") + 1;
+  const size_t key_end = key_at + std::strlen(kSafetensorsChecksumKey);
+  int thrown = 0, benign = 0;
+  for (size_t byte = 0; byte < 8 + s.header_len; ++byte) {
+    for (int bit = 0; bit < 8; ++bit) {
+      std::string b = s.bytes;
+      b[byte] = char(uint8_t(b[byte]) ^ (1u << bit));
+      std::string bad = write_fresh(dir.path, b);
+      try {
+        SafetensorsFile f = load_safetensors(bad);
+        INFO("flip of bit " << bit << " of byte " << byte << " loaded without error");
+        CHECK((byte >= key_at && byte < key_end));
+        REQUIRE(f.tensors.size() == s.tensors.size());
+        for (size_t i = 0; i < s.tensors.size(); ++i) check_same(f.tensors[i].second, s.tensors[i].second);
+        ++benign;
+      } catch (const Error& e) {
+        CHECK(std::string(e.what()).find(bad) != std::string::npos);  // names the file
+        ++thrown;
+      }
+      fs::remove(bad);
+    }
+  }
+  CHECK(benign <= int(8 * (key_end - key_at)));
+  CHECK(thrown == int(8 * (8 + s.header_len)) - benign);
+}
+
+TEST_CASE("damaged headers give messages that say what is wrong") {
+  TempDir dir;
+  Sample s = write_sample(dir.file("full.safetensors"));
+  std::string bad = dir.file("bad.safetensors");
+  auto with = [&](size_t at, char c) {
+    std::string b = s.bytes;
+    b[at] = c;
+    write_bytes(bad, b);
+  };
+  with(8, 'x');  // the opening brace
+  CHECK_THROWS_MU(load_safetensors(bad), "the header is not valid JSON (error at file byte 8)");
+  with(8 + s.header_len - 1, '}');  // trailing padding turned into a stray brace
+  CHECK_THROWS_MU(load_safetensors(bad), "not valid JSON");
+  // A digit of the step in the metadata: valid JSON, wrong content, caught by the checksum.
+  with(s.bytes.find("\"step\":\"42\"") + 8, '3');
+  CHECK_THROWS_MU(load_safetensors(bad), "the header was altered after it was written");
+  // A different dtype of the same length.
+  with(s.bytes.find("\"F64\"") + 1, 'I');
+  CHECK_THROWS_MU(load_safetensors(bad), "header checksum");
+  // Huge header length.
+  std::string b = s.bytes;
+  b[6] = 1;
+  write_bytes(bad, b);
+  CHECK_THROWS_MU(load_safetensors(bad), "only " + std::to_string(s.bytes.size() - 8) + " bytes follow");
+}
+
+TEST_CASE("hand-written headers: each malformation is named") {
+  TempDir dir;
+  std::string p = dir.file("hand.safetensors");
+  std::string f32x2 = bytes_of(std::vector<float>{1.0f, 2.0f});
+  auto check = [&](const std::string& header, const std::string& data, const std::string& needle) {
+    INFO("header " << header);
+    write_bytes(p, assemble(header, data));
+    CHECK_THROWS_MU(load_safetensors(p), needle);
+  };
+
+  // A valid foreign file (Python's json.dumps spacing, no checksum) loads.
+  write_bytes(p, assemble("{\"__metadata__\": {\"format\": \"pt\"}, \"x\": {\"dtype\": \"F32\", \"shape\": [2], "
+                          "\"data_offsets\": [0, 8]}}",
+                          f32x2));
+  SafetensorsFile ok = load_safetensors(p);
+  check_same(ok.get("x"), tensor({1.0, 2.0}));
+  CHECK(ok.metadata.at("format") == "pt");
+  CHECK_FALSE(ok.checksummed);
+
+  // An empty tensor listed after the one that shares its offset is no overlap.
+  write_bytes(p, assemble("{\"x\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+                          "\"e\":{\"dtype\":\"I64\",\"shape\":[0,3],\"data_offsets\":[0,0]},"
+                          "\"z\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[8,8]}}",
+                          f32x2));
+  SafetensorsFile empties = load_safetensors(p);
+  REQUIRE(empties.tensors.size() == 3);
+  CHECK(empties.tensors[0].first == "e");
+  CHECK(empties.tensors[1].first == "x");
+  CHECK(empties.tensors[2].first == "z");
+  CHECK(empties.get("e").shape() == Shape{0, 3});
+  check_same(empties.get("x"), tensor({1.0, 2.0}));
+
+  check("{\"x\":{\"dtype\":\"F16\",\"shape\":[2],\"data_offsets\":[0,4]}}", f32x2.substr(0, 4),
+        "entry \"x\" has unknown dtype \"F16\" (supported: F32, F64, I64, BOOL, BF16)");
+  check("{\"x\":{\"dtype\":\"U8\",\"shape\":[8],\"data_offsets\":[0,8]}}", f32x2, "unknown dtype \"U8\"");
+  check("{\"x\":{\"dtype\":4,\"shape\":[2],\"data_offsets\":[0,8]}}", f32x2, "\"dtype\" is not a string");
+  check("{\"x\":{\"shape\":[2],\"data_offsets\":[0,8]}}", f32x2, "entry \"x\" has no \"dtype\"");
+  check("{\"x\":{\"dtype\":\"F32\",\"data_offsets\":[0,8]}}", f32x2, "entry \"x\" has no \"shape\"");
+  check("{\"x\":{\"dtype\":\"F32\",\"shape\":[2]}}", f32x2, "entry \"x\" has no \"data_offsets\"");
+  check("{\"x\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8],\"crc\":1}}", f32x2, "unexpected key \"crc\"");
+  check("{\"x\":[1,2]}", f32x2, "entry \"x\" is not a JSON object");
+  check("{\"x\":{\"dtype\":\"F32\",\"shape\":[-2],\"data_offsets\":[0,8]}}", f32x2, "holds -2, not a dimension size");
+  check("{\"x\":{\"dtype\":\"F32\",\"shape\":[2.5],\"data_offsets\":[0,8]}}", f32x2, "not a dimension size");
+  check("{\"x\":{\"dtype\":\"F32\",\"shape\":2,\"data_offsets\":[0,8]}}", f32x2, "\"shape\" is not an array");
+  check("{\"x\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0]}}", f32x2, "not [begin, end]");
+  check("{\"x\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,0]}}", f32x2, "end before they begin");
+  // Offsets that do not match shape x dtype.
+  check("{\"x\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,8]}}", f32x2,
+        "data_offsets [0, 8] span 8 bytes but dtype F32 with shape [3] needs 12");
+  check("{\"x\":{\"dtype\":\"F64\",\"shape\":[2],\"data_offsets\":[0,8]}}", f32x2, "needs 16");
+  check("{\"x\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296,4],\"data_offsets\":[0,8]}}", f32x2,
+        "needs more than 2^64");
+  // Out of range, overlapping, not covering the data region.
+  check("{\"x\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}}", f32x2,
+        "data_offsets [0, 16] reach past the end of the 8-byte data region");
+  check("{\"x\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+        "\"y\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
+        f32x2, "entry \"y\" (data_offsets [4, 8]) overlaps entry \"x\", which ends at 8");
+  check("{\"x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", f32x2, "data bytes [0, 4)");
+  check("{\"x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", f32x2,
+        "the last 4 bytes of the data region");
+  check("{}", f32x2, "the last 8 bytes of the data region");
+  // Header shape and metadata.
+  check("[1,2]", "", "the header is a JSON array, not an object");
+  check("", "", "not valid JSON");
+  check("{\"__metadata__\":{\"step\":5}}", "", "\"__metadata__\" entry \"step\" is 5, not a string");
+  check("{\"__metadata__\":[]}", "", "\"__metadata__\" is not a JSON object");
+  check("{\"__metadata__\":{\"mumoe.header_checksum\":\"0123456789abcdef\"}}", "",
+        "the header checksum is 0123456789abcdef");
+  // Element values that are not of the type.
+  check("{\"m\":{\"dtype\":\"BOOL\",\"shape\":[2],\"data_offsets\":[0,2]}}", std::string("\x01\x02", 2),
+        "entry \"m\" (BOOL) holds byte 2");
+}
+
+TEST_CASE("BF16 entries load as exactly widened float32") {
+  TempDir dir;
+  std::string p = dir.file("bf16.safetensors");
+  // 1.5, -2, 0.1 rounded to bfloat16 (0x3dcd = 0.10009765625), and 3.0e38.
+  std::vector<uint16_t> raw = {0x3fc0, 0xc000, 0x3dcd, 0x7f62};
+  write_bytes(p, assemble("{\"h\":{\"dtype\":\"BF16\",\"shape\":[2,2],\"data_offsets\":[0,8]}}", bytes_of(raw)));
+  SafetensorsFile f = load_safetensors(p);
+  CHECK(f.dtypes.at("h") == "BF16");
+  Tensor h = f.get("h");
+  CHECK(h.dtype() == kFloat32);
+  CHECK(h.shape() == Shape{2, 2});
+  std::vector<float> v = h.to_vector<float>();
+  CHECK(v[0] == 1.5f);
+  CHECK(v[1] == -2.0f);
+  CHECK(v[2] == 0.10009765625f);
+  uint32_t bits;
+  std::memcpy(&bits, &v[3], 4);
+  CHECK(bits == 0x7f620000u);
+}
+
+TEST_CASE("CUDA tensors are written from the host; bfloat16 keeps its bits") {
+  if (cuda::device_count() == 0) {
+    MESSAGE("no CUDA device: only the error for a missing device is checked");
+    CHECK_THROWS_MU(ones({2}).to(Device::cuda()), "CUDA");
+    return;
+  }
+  TempDir dir;
+  std::string p = dir.file("cuda.safetensors");
+  manual_seed(3);
+  Tensor a = randn({3, 5});
+  std::vector<uint16_t> raw = {0x3fc0, 0xc000, 0x3dcd};
+  Tensor h = empty({3}, TensorOptions(DType::BFloat16).device(Device::cuda()));
+  cuda::memcpy(h.raw_data(), h.device(), raw.data(), Device::cpu(), 6);
+  save_safetensors(p, {{"a", a.to(Device::cuda())}, {"h", h}});
+  SafetensorsFile f = load_safetensors(p);
+  check_same(f.get("a"), a);
+  CHECK(f.dtypes.at("h") == "BF16");
+  CHECK(f.get("h").to_vector<float>() == std::vector<float>{1.5f, -2.0f, 0.10009765625f});
+  std::string bytes = read_bytes(p);
+  CHECK(bytes.substr(bytes.size() - 6) == bytes_of(raw));
+}
+
+TEST_CASE("loading into a module refuses a shape mismatch") {
+  struct Net : nn::Module {
+    Tensor w;
+    Net() : Module("Net") { w = register_parameter("w", zeros({2, 3})); }
+  };
+  TempDir dir;
+  std::string p = dir.file("m.safetensors");
+  save_safetensors(p, {{"w", ones({3, 2})}});
+  Net net;
+  CHECK_THROWS_MU(net.load_state_dict(load_safetensors(p).tensors),
+                  "entry \"w\" has shape [3, 2] but the module's tensor has shape [2, 3]");
+  save_safetensors(p, {{"w", ones({2, 3})}});
+  net.load_state_dict(load_safetensors(p).tensors);
+  CHECK(net.w.sum().item() == 6.0);
+}
