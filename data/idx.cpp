@@ -96,8 +96,11 @@ std::string dims_word(int64_t n) { return std::to_string(n) + (n == 1 ? " dim" :
 // Big-endian uint32 at p (IDX stores every header field that way).
 uint32_t be32(const uint8_t* p) { return uint32_t(p[0]) << 24 | uint32_t(p[1]) << 16 | uint32_t(p[2]) << 8 | p[3]; }
 
-// Larger payloads are taken for a corrupt header rather than allocated.
+// Larger payloads are taken for a corrupt header (and keep the element count far from overflow).
 constexpr int64_t kMaxPayload = int64_t(1) << 36;
+// The buffer is reserved up front only up to this size (64 MiB, more than any Fashion-MNIST
+// file holds); beyond, it grows as data arrives.
+constexpr int64_t kReserveLimit = int64_t(1) << 26;
 
 }  // namespace
 
@@ -138,9 +141,22 @@ IdxArray read_idx(const std::string& path, int64_t expected_rank, const std::str
     numel *= v;
   }
 
-  // ---- payload, and nothing after it
-  out.data.resize(size_t(numel));
-  read_exact(in, out.data.data(), numel, path, what);
+  // ---- payload, and nothing after it. Read in chunks, growing the buffer as data comes,
+  // so a corrupt dim claiming gigabytes fails as truncation instead of allocating them.
+  const int64_t payload_start = in.offset();
+  constexpr int64_t kChunk = int64_t(1) << 24;
+  out.data.reserve(size_t(std::min(numel, kReserveLimit)));
+  int64_t got = 0;
+  while (got < numel) {
+    const int64_t want = std::min(kChunk, numel - got);
+    out.data.resize(size_t(got + want));
+    const int64_t r = in.read(out.data.data() + got, want);
+    got += r;
+    if (r < want) break;
+  }
+  out.data.resize(size_t(got));
+  MU_CHECK(got == numel, path, ": truncated at byte ", payload_start, ": expected ", numel, " bytes of ", what,
+           ", got ", got);
   uint8_t extra[64];
   int64_t tail_start = in.offset();
   int64_t tail = in.read(extra, sizeof extra);

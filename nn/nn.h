@@ -1,8 +1,13 @@
-// Every nn header: modules, layers and initialisation.
+// Every nn header: modules, layers, initialisation, sparse probability maps, μMoE
+// layers and blocks, and expert analysis.
 #pragma once
 #include "nn/activation.h"
 #include "nn/embedding.h"
+#include "nn/entmax.h"
+#include "nn/expert_analysis.h"
 #include "nn/init.h"
 #include "nn/linear.h"
 #include "nn/module.h"
+#include "nn/mumoe_block.h"
+#include "nn/mumoe_layer.h"
 #include "nn/norm.h"

@@ -237,17 +237,12 @@ void Optimizer::load_state_dict(const nn::StateDict& sd) {
   }
   for (const auto& [k, t] : sd) {
     if (used.count(k)) continue;
+    // Describe this optimizer's structure so the reader sees why the entry does not fit.
+    std::string sizes, names;
+    for (const ParamGroup& g : groups_) sizes += (sizes.empty() ? "" : "/") + std::to_string(g.params.size());
+    for (const std::string& b : buffers_) names += (names.empty() ? "" : ", ") + b;
     MU_FAIL(who, ": unexpected entry \"", k, "\" (", name_, " has ", groups_.size(), " parameter group",
-            groups_.size() == 1 ? "" : "s", " with ", [&] {
-              std::string s;
-              for (const ParamGroup& g : groups_) s += (s.empty() ? "" : "/") + std::to_string(g.params.size());
-              return s;
-            }(),
-            " parameters and per-parameter buffers ", [&] {
-              std::string s;
-              for (const std::string& b : buffers_) s += (s.empty() ? "" : ", ") + b;
-              return s;
-            }(), ")");
+            groups_.size() == 1 ? "" : "s", " with ", sizes, " parameters and per-parameter buffers ", names, ")");
   }
   groups_ = std::move(groups);
   state_ = std::move(state);

@@ -203,6 +203,10 @@ TEST_CASE("wrong dims: zero, absurdly large, or more payload than they describe"
   CHECK_THROWS_MU(data::read_idx(dir.file("zero.gz"), 3), "zero.gz: dim 1 (at byte 8) is 0: every dim must be positive");
   write_gz(dir.file("huge.gz"), idx({0xffffffffu, 0xffffffffu, 16}, {}));
   CHECK_THROWS_MU(data::read_idx(dir.file("huge.gz"), 3), "the header is corrupt");
+  // A corrupt dim claiming 4 GB over a short payload: refused as truncation, without
+  // allocating the 4 GB first.
+  write_gz(dir.file("claims.gz"), idx({0xffffffffu}, ramp(100)));
+  CHECK_THROWS_MU(data::read_idx(dir.file("claims.gz"), 1), "truncated at byte 8: expected 4294967295 bytes of data, got 100");
   write_gz(dir.file("long.gz"), idx({2, 2}, {1, 2, 3, 4, 5, 6}));
   CHECK_THROWS_MU(data::read_idx(dir.file("long.gz"), 2),
                   "long.gz: unexpected data at byte 16: the dims [2, 2] describe 4 bytes of data, but the file goes on");
