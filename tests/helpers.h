@@ -2,7 +2,10 @@
 #pragma once
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <string>
+#include <vector>
 
 #include "mumoe.h"
 
@@ -34,4 +37,56 @@ inline double max_abs_diff(const mu::Tensor& a, const mu::Tensor& b) {
   double m = 0;
   for (size_t i = 0; i < x.size(); ++i) m = std::max(m, std::abs(x[i] - y[i]));
   return m;
+}
+
+// Row-major flat position of a multi-index in `shape`.
+inline int64_t flat(const mu::Shape& shape, const std::vector<int64_t>& idx) {
+  int64_t f = 0;
+  for (size_t d = 0; d < shape.size(); ++d) f = f * shape[d] + idx[d];
+  return f;
+}
+
+// Multi-index of flat position f in `shape`.
+inline std::vector<int64_t> unflat(const mu::Shape& shape, int64_t f) {
+  std::vector<int64_t> idx(shape.size());
+  for (size_t d = shape.size(); d-- > 0;) {
+    idx[d] = f % shape[d];
+    f /= shape[d];
+  }
+  return idx;
+}
+
+// Element i of `got` within tol * max(1, |want_i|) of want_i (relative for large values,
+// absolute near zero). With nan_matches, a NaN in `want` asks for a NaN in `got`;
+// without, it fails.
+inline void check_elements_close(const mu::Tensor& got, const std::vector<double>& want, double tol,
+                                 bool nan_matches) {
+  std::vector<double> g = got.to_vector<double>();
+  REQUIRE(g.size() == want.size());
+  for (size_t i = 0; i < g.size(); ++i) {
+    INFO("element " << i << ": got " << g[i] << ", want " << want[i]);
+    if (nan_matches && std::isnan(want[i])) {
+      CHECK(std::isnan(g[i]));
+    } else {
+      CHECK(std::fabs(g[i] - want[i]) <= tol * std::max(1.0, std::fabs(want[i])));
+    }
+  }
+}
+
+// check_elements_close where a NaN in `want` fails.
+inline void check_close(const mu::Tensor& got, const std::vector<double>& want, double tol) {
+  check_elements_close(got, want, tol, /*nan_matches=*/false);
+}
+
+// The same after requiring `got` to have `shape`.
+inline void check_close(const mu::Tensor& got, const mu::Shape& shape, const std::vector<double>& want, double tol) {
+  REQUIRE(got.shape() == shape);
+  check_elements_close(got, want, tol, /*nan_matches=*/false);
+}
+
+// check_close with `shape`, where a NaN in `want` asks for a NaN.
+inline void check_close_or_nan(const mu::Tensor& got, const mu::Shape& shape, const std::vector<double>& want,
+                               double tol) {
+  REQUIRE(got.shape() == shape);
+  check_elements_close(got, want, tol, /*nan_matches=*/true);
 }

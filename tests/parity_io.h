@@ -14,13 +14,14 @@
 
 namespace parity {
 
-// "2x3x4", or "scalar" for a 0-dim tensor: how the Python side reads a shape.
-inline std::string shape_arg(const mu::Tensor& t) {
-  if (t.dim() == 0) return "scalar";
+// "2x3x4", or "scalar" for a 0-dim shape: how the Python side reads a shape.
+inline std::string shape_arg(const mu::Shape& shape) {
+  if (shape.empty()) return "scalar";
   std::string s;
-  for (int64_t d : t.shape()) s += (s.empty() ? "" : "x") + std::to_string(d);
+  for (int64_t d : shape) s += (s.empty() ? "" : "x") + std::to_string(d);
   return s;
 }
+inline std::string shape_arg(const mu::Tensor& t) { return shape_arg(t.shape()); }
 
 // The tensor's elements, row-major, in its own dtype.
 inline void write_raw(const std::filesystem::path& p, const mu::Tensor& t) {

@@ -1,11 +1,9 @@
 // Training checkpoints: a run stopped, saved, loaded into fresh objects and continued is
 // bit-identical to a run that never stopped; damaged or mismatched checkpoints are refused
 // with errors naming the file and the entry, and leave everything as it was.
-#include <unistd.h>
-
 #include <filesystem>
-#include <fstream>
 
+#include "file_helpers.h"
 #include "helpers.h"
 #include "nn/nn.h"
 #include "optim/adamw.h"
@@ -17,19 +15,6 @@ using namespace mu;
 namespace fs = std::filesystem;
 
 namespace {
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int counter = 0;
-    path = fs::temp_directory_path() /
-           ("mumoe_checkpoint_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
 
 // Two linear layers with dropout between them: dropout and the data both draw from the
 // global generator every step, so the resumed run matches only if its state is restored.
@@ -80,7 +65,7 @@ Saved train_and_save(const std::string& path, int steps) {
 }  // namespace
 
 TEST_CASE("resuming from a checkpoint is bit-identical to never stopping") {
-  TempDir dir;
+  TempDir dir("checkpoint");
   std::string path = dir.file("ckpt.safetensors");
 
   // Ten steps straight.
@@ -129,7 +114,7 @@ TEST_CASE("resuming from a checkpoint is bit-identical to never stopping") {
 }
 
 TEST_CASE("the checkpoint is a safetensors file with the documented layout") {
-  TempDir dir;
+  TempDir dir("checkpoint");
   std::string path = dir.file("ckpt.safetensors");
   Saved s = train_and_save(path, 3);
   SafetensorsFile f = load_safetensors(path);
@@ -151,7 +136,7 @@ TEST_CASE("the checkpoint is a safetensors file with the documented layout") {
 }
 
 TEST_CASE("refused checkpoints name what is wrong and change nothing") {
-  TempDir dir;
+  TempDir dir("checkpoint");
   std::string path = dir.file("ckpt.safetensors");
   Saved s = train_and_save(path, 2);
   SafetensorsFile good = load_safetensors(path);
@@ -267,14 +252,10 @@ TEST_CASE("refused checkpoints name what is wrong and change nothing") {
 }
 
 TEST_CASE("a damaged checkpoint header is always caught") {
-  TempDir dir;
+  TempDir dir("checkpoint");
   std::string path = dir.file("ckpt.safetensors");
   train_and_save(path, 1);
-  std::string bytes;
-  {
-    std::ifstream f(path, std::ios::binary);
-    bytes.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
-  }
+  std::string bytes = read_bytes(path);
   uint64_t n = 0;
   for (int i = 7; i >= 0; --i) n = (n << 8) | uint8_t(bytes[size_t(i)]);
   manual_seed(5);
@@ -287,10 +268,7 @@ TEST_CASE("a damaged checkpoint header is always caught") {
     std::string b = bytes;
     b[byte] = char(uint8_t(b[byte]) ^ (1u << (byte % 8)));
     std::string p = dir.file("flip_" + std::to_string(byte) + ".safetensors");
-    {
-      std::ofstream f(p, std::ios::binary);
-      f.write(b.data(), std::streamsize(b.size()));
-    }
+    write_bytes(p, b);
     try {
       optim::load_checkpoint(p, *model, *opt);
       FAIL("flip in byte " << byte << " was not caught");
@@ -304,7 +282,7 @@ TEST_CASE("a damaged checkpoint header is always caught") {
 }
 
 TEST_CASE("save_checkpoint refuses a negative step") {
-  TempDir dir;
+  TempDir dir("checkpoint");
   auto model = make_model();
   auto opt = make_adamw(*model);
   CHECK_THROWS_MU(optim::save_checkpoint(dir.file("x.safetensors"), *model, *opt, -1), "step -1 is negative");

@@ -3,16 +3,12 @@
 // values and input gradients of sum(out * w), w a random upstream gradient, must agree to
 // a relative error of 1e-5 in float32 (max |ours - torch| / max |torch|).
 #include <cmath>
-#include <cstdio>
-#include <cstdlib>
-#include <filesystem>
-#include <fstream>
-#include <unistd.h>
 
-#include "helpers.h"
 #include "nn/entmax.h"
+#include "parity_io.h"
 
 using namespace mu;
+using namespace parity;
 namespace fs = std::filesystem;
 
 namespace {
@@ -22,37 +18,6 @@ struct Case {
   Tensor x;  // float32, possibly a non-contiguous view (PyTorch gets its values)
   int64_t dim;
 };
-
-std::string shape_arg(const Tensor& t) {
-  std::string s;
-  for (int64_t d : t.shape()) s += (s.empty() ? "" : "x") + std::to_string(d);
-  return s;
-}
-
-void write_raw(const fs::path& p, const Tensor& t) {
-  Tensor c = t.contiguous();
-  std::ofstream f(p, std::ios::binary);
-  f.write(static_cast<const char*>(c.raw_data()), std::streamsize(c.numel() * int64_t(element_size(c.dtype()))));
-}
-
-Tensor read_float(const fs::path& p, const Shape& shape) {
-  std::ifstream f(p, std::ios::binary);
-  REQUIRE_MESSAGE(f.good(), "PyTorch produced no file " << p.string());
-  std::vector<float> v(size_t(numel_of(shape)));
-  f.read(reinterpret_cast<char*>(v.data()), std::streamsize(v.size() * sizeof(float)));
-  REQUIRE_MESSAGE(f.gcount() == std::streamsize(v.size() * sizeof(float)), "short file " << p.string());
-  return from_vector(v, shape);
-}
-
-double rel_error(const Tensor& ours, const Tensor& ref) {
-  std::vector<double> a = ours.to_vector<double>(), b = ref.to_vector<double>();
-  double diff = 0, scale = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    diff = std::max(diff, std::abs(a[i] - b[i]));
-    scale = std::max(scale, std::abs(b[i]));
-  }
-  return scale > 0 ? diff / scale : diff;
-}
 
 // float32 lines (L, n) in which every z = x/2 lies at least 1e-3 from its line's τ. The
 // reference finds τ in float32 from cumulative sums; an entry within its rounding of τ
@@ -89,8 +54,7 @@ TEST_CASE("entmax15 parity with PyTorch autograd on the reference definition") {
   // A transposed view: ours reads it through its strides, PyTorch gets the same values.
   cases.push_back({"transposed", lines_away_from_kinks(10, 25, 2.0).t(), 0});
 
-  fs::path dir = fs::temp_directory_path() / ("mumoe_entmax_parity_" + std::to_string(::getpid()));
-  fs::create_directories(dir);
+  fs::path dir = make_temp_dir("entmax_parity");
   std::ofstream manifest(dir / "manifest.txt");
   std::vector<Tensor> outs, grads;
   for (const Case& c : cases) {
@@ -107,12 +71,7 @@ TEST_CASE("entmax15 parity with PyTorch autograd on the reference definition") {
   }
   manifest.close();
 
-  const char* src = std::getenv("MUMOE_SOURCE_DIR");
-  REQUIRE_MESSAGE(src != nullptr, "MUMOE_SOURCE_DIR is not set (ctest sets it)");
-  std::string cmd = "/usr/bin/python3 " + std::string(src) + "/tests/parity/torch_entmax.py " + dir.string();
-  int rc = std::system(cmd.c_str());
-  REQUIRE_MESSAGE(rc == 0, "the PyTorch side failed (" << cmd << "); is python3-torch installed? "
-                               "scripts/setup.sh installs it");
+  run_torch_script("torch_entmax.py", dir);
 
   for (size_t i = 0; i < cases.size(); ++i) {
     const Case& c = cases[i];

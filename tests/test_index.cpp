@@ -12,23 +12,6 @@ namespace {
 
 const double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-// Row-major flat position of a multi-index in `shape`.
-int64_t flat(const Shape& shape, const std::vector<int64_t>& idx) {
-  int64_t f = 0;
-  for (size_t d = 0; d < shape.size(); ++d) f = f * shape[d] + idx[d];
-  return f;
-}
-
-// Multi-index of flat position f in `shape`.
-std::vector<int64_t> unflat(const Shape& shape, int64_t f) {
-  std::vector<int64_t> idx(shape.size());
-  for (size_t d = shape.size(); d-- > 0;) {
-    idx[d] = f % shape[d];
-    f /= shape[d];
-  }
-  return idx;
-}
-
 // Random int64 indices in [0, high) of the given shape.
 Tensor rand_index(int64_t high, const Shape& shape) { return randint(0, high, shape); }
 

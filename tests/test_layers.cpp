@@ -12,16 +12,6 @@ using autograd::TensorList;
 
 namespace {
 
-// Element i of `got` within tol * max(1, |want_i|) of want_i.
-void check_close(const Tensor& got, const std::vector<double>& want, double tol) {
-  std::vector<double> g = got.to_vector<double>();
-  REQUIRE(g.size() == want.size());
-  for (size_t i = 0; i < g.size(); ++i) {
-    INFO("element " << i << ": got " << g[i] << ", want " << want[i]);
-    CHECK(std::fabs(g[i] - want[i]) <= tol * std::max(1.0, std::fabs(want[i])));
-  }
-}
-
 // Overwrites a parameter with fresh N(0, 1) values (+ shift), outside any graph.
 void randomize(Tensor p, double shift = 0.0) {
   NoGradGuard g;

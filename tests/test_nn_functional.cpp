@@ -10,21 +10,6 @@ namespace {
 
 const double kInf = std::numeric_limits<double>::infinity();
 
-int64_t flat(const Shape& shape, const std::vector<int64_t>& idx) {
-  int64_t f = 0;
-  for (size_t d = 0; d < shape.size(); ++d) f = f * shape[d] + idx[d];
-  return f;
-}
-
-std::vector<int64_t> unflat(const Shape& shape, int64_t f) {
-  std::vector<int64_t> idx(shape.size());
-  for (size_t d = shape.size(); d-- > 0;) {
-    idx[d] = f % shape[d];
-    f /= shape[d];
-  }
-  return idx;
-}
-
 // exp(x_j) / sum_k exp(x_k) along dim, straight from the definition (in double, with
 // no max subtracted: the inputs here are small), or its log.
 std::vector<double> ref_softmax(const Tensor& x, int64_t dim, bool log) {
@@ -41,16 +26,6 @@ std::vector<double> ref_softmax(const Tensor& x, int64_t dim, bool log) {
     out[size_t(f)] = log ? v - std::log(s) : std::exp(v) / s;
   }
   return out;
-}
-
-void check_close(const Tensor& got, const Shape& shape, const std::vector<double>& want, double tol) {
-  REQUIRE(got.shape() == shape);
-  std::vector<double> g = got.to_vector<double>();
-  REQUIRE(g.size() == want.size());
-  for (size_t i = 0; i < g.size(); ++i) {
-    INFO("element " << i << ": got " << g[i] << ", want " << want[i]);
-    CHECK(std::fabs(g[i] - want[i]) <= tol * std::max(1.0, std::fabs(want[i])));
-  }
 }
 
 }  // namespace

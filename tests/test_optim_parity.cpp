@@ -5,18 +5,14 @@
 // of the steps (both sides skip it); one configuration also clips the gradients and
 // follows a warm-up + cosine schedule with two groups at different learning rates.
 #include <algorithm>
-#include <cstdio>
-#include <cstdlib>
-#include <filesystem>
-#include <fstream>
 #include <iomanip>
 #include <sstream>
-#include <unistd.h>
 
-#include "helpers.h"
 #include "optim/optim.h"
+#include "parity_io.h"
 
 using namespace mu;
+using namespace parity;
 using optim::ParamGroup;
 namespace fs = std::filesystem;
 
@@ -52,31 +48,6 @@ std::string list(const std::vector<size_t>& v) {
   std::string s = "[";
   for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
   return s + "]";
-}
-
-void write_raw(const fs::path& p, const Tensor& t) {
-  Tensor c = t.contiguous();
-  std::ofstream f(p, std::ios::binary);
-  f.write(static_cast<const char*>(c.raw_data()), std::streamsize(c.numel() * int64_t(element_size(c.dtype()))));
-}
-
-Tensor read_float(const fs::path& p, const Shape& shape) {
-  std::ifstream f(p, std::ios::binary);
-  REQUIRE_MESSAGE(f.good(), "PyTorch produced no file " << p.string());
-  std::vector<float> v(size_t(numel_of(shape)));
-  f.read(reinterpret_cast<char*>(v.data()), std::streamsize(v.size() * sizeof(float)));
-  REQUIRE_MESSAGE(f.gcount() == std::streamsize(v.size() * sizeof(float)), "short file " << p.string());
-  return from_vector(v, shape);
-}
-
-double rel_error(const Tensor& ours, const Tensor& ref) {
-  std::vector<double> a = ours.to_vector<double>(), b = ref.to_vector<double>();
-  double diff = 0, scale = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    diff = std::max(diff, std::abs(a[i] - b[i]));
-    scale = std::max(scale, std::abs(b[i]));
-  }
-  return scale > 0 ? diff / scale : diff;
 }
 
 bool skipped(size_t k, int step) {
@@ -169,8 +140,7 @@ TEST_CASE("AdamW and SGD match torch.optim over 20 steps") {
     configs.push_back(d);
   }
 
-  fs::path dir = fs::temp_directory_path() / ("mumoe_optim_parity_" + std::to_string(::getpid()));
-  fs::create_directories(dir);
+  fs::path dir = make_temp_dir("optim_parity");
   // The manifest is JSON: the Python side reads it with the standard library.
   std::ofstream m(dir / "manifest.json");
   m << "{\"steps\": " << kSteps << ", \"params\": [";
@@ -204,12 +174,7 @@ TEST_CASE("AdamW and SGD match torch.optim over 20 steps") {
   m << "]}\n";
   m.close();
 
-  const char* src = std::getenv("MUMOE_SOURCE_DIR");
-  REQUIRE_MESSAGE(src != nullptr, "MUMOE_SOURCE_DIR is not set (ctest sets it)");
-  std::string cmd = "/usr/bin/python3 " + std::string(src) + "/tests/parity/torch_optim.py " + dir.string();
-  int rc = std::system(cmd.c_str());
-  REQUIRE_MESSAGE(rc == 0, "the PyTorch side failed (" << cmd << "); is python3-torch installed? "
-                               "scripts/setup.sh installs it");
+  run_torch_script("torch_optim.py", dir);
 
   for (const Config& c : configs) {
     INFO("configuration " << c.name);

@@ -1,11 +1,9 @@
 // safetensors files: round trips, the exact byte layout, atomic writes, and a clear
 // mu::Error for every kind of damaged or malformed file.
-#include <unistd.h>
-
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 
+#include "file_helpers.h"
 #include "helpers.h"
 #include "nn/module.h"
 #include "tensor/safetensors.h"
@@ -16,30 +14,6 @@ namespace fs = std::filesystem;
 namespace {
 
 using Named = std::vector<std::pair<std::string, Tensor>>;
-
-// A fresh directory per test case, removed afterwards.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int counter = 0;
-    path = fs::temp_directory_path() /
-           ("mumoe_safetensors_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
-
-std::string read_bytes(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
-}
-
-void write_bytes(const std::string& path, const std::string& bytes) {
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  f.write(bytes.data(), std::streamsize(bytes.size()));
-}
 
 // Writes `bytes` to a file of a new name in `dir` (truncating a file in place is slow on
 // some file systems, and the loops below write thousands of variants).
@@ -103,6 +77,9 @@ Sample write_sample(const std::string& path) {
   return s;
 }
 
+// 64-bit FNV-1a, the header checksum. Written out here on purpose rather than shared
+// with tensor/safetensors.cpp: the byte-layout test needs a reference independent of the
+// code it checks.
 uint64_t fnv1a(const std::string& s) {
   uint64_t h = 0xcbf29ce484222325ull;
   for (unsigned char c : s) {
@@ -115,7 +92,7 @@ uint64_t fnv1a(const std::string& s) {
 }  // namespace
 
 TEST_CASE("round trip of every CPU dtype, 0-dim, empty and non-contiguous tensors") {
-  TempDir dir;
+  TempDir dir("safetensors");
   manual_seed(1);
   Tensor base = randn({4, 6});
   Named in = {
@@ -167,7 +144,7 @@ TEST_CASE("round trip of every CPU dtype, 0-dim, empty and non-contiguous tensor
 }
 
 TEST_CASE("an empty file (no tensors, no metadata) round trips") {
-  TempDir dir;
+  TempDir dir("safetensors");
   save_safetensors(dir.file("e.safetensors"), {});
   SafetensorsFile f = load_safetensors(dir.file("e.safetensors"));
   CHECK(f.tensors.empty());
@@ -175,7 +152,7 @@ TEST_CASE("an empty file (no tensors, no metadata) round trips") {
 }
 
 TEST_CASE("the byte layout matches one assembled by hand") {
-  TempDir dir;
+  TempDir dir("safetensors");
   std::string path = dir.file("layout.safetensors");
   save_safetensors(path, {{"a", tensor({1.5, -2.0})}, {"b", scalar_tensor(7, kInt64)}}, {{"k", "v"}});
 
@@ -203,7 +180,7 @@ TEST_CASE("the byte layout matches one assembled by hand") {
 }
 
 TEST_CASE("writes are atomic: a failed save leaves the old file and no temporary") {
-  TempDir dir;
+  TempDir dir("safetensors");
   std::string path = dir.file("ckpt.safetensors");
   save_safetensors(path, {{"w", ones({3})}}, {{"version", "1"}});
   const std::string before = read_bytes(path);
@@ -233,14 +210,14 @@ TEST_CASE("writes are atomic: a failed save leaves the old file and no temporary
 }
 
 TEST_CASE("missing files and non-files are named") {
-  TempDir dir;
+  TempDir dir("safetensors");
   CHECK_THROWS_MU(load_safetensors(dir.file("absent.safetensors")),
                   "cannot open " + dir.file("absent.safetensors") + ": No such file");
   CHECK_THROWS_MU(load_safetensors(dir.path.string()), "not a regular file");
 }
 
 TEST_CASE("a truncated file is refused at every length") {
-  TempDir dir;
+  TempDir dir("safetensors");
   Sample s = write_sample(dir.file("full.safetensors"));
   const uint64_t data_start = 8 + s.header_len;
   REQUIRE(s.bytes.size() > data_start);
@@ -260,7 +237,7 @@ TEST_CASE("a truncated file is refused at every length") {
 }
 
 TEST_CASE("every single-bit flip in the length or the header is caught") {
-  TempDir dir;
+  TempDir dir("safetensors");
   Sample s = write_sample(dir.file("full.safetensors"));
   // The one place a flip cannot be told from a genuine file: the name of the checksum
   // key itself (the file then reads as a foreign one with an extra metadata entry, and
@@ -292,7 +269,7 @@ TEST_CASE("every single-bit flip in the length or the header is caught") {
 }
 
 TEST_CASE("damaged headers give messages that say what is wrong") {
-  TempDir dir;
+  TempDir dir("safetensors");
   Sample s = write_sample(dir.file("full.safetensors"));
   std::string bad = dir.file("bad.safetensors");
   auto with = [&](size_t at, char c) {
@@ -318,7 +295,7 @@ TEST_CASE("damaged headers give messages that say what is wrong") {
 }
 
 TEST_CASE("hand-written headers: each malformation is named") {
-  TempDir dir;
+  TempDir dir("safetensors");
   std::string p = dir.file("hand.safetensors");
   std::string f32x2 = bytes_of(std::vector<float>{1.0f, 2.0f});
   auto check = [&](const std::string& header, const std::string& data, const std::string& needle) {
@@ -392,7 +369,7 @@ TEST_CASE("hand-written headers: each malformation is named") {
 }
 
 TEST_CASE("BF16 entries load as exactly widened float32") {
-  TempDir dir;
+  TempDir dir("safetensors");
   std::string p = dir.file("bf16.safetensors");
   // 1.5, -2, 0.1 rounded to bfloat16 (0x3dcd = 0.10009765625), and 3.0e38.
   std::vector<uint16_t> raw = {0x3fc0, 0xc000, 0x3dcd, 0x7f62};
@@ -417,7 +394,7 @@ TEST_CASE("CUDA tensors are written from the host; bfloat16 keeps its bits") {
     CHECK_THROWS_MU(ones({2}).to(Device::cuda()), "CUDA");
     return;
   }
-  TempDir dir;
+  TempDir dir("safetensors");
   std::string p = dir.file("cuda.safetensors");
   manual_seed(3);
   Tensor a = randn({3, 5});
@@ -438,7 +415,7 @@ TEST_CASE("loading into a module refuses a shape mismatch") {
     Tensor w;
     Net() : Module("Net") { w = register_parameter("w", zeros({2, 3})); }
   };
-  TempDir dir;
+  TempDir dir("safetensors");
   std::string p = dir.file("m.safetensors");
   save_safetensors(p, {{"w", ones({3, 2})}});
   Net net;

@@ -2,27 +2,17 @@
 // a file written here is parsed in Python (struct + json) and its tensors compared bit
 // for bit with raw dumps; a file written from torch tensors in Python's usual layout is
 // loaded here and compared bit for bit with torch's raw dumps.
-#include <unistd.h>
+#include <map>
 
-#include <cstdlib>
-#include <cstring>
-#include <filesystem>
-#include <fstream>
-
-#include "helpers.h"
+#include "file_helpers.h"
+#include "parity_io.h"
 #include "tensor/safetensors.h"
 
 using namespace mu;
+using namespace parity;
 namespace fs = std::filesystem;
 
 namespace {
-
-std::string shape_arg(const Shape& shape) {
-  if (shape.empty()) return "scalar";
-  std::string s;
-  for (int64_t d : shape) s += (s.empty() ? "" : "x") + std::to_string(d);
-  return s;
-}
 
 Shape parse_shape(const std::string& s) {
   Shape out;
@@ -44,28 +34,17 @@ std::string bytes_of(const Tensor& t) {
 }
 
 std::string read_file(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  REQUIRE_MESSAGE(f.good(), "missing file " << p.string());
-  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+  REQUIRE_MESSAGE(fs::exists(p), "missing file " << p.string());
+  return read_bytes(p);
 }
-
-// The exchange directory, removed however the test ends.
-struct ExchangeDir {
-  fs::path path = fs::temp_directory_path() / ("mumoe_safetensors_parity_" + std::to_string(::getpid()));
-  ExchangeDir() {
-    fs::remove_all(path);
-    fs::create_directories(path / "mumoe_raw");
-  }
-  ~ExchangeDir() { fs::remove_all(path); }
-};
 
 }  // namespace
 
 TEST_CASE("safetensors files round trip between mumoe and PyTorch") {
-  const char* src = std::getenv("MUMOE_SOURCE_DIR");
-  REQUIRE_MESSAGE(src != nullptr, "MUMOE_SOURCE_DIR is not set (ctest sets it)");
-  ExchangeDir exchange;
+  // The exchange directory, removed however the test ends.
+  TempDir exchange("safetensors_parity");
   const fs::path& dir = exchange.path;
+  fs::create_directories(dir / "mumoe_raw");
 
   // (a) mumoe writes; Python reads.
   manual_seed(2024);
@@ -86,19 +65,14 @@ TEST_CASE("safetensors files round trip between mumoe and PyTorch") {
   {
     std::ofstream manifest(dir / "mumoe_manifest.txt");
     for (const auto& [name, t] : ours) {
-      manifest << name << ' ' << safetensors_dtype(t.dtype()) << ' ' << shape_arg(t.shape()) << '\n';
-      std::ofstream raw(dir / "mumoe_raw" / (name + ".bin"), std::ios::binary);
-      std::string b = bytes_of(t);
-      raw.write(b.data(), std::streamsize(b.size()));
+      manifest << name << ' ' << safetensors_dtype(t.dtype()) << ' ' << shape_arg(t) << '\n';
+      write_raw(dir / "mumoe_raw" / (name + ".bin"), t);
     }
     std::ofstream m(dir / "mumoe_metadata.txt");
     for (const auto& [k, v] : meta) m << k << ' ' << v << '\n';
   }
 
-  std::string cmd = "/usr/bin/python3 " + std::string(src) + "/tests/parity/torch_safetensors.py " + dir.string();
-  int rc = std::system(cmd.c_str());
-  REQUIRE_MESSAGE(rc == 0, "the PyTorch side failed (" << cmd << "); is python3-torch installed? "
-                               "scripts/setup.sh installs it");
+  run_torch_script("torch_safetensors.py", dir);
 
   // (b) Python wrote torch.safetensors; mumoe reads it.
   SafetensorsFile f = load_safetensors((dir / "torch.safetensors").string());
