@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Runs a mumoe benchmark and the PyTorch reference (../shared/reference/torch_reference.py)
+# for the same workloads in one run, then prints each mumoe line's median time as a
+# ratio of PyTorch's (below 1: mumoe is faster), and GFLOP/s where the line has them.
+# Builds nothing:
+#
+#   experiments/bench/compare.sh sgemm [BUILD_DIR]     sgemm-1024: native GEMM and OpenBLAS
+#   experiments/bench/compare.sh layers [BUILD_DIR]    cpmumoe-layer, trmumoe-layer
+#
+# BUILD_DIR defaults to build. THREADS and REPS may be set in the environment.
+set -euo pipefail
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+which="${1:?usage: compare.sh sgemm|layers [BUILD_DIR]}"
+build="${2:-build}"
+case "$build" in /*) ;; *) build="$repo/$build" ;; esac
+threads="${THREADS:-2}"
+case "$which" in
+  sgemm) bench=bench_sgemm; workloads=sgemm-1024; reps="${REPS:-20}" ;;
+  layers) bench=bench_mumoe_layers; workloads=cpmumoe-layer,trmumoe-layer; reps="${REPS:-10}" ;;
+  *) echo "compare.sh: unknown benchmark '$which' (sgemm or layers)" >&2; exit 2 ;;
+esac
+reference="$repo/../shared/reference/torch_reference.py"
+[ -f "$reference" ] || { echo "compare.sh: reference script not found at $reference" >&2; exit 1; }
+[ -x "$build/experiments/$bench" ] || { echo "compare.sh: $build/experiments/$bench not built" >&2; exit 1; }
+
+# Debian's interpreter has torch; a python3 earlier on PATH may not.
+torch_lines="$(/usr/bin/python3 "$reference" bench --workload "$workloads" --threads "$threads" --reps "$reps")"
+mumoe_lines="$(OMP_NUM_THREADS="$threads" "$build/experiments/$bench" --reps "$reps")"
+echo "$torch_lines"
+echo "$mumoe_lines"
+/usr/bin/python3 - "$torch_lines" "$mumoe_lines" <<'PY'
+import json, sys
+ref = {j["workload"]: j for j in map(json.loads, sys.argv[1].splitlines())}
+for m in map(json.loads, sys.argv[2].splitlines()):
+    r = ref[m["workload"]]
+    line = f"{m['workload']} {m['impl']}: {m['median_ms']} ms vs pytorch {r['median_ms']} ms, ratio {m['median_ms'] / r['median_ms']:.2f}"
+    if "gflops" in m:  # a square GEMM: 2 n^3 flops, n from the workload name
+        n = int(m["workload"].split("-")[1])
+        line += f"; {m['gflops']:.1f} vs {2 * n**3 / (r['median_ms'] * 1e-3) / 1e9:.1f} GFLOP/s"
+    print(line)
+PY
