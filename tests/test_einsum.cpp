@@ -279,6 +279,9 @@ TEST_CASE("gradcheck: 20+ specs, including the papers' contractions") {
   g("bn,anc,bi,cid,doa->bo", {{B, N}, {2, N, 3}, {B, I}, {3, I, 2}, {2, O, 2}});
   // TR, two levels: U1 (R1,N,R2), U2 (R2,M,R3), U_I (R3,I,R4), U_O (R4,O,R1)
   g("bn,anc,bm,cme,bi,eid,doa->bo", {{B, N}, {2, N, 2}, {B, M}, {2, M, 3}, {B, I}, {3, I, 2}, {2, O, 2}});
+  // TR, three levels: U1 (R1,N,R2), U2 (R2,M,R3), U3 (R3,P,R4), U_I (R4,I,R5), U_O (R5,O,R1)
+  g("bn,anc,bm,cme,bp,epf,bi,fid,doa->bo",
+    {{B, N}, {2, N, 2}, {B, M}, {2, M, 2}, {B, P}, {2, P, 2}, {B, I}, {2, I, 2}, {2, O, 2}});
   // TT (R1 = 1): same ring with a size-1 closing rank
   g("bn,anc,bi,cid,doa->bo", {{B, N}, {1, N, 3}, {B, I}, {3, I, 2}, {2, O, 1}});
   // Tucker: core Z (R_O, R_I, R_N), factors G_I (I,R_I), G_N (N,R_N), G_O (O,R_O)
