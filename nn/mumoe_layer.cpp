@@ -84,6 +84,19 @@ Tensor MuMoELayer::restore_leading(const Tensor& y, const Tensor& z) const {
 }
 
 Tensor MuMoELayer::forward(const Tensor& z, const std::vector<Tensor>& a) const {
+  std::vector<Tensor> values;
+  for (const Factor& f : factors_) values.push_back(f.param);
+  return forward_with(z, a, values);
+}
+
+Tensor MuMoELayer::forward_with(const Tensor& z, const std::vector<Tensor>& a,
+                                const std::vector<Tensor>& factor_values) const {
+  MU_CHECK(factor_values.size() == factors_.size(), type_name(), ".forward_with: got ", factor_values.size(),
+           " factor values for ", factors_.size(), " factors");
+  for (size_t k = 0; k < factors_.size(); ++k)
+    MU_CHECK(factor_values[k].shape() == factors_[k].param.shape(), type_name(), ".forward_with: value for factor ",
+             factors_[k].name, " has shape ", shape_str(factor_values[k].shape()), "; expected ",
+             shape_str(factors_[k].param.shape()));
   auto [zf, af] = flatten_inputs(z, a, "forward");
   // "b n1, ..., b nE, b i, <factors> -> b o": the planner orders the contraction.
   std::string spec;
@@ -94,9 +107,9 @@ Tensor MuMoELayer::forward(const Tensor& z, const std::vector<Tensor>& a) const 
   }
   spec += "b i";
   ops.push_back(zf);
-  for (const Factor& f : factors_) {
-    spec += ", " + term(f.axes);
-    ops.push_back(f.param);
+  for (size_t k = 0; k < factors_.size(); ++k) {
+    spec += ", " + term(factors_[k].axes);
+    ops.push_back(factor_values[k]);
   }
   return restore_leading(einsum(spec + " -> b o", ops), z);
 }

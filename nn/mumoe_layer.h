@@ -33,6 +33,10 @@ class MuMoELayer : public Module {
   // z: (..., I); a: one coefficient tensor (..., N_e) per level, same leading dims as z.
   Tensor forward(const Tensor& z, const std::vector<Tensor>& a) const;
   Tensor operator()(const Tensor& z, const std::vector<Tensor>& a) const { return forward(z, a); }
+  // The same pass with `factor_values` (one per factor, in factors() order, same shapes)
+  // in place of the layer's parameters: a functional call, for gradient checks with
+  // respect to the factors and for anything that differentiates through new values.
+  Tensor forward_with(const Tensor& z, const std::vector<Tensor>& a, const std::vector<Tensor>& factor_values) const;
 
   // The full weight tensor (N_1, ..., N_E, I(+1), O), built from the factors.
   Tensor materialize() const;

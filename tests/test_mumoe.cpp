@@ -225,33 +225,29 @@ std::vector<double> brute_dense_forward(const Tensor& w, const nn::MoEShape& s, 
   return y;
 }
 
-// gradcheck of layer.forward(z, a) w.r.t. z, every a_e and every factor. The layer's
-// forward reads its factors through factors(); they are pointed at gradcheck's leaves
-// for the duration of the check and restored afterwards.
+// gradcheck of the layer's forward pass w.r.t. z, every a_e and every factor, through
+// forward_with (the factors passed as values).
 void check_layer_grad(nn::MuMoELayer& l, const Tensor& z, const std::vector<Tensor>& a) {
-  auto& fs = const_cast<std::vector<nn::MuMoELayer::Factor>&>(l.factors());
-  std::vector<Tensor> saved;
+  const auto& fs = l.factors();
   TensorList inputs = {z};
   for (const Tensor& t : a) inputs.push_back(t);
-  for (const auto& f : fs) {
-    saved.push_back(f.param);
-    inputs.push_back(f.param.detach());
-  }
+  for (const auto& f : fs) inputs.push_back(f.param.detach());
   const size_t E = a.size();
   auto fn = [&](const TensorList& in) {
-    for (size_t k = 0; k < fs.size(); ++k) fs[k].param = in[1 + E + k];
-    return l.forward(in[0], std::vector<Tensor>(in.begin() + 1, in.begin() + 1 + long(E)));
+    return l.forward_with(in[0], std::vector<Tensor>(in.begin() + 1, in.begin() + 1 + long(E)),
+                          std::vector<Tensor>(in.begin() + 1 + long(E), in.end()));
   };
-  // The rebinding must reach the forward pass: scaling any factor changes the output
-  // (otherwise the check below would compare zero with zero).
+  // Every factor value must reach the pass: scaling any of them changes the output
+  // (otherwise the check below could compare zero with zero).
   const Tensor y0 = fn(inputs);
   for (size_t k = 0; k < fs.size(); ++k) {
     TensorList scaled = inputs;
     scaled[1 + E + k] = inputs[1 + E + k] * 2.0;
     CHECK(max_abs_diff(fn(scaled), y0) > 1e-8);
   }
+  // forward_with on the layer's own factors is forward.
+  CHECK(max_abs_diff(l.forward(z, a), y0) == 0);
   auto r = autograd::gradcheck(fn, inputs);
-  for (size_t k = 0; k < fs.size(); ++k) fs[k].param = saved[k];
   CHECK_MESSAGE(r.ok, r.message);
 }
 
