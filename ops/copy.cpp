@@ -1,17 +1,12 @@
 // Copies and conversions: contiguous, clone, to(dtype), to(device), copy_, fill_.
 #include "autograd/node.h"
-#include "ops/cpu/map.h"
 #include "ops/ops.h"
+#include "ops/pointwise.h"
 
 namespace mu {
 
 using autograd::record;
 using autograd::TensorList;
-
-static void require_cpu(const Tensor& t, const char* op) {
-  MU_CHECK(t.device().is_cpu(), op, ": no CUDA kernel for this op yet; tensor is on ", t.device().str(),
-           " (move it with .cpu())");
-}
 
 namespace cpu {
 // dst[i] = src[i] converted to dst's dtype; src broadcast to dst's shape.
@@ -74,7 +69,7 @@ Tensor Tensor::to(Device d) const {
 
 Tensor& Tensor::fill_(double value) {
   check_inplace(*this, "fill_");
-  require_cpu(*this, "fill_");
+  detail::require_cpu(*this, "fill_");
   MU_DISPATCH_ALL(dtype(), "fill_", [&] {
     // Write-only: fresh memory may hold bytes that are not a valid value of the type.
     const scalar_t v = static_cast<scalar_t>(value);
@@ -90,10 +85,9 @@ Tensor& Tensor::fill_(double value) {
 
 Tensor& Tensor::copy_(const Tensor& src) {
   check_inplace(*this, "copy_");
-  require_cpu(*this, "copy_");
-  require_cpu(src, "copy_");
-  broadcast_shapes(src.shape(), shape(), "copy_");
-  MU_CHECK(numel_of(broadcast_shapes(src.shape(), shape(), "copy_")) == numel(), "copy_: source of shape ",
+  detail::require_cpu(*this, "copy_");
+  detail::require_cpu(src, "copy_");
+  MU_CHECK(src.dim() <= dim() && broadcast_shapes(src.shape(), shape(), "copy_") == shape(), "copy_: source of shape ",
            shape_str(src.shape()), " cannot be broadcast to destination shape ", shape_str(shape()));
   // The source may overlap the destination (x.copy_(x.t())): read from a private copy.
   Tensor s = src.storage() == storage() ? dense_copy(src, src.dtype()) : src;

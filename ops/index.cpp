@@ -255,17 +255,13 @@ Tensor embedding(const Tensor& weight, const Tensor& ids) {
 
 // ---------------------------------------------------------------- cumsum
 
-namespace {
-template <class T> struct CumAcc { using type = T; };
-template <> struct CumAcc<float> { using type = double; };  // long running sums stay accurate
-}  // namespace
 
 namespace cpu {
 // Running sums along the middle axis of x viewed as (outer, n, inner), dense; from the
 // end when `reverse`. Tasks are (o, block of columns): each owns its outputs.
 template <class T>
 static void cumsum_lines(const T* x, T* out, int64_t outer, int64_t n, int64_t inner, bool reverse) {
-  using A = typename CumAcc<T>::type;
+  using A = acc_t<T>;
   constexpr int64_t kBlock = 256;
   int64_t col_blocks = (inner + kBlock - 1) / kBlock, tasks = outer * col_blocks;
   bool par = outer * n * inner >= kParallelGrain && tasks > 1 && !omp_in_parallel();

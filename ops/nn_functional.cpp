@@ -6,7 +6,7 @@
 #include <limits>
 
 #include "autograd/node.h"
-#include "ops/cpu/loops.h"
+#include "ops/cpu/lines.h"
 #include "ops/ops.h"
 #include "ops/pointwise.h"
 #include "tensor/random.h"
@@ -17,28 +17,13 @@ using autograd::record;
 using autograd::save;
 using autograd::TensorList;
 
-// Sums over a line of float32 are carried in double.
-namespace {
-template <class T> struct LineAcc { using type = T; };
-template <> struct LineAcc<float> { using type = double; };
-}  // namespace
 
 namespace cpu {
-// Calls f(offset, stride) for every line along the middle axis of a dense tensor viewed
-// as (outer, n, inner). Lines are disjoint, so they may run on several threads.
-template <class F>
-static void for_each_line(int64_t outer, int64_t n, int64_t inner, F f) {
-  int64_t lines = outer * inner;
-  bool par = lines * n >= kParallelGrain && lines > 1 && !omp_in_parallel();
-#pragma omp parallel for if (par) schedule(static)
-  for (int64_t l = 0; l < lines; ++l) f((l / inner) * n * inner + l % inner, inner);
-}
-
 // y = softmax(x) (or log_softmax when `log`) along each line. A NaN anywhere in a
 // line, or a line of only -inf, makes the whole line NaN, as in PyTorch.
 template <class T>
 static void softmax_lines(const T* x, T* y, int64_t outer, int64_t n, int64_t inner, bool log) {
-  using A = typename LineAcc<T>::type;
+  using A = acc_t<T>;
   for_each_line(outer, n, inner, [=](int64_t off, int64_t st) {
     const T* xl = x + off;
     T* yl = y + off;
@@ -66,7 +51,7 @@ static void softmax_lines(const T* x, T* y, int64_t outer, int64_t n, int64_t in
 // Gradients along each line: softmax dx = y (g - sum(g y)); log_softmax dx = g - exp(y) sum(g).
 template <class T>
 static void softmax_backward_lines(const T* g, const T* y, T* dx, int64_t outer, int64_t n, int64_t inner, bool log) {
-  using A = typename LineAcc<T>::type;
+  using A = acc_t<T>;
   for_each_line(outer, n, inner, [=](int64_t off, int64_t st) {
     const T *gl = g + off, *yl = y + off;
     T* dl = dx + off;
@@ -82,22 +67,12 @@ static void softmax_backward_lines(const T* g, const T* y, T* dx, int64_t outer,
 }
 }  // namespace cpu
 
-// Sizes before and after `dim`: x viewed as (outer, x.size(dim), inner).
-static std::array<int64_t, 3> line_geometry(const Tensor& x, int64_t dim) {
-  int64_t outer = 1, inner = 1;
-  for (int64_t k = 0; k < x.dim(); ++k) {
-    if (k < dim) outer *= x.shape()[size_t(k)];
-    if (k > dim) inner *= x.shape()[size_t(k)];
-  }
-  return {outer, x.dim() == 0 ? 1 : x.shape()[size_t(dim)], inner};
-}
-
 static Tensor softmax_impl(const Tensor& x, int64_t dim, bool log) {
   const char* op = log ? "log_softmax" : "softmax";
   detail::require_cpu(x, op);
   MU_CHECK(x.is_floating_point(), op, ": needs a floating-point tensor, got ", dtype_name(x.dtype()));
   int64_t d = wrap_dim(dim, x.dim(), op);
-  auto [outer, n, inner] = line_geometry(x, d);
+  auto [outer, n, inner] = cpu::line_geometry(x.shape(), d);
   Tensor xc = x.detach().contiguous(), y = empty(x.shape(), x.dtype());
   MU_DISPATCH_FLOAT(x.dtype(), op, [&] {
     cpu::softmax_lines(xc.data_ptr<scalar_t>(), y.data_ptr<scalar_t>(), outer, n, inner, log);

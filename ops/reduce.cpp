@@ -14,11 +14,6 @@ using autograd::record;
 using autograd::save;
 using autograd::TensorList;
 
-// Accumulator type: sums of float32 are carried in double, so that a long sum's error
-// does not grow with its length.
-template <class T> struct Acc { using type = T; };
-template <> struct Acc<float> { using type = double; };
-template <> struct Acc<bool> { using type = int64_t; };
 
 namespace cpu {
 // Sum over the plan's reduced dims into a new tensor of shape p.out_shape.
@@ -26,7 +21,7 @@ static Tensor sum_kernel(const Tensor& x, const ReducePlan& p) {
   DType out_dtype = x.dtype() == kBool ? kInt64 : x.dtype();
   Tensor out = empty(p.out_shape, out_dtype);
   MU_DISPATCH_ALL(x.dtype(), "sum", [&] {
-    using A = typename Acc<scalar_t>::type;
+    using A = cpu::acc_t<scalar_t>;
     using O = std::conditional_t<std::is_same_v<scalar_t, bool>, int64_t, scalar_t>;
     O* po = out.data_ptr<O>();
     reduce_runs<scalar_t>(x, p, po, [](const scalar_t* v, int64_t n, int64_t st) {

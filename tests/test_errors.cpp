@@ -10,6 +10,9 @@ TEST_CASE("shape mismatch names both shapes") {
   CHECK_THROWS_MU(ones({2, 3}).expand({4, 3}), "must match");
   CHECK_THROWS_MU(cat({ones({2, 3}), ones({2, 4})}, 0), "[2, 4]");
   CHECK_THROWS_MU(masked_fill(ones({2}), ones({3}) > 0.0, 1.0), "cannot be broadcast");
+  // copy_ broadcasts the source to the destination, never the other way round
+  CHECK_THROWS_MU(zeros({3}).copy_(ones({1, 3})), "[1, 3] cannot be broadcast to destination shape [3]");
+  CHECK_THROWS_MU(zeros({1, 3}).copy_(ones({3, 1})), "cannot be broadcast");
 }
 
 TEST_CASE("dtype mismatch names both dtypes") {

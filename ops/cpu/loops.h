@@ -14,6 +14,13 @@
 
 namespace mu::cpu {
 
+// The type sums are carried in: float32 sums in double so that a long sum's error does
+// not grow with its length; bool counts in int64.
+template <class T> struct Accumulator { using type = T; };
+template <> struct Accumulator<float> { using type = double; };
+template <> struct Accumulator<bool> { using type = int64_t; };
+template <class T> using acc_t = typename Accumulator<T>::type;
+
 // Below this many elements an op runs on one thread: thread start-up would cost more.
 inline constexpr int64_t kParallelGrain = 32768;
 
