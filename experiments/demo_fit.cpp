@@ -1,4 +1,4 @@
-// The core end to end: a two-layer tanh network learns y = sin(3 x1) cos(2 x2) + x1 x2
+// The core end to end, with optim::SGD: a two-layer tanh network learns y = sin(3 x1) cos(2 x2) + x1 x2
 // on [-1, 1]^2 by full-batch gradient descent with momentum. Prints the training and
 // held-out losses as they fall; exits non-zero if the network fails to fit.
 #include <cmath>
@@ -8,7 +8,6 @@
 #include "mumoe.h"
 
 using namespace mu;
-using autograd::TensorList;
 
 // Inputs uniform on [-1, 1]^2 and their targets, computed on the host.
 static std::pair<Tensor, Tensor> make_data(int64_t n) {
@@ -32,27 +31,18 @@ int main(int argc, char** argv) {
   auto uniform = [](Shape s, double bound) { return ((rand(s) * 2.0 - 1.0) * bound).detach().requires_grad_(); };
   Tensor w1 = uniform({2, hidden}, 1 / std::sqrt(2.0)), b1 = uniform({hidden}, 1 / std::sqrt(2.0));
   Tensor w2 = uniform({hidden, 1}, 1 / std::sqrt(double(hidden))), b2 = uniform({1}, 1 / std::sqrt(double(hidden)));
-  TensorList params = {w1, b1, w2, b2};
-  TensorList velocity;
-  for (const Tensor& p : params) velocity.push_back(zeros_like(p));
+  optim::SGD opt({w1, b1, w2, b2}, optim::SGDOptions(0.1).momentum(0.9));
 
   auto forward = [&](const Tensor& x) { return tanh(x.matmul(w1) + b1).matmul(w2) + b2; };
   auto mse = [](const Tensor& pred, const Tensor& y) { return square(pred - y).mean(); };
 
-  const double lr = 0.1, momentum = 0.9;
   double first = 0, last = 0;
   std::printf("two-layer network (2 -> %lld tanh -> 1), %d steps of SGD with momentum\n", (long long)hidden, steps);
   for (int step = 0; step <= steps; ++step) {
     Tensor loss = mse(forward(x_train), y_train);
-    for (const Tensor& p : params) p.zero_grad();
+    opt.zero_grad();
     loss.backward();
-    {
-      NoGradGuard no_grad;  // the update itself is not part of any graph
-      for (size_t i = 0; i < params.size(); ++i) {
-        velocity[i].mul_(momentum).add_(params[i].grad());
-        params[i].add_(velocity[i], -lr);
-      }
-    }
+    opt.step();
     if (step % (steps / 10 > 0 ? steps / 10 : 1) == 0) {
       NoGradGuard no_grad;
       double test = mse(forward(x_test), y_test).item();

@@ -13,6 +13,7 @@
 #include "data/fashion_mnist.h"
 #include "data/idx.h"
 #include "data/loader.h"
+#include "file_helpers.h"
 #include "helpers.h"
 
 using namespace mu;
@@ -20,19 +21,6 @@ namespace fs = std::filesystem;
 using Bytes = std::vector<uint8_t>;
 
 namespace {
-
-// A fresh directory per test case, removed afterwards.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int counter = 0;
-    path = fs::temp_directory_path() / ("mumoe_data_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
 
 void write_plain(const std::string& path, const Bytes& bytes) {
   std::ofstream f(path, std::ios::binary | std::ios::trunc);
@@ -102,7 +90,7 @@ struct ScopedEnv {
 // ---------------------------------------------------------------- IDX reading
 
 TEST_CASE("gzip'd and plain IDX files read back dims and bytes exactly") {
-  TempDir dir;
+  TempDir dir("data");
   Bytes images = ramp(4 * 3 * 2), labels = {3, 1, 4, 1};
   write_gz(dir.file("images.gz"), idx({4, 3, 2}, images));
   write_plain(dir.file("labels"), idx({4}, labels));
@@ -121,7 +109,7 @@ TEST_CASE("gzip'd and plain IDX files read back dims and bytes exactly") {
 }
 
 TEST_CASE("a payload larger than one zlib read chunk (16 MiB) reads back intact") {
-  TempDir dir;
+  TempDir dir("data");
   Bytes big = ramp(size_t(17) << 20);
   write_gz(dir.file("big.gz"), idx({17, 1024, 1024}, big));
   data::IdxArray a = data::read_idx(dir.file("big.gz"), 3);
@@ -130,13 +118,13 @@ TEST_CASE("a payload larger than one zlib read chunk (16 MiB) reads back intact"
 }
 
 TEST_CASE("a missing file or a directory is an error naming the path") {
-  TempDir dir;
+  TempDir dir("data");
   CHECK_THROWS_MU(data::read_idx(dir.file("nope.gz")), dir.file("nope.gz") + ": cannot open: No such file or directory");
   CHECK_THROWS_MU(data::read_idx(dir.path.string()), "is a directory");
 }
 
 TEST_CASE("a bad magic number is refused at byte 0") {
-  TempDir dir;
+  TempDir dir("data");
   // Labels where images are expected: right format, wrong rank.
   write_gz(dir.file("labels.gz"), idx({4}, {1, 2, 3, 4}));
   CHECK_THROWS_MU(data::read_idx(dir.file("labels.gz"), 3),
@@ -155,7 +143,7 @@ TEST_CASE("a bad magic number is refused at byte 0") {
 }
 
 TEST_CASE("a truncated header says where and how much was missing") {
-  TempDir dir;
+  TempDir dir("data");
   write_gz(dir.file("empty.gz"), {});
   CHECK_THROWS_MU(data::read_idx(dir.file("empty.gz"), 1), "empty.gz: truncated at byte 0: expected 4 bytes of magic number, got 0");
   write_plain(dir.file("two"), {0, 0});
@@ -166,7 +154,7 @@ TEST_CASE("a truncated header says where and how much was missing") {
 }
 
 TEST_CASE("a truncated payload names the expected and received byte counts, gzip'd or plain") {
-  TempDir dir;
+  TempDir dir("data");
   Bytes full = idx({2, 3, 4}, ramp(24));
   Bytes cut(full.begin(), full.begin() + 16 + 10);
   write_gz(dir.file("cut.gz"), cut);
@@ -180,7 +168,7 @@ TEST_CASE("a truncated payload names the expected and received byte counts, gzip
 }
 
 TEST_CASE("a gzip stream cut short reads as truncated; damaged deflate data is refused") {
-  TempDir dir;
+  TempDir dir("data");
   Bytes payload = ramp(100000);
   write_gz(dir.file("whole.gz"), idx({100000}, payload));
   Bytes gz = read_plain(dir.file("whole.gz"));
@@ -198,7 +186,7 @@ TEST_CASE("a gzip stream cut short reads as truncated; damaged deflate data is r
 }
 
 TEST_CASE("wrong dims: zero, absurdly large, or more payload than they describe") {
-  TempDir dir;
+  TempDir dir("data");
   write_gz(dir.file("zero.gz"), idx({2, 0, 4}, {}));
   CHECK_THROWS_MU(data::read_idx(dir.file("zero.gz"), 3), "zero.gz: dim 1 (at byte 8) is 0: every dim must be positive");
   write_gz(dir.file("huge.gz"), idx({0xffffffffu, 0xffffffffu, 16}, {}));
@@ -215,7 +203,7 @@ TEST_CASE("wrong dims: zero, absurdly large, or more payload than they describe"
 // ---------------------------------------------------------------- Fashion-MNIST loader
 
 TEST_CASE("Fashion-MNIST loads from fake files: shapes, [0, 1] pixels, labels, standardisation") {
-  TempDir dir;
+  TempDir dir("data");
   write_fake_fashion_mnist(dir, 20, 7);
   data::FashionMnist ds = data::load_fashion_mnist(data::FashionMnistOptions().dir(dir.path.string()));
   CHECK(ds.train.images.shape() == Shape{20, 784});
@@ -238,7 +226,7 @@ TEST_CASE("Fashion-MNIST loads from fake files: shapes, [0, 1] pixels, labels, s
 }
 
 TEST_CASE("MUMOE_FASHION_MNIST_DIR overrides the default directory") {
-  TempDir dir;
+  TempDir dir("data");
   write_fake_fashion_mnist(dir, 10, 10);
   ScopedEnv env("MUMOE_FASHION_MNIST_DIR", dir.path.string());
   CHECK(data::fashion_mnist_dir() == dir.path.string());
@@ -247,7 +235,7 @@ TEST_CASE("MUMOE_FASHION_MNIST_DIR overrides the default directory") {
 }
 
 TEST_CASE("missing Fashion-MNIST says how to get it") {
-  TempDir dir;
+  TempDir dir("data");
   const std::string how = "install Debian's dataset-fashion-mnist, or set MUMOE_FASHION_MNIST_DIR";
   CHECK_THROWS_MU(data::load_fashion_mnist(data::FashionMnistOptions().dir(dir.file("absent"))), how);
   CHECK_FALSE(data::fashion_mnist_available(dir.file("absent")));
@@ -260,7 +248,7 @@ TEST_CASE("missing Fashion-MNIST says how to get it") {
 }
 
 TEST_CASE("Fashion-MNIST refuses wrong image size, mismatched counts and labels outside 0..9") {
-  TempDir dir;
+  TempDir dir("data");
   write_fake_fashion_mnist(dir, 10, 10);
   const std::string images = dir.file("train-images-idx3-ubyte.gz"), labels = dir.file("train-labels-idx1-ubyte.gz");
   auto load = [&] { return data::load_fashion_mnist(data::FashionMnistOptions().dir(dir.path.string())); };

@@ -2,26 +2,10 @@
 #include <cmath>
 
 #include "helpers.h"
+#include "optim/sgd.h"
 
 using namespace mu;
 using autograd::TensorList;
-
-// Plain SGD with momentum over a parameter list (the optimizers of nn/ come later).
-struct Momentum {
-  TensorList params, velocity;
-  double lr, mu_;
-  Momentum(TensorList p, double lr, double m) : params(std::move(p)), lr(lr), mu_(m) {
-    for (const Tensor& t : params) velocity.push_back(zeros_like(t));
-  }
-  void step() {
-    NoGradGuard g;
-    for (size_t i = 0; i < params.size(); ++i) {
-      velocity[i].mul_(mu_).add_(params[i].grad());
-      params[i].add_(velocity[i], -lr);
-      params[i].zero_grad();
-    }
-  }
-};
 
 static Tensor uniform_param(Shape s, double bound) { return ((rand(s) * 2.0 - 1.0) * bound).detach().requires_grad_(); }
 
@@ -34,10 +18,11 @@ TEST_CASE("a two-layer network fits a smooth 2-D function to mse < 0.01") {
   double var_y = var(y.to(kFloat64)).item();
   Tensor w1 = uniform_param({2, 64}, 0.7), b1 = uniform_param({64}, 0.7);
   Tensor w2 = uniform_param({64, 1}, 0.125), b2 = uniform_param({1}, 0.125);
-  Momentum opt({w1, b1, w2, b2}, 0.1, 0.9);
+  optim::SGD opt({w1, b1, w2, b2}, optim::SGDOptions(0.1).momentum(0.9));
   double loss = 0;
   for (int step = 0; step < 3000; ++step) {
     Tensor l = square(tanh(x.matmul(w1) + b1).matmul(w2) + b2 - y).mean();
+    opt.zero_grad();
     l.backward();
     opt.step();
     loss = l.item();
@@ -63,9 +48,10 @@ TEST_CASE("a softmax classifier separates three interleaved spirals to > 95% acc
   Tensor x = from_vector(pts, {per_class * classes, 2}), y = from_vector(labels, {per_class * classes});
   Tensor w1 = uniform_param({2, 100}, 0.7), b1 = uniform_param({100}, 0.7);
   Tensor w2 = uniform_param({100, 3}, 0.1), b2 = uniform_param({3}, 0.1);
-  Momentum opt({w1, b1, w2, b2}, 0.5, 0.9);
+  optim::SGD opt({w1, b1, w2, b2}, optim::SGDOptions(0.5).momentum(0.9));
   for (int step = 0; step < 2000; ++step) {
     Tensor logits = relu(x.matmul(w1) + b1).matmul(w2) + b2;
+    opt.zero_grad();
     cross_entropy(logits, y).backward();
     opt.step();
   }
