@@ -5,7 +5,6 @@
 #include "optim/sgd.h"
 
 using namespace mu;
-using autograd::TensorList;
 
 static Tensor uniform_param(Shape s, double bound) { return ((rand(s) * 2.0 - 1.0) * bound).detach().requires_grad_(); }
 
