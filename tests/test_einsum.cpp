@@ -157,7 +157,6 @@ RandomCase random_case(std::mt19937& rng) {
 TEST_CASE("einsum equals the brute-force evaluator on 300 random specs") {
   std::mt19937 rng(1234);
   manual_seed(99);
-  int checked = 0;
   for (int i = 0; i < 300; ++i) {
     RandomCase rc = random_case(rng);
     std::string shapes;
@@ -167,9 +166,7 @@ TEST_CASE("einsum equals the brute-force evaluator on 300 random specs") {
     Tensor got = einsum(rc.spec, rc.ops);
     REQUIRE(got.shape() == ref.shape());
     CHECK(max_abs_diff(got, ref) <= 1e-10 * (1 + ref.abs().sum().item()));
-    ++checked;
   }
-  CHECK(checked == 300);
 }
 
 TEST_CASE("einsum: named cases of every feature") {
@@ -342,6 +339,7 @@ TEST_CASE("1,000 random strings and shapes: errors are mu::Error, nothing crashe
       ++errors;
     }
   }
-  CHECK(errors + ok == 1000);
+  // Both kinds occur, so the generator exercises the parser's error paths and its success path.
   CHECK(errors > 0);
+  CHECK(ok > 0);
 }
