@@ -7,6 +7,7 @@
 
 #include "autograd/node.h"
 #include "ops/cpu/lines.h"
+#include "ops/kernels/softmax.h"
 #include "ops/ops.h"
 #include "ops/pointwise.h"
 #include "tensor/random.h"
@@ -18,72 +19,18 @@ using autograd::save;
 using autograd::TensorList;
 
 
-namespace cpu {
-// y = softmax(x) (or log_softmax when `log`) along each line. A NaN anywhere in a
-// line, or a line of only -inf, makes the whole line NaN, as in PyTorch.
-template <class T>
-static void softmax_lines(const T* x, T* y, int64_t outer, int64_t n, int64_t inner, bool log) {
-  using A = acc_t<T>;
-  for_each_line(outer, n, inner, [=](int64_t off, int64_t st) {
-    const T* xl = x + off;
-    T* yl = y + off;
-    T m = -std::numeric_limits<T>::infinity();
-    for (int64_t j = 0; j < n; ++j) m = xl[j * st] > m ? xl[j * st] : m;
-    // A NaN never compares greater, so m is the max of the numbers; NaN still reaches
-    // the sum through exp(NaN - m).
-    A s = 0;
-    if (log) {
-      for (int64_t j = 0; j < n; ++j) s += A(std::exp(xl[j * st] - m));
-      T ls = T(std::log(s));
-      for (int64_t j = 0; j < n; ++j) yl[j * st] = xl[j * st] - m - ls;
-    } else {
-      // exp once: keep it in y, then scale by the sum.
-      for (int64_t j = 0; j < n; ++j) {
-        yl[j * st] = std::exp(xl[j * st] - m);
-        s += A(yl[j * st]);
-      }
-      A inv = A(1) / s;
-      for (int64_t j = 0; j < n; ++j) yl[j * st] = T(A(yl[j * st]) * inv);
-    }
-  });
-}
-
-// Gradients along each line: softmax dx = y (g - sum(g y)); log_softmax dx = g - exp(y) sum(g).
-template <class T>
-static void softmax_backward_lines(const T* g, const T* y, T* dx, int64_t outer, int64_t n, int64_t inner, bool log) {
-  using A = acc_t<T>;
-  for_each_line(outer, n, inner, [=](int64_t off, int64_t st) {
-    const T *gl = g + off, *yl = y + off;
-    T* dl = dx + off;
-    A s = 0;
-    if (log) {
-      for (int64_t j = 0; j < n; ++j) s += A(gl[j * st]);
-      for (int64_t j = 0; j < n; ++j) dl[j * st] = T(A(gl[j * st]) - std::exp(A(yl[j * st])) * s);
-    } else {
-      for (int64_t j = 0; j < n; ++j) s += A(gl[j * st]) * A(yl[j * st]);
-      for (int64_t j = 0; j < n; ++j) dl[j * st] = T(A(yl[j * st]) * (A(gl[j * st]) - s));
-    }
-  });
-}
-}  // namespace cpu
 
 static Tensor softmax_impl(const Tensor& x, int64_t dim, bool log) {
   const char* op = log ? "log_softmax" : "softmax";
-  detail::require_cpu(x, op);
   MU_CHECK(x.is_floating_point(), op, ": needs a floating-point tensor, got ", dtype_name(x.dtype()));
   int64_t d = wrap_dim(dim, x.dim(), op);
   auto [outer, n, inner] = cpu::line_geometry(x.shape(), d);
-  Tensor xc = x.detach().contiguous(), y = empty(x.shape(), x.dtype());
-  MU_DISPATCH_FLOAT(x.dtype(), op, [&] {
-    cpu::softmax_lines(xc.data_ptr<scalar_t>(), y.data_ptr<scalar_t>(), outer, n, inner, log);
-  });
+  Tensor xc = x.detach().contiguous(), y = empty_like(xc);
+  kernels::softmax_forward(x.device(), xc, y, outer, n, inner, log);
   return record(log ? "LogSoftmaxBackward" : "SoftmaxBackward", y, {x},
                 [ys = save(y), outer, n, inner, log](const Tensor& g) -> TensorList {
-    Tensor gc = g.contiguous(), yv = ys.get(), dx = empty(yv.shape(), yv.dtype());
-    MU_DISPATCH_FLOAT(yv.dtype(), "softmax_backward", [&] {
-      cpu::softmax_backward_lines(gc.data_ptr<scalar_t>(), yv.data_ptr<scalar_t>(), dx.data_ptr<scalar_t>(), outer,
-                                  n, inner, log);
-    });
+    Tensor gc = g.contiguous(), yv = ys.get(), dx = empty_like(yv);
+    kernels::softmax_backward(yv.device(), gc, yv, dx, outer, n, inner, log);
     return {dx};
   });
 }

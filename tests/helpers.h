@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -89,4 +90,33 @@ inline void check_close_or_nan(const mu::Tensor& got, const mu::Shape& shape, co
                                double tol) {
   REQUIRE(got.shape() == shape);
   check_elements_close(got, want, tol, /*nan_matches=*/true);
+}
+
+// The devices every op test runs on: the CPU always, and the first CUDA device when one
+// is present. Without one, the first call prints why CUDA cases are skipped. A test body
+// runs the op on each device and compares the CUDA result with the CPU one.
+inline const std::vector<mu::Device>& test_devices() {
+  static const std::vector<mu::Device> devices = [] {
+    std::vector<mu::Device> d{mu::Device::cpu()};
+    if (mu::cuda::device_count() > 0) {
+      d.push_back(mu::Device::cuda(0));
+    } else {
+      std::printf("note: CUDA cases skipped: %s\n",
+#ifdef MUMOE_CUDA
+                  "no CUDA device on this machine (the CUDA backend is compiled in)"
+#else
+                  "this build has no CUDA backend"
+#endif
+      );
+    }
+    return d;
+  }();
+  return devices;
+}
+
+// `t` (made on the CPU) moved to `dev`, keeping requires_grad as a fresh leaf.
+inline mu::Tensor on(const mu::Tensor& t, mu::Device dev) {
+  mu::Tensor d = t.detach().to(dev);
+  if (t.requires_grad()) d.requires_grad_();
+  return d;
 }

@@ -1,0 +1,73 @@
+// CPU kernels of softmax and log_softmax (declared in ops/kernels/softmax.h): one
+// numerically stable pass per line, the line's max subtracted before exp, sums carried
+// in double for float32.
+#include <cmath>
+#include <limits>
+
+#include "ops/cpu/lines.h"
+#include "ops/kernels/softmax.h"
+
+namespace mu::cpu {
+
+template <class T>
+static void softmax_lines(const T* x, T* y, int64_t outer, int64_t n, int64_t inner, bool log) {
+  using A = acc_t<T>;
+  for_each_line(outer, n, inner, [=](int64_t off, int64_t st) {
+    const T* xl = x + off;
+    T* yl = y + off;
+    T m = -std::numeric_limits<T>::infinity();
+    for (int64_t j = 0; j < n; ++j) m = xl[j * st] > m ? xl[j * st] : m;
+    // A NaN never compares greater, so m is the max of the numbers; NaN still reaches
+    // the sum through exp(NaN - m).
+    A s = 0;
+    if (log) {
+      for (int64_t j = 0; j < n; ++j) s += A(std::exp(xl[j * st] - m));
+      T ls = T(std::log(s));
+      for (int64_t j = 0; j < n; ++j) yl[j * st] = xl[j * st] - m - ls;
+    } else {
+      // exp once: keep it in y, then scale by the sum.
+      for (int64_t j = 0; j < n; ++j) {
+        yl[j * st] = std::exp(xl[j * st] - m);
+        s += A(yl[j * st]);
+      }
+      A inv = A(1) / s;
+      for (int64_t j = 0; j < n; ++j) yl[j * st] = T(A(yl[j * st]) * inv);
+    }
+  });
+}
+
+template <class T>
+static void softmax_backward_lines(const T* g, const T* y, T* dx, int64_t outer, int64_t n, int64_t inner, bool log) {
+  using A = acc_t<T>;
+  for_each_line(outer, n, inner, [=](int64_t off, int64_t st) {
+    const T *gl = g + off, *yl = y + off;
+    T* dl = dx + off;
+    A s = 0;
+    if (log) {
+      for (int64_t j = 0; j < n; ++j) s += A(gl[j * st]);
+      for (int64_t j = 0; j < n; ++j) dl[j * st] = T(A(gl[j * st]) - std::exp(A(yl[j * st])) * s);
+    } else {
+      for (int64_t j = 0; j < n; ++j) s += A(gl[j * st]) * A(yl[j * st]);
+      for (int64_t j = 0; j < n; ++j) dl[j * st] = T(A(yl[j * st]) * (A(gl[j * st]) - s));
+    }
+  });
+}
+
+static void softmax_forward(const Tensor& x, const Tensor& y, int64_t outer, int64_t n, int64_t inner, bool log) {
+  MU_DISPATCH_FLOAT(x.dtype(), "softmax_forward", [&] {
+    softmax_lines(x.data_ptr<scalar_t>(), y.data_ptr<scalar_t>(), outer, n, inner, log);
+  });
+}
+
+static void softmax_backward(const Tensor& g, const Tensor& y, const Tensor& dx, int64_t outer, int64_t n,
+                             int64_t inner, bool log) {
+  MU_DISPATCH_FLOAT(y.dtype(), "softmax_backward", [&] {
+    softmax_backward_lines(g.data_ptr<scalar_t>(), y.data_ptr<scalar_t>(), dx.data_ptr<scalar_t>(), outer, n, inner,
+                           log);
+  });
+}
+
+MU_REGISTER_KERNEL(kernels::softmax_forward, DeviceType::CPU, softmax_forward);
+MU_REGISTER_KERNEL(kernels::softmax_backward, DeviceType::CPU, softmax_backward);
+
+}  // namespace mu::cpu
