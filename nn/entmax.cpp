@@ -1,18 +1,11 @@
-// sparsemax, entmax15 and entmax_bisect: fused per-line CPU kernels following the
-// entmax package's definitions, with their exact gradients as one shared fused kernel.
-// Every line is worked in double whatever the dtype (float32 only rounds the result), so
-// the threshold τ and the support are those of the exact problem up to double rounding.
+// sparsemax, entmax15 and entmax_bisect: the ops (checks and autograd) around the fused
+// line kernels of ops/kernels/entmax.h, whose exact gradient is one shared kernel.
 #include "nn/entmax.h"
 
-#include <algorithm>
 #include <cmath>
-#include <functional>
-#include <limits>
-#include <vector>
 
 #include "autograd/node.h"
-#include "ops/cpu/lines.h"
-#include "ops/pointwise.h"
+#include "ops/kernels/entmax.h"
 
 namespace mu::nn {
 
@@ -22,220 +15,20 @@ using autograd::TensorList;
 
 namespace {
 
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-constexpr double kNegInf = -std::numeric_limits<double>::infinity();
-
-// Per-thread working space for one line, grown on demand: a sort per line must not
-// pay for an allocation per line.
-double* scratch(int64_t size) {
-  thread_local std::vector<double> buf;
-  if (int64_t(buf.size()) < size) buf.resize(size_t(size));
-  return buf.data();
-}
-
-// The line's maximum, or NaN when the line holds a NaN or +inf or only -inf: such a
-// line has no finite shift and its output is NaN throughout (as softmax's would be).
-template <class T>
-double line_max(const T* xl, int64_t n, int64_t st) {
-  double m = kNegInf;
-  bool nan = false;
-  for (int64_t j = 0; j < n; ++j) {
-    double v = double(xl[j * st]);
-    nan = nan || v != v;
-    m = v > m ? v : m;
-  }
-  return nan || !std::isfinite(m) ? kNaN : m;
-}
-
-template <class T>
-void fill_nan(T* yl, int64_t n, int64_t st) {
-  for (int64_t j = 0; j < n; ++j) yl[j * st] = T(kNaN);
-}
-
-// Loads the candidates for the support, z = scale * (x - max) > -1, into s sorted in
-// decreasing order and returns how many there are (-1, after filling y with NaN, for a
-// line with no finite shift). Subtracting the max first keeps every z <= 0, so the
-// thresholds below are O(1) whatever the input's magnitude. An entry with z <= -1 is
-// never on the support, as the max alone already has z_1 - τ <= 1 (p_1 <= 1), so
-// τ >= -1: leaving such entries out shortens the sort without changing τ.
-template <class T>
-int64_t load_candidates(const T* xl, T* yl, int64_t n, int64_t st, double scale, double* s, double& m) {
-  m = line_max(xl, n, st);
-  if (std::isnan(m)) {
-    fill_nan(yl, n, st);
-    return -1;
-  }
-  int64_t c = 0;
-  for (int64_t j = 0; j < n; ++j) {
-    double z = (double(xl[j * st]) - m) * scale;
-    if (z > -1) s[c++] = z;
-  }
-  std::sort(s, s + c, std::greater<double>());
-  return c;
-}
-
-// sparsemax: with z sorted decreasingly and S_k = z_1 + ... + z_k, the support is the
-// set of k with k z_k > S_k - 1 (always a prefix 1..K) and τ = (S_K - 1) / K.
-template <class T>
-void sparsemax_line(const T* xl, T* yl, int64_t n, int64_t st) {
-  double* s = scratch(n);
-  double m;
-  int64_t c = load_candidates(xl, yl, n, st, 1.0, s, m);
-  if (c < 0) return;
-  // Counted, as the entmax package does, rather than taking the last k that passes.
-  double cum = 0;
-  int64_t k_sup = 0;
-  for (int64_t k = 0; k < c; ++k) {
-    cum += s[k];
-    k_sup += double(k + 1) * s[k] > cum - 1 ? 1 : 0;
-  }
-  // k = 1 always passes (z_1 = 0 > -1), so the support is never empty.
-  double top = 0;
-  for (int64_t k = 0; k < k_sup; ++k) top += s[k];
-  double tau = (top - 1) / double(k_sup);
-  // z - τ <= 0 gives an exact 0: off-support entries are zeros, not rounding residue.
-  for (int64_t j = 0; j < n; ++j) {
-    double t = double(xl[j * st]) - m - tau;
-    yl[j * st] = T(t > 0 ? t : 0.0);
-  }
-}
-
-// entmax15 on z = (x - max) / 2: on a support of the k largest entries, Σ (z_i - τ)² = 1
-// gives τ_k = mean_k - sqrt((1 - ss_k) / k), ss_k the sum of squared deviations from
-// mean_k; the support is the set of k with τ_k <= z_k and τ = τ_K.
-template <class T>
-void entmax15_line(const T* xl, T* yl, int64_t n, int64_t st) {
-  double* s = scratch(2 * n);
-  double* taus = s + n;
-  double m;
-  int64_t c = load_candidates(xl, yl, n, st, 0.5, s, m);
-  if (c < 0) return;
-  // Welford's running mean and squared deviations: the package's k (mean_sq - mean²)
-  // loses digits to cancellation, this does not.
-  double mean = 0, ss = 0;
-  int64_t k_sup = 0;
-  for (int64_t k = 0; k < c; ++k) {
-    double d = s[k] - mean;
-    mean += d / double(k + 1);
-    ss += d * (s[k] - mean);
-    // A negative (1 - ss) / k means no τ puts the first k entries on the support;
-    // clamped to 0 as in the package, the test below then fails for this k.
-    double delta = (1 - ss) / double(k + 1);
-    taus[k] = mean - std::sqrt(delta > 0 ? delta : 0.0);
-    k_sup += taus[k] <= s[k] ? 1 : 0;
-  }
-  // k = 1 always passes (τ_1 = z_1 - 1), so the support is never empty.
-  double tau = taus[k_sup - 1];
-  for (int64_t j = 0; j < n; ++j) {
-    double t = (double(xl[j * st]) - m) * 0.5 - tau;
-    yl[j * st] = T(t > 0 ? t * t : 0.0);
-  }
-}
-
-// t^(1/(α-1)) for t > 0 and 0 otherwise, with the common exponents spelled out: pow is
-// what the bisection spends its time on.
-struct ClampPow {
-  double e;  // 1 / (α - 1)
-  double operator()(double t) const {
-    if (!(t > 0)) return 0.0;
-    if (e == 1.0) return t;                    // α = 2, sparsemax
-    if (e == 2.0) return t * t;                // α = 1.5, entmax15
-    if (e == 4.0) return (t * t) * (t * t);    // α = 1.25
-    if (e == 0.5) return std::sqrt(t);         // α = 3
-    return std::pow(t, e);
-  }
-};
-
-// entmax_bisect on u = (α-1)(x - max), the entmax package's EntmaxBisectFunction: Σ p(τ)
-// falls from >= 1 at τ = -1 (the max alone gives 1) to <= 1 at τ = -(1/n)^(α-1) (all n
-// entries at most 1/n), so τ is halved into that bracket n_iter times; p at the last
-// midpoint is then rescaled to sum to 1.
-template <class T>
-void entmax_bisect_line(const T* xl, T* yl, int64_t n, int64_t st, double alpha, int n_iter) {
-  double m = line_max(xl, n, st);
-  if (std::isnan(m)) return fill_nan(yl, n, st);
-  // Every τ tried is >= -1, so entries with u <= -1 always give 0: the sums skip them.
-  double* u = scratch(n);
-  int64_t c = 0;
-  for (int64_t j = 0; j < n; ++j) {
-    double v = (double(xl[j * st]) - m) * (alpha - 1);
-    if (v > -1) u[c++] = v;
-  }
-  ClampPow p{1 / (alpha - 1)};
-  auto mass = [&](double tau) {
-    double sum = 0;
-    for (int64_t j = 0; j < c; ++j) sum += p(u[j] - tau);
-    return sum;
-  };
-  // The bracket's top uses the whole line's length, as the package does.
-  double lo = -1.0, hi = -std::pow(1.0 / double(n), alpha - 1);
-  double dm = hi - lo, f_lo = mass(lo) - 1, tau = lo;
-  for (int it = 0; it < n_iter; ++it) {
-    dm /= 2;
-    tau = lo + dm;
-    // Still at or below the root (sum >= 1, same sign as at lo): move the bracket up.
-    if ((mass(tau) - 1) * f_lo >= 0) lo = tau;
-  }
-  // The max entry has u = 0 > τ, so the sum is positive.
-  double sum = mass(tau);
-  for (int64_t j = 0; j < n; ++j) yl[j * st] = T(p((double(xl[j * st]) - m) * (alpha - 1) - tau) / sum);
-}
-
-// The gradient shared by all three: with q = p^(2-α) on the support and 0 off it,
-// dx = q g - q (Σ q g) / (Σ q). `e` is 2 - α (0 for sparsemax, 0.5 for entmax15).
-template <class T>
-void entmax_backward_lines(const T* g, const T* y, T* dx, int64_t outer, int64_t n, int64_t inner, double e) {
-  cpu::for_each_line(outer, n, inner, [=](int64_t off, int64_t st) {
-    const T *gl = g + off, *yl = y + off;
-    T* dl = dx + off;
-    double sq = 0, sqg = 0;
-    for (int64_t j = 0; j < n; ++j) {
-      double pj = double(yl[j * st]);
-      double q = !(pj > 0) ? 0.0 : e == 0.0 ? 1.0 : e == 0.5 ? std::sqrt(pj) : std::pow(pj, e);
-      sq += q;
-      sqg += q * double(gl[j * st]);
-      // q is kept in dx until the line's sums are known.
-      dl[j * st] = T(q);
-    }
-    double c = sqg / sq;
-    for (int64_t j = 0; j < n; ++j) dl[j * st] = T(double(dl[j * st]) * (double(gl[j * st]) - c));
-  });
-}
-
-// A sort costs about log2(n) comparisons per element.
-int64_t sort_cost(int64_t n) {
-  int64_t c = 1;
-  while (n > 1) {
-    n /= 2;
-    ++c;
-  }
-  return c;
-}
-
-// Shared plumbing: checks, runs `line(x_line, y_line, n, stride)` over every line along
-// `dim`, and records the backward with exponent e = 2 - α. `cost` is one element's work
-// in elementwise-op units (0: a sort's), for the threading threshold.
-template <class Line>
-Tensor entmax_op(const Tensor& x, int64_t dim, const char* op, const char* node, double e, int64_t cost, Line line) {
-  detail::require_cpu(x, op);
+// Shared plumbing: checks, runs the kind's line kernel over every line along `dim`, and
+// records the backward with exponent e = 2 - α.
+Tensor entmax_op(const Tensor& x, int64_t dim, const char* op, const char* node, kernels::EntmaxKind kind,
+                 double alpha, int n_iter) {
   MU_CHECK(x.is_floating_point(), op, ": needs a floating-point tensor (float32 or float64), got ",
            dtype_name(x.dtype()));
   int64_t d = wrap_dim(dim, x.dim(), op);
-  auto [outer, n, inner] = cpu::line_geometry(x.shape(), d);
-  if (cost == 0) cost = sort_cost(n);
-  Tensor xc = x.detach().contiguous(), y = empty(x.shape(), x.dtype());
-  MU_DISPATCH_FLOAT(x.dtype(), op, [&] {
-    const scalar_t* xp = xc.data_ptr<scalar_t>();
-    scalar_t* yp = y.data_ptr<scalar_t>();
-    cpu::for_each_line(
-        outer, n, inner, [=](int64_t off, int64_t st) { line(xp + off, yp + off, n, st); }, cost);
-  });
+  auto [outer, n, inner] = line_geometry(x.shape(), d);
+  Tensor xc = x.detach().contiguous(), y = empty_like(xc);
+  kernels::entmax_forward(x.device(), y, xc, outer, n, inner, kind, alpha, n_iter);
+  const double e = 2 - alpha;  // the exponent of the shared backward
   return record(node, y, {x}, [ys = save(y), outer, n, inner, e](const Tensor& g) -> TensorList {
-    Tensor gc = g.contiguous(), yv = ys.get(), dx = empty(yv.shape(), yv.dtype());
-    MU_DISPATCH_FLOAT(yv.dtype(), "entmax_backward", [&] {
-      entmax_backward_lines(gc.data_ptr<scalar_t>(), yv.data_ptr<scalar_t>(), dx.data_ptr<scalar_t>(), outer, n,
-                            inner, e);
-    });
+    Tensor gc = g.contiguous(), yv = ys.get(), dx = empty_like(yv);
+    kernels::entmax_backward(yv.device(), dx, gc, yv, outer, n, inner, e);
     return {dx};
   });
 }
@@ -243,23 +36,18 @@ Tensor entmax_op(const Tensor& x, int64_t dim, const char* op, const char* node,
 }  // namespace
 
 Tensor sparsemax(const Tensor& x, int64_t dim) {
-  return entmax_op(x, dim, "sparsemax", "SparsemaxBackward", 0.0, 0,
-                   [](const auto* xl, auto* yl, int64_t n, int64_t st) { sparsemax_line(xl, yl, n, st); });
+  return entmax_op(x, dim, "sparsemax", "SparsemaxBackward", kernels::EntmaxKind::Sparsemax, 2.0, 0);
 }
 
 Tensor entmax15(const Tensor& x, int64_t dim) {
-  return entmax_op(x, dim, "entmax15", "Entmax15Backward", 0.5, 0,
-                   [](const auto* xl, auto* yl, int64_t n, int64_t st) { entmax15_line(xl, yl, n, st); });
+  return entmax_op(x, dim, "entmax15", "Entmax15Backward", kernels::EntmaxKind::Entmax15, 1.5, 0);
 }
 
 Tensor entmax_bisect(const Tensor& x, double alpha, int64_t dim, int n_iter) {
   MU_CHECK(std::isfinite(alpha) && alpha > 1, "entmax_bisect: alpha must be a finite number > 1, got alpha = ", alpha,
            " (alpha = 1 is softmax: use mu::softmax)");
   MU_CHECK(n_iter >= 1, "entmax_bisect: n_iter must be at least 1, got ", n_iter);
-  return entmax_op(x, dim, "entmax_bisect", "EntmaxBisectBackward", 2 - alpha, int64_t(n_iter) + 1,
-                   [alpha, n_iter](const auto* xl, auto* yl, int64_t n, int64_t st) {
-                     entmax_bisect_line(xl, yl, n, st, alpha, n_iter);
-                   });
+  return entmax_op(x, dim, "entmax_bisect", "EntmaxBisectBackward", kernels::EntmaxKind::Bisect, alpha, n_iter);
 }
 
 }  // namespace mu::nn

@@ -1,11 +1,11 @@
 // Matrix products. One differentiable primitive, `product` (bmm, and mm as its batch-free
-// case), runs the CPU GEMM of ops/cpu/gemm.h; its gradients are products again, taken
+// case), runs the matmul kernel of its device; its gradients are products again, taken
 // with transposed views so that nothing is copied. matmul reduces every torch.matmul
 // case to it with views (unsqueeze, expand, reshape), whose own gradients route the
 // result back to the original shapes.
 #include "autograd/grad_mode.h"
 #include "autograd/node.h"
-#include "ops/cpu/gemm.h"
+#include "ops/kernels/linalg.h"
 #include "ops/ops.h"
 #include "ops/pointwise.h"
 
@@ -44,18 +44,11 @@ Tensor gemm_operand(const Tensor& x) {
 // graph. The result is a new dense tensor.
 Tensor product_kernel(const Tensor& a_in, const Tensor& b_in, const char* op) {
   NoGradGuard no_grad;  // a layout copy made here is not part of the user's graph
-  detail::require_cpu(a_in, op);
   const Tensor a = gemm_operand(a_in), b = gemm_operand(b_in);
   const bool batched = a.dim() == 3;
-  const int64_t batch = batched ? a.size(0) : 1, M = a.size(-2), K = a.size(-1), N = b.size(-1);
+  const int64_t batch = batched ? a.size(0) : 1, M = a.size(-2), N = b.size(-1);
   Tensor out = empty(batched ? Shape{batch, M, N} : Shape{M, N}, TensorOptions(a.dtype()).device(a.device()));
-  MU_DISPATCH_FLOAT(a.dtype(), op, [&] {
-    // A 2-D operand is a batch of one: its batch stride is never used.
-    cpu::MatrixRef<const scalar_t> A{a.data_ptr<scalar_t>(), batched ? a.stride(0) : 0, a.stride(-2), a.stride(-1)};
-    cpu::MatrixRef<const scalar_t> B{b.data_ptr<scalar_t>(), batched ? b.stride(0) : 0, b.stride(-2), b.stride(-1)};
-    cpu::MatrixRef<scalar_t> C{out.data_ptr<scalar_t>(), batched ? out.stride(0) : 0, out.stride(-2), out.stride(-1)};
-    cpu::gemm<scalar_t>(batch, M, N, K, A, B, C);
-  });
+  kernels::matmul(a.device(), out, a, b);
   return out;
 }
 

@@ -6,7 +6,6 @@
 #include <limits>
 
 #include "autograd/node.h"
-#include "ops/cpu/lines.h"
 #include "ops/kernels/softmax.h"
 #include "ops/ops.h"
 #include "ops/pointwise.h"
@@ -24,7 +23,7 @@ static Tensor softmax_impl(const Tensor& x, int64_t dim, bool log) {
   const char* op = log ? "log_softmax" : "softmax";
   MU_CHECK(x.is_floating_point(), op, ": needs a floating-point tensor, got ", dtype_name(x.dtype()));
   int64_t d = wrap_dim(dim, x.dim(), op);
-  auto [outer, n, inner] = cpu::line_geometry(x.shape(), d);
+  auto [outer, n, inner] = line_geometry(x.shape(), d);
   Tensor xc = x.detach().contiguous(), y = empty_like(xc);
   kernels::softmax_forward(x.device(), xc, y, outer, n, inner, log);
   return record(log ? "LogSoftmaxBackward" : "SoftmaxBackward", y, {x},
@@ -78,17 +77,13 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduc
 Tensor dropout(const Tensor& x, double p, bool training) {
   MU_CHECK(p >= 0 && p <= 1, "dropout: probability has to be between 0 and 1, got ", p);
   if (!training || p == 0) return x;
-  detail::require_cpu(x, "dropout");
   MU_CHECK(x.is_floating_point(), "dropout: needs a floating-point tensor, got ", dtype_name(x.dtype()));
   // Everything dropped: x * 0, so the gradient is zero and a NaN stays NaN (as torch).
   if (p == 1) return x * 0.0;
   // Keep each element with probability 1 - p and scale the kept ones so the mean holds.
   double q = 1 - p, scale = 1 / q;
-  Tensor u = rand(x.shape(), x.dtype());
-  Tensor mask = detail::map_float(u, "dropout", [q, scale](auto v) {
-    using T = decltype(v);
-    return v < T(q) ? T(scale) : T(0);
-  });
+  Tensor u = rand(x.shape(), TensorOptions(x.dtype()).device(x.device()));
+  Tensor mask = detail::map(fn::DropoutMask{{}, q, scale}, {u});
   return x * mask;
 }
 

@@ -1,16 +1,17 @@
-// Building blocks for elementwise ops (internal to ops/): run a scalar lambda over one,
-// two or three tensors, checking dtypes and devices and broadcasting shapes, with no
-// autograd recording. Gradient formulas use them to fuse a derivative into one pass.
+// Building blocks for elementwise ops (internal to ops/ and nn/): run one functor of
+// ops/functors.h over one, two or three tensors on their device, after the checks every
+// elementwise op shares (dtype and device agreement, the functor's dtypes, broadcast
+// shapes). No autograd recording: gradient formulas use these to fuse a derivative
+// into one pass.
 #pragma once
-#include "ops/cpu/map.h"
+#include <array>
+#include <initializer_list>
+
+#include "ops/functors.h"
+#include "ops/kernels/map.h"
 #include "tensor/tensor.h"
 
 namespace mu::detail {
-
-inline void require_cpu(const Tensor& t, const char* op) {
-  MU_CHECK(t.device().is_cpu(), op, ": no CUDA kernel for this op yet; tensor is on ", t.device().str(),
-           " (move it with .cpu())");
-}
 
 inline void require_same(const Tensor& a, const Tensor& b, const char* op) {
   MU_CHECK(a.dtype() == b.dtype(), op, ": dtype mismatch: ", dtype_name(a.dtype()), " vs ",
@@ -19,66 +20,74 @@ inline void require_same(const Tensor& a, const Tensor& b, const char* op) {
   MU_CHECK(a.device() == b.device(), op, ": device mismatch: ", a.device().str(), " vs ", b.device().str());
 }
 
-// y = f(x), same dtype as x; float32/float64 only.
+// Refuses a dtype the functor F is not defined for, naming what it takes.
 template <class F>
-Tensor map_float(const Tensor& x, const char* op, F f) {
-  require_cpu(x, op);
-  Tensor out = empty(x.shape(), x.dtype());
-  MU_DISPATCH_FLOAT(x.dtype(), op, [&] { cpu::map1<scalar_t, scalar_t>(out, x, f); });
+void require_functor_dtype(DType t) {
+  constexpr fn::Types types = F::types;
+  bool ok = types == fn::Types::Float     ? (t == kFloat32 || t == kFloat64)
+            : types == fn::Types::Numeric ? (t == kFloat32 || t == kFloat64 || t == kInt64)
+                                          : (t == kFloat32 || t == kFloat64 || t == kInt64 || t == kBool);
+  MU_CHECK(ok, F::name, ": expected ",
+           types == fn::Types::Float     ? "a floating-point tensor (float32 or float64)"
+           : types == fn::Types::Numeric ? "float32, float64 or int64"
+                                         : "float32, float64, int64 or bool",
+           ", got ", dtype_name(t));
+}
+
+// The checks of map() and map_into(): the value operands (all but where's condition)
+// share one dtype the functor takes; every operand is on one device. Returns the
+// operands as the kernel takes them.
+template <class F>
+std::array<Tensor, 3> checked_operands(std::initializer_list<Tensor> operands) {
+  static_assert(F::arity >= 1 && F::arity <= 3, "a functor takes one to three operands");
+  MU_CHECK(int(operands.size()) == F::arity, F::name, ": expected ", F::arity, " operands, got ", operands.size());
+  std::array<Tensor, 3> in;
+  size_t k = 0;
+  for (const Tensor& t : operands) in[k++] = t;
+  const size_t first = F::select ? 1 : 0;
+  for (size_t j = first + 1; j < size_t(F::arity); ++j) require_same(in[first], in[j], F::name);
+  if (F::select) {
+    MU_CHECK(in[0].dtype() == kBool, F::name, ": the condition must be bool, got ", dtype_name(in[0].dtype()));
+    MU_CHECK(in[0].device() == in[1].device(), F::name, ": condition on ", in[0].device().str(), ", values on ",
+             in[1].device().str());
+  }
+  require_functor_dtype<F>(in[first].dtype());
+  return in;
+}
+
+// f over the operands, broadcast: a new tensor of the broadcast shape, in the operands'
+// dtype (bool for comparisons), on their device.
+template <class F>
+Tensor map(const F& f, std::initializer_list<Tensor> operands) {
+  std::array<Tensor, 3> in = checked_operands<F>(operands);
+  Shape shape = in[0].shape();
+  for (int k = 1; k < F::arity; ++k) shape = broadcast_shapes(shape, in[size_t(k)].shape(), F::name);
+  const Tensor& typed = in[F::select ? 1 : 0];
+  DType out_dtype = F::result == fn::Result::Bool ? kBool : typed.dtype();
+  Tensor out = empty(shape, TensorOptions(out_dtype).device(typed.device()));
+  kernels::map<F>(out.device(), out, in, f);
   return out;
 }
 
-// y = f(x), same dtype as x; float32/float64/int64.
+// f over the operands, written into `out` (which may be one of them): every operand
+// must broadcast to out's shape and dtype. Bumps nothing: the caller owns versioning.
 template <class F>
-Tensor map_numeric(const Tensor& x, const char* op, F f) {
-  require_cpu(x, op);
-  Tensor out = empty(x.shape(), x.dtype());
-  MU_DISPATCH_NUMERIC(x.dtype(), op, [&] { cpu::map1<scalar_t, scalar_t>(out, x, f); });
-  return out;
+void map_into(const Tensor& out, const F& f, std::initializer_list<Tensor> operands) {
+  std::array<Tensor, 3> in = checked_operands<F>(operands);
+  const Tensor& typed = in[F::select ? 1 : 0];
+  DType out_dtype = F::result == fn::Result::Bool ? kBool : typed.dtype();
+  MU_CHECK(out.dtype() == out_dtype, F::name, ": destination is ", dtype_name(out.dtype()), ", the result is ",
+           dtype_name(out_dtype));
+  MU_CHECK(out.device() == typed.device(), F::name, ": destination on ", out.device().str(), ", operands on ",
+           typed.device().str());
+  for (int k = 0; k < F::arity; ++k)
+    MU_CHECK(broadcast_shapes(out.shape(), in[size_t(k)].shape(), F::name) == out.shape(), F::name,
+             ": operand of shape ", shape_str(in[size_t(k)].shape()), " does not broadcast to the destination's shape ",
+             shape_str(out.shape()));
+  kernels::map<F>(out.device(), out, in, f);
 }
 
-// z = f(a, b) broadcast, same dtype as the operands (which must agree).
-template <class F>
-Tensor zip_numeric(const Tensor& a, const Tensor& b, const char* op, F f) {
-  require_same(a, b, op);
-  require_cpu(a, op);
-  Tensor out = empty(broadcast_shapes(a.shape(), b.shape(), op), a.dtype());
-  MU_DISPATCH_NUMERIC(a.dtype(), op, [&] { cpu::map2<scalar_t, scalar_t, scalar_t>(out, a, b, f); });
-  return out;
-}
-
-template <class F>
-Tensor zip_float(const Tensor& a, const Tensor& b, const char* op, F f) {
-  require_same(a, b, op);
-  require_cpu(a, op);
-  Tensor out = empty(broadcast_shapes(a.shape(), b.shape(), op), a.dtype());
-  MU_DISPATCH_FLOAT(a.dtype(), op, [&] { cpu::map2<scalar_t, scalar_t, scalar_t>(out, a, b, f); });
-  return out;
-}
-
-// w = f(a, b, c) broadcast, all three float of one dtype.
-template <class F>
-Tensor zip3_float(const Tensor& a, const Tensor& b, const Tensor& c, const char* op, F f) {
-  require_same(a, b, op);
-  require_same(a, c, op);
-  require_cpu(a, op);
-  Shape s = broadcast_shapes(broadcast_shapes(a.shape(), b.shape(), op), c.shape(), op);
-  Tensor out = empty(s, a.dtype());
-  MU_DISPATCH_FLOAT(a.dtype(), op, [&] { cpu::map3<scalar_t, scalar_t, scalar_t, scalar_t>(out, a, b, c, f); });
-  return out;
-}
-
-// bool result of a comparison f(a, b), broadcast.
-template <class F>
-Tensor compare(const Tensor& a, const Tensor& b, const char* op, F f) {
-  require_same(a, b, op);
-  require_cpu(a, op);
-  Tensor out = empty(broadcast_shapes(a.shape(), b.shape(), op), kBool);
-  MU_DISPATCH_ALL(a.dtype(), op, [&] { cpu::map2<bool, scalar_t, scalar_t>(out, a, b, f); });
-  return out;
-}
-
-// A 0-dim tensor holding `v` in t's dtype, for tensor-scalar arithmetic.
+// A 0-dim tensor holding `v` in t's dtype and on t's device, for tensor-scalar arithmetic.
 inline Tensor scalar_like(const Tensor& t, double v, const char* op) {
   MU_CHECK(t.is_floating_point() || v == double(int64_t(v)), op, ": scalar ", v,
            " is not an integer but the tensor is ", dtype_name(t.dtype()), "; convert it with .to(kFloat32)");

@@ -4,7 +4,7 @@
 #include <limits>
 
 #include "autograd/node.h"
-#include "ops/cpu/reduce_loop.h"
+#include "ops/kernels/reduce.h"
 #include "ops/ops.h"
 #include "ops/pointwise.h"
 
@@ -15,32 +15,11 @@ using autograd::save;
 using autograd::TensorList;
 
 
-namespace cpu {
-// Sum over the plan's reduced dims into a new tensor of shape p.out_shape.
-static Tensor sum_kernel(const Tensor& x, const ReducePlan& p) {
-  DType out_dtype = x.dtype() == kBool ? kInt64 : x.dtype();
-  Tensor out = empty(p.out_shape, out_dtype);
-  MU_DISPATCH_ALL(x.dtype(), "sum", [&] {
-    using A = cpu::acc_t<scalar_t>;
-    using O = std::conditional_t<std::is_same_v<scalar_t, bool>, int64_t, scalar_t>;
-    O* po = out.data_ptr<O>();
-    reduce_runs<scalar_t>(x, p, po, [](const scalar_t* v, int64_t n, int64_t st) {
-      A acc = 0;
-      if (st == 1)
-        for (int64_t i = 0; i < n; ++i) acc += A(v[i]);
-      else
-        for (int64_t i = 0; i < n; ++i) acc += A(v[i * st]);
-      return O(acc);
-    });
-  });
-  return out;
-}
-}  // namespace cpu
 
 Tensor sum(const Tensor& x, const Shape& dims, bool keepdim) {
-  detail::require_cpu(x, "sum");
-  cpu::ReducePlan p = cpu::plan_reduce(x, dims, keepdim, "sum");
-  Tensor y = cpu::sum_kernel(x, p);
+  ReducePlan p = plan_reduce(x, dims, keepdim, "sum");
+  Tensor y = empty(p.out_shape, TensorOptions(x.dtype() == kBool ? kInt64 : x.dtype()).device(x.device()));
+  kernels::sum(x.device(), y, x, p);
   return record("SumBackward", y, {x}, [keep = p.keep_shape, sx = x.shape()](const Tensor& g) -> TensorList {
     return {g.reshape(keep).expand(sx)};
   });
@@ -48,7 +27,7 @@ Tensor sum(const Tensor& x, const Shape& dims, bool keepdim) {
 
 Tensor mean(const Tensor& x, const Shape& dims, bool keepdim) {
   MU_CHECK(x.is_floating_point(), "mean: needs a floating-point tensor, got ", dtype_name(x.dtype()));
-  cpu::ReducePlan p = cpu::plan_reduce(x, dims, keepdim, "mean");
+  ReducePlan p = plan_reduce(x, dims, keepdim, "mean");
   return sum(x, dims, keepdim) / double(p.inner);
 }
 
@@ -86,7 +65,7 @@ namespace mu {
 Tensor var(const Tensor& x, const Shape& dims, int64_t correction, bool keepdim) {
   MU_CHECK(x.is_floating_point(), "var: needs a floating-point tensor, got ", dtype_name(x.dtype()));
   MU_CHECK(correction >= 0, "var: correction must be non-negative, got ", correction);
-  cpu::ReducePlan p = cpu::plan_reduce(x, dims, keepdim, "var");
+  ReducePlan p = plan_reduce(x, dims, keepdim, "var");
   Tensor d = x - mean(x, dims, true);
   // As torch: divide by max(0, n - correction), so too few elements give inf or NaN.
   double denom = double(std::max<int64_t>(0, p.inner - correction));
@@ -99,45 +78,9 @@ Tensor std(const Tensor& x, const Shape& dims, int64_t correction, bool keepdim)
 
 // ---------------------------------------------------------------- amax, amin, max, min
 
-// NaN wins every comparison, as in PyTorch: a max or min over a run holding NaN is NaN.
-template <class T>
-static bool better(T v, T best, bool take_max) {
-  if (v != v) return best == best;  // the first NaN replaces any number, never another NaN
-  return take_max ? v > best : v < best;
-}
-
-namespace cpu {
-// The extremum of each run (NaN-propagating), for amax/amin.
-static Tensor extremum_kernel(const Tensor& x, const ReducePlan& p, bool take_max, const char* op) {
-  Tensor out = empty(p.out_shape, x.dtype());
-  MU_DISPATCH_NUMERIC(x.dtype(), op, [&] {
-    reduce_runs<scalar_t>(x, p, out.data_ptr<scalar_t>(), [take_max](const scalar_t* v, int64_t n, int64_t st) {
-      scalar_t best = v[0];
-      for (int64_t i = 1; i < n; ++i)
-        if (better(v[i * st], best, take_max)) best = v[i * st];
-      return best;
-    });
-  });
-  return out;
-}
-
-// The position within each run of its first extremum (the first NaN, if any).
-static Tensor arg_extremum_kernel(const Tensor& x, const ReducePlan& p, bool take_max, const char* op) {
-  Tensor out = empty(p.out_shape, kInt64);
-  MU_DISPATCH_NUMERIC(x.dtype(), op, [&] {
-    reduce_runs<scalar_t>(x, p, out.data_ptr<int64_t>(), [take_max](const scalar_t* v, int64_t n, int64_t st) {
-      int64_t at = 0;
-      for (int64_t i = 1; i < n; ++i)
-        if (better(v[i * st], v[at * st], take_max)) at = i;
-      return at;
-    });
-  });
-  return out;
-}
-}  // namespace cpu
 
 // A reduction with no identity element needs at least one element per output.
-static void require_nonempty(const Tensor& x, const cpu::ReducePlan& p, const char* op) {
+static void require_nonempty(const Tensor& x, const ReducePlan& p, const char* op) {
   MU_CHECK(p.inner > 0 || p.outer == 0, op, ": cannot reduce over zero elements (input shape ", shape_str(x.shape()),
            "): the operation has no identity");
 }
@@ -145,17 +88,16 @@ static void require_nonempty(const Tensor& x, const cpu::ReducePlan& p, const ch
 // amax/amin over dims, and max()/min() over everything. The gradient is shared evenly
 // among the elements equal to the result (the NaNs, when the result is NaN).
 static Tensor amax_amin(const Tensor& x, const Shape& dims, bool keepdim, bool take_max, const char* op) {
-  detail::require_cpu(x, op);
-  cpu::ReducePlan p = cpu::plan_reduce(x, dims, keepdim, op);
+  ReducePlan p = plan_reduce(x, dims, keepdim, op);
   require_nonempty(x, p, op);
-  Tensor y = cpu::extremum_kernel(x, p, take_max, op);
+  MU_CHECK(x.dtype() != kBool, op, ": expected float32, float64 or int64, got bool");
+  Tensor y = empty(p.out_shape, TensorOptions(x.dtype()).device(x.device()));
+  kernels::extremum(x.device(), y, x, p, take_max);
   return record(take_max ? "AmaxBackward" : "AminBackward", y, {x},
                 [xs = save(x), ys = save(y), keep = p.keep_shape, dims](const Tensor& g) -> TensorList {
     Tensor xv = xs.get();
     Tensor yk = ys.get().reshape(keep);
-    Tensor hit = detail::zip_float(xv, yk, "amax_backward", [](auto a, auto b) {
-      return decltype(a)(a == b || (a != a && b != b));
-    });
+    Tensor hit = detail::map(fn::EqualOrBothNaN{}, {xv, yk});
     // Every kept slot has at least one hit (its own extremum), so the count is never 0.
     return {g.reshape(keep) * hit / sum(hit, dims, true)};
   });
@@ -168,10 +110,12 @@ Tensor min(const Tensor& x) { return amax_amin(x, {}, false, false, "min"); }
 
 // Index of the first extremum along one dim.
 static Tensor arg_extremum(const Tensor& x, int64_t dim, bool keepdim, bool take_max, const char* op) {
-  detail::require_cpu(x, op);
-  cpu::ReducePlan p = cpu::plan_reduce(x, {dim}, keepdim, op);
+  ReducePlan p = plan_reduce(x, {dim}, keepdim, op);
   require_nonempty(x, p, op);
-  return cpu::arg_extremum_kernel(x, p, take_max, op);
+  MU_CHECK(x.dtype() != kBool, op, ": expected float32, float64 or int64, got bool");
+  Tensor y = empty(p.out_shape, TensorOptions(kInt64).device(x.device()));
+  kernels::arg_extremum(x.device(), y, x, p, take_max);
+  return y;
 }
 
 Tensor argmax(const Tensor& x, int64_t dim, bool keepdim) { return arg_extremum(x, dim, keepdim, true, "argmax"); }
@@ -181,7 +125,7 @@ Tensor argmax(const Tensor& x) { return arg_extremum(x.reshape({-1}), 0, false, 
 // Values are gathered at the indices, so their gradient flows to exactly that element.
 static ValuesIndices max_min(const Tensor& x, int64_t dim, bool keepdim, bool take_max) {
   const char* op = take_max ? "max" : "min";
-  Shape out_shape = cpu::plan_reduce(x, {dim}, keepdim, op).out_shape;
+  Shape out_shape = plan_reduce(x, {dim}, keepdim, op).out_shape;
   // A 0-dim tensor is reduced as one of shape [1], so gather has a dim to work along.
   Tensor xv = x.dim() == 0 ? x.reshape({1}) : x;
   int64_t d = wrap_dim(dim, xv.dim(), op);

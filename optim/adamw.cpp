@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "ops/kernels/optim.h"
 #include "optim/dense_update.h"
 
 namespace mu::optim {
@@ -25,50 +26,7 @@ void AdamW::check_group(const ParamGroup& group) const {
   MU_CHECK(eps >= 0.0, "AdamW: invalid eps ", eps, " (must be >= 0)");
 }
 
-namespace {
-
-// The per-step scalars, each rounded once to the parameter's dtype as torch does when
-// it hands a Python float to an in-place op on a float tensor.
-template <class T>
-struct AdamWScalars {
-  T decay;      // 1 - lr * wd
-  T beta1, one_minus_beta1;
-  T beta2, one_minus_beta2;
-  T bc2_sqrt;   // sqrt(1 - beta2^t)
-  T eps;
-  T neg_step;   // -lr / (1 - beta1^t)
-};
-
-// The update of elements [begin, end). CMakeLists.txt builds this file with
-// -ffp-contract=off, so that only the explicit fmadds fuse (p·decay + step must round
-// twice, as torch's separate in-place ops do), and with -fno-math-errno: the loop
-// vectorises only when std::sqrt need not set errno, and v is never negative.
-template <class T>
-void adamw_range(T* p, const T* g, T* m, T* v, int64_t begin, int64_t end, AdamWScalars<T> s) {
-  for (int64_t i = begin; i < end; ++i) {
-    // The same roundings as torch's chain of in-place ops: param.mul_(decay);
-    // exp_avg.mul_(b1).add_(g, 1-b1) and exp_avg_sq.mul_(b2).addcmul_(g, g, 1-b2), whose
-    // adds its CPU kernels fuse; denom = (exp_avg_sq.sqrt() / bc2_sqrt).add_(eps);
-    // param.addcdiv_(exp_avg, denom, -step), i.e. (-step·m)/denom, then the add.
-    T pi = p[i] * s.decay;
-    T mi = detail::fmadd(s.one_minus_beta1, g[i], m[i] * s.beta1);
-    T vi = detail::fmadd(s.one_minus_beta2 * g[i], g[i], v[i] * s.beta2);
-    T denom = std::sqrt(vi) / s.bc2_sqrt + s.eps;
-    p[i] = pi + (s.neg_step * mi) / denom;
-    m[i] = mi;
-    v[i] = vi;
-  }
-}
-
-template <class T>
-void adamw_loop(T* p, const T* g, T* m, T* v, int64_t n, const AdamWScalars<T>& s) {
-  detail::parallel_chunks(n, [&](int64_t begin, int64_t end) { adamw_range<T>(p, g, m, v, begin, end, s); });
-}
-
-}  // namespace
-
 void AdamW::update(const ParamGroup& group, const Tensor& param, const Tensor& grad, ParamState& state) {
-  detail::require_cpu(name(), param);
   if (state.empty()) {
     // Buffers are dense in the parameter's dtype whatever the parameter's strides.
     TensorOptions like = TensorOptions(param.dtype()).device(param.device());
@@ -76,6 +34,7 @@ void AdamW::update(const ParamGroup& group, const Tensor& param, const Tensor& g
     state["exp_avg"] = zeros(param.shape(), like);
     state["exp_avg_sq"] = zeros(param.shape(), like);
   }
+  // The step count lives on the host, whatever the parameter's device.
   int64_t& step = *state["step"].data_ptr<int64_t>();
   step += 1;
 
@@ -88,19 +47,17 @@ void AdamW::update(const ParamGroup& group, const Tensor& param, const Tensor& g
 
   detail::DenseParam dense(param);
   Tensor g = grad.contiguous();
-  MU_DISPATCH_FLOAT(param.dtype(), "AdamW", [&] {
-    using T = scalar_t;
-    AdamWScalars<T> s{T(1.0 - lr * wd),
-                      T(beta1),
-                      T(1.0 - beta1),
-                      T(beta2),
-                      T(1.0 - beta2),
-                      T(std::sqrt(bias_correction2)),
-                      T(eps),
-                      T(-step_size)};
-    adamw_loop<T>(dense.work().data_ptr<T>(), g.data_ptr<T>(), state["exp_avg"].data_ptr<T>(),
-                  state["exp_avg_sq"].data_ptr<T>(), param.numel(), s);
-  });
+  kernels::AdamWStep s{1.0 - lr * wd,
+                       beta1,
+                       1.0 - beta1,
+                       beta2,
+                       1.0 - beta2,
+                       std::sqrt(bias_correction2),
+                       eps,
+                       -step_size,
+                       /*amsgrad=*/false,
+                       /*maximize=*/false};
+  kernels::adamw_update(param.device(), dense.work(), g, state["exp_avg"], state["exp_avg_sq"], Tensor(), s);
   dense.finish();
 }
 

@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "ops/kernels/optim.h"
 #include "optim/dense_update.h"
 
 namespace mu::optim {
@@ -28,42 +29,7 @@ void SGD::check_group(const ParamGroup& group) const {
            "dampening 0, got momentum ", mom, " and dampening ", damp);
 }
 
-namespace {
-
-template <class T>
-struct SGDScalars {
-  T lr_neg;             // -lr
-  T weight_decay;       // used only when has_decay
-  T momentum;           // used only when has_momentum
-  T one_minus_damp;     // 1 - dampening
-  bool has_decay, has_momentum, nesterov;
-  bool first;           // the buffer is created from this step's direction
-};
-
-template <class T>
-void sgd_loop(T* p, const T* g, T* buf, int64_t n, SGDScalars<T> s) {
-  // Captured by value: the compiler then knows the stores to p and buf cannot change the
-  // scalars, keeps them in registers and moves the branches out of the loop.
-  detail::parallel_chunks(n, [=](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      T d = g[i];
-      // torch skips the add when wd == 0, which matters for -0 and non-finite parameters.
-      if (s.has_decay) d = detail::fmadd(s.weight_decay, p[i], d);
-      if (s.has_momentum) {
-        // First update: the buffer is a copy of d (torch.clone(d_p)), not μ·0 + (1-damp)·d.
-        T b = s.first ? d : detail::fmadd(s.one_minus_damp, d, buf[i] * s.momentum);
-        buf[i] = b;
-        d = s.nesterov ? detail::fmadd(s.momentum, b, d) : b;
-      }
-      p[i] = detail::fmadd(s.lr_neg, d, p[i]);
-    }
-  });
-}
-
-}  // namespace
-
 void SGD::update(const ParamGroup& group, const Tensor& param, const Tensor& grad, ParamState& state) {
-  detail::require_cpu(name(), param);
   const double lr = group.get_lr(), wd = group.get_weight_decay();
   const double momentum = group.option("momentum"), dampening = group.option("dampening");
   const bool nesterov = group.option("nesterov") != 0.0;
@@ -73,12 +39,8 @@ void SGD::update(const ParamGroup& group, const Tensor& param, const Tensor& gra
 
   detail::DenseParam dense(param);
   Tensor g = grad.contiguous();
-  MU_DISPATCH_FLOAT(param.dtype(), "SGD", [&] {
-    using T = scalar_t;
-    SGDScalars<T> s{T(-lr), T(wd), T(momentum), T(1.0 - dampening), wd != 0.0, momentum != 0.0, nesterov, first};
-    T* buf = momentum != 0.0 ? state["momentum_buffer"].data_ptr<T>() : nullptr;
-    sgd_loop<T>(dense.work().data_ptr<T>(), g.data_ptr<T>(), buf, param.numel(), s);
-  });
+  kernels::SGDStep s{-lr, wd, momentum, 1.0 - dampening, wd != 0.0, momentum != 0.0, nesterov, first};
+  kernels::sgd_update(param.device(), dense.work(), g, momentum != 0.0 ? state["momentum_buffer"] : Tensor(), s);
   dense.finish();
 }
 

@@ -1,4 +1,4 @@
-// Where a tensor's memory lives. Ops switch on Device::type to reach cpu:: or cuda:: kernels.
+// Where a tensor's memory lives. Ops reach the kernel of a device through ops/dispatch.h.
 #pragma once
 #include <string>
 

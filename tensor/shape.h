@@ -1,5 +1,6 @@
 // Shapes, strides and the small index arithmetic every op needs.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -22,5 +23,16 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op);
 // Strides that view a tensor of (shape, strides) as broadcast to `target` (stride 0 on
 // expanded dims). `shape` must be broadcastable to `target`.
 Shape broadcast_strides(const Shape& shape, const Shape& strides, const Shape& target);
+
+// Sizes before and after `dim` (already wrapped): the tensor seen as (outer, n, inner).
+// A 0-dim tensor is one line of one element.
+inline std::array<int64_t, 3> line_geometry(const Shape& shape, int64_t dim) {
+  int64_t outer = 1, inner = 1;
+  for (int64_t k = 0; k < int64_t(shape.size()); ++k) {
+    if (k < dim) outer *= shape[size_t(k)];
+    if (k > dim) inner *= shape[size_t(k)];
+  }
+  return {outer, shape.empty() ? 1 : shape[size_t(dim)], inner};
+}
 
 }  // namespace mu

@@ -13,17 +13,6 @@
 
 namespace mu::cpu {
 
-// Sizes before and after `dim` (already wrapped): the tensor seen as (outer, n, inner).
-// A 0-dim tensor is one line of one element.
-inline std::array<int64_t, 3> line_geometry(const Shape& shape, int64_t dim) {
-  int64_t outer = 1, inner = 1;
-  for (int64_t k = 0; k < int64_t(shape.size()); ++k) {
-    if (k < dim) outer *= shape[size_t(k)];
-    if (k > dim) inner *= shape[size_t(k)];
-  }
-  return {outer, shape.empty() ? 1 : shape[size_t(dim)], inner};
-}
-
 // Calls f(offset, stride) for every line along the middle axis of a dense (outer, n,
 // inner) tensor. `cost` weighs one element's work against an elementwise op's, so that
 // a kernel doing a sort or a bisection per line goes parallel on smaller tensors.

@@ -1,0 +1,243 @@
+// CPU kernels of sparsemax, entmax15 and entmax_bisect (declared in
+// ops/kernels/entmax.h), following the entmax package's definitions, with their exact
+// gradients as one shared fused kernel. Every line is worked in double whatever the
+// dtype (float32 only rounds the result), so the threshold τ and the support are those
+// of the exact problem up to double rounding.
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <vector>
+
+#include "ops/cpu/lines.h"
+#include "ops/kernels/entmax.h"
+
+namespace mu::cpu {
+
+namespace {
+
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+constexpr double kNegInf = -std::numeric_limits<double>::infinity();
+
+// Per-thread working space for one line, grown on demand: a sort per line must not
+// pay for an allocation per line.
+double* scratch(int64_t size) {
+  thread_local std::vector<double> buf;
+  if (int64_t(buf.size()) < size) buf.resize(size_t(size));
+  return buf.data();
+}
+
+// The line's maximum, or NaN when the line holds a NaN or +inf or only -inf: such a
+// line has no finite shift and its output is NaN throughout (as softmax's would be).
+template <class T>
+double line_max(const T* xl, int64_t n, int64_t st) {
+  double m = kNegInf;
+  bool nan = false;
+  for (int64_t j = 0; j < n; ++j) {
+    double v = double(xl[j * st]);
+    nan = nan || v != v;
+    m = v > m ? v : m;
+  }
+  return nan || !std::isfinite(m) ? kNaN : m;
+}
+
+template <class T>
+void fill_nan(T* yl, int64_t n, int64_t st) {
+  for (int64_t j = 0; j < n; ++j) yl[j * st] = T(kNaN);
+}
+
+// Loads the candidates for the support, z = scale * (x - max) > -1, into s sorted in
+// decreasing order and returns how many there are (-1, after filling y with NaN, for a
+// line with no finite shift). Subtracting the max first keeps every z <= 0, so the
+// thresholds below are O(1) whatever the input's magnitude. An entry with z <= -1 is
+// never on the support, as the max alone already has z_1 - τ <= 1 (p_1 <= 1), so
+// τ >= -1: leaving such entries out shortens the sort without changing τ.
+template <class T>
+int64_t load_candidates(const T* xl, T* yl, int64_t n, int64_t st, double scale, double* s, double& m) {
+  m = line_max(xl, n, st);
+  if (std::isnan(m)) {
+    fill_nan(yl, n, st);
+    return -1;
+  }
+  int64_t c = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    double z = (double(xl[j * st]) - m) * scale;
+    if (z > -1) s[c++] = z;
+  }
+  std::sort(s, s + c, std::greater<double>());
+  return c;
+}
+
+// sparsemax: with z sorted decreasingly and S_k = z_1 + ... + z_k, the support is the
+// set of k with k z_k > S_k - 1 (always a prefix 1..K) and τ = (S_K - 1) / K.
+template <class T>
+void sparsemax_line(const T* xl, T* yl, int64_t n, int64_t st) {
+  double* s = scratch(n);
+  double m;
+  int64_t c = load_candidates(xl, yl, n, st, 1.0, s, m);
+  if (c < 0) return;
+  // Counted, as the entmax package does, rather than taking the last k that passes.
+  double cum = 0;
+  int64_t k_sup = 0;
+  for (int64_t k = 0; k < c; ++k) {
+    cum += s[k];
+    k_sup += double(k + 1) * s[k] > cum - 1 ? 1 : 0;
+  }
+  // k = 1 always passes (z_1 = 0 > -1), so the support is never empty.
+  double top = 0;
+  for (int64_t k = 0; k < k_sup; ++k) top += s[k];
+  double tau = (top - 1) / double(k_sup);
+  // z - τ <= 0 gives an exact 0: off-support entries are zeros, not rounding residue.
+  for (int64_t j = 0; j < n; ++j) {
+    double t = double(xl[j * st]) - m - tau;
+    yl[j * st] = T(t > 0 ? t : 0.0);
+  }
+}
+
+// entmax15 on z = (x - max) / 2: on a support of the k largest entries, Σ (z_i - τ)² = 1
+// gives τ_k = mean_k - sqrt((1 - ss_k) / k), ss_k the sum of squared deviations from
+// mean_k; the support is the set of k with τ_k <= z_k and τ = τ_K.
+template <class T>
+void entmax15_line(const T* xl, T* yl, int64_t n, int64_t st) {
+  double* s = scratch(2 * n);
+  double* taus = s + n;
+  double m;
+  int64_t c = load_candidates(xl, yl, n, st, 0.5, s, m);
+  if (c < 0) return;
+  // Welford's running mean and squared deviations: the package's k (mean_sq - mean²)
+  // loses digits to cancellation, this does not.
+  double mean = 0, ss = 0;
+  int64_t k_sup = 0;
+  for (int64_t k = 0; k < c; ++k) {
+    double d = s[k] - mean;
+    mean += d / double(k + 1);
+    ss += d * (s[k] - mean);
+    // A negative (1 - ss) / k means no τ puts the first k entries on the support;
+    // clamped to 0 as in the package, the test below then fails for this k.
+    double delta = (1 - ss) / double(k + 1);
+    taus[k] = mean - std::sqrt(delta > 0 ? delta : 0.0);
+    k_sup += taus[k] <= s[k] ? 1 : 0;
+  }
+  // k = 1 always passes (τ_1 = z_1 - 1), so the support is never empty.
+  double tau = taus[k_sup - 1];
+  for (int64_t j = 0; j < n; ++j) {
+    double t = (double(xl[j * st]) - m) * 0.5 - tau;
+    yl[j * st] = T(t > 0 ? t * t : 0.0);
+  }
+}
+
+// t^(1/(α-1)) for t > 0 and 0 otherwise, with the common exponents spelled out: pow is
+// what the bisection spends its time on.
+struct ClampPow {
+  double e;  // 1 / (α - 1)
+  double operator()(double t) const {
+    if (!(t > 0)) return 0.0;
+    if (e == 1.0) return t;                    // α = 2, sparsemax
+    if (e == 2.0) return t * t;                // α = 1.5, entmax15
+    if (e == 4.0) return (t * t) * (t * t);    // α = 1.25
+    if (e == 0.5) return std::sqrt(t);         // α = 3
+    return std::pow(t, e);
+  }
+};
+
+// entmax_bisect on u = (α-1)(x - max), the entmax package's EntmaxBisectFunction: Σ p(τ)
+// falls from >= 1 at τ = -1 (the max alone gives 1) to <= 1 at τ = -(1/n)^(α-1) (all n
+// entries at most 1/n), so τ is halved into that bracket n_iter times; p at the last
+// midpoint is then rescaled to sum to 1.
+template <class T>
+void entmax_bisect_line(const T* xl, T* yl, int64_t n, int64_t st, double alpha, int n_iter) {
+  double m = line_max(xl, n, st);
+  if (std::isnan(m)) return fill_nan(yl, n, st);
+  // Every τ tried is >= -1, so entries with u <= -1 always give 0: the sums skip them.
+  double* u = scratch(n);
+  int64_t c = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    double v = (double(xl[j * st]) - m) * (alpha - 1);
+    if (v > -1) u[c++] = v;
+  }
+  ClampPow p{1 / (alpha - 1)};
+  auto mass = [&](double tau) {
+    double sum = 0;
+    for (int64_t j = 0; j < c; ++j) sum += p(u[j] - tau);
+    return sum;
+  };
+  // The bracket's top uses the whole line's length, as the package does.
+  double lo = -1.0, hi = -std::pow(1.0 / double(n), alpha - 1);
+  double dm = hi - lo, f_lo = mass(lo) - 1, tau = lo;
+  for (int it = 0; it < n_iter; ++it) {
+    dm /= 2;
+    tau = lo + dm;
+    // Still at or below the root (sum >= 1, same sign as at lo): move the bracket up.
+    if ((mass(tau) - 1) * f_lo >= 0) lo = tau;
+  }
+  // The max entry has u = 0 > τ, so the sum is positive.
+  double sum = mass(tau);
+  for (int64_t j = 0; j < n; ++j) yl[j * st] = T(p((double(xl[j * st]) - m) * (alpha - 1) - tau) / sum);
+}
+
+// The gradient shared by all three: with q = p^(2-α) on the support and 0 off it,
+// dx = q g - q (Σ q g) / (Σ q). `e` is 2 - α (0 for sparsemax, 0.5 for entmax15).
+template <class T>
+void entmax_backward_lines(const T* g, const T* y, T* dx, int64_t outer, int64_t n, int64_t inner, double e) {
+  for_each_line(outer, n, inner, [=](int64_t off, int64_t st) {
+    const T *gl = g + off, *yl = y + off;
+    T* dl = dx + off;
+    double sq = 0, sqg = 0;
+    for (int64_t j = 0; j < n; ++j) {
+      double pj = double(yl[j * st]);
+      double q = !(pj > 0) ? 0.0 : e == 0.0 ? 1.0 : e == 0.5 ? std::sqrt(pj) : std::pow(pj, e);
+      sq += q;
+      sqg += q * double(gl[j * st]);
+      // q is kept in dx until the line's sums are known.
+      dl[j * st] = T(q);
+    }
+    double c = sqg / sq;
+    for (int64_t j = 0; j < n; ++j) dl[j * st] = T(double(dl[j * st]) * (double(gl[j * st]) - c));
+  });
+}
+
+// A sort costs about log2(n) comparisons per element.
+int64_t sort_cost(int64_t n) {
+  int64_t c = 1;
+  while (n > 1) {
+    n /= 2;
+    ++c;
+  }
+  return c;
+}
+
+}  // namespace
+
+static void entmax_forward(const Tensor& y, const Tensor& x, int64_t outer, int64_t n, int64_t inner,
+                           kernels::EntmaxKind kind, double alpha, int n_iter) {
+  // One element's work in elementwise-op units, for the threading threshold: a sort's
+  // for sparsemax and entmax15, n_iter + 1 passes for the bisection.
+  int64_t cost = kind == kernels::EntmaxKind::Bisect ? int64_t(n_iter) + 1 : sort_cost(n);
+  MU_DISPATCH_FLOAT(x.dtype(), "entmax", [&] {
+    const scalar_t* xp = x.data_ptr<scalar_t>();
+    scalar_t* yp = y.data_ptr<scalar_t>();
+    for_each_line(
+        outer, n, inner,
+        [=](int64_t off, int64_t st) {
+          switch (kind) {
+            case kernels::EntmaxKind::Sparsemax: sparsemax_line(xp + off, yp + off, n, st); break;
+            case kernels::EntmaxKind::Entmax15: entmax15_line(xp + off, yp + off, n, st); break;
+            case kernels::EntmaxKind::Bisect: entmax_bisect_line(xp + off, yp + off, n, st, alpha, n_iter); break;
+          }
+        },
+        cost);
+  });
+}
+
+static void entmax_backward(const Tensor& dx, const Tensor& g, const Tensor& y, int64_t outer, int64_t n,
+                            int64_t inner, double e) {
+  MU_DISPATCH_FLOAT(y.dtype(), "entmax_backward", [&] {
+    entmax_backward_lines(g.data_ptr<scalar_t>(), y.data_ptr<scalar_t>(), dx.data_ptr<scalar_t>(), outer, n, inner, e);
+  });
+}
+
+MU_REGISTER_KERNEL(kernels::entmax_forward, DeviceType::CPU, entmax_forward);
+MU_REGISTER_KERNEL(kernels::entmax_backward, DeviceType::CPU, entmax_backward);
+
+}  // namespace mu::cpu

@@ -1,0 +1,200 @@
+// CPU kernels of the indexing ops (declared in ops/kernels/index.h).
+#include <omp.h>
+
+#include <algorithm>
+#include <array>
+#include <vector>
+
+#include "ops/cpu/loops.h"
+#include "ops/kernels/index.h"
+
+namespace mu::cpu {
+
+// Calls body(offs) for every line of `shape` along `dim`, offs[k] being operand k's
+// element offset at the line's start. Lines are independent (each touches its own
+// elements of every operand), so they may run on several threads.
+template <size_t N, class Body>
+static void for_each_line(const Shape& shape, int64_t dim, const std::array<Shape, N>& strides, Body body) {
+  int64_t len = shape[size_t(dim)], total = numel_of(shape);
+  if (total == 0) return;
+  int64_t lines = total / len, nd = int64_t(shape.size());
+  bool par = total >= kParallelGrain && lines > 1 && !omp_in_parallel();
+#pragma omp parallel for if (par) schedule(static)
+  for (int64_t l = 0; l < lines; ++l) {
+    std::array<int64_t, N> off{};
+    // Decompose the line number into the multi-index of every dim but `dim`.
+    int64_t r = l;
+    for (int64_t d = nd - 1; d >= 0; --d) {
+      if (d == dim) continue;
+      int64_t i = r % shape[size_t(d)];
+      r /= shape[size_t(d)];
+      for (size_t k = 0; k < N; ++k) off[k] += i * strides[k][size_t(d)];
+    }
+    body(off);
+  }
+}
+
+// out[..j..] = x[..index[..j..]..] along dim; out has index's shape. No bounds checks.
+static void gather(const Tensor& out, const Tensor& x, int64_t dim, const Tensor& index) {
+  const Shape &os = out.strides(), &is = index.strides(), &xs = x.strides();
+  const int64_t* pi = index.data_ptr<int64_t>();
+  int64_t m = index.shape()[size_t(dim)], osd = os[size_t(dim)], isd = is[size_t(dim)], xsd = xs[size_t(dim)];
+  MU_DISPATCH_ALL(x.dtype(), "gather", [&] {
+    scalar_t* po = out.data_ptr<scalar_t>();
+    const scalar_t* px = x.data_ptr<scalar_t>();
+    for_each_line<3>(index.shape(), dim, {os, is, xs}, [&](const std::array<int64_t, 3>& off) {
+      for (int64_t j = 0; j < m; ++j) po[off[0] + j * osd] = px[off[2] + pi[off[1] + j * isd] * xsd];
+    });
+  });
+}
+
+// out[..index[..j..]..] += src[..j..] along dim, in place on `out`. No bounds checks.
+// A line of index writes only into the matching line of out, so lines never race, and
+// within a line the additions run in a fixed order: the result is deterministic.
+static void scatter_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src) {
+  const Shape &os = out.strides(), &is = index.strides(), &ss = src.strides();
+  const int64_t* pi = index.data_ptr<int64_t>();
+  int64_t m = index.shape()[size_t(dim)], osd = os[size_t(dim)], isd = is[size_t(dim)], ssd = ss[size_t(dim)];
+  MU_DISPATCH_NUMERIC(out.dtype(), "scatter_add", [&] {
+    scalar_t* po = out.data_ptr<scalar_t>();
+    const scalar_t* ps = src.data_ptr<scalar_t>();
+    for_each_line<3>(index.shape(), dim, {os, is, ss}, [&](const std::array<int64_t, 3>& off) {
+      for (int64_t j = 0; j < m; ++j) po[off[0] + pi[off[1] + j * isd] * osd] += ps[off[2] + j * ssd];
+    });
+  });
+}
+
+// x viewed as (outer, n, inner) dense, out as (outer, m, inner): out[o, j, :] = x[o, idx[j], :].
+template <class T>
+static void select_rows(const T* x, T* out, const int64_t* idx, int64_t outer, int64_t n, int64_t m, int64_t inner) {
+  bool par = outer * m * inner >= kParallelGrain && outer * m > 1 && !omp_in_parallel();
+#pragma omp parallel for if (par) schedule(static)
+  for (int64_t r = 0; r < outer * m; ++r) {
+    int64_t o = r / m, j = r % m;
+    const T* src = x + (o * n + idx[j]) * inner;
+    T* dst = out + r * inner;
+    for (int64_t i = 0; i < inner; ++i) dst[i] = src[i];
+  }
+}
+
+// The reverse: grad (outer, n, inner) zeroed, grad[o, idx[j], :] += g[o, j, :]. Each
+// thread owns a block of (o, column) pairs and adds every j into it in order, so no two
+// threads write one element and the sums do not depend on the thread count.
+template <class T>
+static void add_rows(const T* g, T* grad, const int64_t* idx, int64_t outer, int64_t n, int64_t m, int64_t inner) {
+  constexpr int64_t kBlock = 256;  // columns per task: long enough to vectorise
+  int64_t col_blocks = (inner + kBlock - 1) / kBlock, tasks = outer * col_blocks;
+  bool par = outer * m * inner >= kParallelGrain && tasks > 1 && !omp_in_parallel();
+#pragma omp parallel for if (par) schedule(static)
+  for (int64_t t = 0; t < tasks; ++t) {
+    int64_t o = t / col_blocks, c0 = (t % col_blocks) * kBlock, c1 = std::min(inner, c0 + kBlock);
+    for (int64_t j = 0; j < m; ++j) {
+      const T* src = g + (o * m + j) * inner;
+      T* dst = grad + (o * n + idx[j]) * inner;
+      for (int64_t i = c0; i < c1; ++i) dst[i] += src[i];
+    }
+  }
+}
+
+// Running sums along the middle axis of x viewed as (outer, n, inner), dense; from the
+// end when `reverse`. Tasks are (o, block of columns): each owns its outputs.
+template <class T>
+static void cumsum_lines(const T* x, T* out, int64_t outer, int64_t n, int64_t inner, bool reverse) {
+  using A = acc_t<T>;
+  constexpr int64_t kBlock = 256;
+  int64_t col_blocks = (inner + kBlock - 1) / kBlock, tasks = outer * col_blocks;
+  bool par = outer * n * inner >= kParallelGrain && tasks > 1 && !omp_in_parallel();
+#pragma omp parallel for if (par) schedule(static)
+  for (int64_t t = 0; t < tasks; ++t) {
+    int64_t o = t / col_blocks, c0 = (t % col_blocks) * kBlock, c1 = std::min(inner, c0 + kBlock);
+    A acc[kBlock] = {};
+    for (int64_t s = 0; s < n; ++s) {
+      int64_t j = reverse ? n - 1 - s : s;
+      const T* src = x + (o * n + j) * inner;
+      T* dst = out + (o * n + j) * inner;
+      for (int64_t i = c0; i < c1; ++i) {
+        acc[i - c0] += A(src[i]);
+        dst[i] = T(acc[i - c0]);
+      }
+    }
+  }
+}
+
+// Strict order of (value, position) pairs: by value (NaN above every number, as in
+// torch.sort), ties by position, which makes any sort with it stable.
+template <class T>
+struct LineOrder {
+  const T* v;
+  int64_t st;
+  bool descending;
+  bool operator()(int64_t a, int64_t b) const {
+    T x = v[a * st], y = v[b * st];
+    bool xn = x != x, yn = y != y;
+    if (xn || yn) {
+      if (xn && yn) return a < b;
+      return descending ? xn : yn;  // NaN first when descending, last when ascending
+    }
+    if (x != y) return descending ? x > y : x < y;
+    return a < b;
+  }
+};
+
+// For every line of x (dense, (outer, n, inner)) along the middle axis, the positions
+// of its first k elements in the order above, written to idx (outer, k, inner).
+template <class T>
+static void order_lines(const T* x, int64_t* idx, int64_t outer, int64_t n, int64_t inner, int64_t k, bool descending) {
+  int64_t lines = outer * inner;
+  bool par = lines * n >= kParallelGrain && lines > 1 && !omp_in_parallel();
+#pragma omp parallel if (par)
+  {
+    std::vector<int64_t> perm(static_cast<size_t>(n));  // one scratch line per thread
+#pragma omp for schedule(static)
+    for (int64_t l = 0; l < lines; ++l) {
+      int64_t o = l / inner, i = l % inner;
+      LineOrder<T> less{x + o * n * inner + i, inner, descending};
+      for (int64_t j = 0; j < n; ++j) perm[size_t(j)] = j;
+      if (k == n)
+        std::sort(perm.begin(), perm.end(), less);
+      else
+        std::partial_sort(perm.begin(), perm.begin() + k, perm.end(), less);
+      int64_t* dst = idx + o * k * inner + i;
+      for (int64_t j = 0; j < k; ++j) dst[j * inner] = perm[size_t(j)];
+    }
+  }
+}
+
+static void index_select(const Tensor& out, const Tensor& x, const Tensor& index, int64_t outer, int64_t n, int64_t m,
+                         int64_t inner) {
+  MU_DISPATCH_ALL(x.dtype(), "index_select", [&] {
+    select_rows(x.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(), index.data_ptr<int64_t>(), outer, n, m, inner);
+  });
+}
+
+static void index_add_rows(const Tensor& grad, const Tensor& g, const Tensor& index, int64_t outer, int64_t n,
+                           int64_t m, int64_t inner) {
+  MU_DISPATCH_FLOAT(g.dtype(), "index_select_backward", [&] {
+    add_rows(g.data_ptr<scalar_t>(), grad.data_ptr<scalar_t>(), index.data_ptr<int64_t>(), outer, n, m, inner);
+  });
+}
+
+static void cumsum(const Tensor& out, const Tensor& x, int64_t outer, int64_t n, int64_t inner, bool reverse) {
+  MU_DISPATCH_NUMERIC(x.dtype(), "cumsum", [&] {
+    cumsum_lines(x.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(), outer, n, inner, reverse);
+  });
+}
+
+static void sort_indices(const Tensor& idx, const Tensor& x, int64_t outer, int64_t n, int64_t inner, int64_t k,
+                         bool descending) {
+  MU_DISPATCH_NUMERIC(x.dtype(), "sort", [&] {
+    order_lines(x.data_ptr<scalar_t>(), idx.data_ptr<int64_t>(), outer, n, inner, k, descending);
+  });
+}
+
+MU_REGISTER_KERNEL(kernels::gather, DeviceType::CPU, gather);
+MU_REGISTER_KERNEL(kernels::scatter_add, DeviceType::CPU, scatter_add);
+MU_REGISTER_KERNEL(kernels::index_select, DeviceType::CPU, index_select);
+MU_REGISTER_KERNEL(kernels::index_add_rows, DeviceType::CPU, index_add_rows);
+MU_REGISTER_KERNEL(kernels::cumsum, DeviceType::CPU, cumsum);
+MU_REGISTER_KERNEL(kernels::sort_indices, DeviceType::CPU, sort_indices);
+
+}  // namespace mu::cpu

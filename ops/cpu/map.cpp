@@ -1,0 +1,39 @@
+// The CPU map kernel of every functor in ops/functors.h: one instantiation of the
+// strided loop of ops/cpu/map.h per functor and scalar type, registered into the
+// functor's table (ops/kernels/map.h).
+#include "ops/cpu/map.h"
+
+#include <type_traits>
+
+#include "ops/kernels/map.h"
+
+namespace mu::cpu {
+
+template <class F>
+static void map_kernel(const Tensor& out, const std::array<Tensor, 3>& in, const F& f) {
+  // The scalar type comes from the first value operand (after where's condition).
+  const Tensor& typed = in[F::select ? 1 : 0];
+  kernels::dispatch_functor<F>(typed.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    using TO = std::conditional_t<F::result == fn::Result::Bool, bool, T>;
+    if constexpr (F::arity == 1) {
+      map_n<TO, T>(out, {in[0]}, f);
+    } else if constexpr (F::arity == 2) {
+      map_n<TO, T, T>(out, {in[0], in[1]}, f);
+    } else if constexpr (F::select) {
+      map_n<TO, bool, T, T>(out, {in[0], in[1], in[2]}, f);
+    } else {
+      map_n<TO, T, T, T>(out, {in[0], in[1], in[2]}, f);
+    }
+  });
+}
+
+template <class... F>
+static bool register_map_kernels(fn::FunctorList<F...>) {
+  (kernels::map<F>.set(DeviceType::CPU, &map_kernel<F>), ...);
+  return true;
+}
+
+[[maybe_unused]] static const bool registered = register_map_kernels(fn::AllFunctors{});
+
+}  // namespace mu::cpu

@@ -1,0 +1,22 @@
+// The CPU matrix-product kernel (declared in ops/kernels/linalg.h): the GEMM of
+// ops/cpu/gemm.h on the operands' strides, without copies.
+#include "ops/cpu/gemm.h"
+#include "ops/kernels/linalg.h"
+
+namespace mu::cpu {
+
+static void matmul(const Tensor& out, const Tensor& a, const Tensor& b) {
+  const bool batched = a.dim() == 3;
+  const int64_t batch = batched ? a.size(0) : 1, M = a.size(-2), K = a.size(-1), N = b.size(-1);
+  MU_DISPATCH_FLOAT(a.dtype(), "matmul", [&] {
+    // A 2-D operand is a batch of one: its batch stride is never used.
+    MatrixRef<const scalar_t> A{a.data_ptr<scalar_t>(), batched ? a.stride(0) : 0, a.stride(-2), a.stride(-1)};
+    MatrixRef<const scalar_t> B{b.data_ptr<scalar_t>(), batched ? b.stride(0) : 0, b.stride(-2), b.stride(-1)};
+    MatrixRef<scalar_t> C{out.data_ptr<scalar_t>(), batched ? out.stride(0) : 0, out.stride(-2), out.stride(-1)};
+    gemm<scalar_t>(batch, M, N, K, A, B, C);
+  });
+}
+
+MU_REGISTER_KERNEL(kernels::matmul, DeviceType::CPU, matmul);
+
+}  // namespace mu::cpu
