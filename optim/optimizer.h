@@ -11,7 +11,7 @@
 //   group.<g>.lr             float64  the group's current learning rate
 //   group.<g>.initial_lr     float64  the rate it was created with (schedules scale from it)
 //   group.<g>.weight_decay   float64
-//   group.<g>.<option>       float64  each optimizer option, e.g. beta1, beta2, eps (AdamW)
+//   group.<g>.<option>       float64  each optimizer option, e.g. beta1, beta2, eps, amsgrad, maximize (AdamW)
 //                                     or momentum, dampening, nesterov (SGD; nesterov 0/1)
 //   state.<g>.<i>.<buffer>            parameter i of group g, only once it has state:
 //                                     AdamW: step (int64), exp_avg, exp_avg_sq;

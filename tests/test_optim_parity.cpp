@@ -29,6 +29,7 @@ struct Config {
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;                 // adamw
   double momentum = 0, dampening = 0;                             // sgd
   bool nesterov = false;                                          // sgd
+  bool amsgrad = false, maximize = false;                         // adamw
   std::vector<size_t> group0, group1;  // parameter indices; group 1 may be empty
   double group1_lr = -1, group1_wd = -1;  // < 0: the optimizer's default
   double clip = 0;                        // max_norm; 0: no clipping
@@ -70,7 +71,12 @@ std::vector<std::vector<Tensor>> run_ours(const Config& c, const std::vector<Ten
   std::unique_ptr<optim::Optimizer> opt;
   if (c.optimizer == "adamw")
     opt = std::make_unique<optim::AdamW>(
-        groups, optim::AdamWOptions(c.lr).betas(c.beta1, c.beta2).eps(c.eps).weight_decay(c.weight_decay));
+        groups, optim::AdamWOptions(c.lr)
+                    .betas(c.beta1, c.beta2)
+                    .eps(c.eps)
+                    .weight_decay(c.weight_decay)
+                    .amsgrad(c.amsgrad)
+                    .maximize(c.maximize));
   else
     opt = std::make_unique<optim::SGD>(groups, optim::SGDOptions(c.lr)
                                                    .momentum(c.momentum)
@@ -124,6 +130,15 @@ TEST_CASE("AdamW and SGD match torch.optim over 20 steps") {
     s.clip = 3.0;
     s.schedule = true;
     configs.push_back(s);
+    Config a = c;
+    a.name = "adamw_amsgrad";
+    a.amsgrad = true;
+    configs.push_back(a);
+    Config x = c;
+    x.name = "adamw_amsgrad_maximize";
+    x.amsgrad = true;
+    x.maximize = true;
+    configs.push_back(x);
   }
   {
     Config c{.name = "sgd_momentum", .optimizer = "sgd", .lr = 0.05, .weight_decay = 1e-2, .momentum = 0.9};
@@ -167,7 +182,8 @@ TEST_CASE("AdamW and SGD match torch.optim over 20 steps") {
       << "\", \"lr\": " << num(c.lr) << ", \"weight_decay\": " << num(c.weight_decay)
       << ", \"betas\": [" << num(c.beta1) << ", " << num(c.beta2) << "], \"eps\": " << num(c.eps)
       << ", \"momentum\": " << num(c.momentum) << ", \"dampening\": " << num(c.dampening)
-      << ", \"nesterov\": " << (c.nesterov ? "true" : "false") << ", \"group0\": " << list(c.group0)
+      << ", \"nesterov\": " << (c.nesterov ? "true" : "false") << ", \"amsgrad\": " << (c.amsgrad ? "true" : "false")
+      << ", \"maximize\": " << (c.maximize ? "true" : "false") << ", \"group0\": " << list(c.group0)
       << ", \"group1\": " << list(c.group1) << ", \"group1_lr\": " << num(c.group1_lr)
       << ", \"group1_wd\": " << num(c.group1_wd) << ", \"clip\": " << num(c.clip) << ", \"lrs\": " << lrs << "}";
   }

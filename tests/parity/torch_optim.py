@@ -27,7 +27,8 @@ def build(cfg, params):
         groups.append(g)
     if cfg['optimizer'] == 'adamw':
         return torch.optim.AdamW(groups, lr=cfg['lr'], betas=tuple(cfg['betas']), eps=cfg['eps'],
-                                 weight_decay=cfg['weight_decay'], foreach=False)
+                                 weight_decay=cfg['weight_decay'], amsgrad=cfg['amsgrad'],
+                                 maximize=cfg['maximize'], foreach=False)
     return torch.optim.SGD(groups, lr=cfg['lr'], momentum=cfg['momentum'], dampening=cfg['dampening'],
                            weight_decay=cfg['weight_decay'], nesterov=cfg['nesterov'], foreach=False)
 
