@@ -140,10 +140,16 @@ MuMoE::MuMoE(const MuMoEOptions& options) : UnaryModule("MuMoE"), options_(optio
   for (int64_t e = 0; e < E; ++e) {
     const int64_t n = options_.experts()[size_t(e)];
     const std::string name = "gate_norm" + std::to_string(e + 1);
+    // The gating logits are token-major, experts last: (positions, n) as coefficients()
+    // feeds them, and (B, T, n) for any caller that keeps the sequence dim. channels_last
+    // normalises each expert's logit over every position in both forms.
     if (options_.gate_norm() == GateNorm::BatchNorm)
       gate_norms_.push_back(register_module(
-          name, std::make_shared<BatchNorm1d>(
-                    BatchNormOptions(n).affine(false).eps(options_.gate_eps()).momentum(options_.gate_momentum()))));
+          name, std::make_shared<BatchNorm1d>(BatchNormOptions(n)
+                                                  .affine(false)
+                                                  .eps(options_.gate_eps())
+                                                  .momentum(options_.gate_momentum())
+                                                  .channels_last(true))));
     else if (options_.gate_norm() == GateNorm::LayerNorm)
       gate_norms_.push_back(register_module(
           name, std::make_shared<LayerNorm>(LayerNormOptions({n}).elementwise_affine(false).eps(options_.gate_eps()))));

@@ -32,13 +32,7 @@ Tensor LayerNorm::forward(const Tensor& x) {
   bool fits = x.defined() && x.dim() >= k;
   for (int64_t i = 0; fits && i < k; ++i) fits = x.size(x.dim() - k + i) == ns[size_t(i)];
   MU_CHECK(fits, "LayerNorm: expected input whose trailing dims are ", shape_str(ns), ", got ", x.describe());
-  Shape dims;
-  for (int64_t i = -k; i < 0; ++i) dims.push_back(i);
-  Tensor centred = x - mean(x, dims, true);
-  // Biased variance (divide by n), as torch normalises.
-  Tensor variance = mean(centred * centred, dims, true);
-  Tensor y = centred * rsqrt(variance + options_.eps());
-  return weight.defined() ? y * weight + bias : y;
+  return layer_norm(x, ns, weight, bias, options_.eps());
 }
 
 std::string LayerNorm::extra_repr() const {
@@ -84,42 +78,39 @@ void BatchNorm1d::reset_parameters() {
 
 Tensor BatchNorm1d::forward(const Tensor& x) {
   const int64_t c = options_.num_features();
-  MU_CHECK(x.defined() && (x.dim() == 2 || x.dim() == 3) && x.size(-1) == c, "BatchNorm1d: expected input (B, ", c,
-           ") or (B, T, ", c, "), got ", x.describe());
-  // Every dim but the channel one is a sample axis.
-  const Shape dims = x.dim() == 2 ? Shape{0} : Shape{0, 1};
-  const int64_t n = x.numel() / c;
-  const bool use_batch_stats = is_training() || !running_mean.defined();
-
-  Tensor y;
-  if (use_batch_stats) {
-    MU_CHECK(n > 1, "BatchNorm1d: expected more than 1 value per channel when training, got input ", x.describe());
-    // Shapes (C): broadcasting lines them up with the last dim of x.
-    Tensor batch_mean = mean(x, dims);
-    Tensor centred = x - batch_mean;
-    Tensor batch_var = mean(centred * centred, dims);  // biased: what the batch is normalised by
-    y = centred * rsqrt(batch_var + options_.eps());
-    if (is_training() && running_mean.defined()) {
-      NoGradGuard no_grad;  // the running estimates are state, not part of the graph
-      num_batches_tracked.add_(1.0);
-      // momentum = nullopt: cumulative average, the k-th batch weighted 1/k.
-      double m = options_.momentum() ? *options_.momentum() : 1.0 / num_batches_tracked.item();
-      // The running variance is the unbiased estimate (n / (n - 1) times the biased one).
-      Tensor unbiased = batch_var.detach() * (double(n) / double(n - 1));
-      running_mean.mul_(1 - m).add_(batch_mean.detach(), m);
-      running_var.mul_(1 - m).add_(unbiased, m);
-    }
-  } else {
-    y = (x - running_mean) * rsqrt(running_var + options_.eps());
+  const bool last = options_.channels_last();
+  // The layouts this module takes, for the errors.
+  const std::string expected = last ? detail::str("(N, ", c, ") or (B, T, ", c, ") (channels_last)")
+                                    : detail::str("(N, ", c, ") or (N, ", c, ", L)");
+  const std::string hint = last ? "; for (N, C, L) input leave BatchNormOptions::channels_last off"
+                                : "; for token-major (B, T, C) input set BatchNormOptions::channels_last(true)";
+  MU_CHECK(x.defined() && (x.dim() == 2 || x.dim() == 3), "BatchNorm1d: expected input ", expected, ", got ",
+           x.defined() ? x.describe() : std::string("an undefined tensor"));
+  const int64_t cdim = last ? x.dim() - 1 : 1;
+  MU_CHECK(x.size(cdim) == c, "BatchNorm1d: expected input ", expected, ", got ", x.describe(),
+           " whose dim ", cdim, " is not ", c, hint);
+  const bool tracked = running_mean.defined();
+  // Without running statistics the batch statistics normalise in eval mode too (as torch).
+  const bool batch_stats = is_training() || !tracked;
+  const bool update = is_training() && tracked;
+  // momentum = nullopt: cumulative average, the k-th batch weighted 1/k.
+  double factor = 0;
+  if (update) factor = options_.momentum() ? *options_.momentum() : 1.0 / (num_batches_tracked.item() + 1);
+  Tensor y = batch_norm(x, running_mean, running_var, weight, bias, batch_stats, factor, options_.eps(),
+                        last ? ChannelLayout::Last : ChannelLayout::First);
+  if (update) {
+    NoGradGuard no_grad;
+    num_batches_tracked.add_(1.0);  // after the op, so a refused input counts no batch
   }
-  return weight.defined() ? y * weight + bias : y;
+  return y;
 }
 
 std::string BatchNorm1d::extra_repr() const {
   std::string momentum = options_.momentum() ? detail::str(*options_.momentum()) : "none";
   return detail::str(options_.num_features(), ", eps=", options_.eps(), ", momentum=", momentum,
                      ", affine=", options_.affine() ? "true" : "false",
-                     ", track_running_stats=", options_.track_running_stats() ? "true" : "false");
+                     ", track_running_stats=", options_.track_running_stats() ? "true" : "false",
+                     options_.channels_last() ? ", channels_last=true" : "");
 }
 
 }  // namespace mu::nn

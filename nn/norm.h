@@ -3,6 +3,7 @@
 //
 //   auto ln = std::make_shared<nn::LayerNorm>(nn::LayerNormOptions({768}).eps(1e-5));
 //   auto bn = std::make_shared<nn::BatchNorm1d>(nn::BatchNormOptions(64).momentum(0.1));
+//   auto bt = std::make_shared<nn::BatchNorm1d>(nn::BatchNormOptions(64).channels_last(true));  // (B, T, 64)
 #pragma once
 #include <optional>
 
@@ -25,7 +26,7 @@ struct LayerNormOptions {
 };
 
 // y = (x - mean) / sqrt(var + eps) * weight + bias, mean and (biased) var taken over the
-// trailing dims named by normalized_shape, as torch.nn.LayerNorm.
+// trailing dims named by normalized_shape, as torch.nn.LayerNorm (the fused layer_norm op).
 class LayerNorm : public UnaryModule {
  public:
   explicit LayerNorm(const LayerNormOptions& options);
@@ -50,11 +51,15 @@ struct BatchNormOptions {
   BatchNormOptions& affine(bool a) { affine_ = a; return *this; }
   // Without running statistics, batch statistics are used in eval mode too.
   BatchNormOptions& track_running_stats(bool t) { track_running_stats_ = t; return *this; }
+  // Channels in the last dim: (N, C) or token-major (B, T, C) input, each channel's
+  // statistics taken over B and T. Off (torch's layout): (N, C) or (N, C, L).
+  BatchNormOptions& channels_last(bool c) { channels_last_ = c; return *this; }
   int64_t num_features() const { return num_features_; }
   double eps() const { return eps_; }
   std::optional<double> momentum() const { return momentum_; }
   bool affine() const { return affine_; }
   bool track_running_stats() const { return track_running_stats_; }
+  bool channels_last() const { return channels_last_; }
 
  private:
   int64_t num_features_;
@@ -62,13 +67,15 @@ struct BatchNormOptions {
   std::optional<double> momentum_ = 0.1;
   bool affine_ = true;
   bool track_running_stats_ = true;
+  bool channels_last_ = false;
 };
 
-// Batch normalisation of C channels, as torch.nn.BatchNorm1d for (B, C) input, and for
-// token-major (B, T, C) input with the statistics of each channel taken over B and T
-// (torch.nn.BatchNorm1d on the (B, C, T) transpose). Training normalises with the batch
-// mean and biased variance and moves the running mean and unbiased variance towards
-// them; eval normalises with the running statistics.
+// Batch normalisation of C channels, as torch.nn.BatchNorm1d: (N, C) or (N, C, L) input,
+// or with channels_last, (N, C) or token-major (B, T, C) input with the statistics of
+// each channel taken over B and T (torch.nn.BatchNorm1d on the (B, C, T) transpose). The
+// layout is never guessed from the shape. Training normalises with the batch mean and
+// biased variance and moves the running mean and unbiased variance towards them; eval
+// normalises with the running statistics. One fused op (batch_norm) does the work.
 class BatchNorm1d : public UnaryModule {
  public:
   explicit BatchNorm1d(const BatchNormOptions& options);

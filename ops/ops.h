@@ -5,6 +5,7 @@
 #include "ops/index.h"
 #include "ops/linalg.h"
 #include "ops/nn_functional.h"
+#include "ops/normalization.h"
 #include "ops/reduce.h"
 #include "ops/shape.h"
 #include "ops/tensor_algebra.h"

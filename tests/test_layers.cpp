@@ -272,7 +272,7 @@ TEST_CASE("BatchNorm1d in training mode normalises each channel by its batch sta
   manual_seed(5);
   for (bool token_major : {false, true}) {
     INFO((token_major ? "(B, T, C)" : "(B, C)"));
-    nn::BatchNorm1d bn(nn::BatchNormOptions(5));
+    nn::BatchNorm1d bn(nn::BatchNormOptions(5).channels_last(token_major));
     bn.to(kFloat64);
     randomize(bn.weight, 1.0);
     randomize(bn.bias);
@@ -280,7 +280,7 @@ TEST_CASE("BatchNorm1d in training mode normalises each channel by its batch sta
     ChannelStats s = channel_stats(x);
     check_close(bn(x), ref_channel_norm(x, s.mean, s.var, bn.weight, bn.bias, 1e-5), 1e-12);
     // And in float32, against the same double formula.
-    nn::BatchNorm1d bn32(nn::BatchNormOptions(5).affine(false));
+    nn::BatchNorm1d bn32(nn::BatchNormOptions(5).affine(false).channels_last(token_major));
     CHECK(bn32.parameters().empty());
     Tensor x32 = x.to(kFloat32);
     check_close(bn32(x32), ref_channel_norm(x32, s.mean, s.var, Tensor(), Tensor(), 1e-5), 2e-6);
@@ -293,7 +293,7 @@ TEST_CASE("BatchNorm1d's running statistics follow the momentum updates; eval us
     INFO((token_major ? "(B, T, C)" : "(B, C)"));
     const int64_t c = 4;
     const double m = 0.1, eps = 1e-5;
-    nn::BatchNorm1d bn(c);
+    nn::BatchNorm1d bn(nn::BatchNormOptions(c).channels_last(token_major));
     randomize(bn.weight, 1.0);
     randomize(bn.bias);
     CHECK(bn.running_mean.to_vector<double>() == std::vector<double>(size_t(c), 0.0));
@@ -359,8 +359,13 @@ TEST_CASE("BatchNorm1d options: cumulative average, no running statistics, error
   CHECK(names_of_state(bn) == std::vector<std::string>{"weight", "bias", "running_mean", "running_var",
                                                           "num_batches_tracked"});
   CHECK_THROWS_MU(bn(randn({1, 3})), "expected more than 1 value per channel when training");
-  CHECK_THROWS_MU(bn(randn({4, 2})), "BatchNorm1d: expected input (B, 3) or (B, T, 3)");
+  CHECK_THROWS_MU(bn(randn({4, 2})), "BatchNorm1d: expected input (N, 3) or (N, 3, L)");
   CHECK_THROWS_MU(bn(randn({4, 3, 2, 3})), "BatchNorm1d: expected input");
+  // A 3-D input is (N, C, L) unless told otherwise: a (B, T, C) one is refused with the hint.
+  CHECK_THROWS_MU(bn(randn({4, 5, 3})), "set BatchNormOptions::channels_last(true)");
+  nn::BatchNorm1d bt(nn::BatchNormOptions(3).channels_last(true));
+  CHECK_THROWS_MU(bt(randn({4, 3, 5})), "BatchNorm1d: expected input (N, 3) or (B, T, 3) (channels_last)");
+  CHECK(bt.extra_repr() == "3, eps=1e-05, momentum=0.1, affine=true, track_running_stats=true, channels_last=true");
   CHECK_THROWS_MU(nn::BatchNorm1d(nn::BatchNormOptions(3).momentum(1.5)), "momentum must lie in [0, 1]");
   CHECK(bn.extra_repr() == "3, eps=1e-05, momentum=0.1, affine=true, track_running_stats=true");
   // A failed forward left the statistics untouched.
@@ -592,7 +597,7 @@ TEST_CASE("gradcheck: BatchNorm1d w.r.t. input, weight and bias, in train and ev
   manual_seed(15);
   for (bool token_major : {false, true}) {
     INFO((token_major ? "(B, T, C)" : "(B, C)"));
-    nn::BatchNorm1d bn(4);
+    nn::BatchNorm1d bn(nn::BatchNormOptions(4).channels_last(token_major));
     bn.to(kFloat64);
     randomize(bn.weight, 1.0);
     randomize(bn.bias);

@@ -67,7 +67,12 @@ void layer_norm_case(CaseWriter c, const Shape& x_shape, const Shape& normalized
 
 void batch_norm_case(CaseWriter c, const Shape& x_shape, bool affine, double momentum, double eps) {
   const int steps = 3;
-  nn::BatchNorm1d bn(nn::BatchNormOptions(x_shape.back()).affine(affine).momentum(momentum).eps(eps));
+  // A 3-D case is token-major (B, T, C): the explicit channels-last option.
+  nn::BatchNorm1d bn(nn::BatchNormOptions(x_shape.back())
+                         .affine(affine)
+                         .momentum(momentum)
+                         .eps(eps)
+                         .channels_last(x_shape.size() == 3));
   c.begin("batch_norm", detail::str("layout=", x_shape.size() == 2 ? "bc" : "btc", " steps=", steps,
                                     " momentum=", momentum, " eps=", eps));
   if (affine) {

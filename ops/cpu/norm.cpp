@@ -1,0 +1,314 @@
+// CPU kernels of layer_norm and batch_norm (declared in ops/kernels/norm.h). Statistics
+// are two-pass (the mean, then the squared deviations from it), with float32 sums
+// carried in double. Parameter gradients, which sum over rows that different threads
+// own, are summed per thread into private arrays that are added up afterwards in
+// thread order: no races, and the same result for the same thread count.
+#include <omp.h>
+
+#include <cmath>
+#include <vector>
+
+#include "ops/cpu/loops.h"
+#include "ops/kernels/norm.h"
+
+namespace mu::cpu {
+
+// How many threads a kernel over `total` elements uses: one below the grain (start-up
+// would cost more than the work), and one inside an enclosing parallel region.
+static int threads_for(int64_t total) {
+  return total >= kParallelGrain && !omp_in_parallel() ? omp_get_max_threads() : 1;
+}
+
+// Adds up per-thread partial arrays [threads][len] into out[len], in thread order.
+template <class A>
+static std::vector<A> sum_partials(const std::vector<A>& part, int threads, size_t len) {
+  std::vector<A> out(len, A(0));
+  for (int t = 0; t < threads; ++t)
+    for (size_t j = 0; j < len; ++j) out[j] += part[size_t(t) * len + j];
+  return out;
+}
+
+// ---------------------------------------------------------------- layer_norm
+
+template <class T>
+static void layer_norm_forward_rows(const T* x, const T* w, const T* b, T* y, T* mean, T* rstd, int64_t rows,
+                                    int64_t n, double eps) {
+  using A = acc_t<T>;
+  const bool par = threads_for(rows * n) > 1 && rows > 1;
+#pragma omp parallel for if (par) schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* xr = x + r * n;
+    T* yr = y + r * n;
+    A s = 0;
+    // omp simd lets the sum be split into vector lanes (a fixed order, so deterministic).
+#pragma omp simd reduction(+ : s)
+    for (int64_t j = 0; j < n; ++j) s += A(xr[j]);
+    const A m = s / A(n);
+    A v = 0;
+#pragma omp simd reduction(+ : v)
+    for (int64_t j = 0; j < n; ++j) {
+      A d = A(xr[j]) - m;
+      v += d * d;
+    }
+    const A rs = A(1) / std::sqrt(v / A(n) + A(eps));  // biased variance, as torch
+    mean[r] = T(m);
+    rstd[r] = T(rs);
+    // The elementwise pass in T: the statistics are what needed the wide type.
+    const T mt = T(m), rt = T(rs);
+    // One loop per affine form, so that none tests a pointer per element.
+    if (w && b)
+      for (int64_t j = 0; j < n; ++j) yr[j] = (xr[j] - mt) * rt * w[j] + b[j];
+    else if (w)
+      for (int64_t j = 0; j < n; ++j) yr[j] = (xr[j] - mt) * rt * w[j];
+    else if (b)
+      for (int64_t j = 0; j < n; ++j) yr[j] = (xr[j] - mt) * rt + b[j];
+    else
+      for (int64_t j = 0; j < n; ++j) yr[j] = (xr[j] - mt) * rt;
+  }
+}
+
+// With xh = (x - mean) rstd and gw = g w (g without weight), per row:
+//   dx = rstd (gw - mean_j(gw) - xh mean_j(gw xh)),
+// and over rows dweight = sum g xh, dbias = sum g.
+template <class T>
+static void layer_norm_backward_rows(const T* g, const T* x, const T* mean, const T* rstd, const T* w, T* dx, T* dw,
+                                     T* db, int64_t rows, int64_t n) {
+  using A = acc_t<T>;
+  const int nt = rows > 1 ? threads_for(rows * n) : 1;
+  // Per-thread column sums for dweight and dbias: [thread][n] each.
+  std::vector<A> part_w(dw ? size_t(nt) * size_t(n) : 0, A(0)), part_b(db ? size_t(nt) * size_t(n) : 0, A(0));
+#pragma omp parallel num_threads(nt) if (nt > 1)
+  {
+    // A static block of rows per thread: which rows a partial sum holds depends on the
+    // thread count only.
+    const int t = omp_get_thread_num(), tn = omp_get_num_threads();
+    const int64_t r0 = rows * t / tn, r1 = rows * (t + 1) / tn;
+    A* pw = dw ? part_w.data() + size_t(t) * size_t(n) : nullptr;
+    A* pb = db ? part_b.data() + size_t(t) * size_t(n) : nullptr;
+    for (int64_t r = r0; r < r1; ++r) {
+      const T* gr = g + r * n;
+      const T* xr = x + r * n;
+      const T m = mean[r], rs = rstd[r];
+      if (dx) {
+        A s1 = 0, s2 = 0;  // sum gw, sum gw xh
+#pragma omp simd reduction(+ : s1, s2)
+        for (int64_t j = 0; j < n; ++j) {
+          A gw = w ? A(gr[j]) * A(w[j]) : A(gr[j]);
+          s1 += gw;
+          s2 += gw * A((xr[j] - m) * rs);
+        }
+        const T c1 = T(s1 / A(n)), c2 = T(s2 / A(n));
+        T* dr = dx + r * n;
+        if (w)
+          for (int64_t j = 0; j < n; ++j) dr[j] = rs * (gr[j] * w[j] - c1 - (xr[j] - m) * rs * c2);
+        else
+          for (int64_t j = 0; j < n; ++j) dr[j] = rs * (gr[j] - c1 - (xr[j] - m) * rs * c2);
+      }
+      if (pw)
+        for (int64_t j = 0; j < n; ++j) pw[j] += A(gr[j]) * A((xr[j] - m) * rs);
+      if (pb)
+        for (int64_t j = 0; j < n; ++j) pb[j] += A(gr[j]);
+    }
+  }
+  if (dw) {
+    std::vector<A> s = sum_partials(part_w, nt, size_t(n));
+    for (int64_t j = 0; j < n; ++j) dw[j] = T(s[size_t(j)]);
+  }
+  if (db) {
+    std::vector<A> s = sum_partials(part_b, nt, size_t(n));
+    for (int64_t j = 0; j < n; ++j) db[j] = T(s[size_t(j)]);
+  }
+}
+
+// The data of an optional tensor, or null.
+template <class T>
+static T* ptr_or_null(const Tensor& t) {
+  return t.defined() ? t.data_ptr<T>() : nullptr;
+}
+
+static void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& y,
+                               const Tensor& mean, const Tensor& rstd, int64_t rows, int64_t n, double eps) {
+  MU_DISPATCH_FLOAT(x.dtype(), "layer_norm_forward", [&] {
+    layer_norm_forward_rows(x.data_ptr<scalar_t>(), ptr_or_null<scalar_t>(weight), ptr_or_null<scalar_t>(bias),
+                            y.data_ptr<scalar_t>(), mean.data_ptr<scalar_t>(), rstd.data_ptr<scalar_t>(), rows, n,
+                            eps);
+  });
+}
+
+static void layer_norm_backward(const Tensor& g, const Tensor& x, const Tensor& mean, const Tensor& rstd,
+                                const Tensor& weight, const Tensor& dx, const Tensor& dweight, const Tensor& dbias,
+                                int64_t rows, int64_t n) {
+  MU_DISPATCH_FLOAT(x.dtype(), "layer_norm_backward", [&] {
+    layer_norm_backward_rows(g.data_ptr<scalar_t>(), x.data_ptr<scalar_t>(), mean.data_ptr<scalar_t>(),
+                             rstd.data_ptr<scalar_t>(), ptr_or_null<scalar_t>(weight), ptr_or_null<scalar_t>(dx),
+                             ptr_or_null<scalar_t>(dweight), ptr_or_null<scalar_t>(dbias), rows, n);
+  });
+}
+
+MU_REGISTER_KERNEL(kernels::layer_norm_forward, DeviceType::CPU, layer_norm_forward);
+MU_REGISTER_KERNEL(kernels::layer_norm_backward, DeviceType::CPU, layer_norm_backward);
+
+// ---------------------------------------------------------------- batch_norm
+//
+// x is viewed as (outer, c, inner). With inner == 1 (an (N, C) or channels-last input)
+// a row of c elements holds one value of every channel, and the loops run along rows;
+// otherwise every (o, k) pair is a contiguous line of `inner` values of channel k.
+
+// Calls f(e, k) for every element e (flat index) of channel k, on several threads when
+// large enough. Elements are disjoint, so f may write to e.
+template <class F>
+static void for_each_channel_element(int64_t outer, int64_t c, int64_t inner, F f) {
+  const int64_t total = outer * c * inner;
+  if (inner == 1) {
+    const bool par = threads_for(total) > 1 && outer > 1;
+#pragma omp parallel for if (par) schedule(static)
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t k = 0; k < c; ++k) f(o * c + k, k);
+  } else {
+    const int64_t lines = outer * c;
+    const bool par = threads_for(total) > 1 && lines > 1;
+#pragma omp parallel for if (par) schedule(static)
+    for (int64_t l = 0; l < lines; ++l) {
+      const int64_t k = l % c, base = l * inner;
+      for (int64_t i = 0; i < inner; ++i) f(base + i, k);
+    }
+  }
+}
+
+// S per-channel sums: term(e, k, acc, st) adds element e's S terms into acc[0], acc[st],
+// ..., acc[(S-1) st]. Returns them as [S][c]. Each thread sums a static block of rows
+// (or lines) into its own [S][c] array; the arrays are added in thread order.
+template <int S, class A, class Term>
+static std::vector<A> channel_sums(int64_t outer, int64_t c, int64_t inner, Term term) {
+  const size_t len = size_t(S) * size_t(c);
+  const int nt = threads_for(outer * c * inner);
+  std::vector<A> part(size_t(nt) * len, A(0));
+#pragma omp parallel num_threads(nt) if (nt > 1)
+  {
+    const int t = omp_get_thread_num(), tn = omp_get_num_threads();
+    A* p = part.data() + size_t(t) * len;
+    if (inner == 1) {
+      // A row adds one term to every channel: p[k] with stride c between the S sums,
+      // a contiguous loop over k.
+      const int64_t o0 = outer * t / tn, o1 = outer * (t + 1) / tn;
+      for (int64_t o = o0; o < o1; ++o)
+        for (int64_t k = 0; k < c; ++k) term(o * c + k, k, p + k, c);
+    } else {
+      const int64_t lines = outer * c, l0 = lines * t / tn, l1 = lines * (t + 1) / tn;
+      for (int64_t l = l0; l < l1; ++l) {
+        const int64_t k = l % c, base = l * inner;
+        A acc[S] = {};  // the line's own sums: one add per line into p
+        for (int64_t i = 0; i < inner; ++i) term(base + i, k, acc, 1);
+        for (int s = 0; s < S; ++s) p[size_t(s) * size_t(c) + size_t(k)] += acc[s];
+      }
+    }
+  }
+  return sum_partials(part, nt, len);
+}
+
+template <class T>
+static void batch_norm_forward_typed(const T* x, const T* w, const T* b, T* rm, T* rv, T* y, T* mean, T* invstd,
+                                     int64_t outer, int64_t c, int64_t inner, bool training, double momentum,
+                                     double eps) {
+  using A = acc_t<T>;
+  if (training) {
+    const int64_t n = outer * inner;  // values per channel
+    std::vector<A> s = channel_sums<1, A>(outer, c, inner, [=](int64_t e, int64_t, A* acc, int64_t) {
+      acc[0] += A(x[e]);
+    });
+    std::vector<A> m(static_cast<size_t>(c));
+    for (int64_t k = 0; k < c; ++k) m[size_t(k)] = s[size_t(k)] / A(n);
+    const A* mp = m.data();
+    std::vector<A> v = channel_sums<1, A>(outer, c, inner, [=](int64_t e, int64_t k, A* acc, int64_t) {
+      A d = A(x[e]) - mp[k];
+      acc[0] += d * d;
+    });
+    for (int64_t k = 0; k < c; ++k) {
+      const A var = v[size_t(k)] / A(n);  // biased: what the batch is normalised by
+      mean[k] = T(m[size_t(k)]);
+      invstd[k] = T(A(1) / std::sqrt(var + A(eps)));
+      if (rm) {
+        // The running variance is the unbiased estimate (n / (n - 1) times the biased one).
+        rm[k] = T((1 - momentum) * double(rm[k]) + momentum * double(m[size_t(k)]));
+        rv[k] = T((1 - momentum) * double(rv[k]) + momentum * double(var) * double(n) / double(n - 1));
+      }
+    }
+  } else {
+    for (int64_t k = 0; k < c; ++k) {
+      mean[k] = rm[k];
+      invstd[k] = T(A(1) / std::sqrt(A(rv[k]) + A(eps)));
+    }
+  }
+  // Per channel: y = (x - mean) * scale + shift, scale = invstd * w, shift = b.
+  std::vector<T> scale(static_cast<size_t>(c)), shift(static_cast<size_t>(c));
+  for (int64_t k = 0; k < c; ++k) {
+    scale[size_t(k)] = w ? invstd[k] * w[k] : invstd[k];
+    shift[size_t(k)] = b ? b[k] : T(0);
+  }
+  const T *sc = scale.data(), *sh = shift.data(), *mn = mean;
+  for_each_channel_element(outer, c, inner, [=](int64_t e, int64_t k) { y[e] = (x[e] - mn[k]) * sc[k] + sh[k]; });
+}
+
+// With xm = x - mean and n values per channel, sums over each channel's values:
+//   dbias = sum g, dweight = invstd sum g xm;
+//   training: dx = w invstd (g - sum g / n - xm invstd^2 sum(g xm) / n);
+//   eval (mean and invstd are constants): dx = g w invstd.
+template <class T>
+static void batch_norm_backward_typed(const T* g, const T* x, const T* mean, const T* invstd, const T* w, T* dx,
+                                      T* dw, T* db, int64_t outer, int64_t c, int64_t inner, bool training) {
+  using A = acc_t<T>;
+  const int64_t n = outer * inner;
+  const bool need_sums = dw || db || (dx && training);
+  std::vector<A> s;  // [2][c]: sum g, sum g xm
+  if (need_sums)
+    s = channel_sums<2, A>(outer, c, inner, [=](int64_t e, int64_t k, A* acc, int64_t st) {
+      acc[0] += A(g[e]);
+      acc[st] += A(g[e]) * A(x[e] - mean[k]);
+    });
+  for (int64_t k = 0; k < c; ++k) {
+    if (db) db[k] = T(s[size_t(k)]);
+    if (dw) dw[k] = T(s[size_t(c + k)] * A(invstd[k]));
+  }
+  if (!dx) return;
+  // dx = a (g - cg - xm cx) per channel; eval has cg = cx = 0.
+  std::vector<T> a(static_cast<size_t>(c)), cg(static_cast<size_t>(c), T(0)), cx(static_cast<size_t>(c), T(0));
+  for (int64_t k = 0; k < c; ++k) {
+    const A is = A(invstd[k]);
+    a[size_t(k)] = T(w ? is * A(w[k]) : is);
+    if (training) {
+      cg[size_t(k)] = T(s[size_t(k)] / A(n));
+      cx[size_t(k)] = T(is * is * s[size_t(c + k)] / A(n));
+    }
+  }
+  const T *ap = a.data(), *cgp = cg.data(), *cxp = cx.data();
+  for_each_channel_element(outer, c, inner,
+                           [=](int64_t e, int64_t k) { dx[e] = ap[k] * (g[e] - cgp[k] - (x[e] - mean[k]) * cxp[k]); });
+}
+
+static void batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
+                               const Tensor& running_var, const Tensor& y, const Tensor& save_mean,
+                               const Tensor& save_invstd, int64_t outer, int64_t c, int64_t inner, bool training,
+                               double momentum, double eps) {
+  MU_DISPATCH_FLOAT(x.dtype(), "batch_norm_forward", [&] {
+    batch_norm_forward_typed(x.data_ptr<scalar_t>(), ptr_or_null<scalar_t>(weight), ptr_or_null<scalar_t>(bias),
+                             ptr_or_null<scalar_t>(running_mean), ptr_or_null<scalar_t>(running_var),
+                             y.data_ptr<scalar_t>(), save_mean.data_ptr<scalar_t>(),
+                             save_invstd.data_ptr<scalar_t>(), outer, c, inner, training, momentum, eps);
+  });
+}
+
+static void batch_norm_backward(const Tensor& g, const Tensor& x, const Tensor& save_mean, const Tensor& save_invstd,
+                                const Tensor& weight, const Tensor& dx, const Tensor& dweight, const Tensor& dbias,
+                                int64_t outer, int64_t c, int64_t inner, bool training) {
+  MU_DISPATCH_FLOAT(x.dtype(), "batch_norm_backward", [&] {
+    batch_norm_backward_typed(g.data_ptr<scalar_t>(), x.data_ptr<scalar_t>(), save_mean.data_ptr<scalar_t>(),
+                              save_invstd.data_ptr<scalar_t>(), ptr_or_null<scalar_t>(weight),
+                              ptr_or_null<scalar_t>(dx), ptr_or_null<scalar_t>(dweight),
+                              ptr_or_null<scalar_t>(dbias), outer, c, inner, training);
+  });
+}
+
+MU_REGISTER_KERNEL(kernels::batch_norm_forward, DeviceType::CPU, batch_norm_forward);
+MU_REGISTER_KERNEL(kernels::batch_norm_backward, DeviceType::CPU, batch_norm_backward);
+
+}  // namespace mu::cpu
