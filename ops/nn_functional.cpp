@@ -68,7 +68,9 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduc
   Tensor loss = -picked * from_vector(keep, {n}, logits.dtype());
   if (reduction == Reduction::None) return batched ? loss : loss.reshape({});
   if (reduction == Reduction::Sum) return loss.sum();
-  // As torch: the mean over the targets kept; NaN when every target is ignored.
+  // As torch: the mean over the targets kept. When every target is ignored the value is
+  // NaN (0 / 0) but the gradient is 0, not 0 / 0: a NaN constant added to a zero-weighted sum.
+  if (count == 0) return loss.sum() * 0.0 + full({}, NAN, TensorOptions(loss.dtype()).device(loss.device()));
   return loss.sum() / double(count);
 }
 
