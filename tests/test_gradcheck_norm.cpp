@@ -54,7 +54,8 @@ TEST_CASE("gradcheck: batch_norm w.r.t. x, weight and bias, training and eval, b
                          << (training ? " training" : " eval") << (affine ? " affine" : ""));
           // Running statistics away from (0, 1), so that eval is not the identity map.
           Tensor rm = on(randn({C}, kFloat64), dev), rv = on(rand({C}, kFloat64) + 0.5, dev);
-          TensorList in{on(randn(c.x, kFloat64) * 1.5 + 0.3, dev), affine ? on(randn({C}, kFloat64) + 1.0, dev) : Tensor(),
+          TensorList in{on(randn(c.x, kFloat64) * 1.5 + 0.3, dev),
+                        affine ? on(randn({C}, kFloat64) + 1.0, dev) : Tensor(),
                         affine ? on(randn({C}, kFloat64), dev) : Tensor()};
           ChannelLayout layout = c.layout;
           // Training moves rm and rv on every evaluation; the output does not read them.

@@ -18,7 +18,9 @@ struct CaseWriter {
   std::string name;
   std::vector<std::pair<std::string, Tensor>>& expected;  // (file stem, our value)
 
-  void begin(const std::string& kind, const std::string& args) { manifest << name << ' ' << kind << ' ' << args << " |"; }
+  void begin(const std::string& kind, const std::string& args) {
+    manifest << name << ' ' << kind << ' ' << args << " |";
+  }
   void input(const std::string& role, const Tensor& t) {
     std::string file = name + "." + role + ".bin";
     write_raw(dir / file, t.cpu());

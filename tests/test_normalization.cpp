@@ -91,8 +91,8 @@ void check_near(const Tensor& got, const Tensor& want, double tol) {
 // A fresh CPU leaf with the values of t (or undefined).
 Tensor leaf(const Tensor& t) { return t.defined() ? t.detach().clone().requires_grad_() : Tensor(); }
 
-// The gradient of a leaf, or undefined for an undefined one.
-Tensor grad_of(const Tensor& t) { return t.defined() ? t.grad() : Tensor(); }
+// The same leaf on `dev` (or undefined).
+Tensor leaf_on(const Tensor& t, Device dev) { return t.defined() ? on(leaf(t), dev) : Tensor(); }
 
 double tol_for(DType dt) { return dt == kFloat64 ? 1e-12 : 2e-5; }
 
@@ -128,8 +128,7 @@ TEST_CASE("layer_norm equals the composed formula: values and gradients of x, we
         Tensor yr = composed_layer_norm(xr, c.ns, wr, br, c.eps);
         if (yr.numel() > 0) yr.backward(g);
         // Fused, on the device.
-        Tensor xd = on(leaf(x), dev), wd = w.defined() ? on(leaf(w), dev) : Tensor();
-        Tensor bd = b.defined() ? on(leaf(b), dev) : Tensor();
+        Tensor xd = leaf_on(x, dev), wd = leaf_on(w, dev), bd = leaf_on(b, dev);
         Tensor yd = layer_norm(xd, c.ns, wd, bd, c.eps);
         CHECK(yd.dtype() == dt);
         check_near(yd, yr, tol_for(dt));
@@ -251,7 +250,7 @@ TEST_CASE("batch_norm equals the composed formula in training and eval, and move
             Tensor xr = leaf(x), wr = leaf(w), br = leaf(b);
             Tensor yr = composed_batch_norm(xr, Tensor(), Tensor(), wr, br, true, eps, c.layout);
             yr.backward(g);
-            Tensor xd = on(leaf(x), dev), wd = affine ? on(leaf(w), dev) : Tensor(), bd = affine ? on(leaf(b), dev) : Tensor();
+            Tensor xd = leaf_on(x, dev), wd = leaf_on(w, dev), bd = leaf_on(b, dev);
             Tensor yd = batch_norm(xd, rm, rv, wd, bd, true, momentum, eps, c.layout);
             check_near(yd, yr, tol_for(dt));
             yd.backward(on(g, dev));
@@ -274,7 +273,7 @@ TEST_CASE("batch_norm equals the composed formula in training and eval, and move
           Tensor xr = leaf(x), wr = leaf(w), br = leaf(b);
           Tensor yr = composed_batch_norm(xr, rm.cpu(), rv.cpu(), wr, br, false, eps, c.layout);
           yr.backward(g);
-          Tensor xd = on(leaf(x), dev), wd = affine ? on(leaf(w), dev) : Tensor(), bd = affine ? on(leaf(b), dev) : Tensor();
+          Tensor xd = leaf_on(x, dev), wd = leaf_on(w, dev), bd = leaf_on(b, dev);
           Tensor yd = batch_norm(xd, rm, rv, wd, bd, false, momentum, eps, c.layout);
           check_near(yd, yr, tol_for(dt));
           yd.backward(on(g, dev));

@@ -6,20 +6,24 @@
 #
 #   experiments/bench/compare.sh sgemm [BUILD_DIR]     sgemm-1024: native GEMM and OpenBLAS
 #   experiments/bench/compare.sh layers [BUILD_DIR]    cpmumoe-layer, trmumoe-layer
+#   experiments/bench/compare.sh layer_norm [BUILD_DIR]   layer-norm-1024x768: fused and
+#       composed, against F.layer_norm from experiments/bench/torch_layer_norm.py
 #
 # BUILD_DIR defaults to build. THREADS and REPS may be set in the environment.
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-which="${1:?usage: compare.sh sgemm|layers [BUILD_DIR]}"
+which="${1:?usage: compare.sh sgemm|layers|layer_norm [BUILD_DIR]}"
 build="${2:-build}"
 case "$build" in /*) ;; *) build="$repo/$build" ;; esac
 threads="${THREADS:-2}"
 case "$which" in
   sgemm) bench=bench_sgemm; workloads=sgemm-1024; reps="${REPS:-20}" ;;
   layers) bench=bench_mumoe_layers; workloads=cpmumoe-layer,trmumoe-layer; reps="${REPS:-10}" ;;
-  *) echo "compare.sh: unknown benchmark '$which' (sgemm or layers)" >&2; exit 2 ;;
+  layer_norm) bench=bench_layer_norm; workloads=layer-norm-1024x768; reps="${REPS:-50}"
+    reference="$repo/experiments/bench/torch_layer_norm.py" ;;
+  *) echo "compare.sh: unknown benchmark '$which' (sgemm, layers or layer_norm)" >&2; exit 2 ;;
 esac
-reference="$repo/../shared/reference/torch_reference.py"
+reference="${reference:-$repo/../shared/reference/torch_reference.py}"
 [ -f "$reference" ] || { echo "compare.sh: reference script not found at $reference" >&2; exit 1; }
 [ -x "$build/experiments/$bench" ] || { echo "compare.sh: $build/experiments/$bench not built" >&2; exit 1; }
 
@@ -37,5 +41,9 @@ for m in map(json.loads, sys.argv[2].splitlines()):
     if "gflops" in m:  # a square GEMM: 2 n^3 flops, n from the workload name
         n = int(m["workload"].split("-")[1])
         line += f"; {m['gflops']:.1f} vs {2 * n**3 / (r['median_ms'] * 1e-3) / 1e9:.1f} GFLOP/s"
+    if "gbps" in m:  # bytes a step must move, over the median time
+        line += f"; {m['gbps']:.1f} vs {r['gbps']:.1f} GB/s"
+    if "vs_fused" in m:
+        line += f"; {m['vs_fused']:.2f}x the fused op's time"
     print(line)
 PY

@@ -1,0 +1,79 @@
+// embedding's backward adds each output-gradient row into its id's row of a zero (V, D)
+// gradient: nothing of size N x V (a one-hot matrix) is ever made, so a vocabulary of
+// ten million rows costs one gradient table, not a one-hot of every id.
+#include <chrono>
+
+#include "helpers.h"
+
+using namespace mu;
+
+TEST_CASE("embedding backward is a scatter-add of rows: V = 10^7 needs no (N, V) one-hot") {
+  manual_seed(41);
+  const int64_t V = 10'000'000, D = 4, N = 3;
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    const bool on_cpu = dev.is_cpu();
+    // What one (V, D) float table costs the CPU allocator (160 MB, rounded to its block size).
+    const int64_t a0 = cpu_allocator::stats().allocated_bytes;
+    Tensor w = zeros({V, D}).to(dev);
+    const int64_t table_bytes = cpu_allocator::stats().allocated_bytes - a0;
+    // Two rows with known values, so the forward can be checked too.
+    Tensor r7 = randn({D}), rlast = randn({D});
+    {
+      NoGradGuard ng;
+      w.select(0, 7).copy_(r7.to(dev));
+      w.select(0, V - 1).copy_(rlast.to(dev));
+    }
+    w.requires_grad_();
+    // Id 7 twice: its rows of the output gradient must add up.
+    Tensor ids = from_vector(std::vector<int64_t>{7, V - 1, 7}, {N}).to(dev);
+    Tensor g = randn({N, D});
+
+    if (on_cpu) cpu_allocator::reset_peak();
+    const int64_t before = on_cpu ? cpu_allocator::stats().allocated_bytes : 0;
+    auto t0 = std::chrono::steady_clock::now();
+    Tensor y = embedding(w, ids);
+    y.backward(g.to(dev));
+    double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+
+    check_close(y.cpu(), {N, D}, [&] {
+      std::vector<double> a = r7.to_vector<double>(), b = rlast.to_vector<double>(), v = a;
+      v.insert(v.end(), b.begin(), b.end());
+      v.insert(v.end(), a.begin(), a.end());
+      return v;
+    }(), 0.0);
+    if (on_cpu) {
+      // What backward may hold at once: the (V, D) gradient the rows are added into and
+      // the leaf's own copy of it (AccumulateGrad keeps memory of its own), plus small
+      // change. A (N, V) float one-hot alone would be 120 MB more.
+      const int64_t extra = cpu_allocator::stats().peak_bytes - before;
+      INFO("peak above the table: " << extra << " bytes");
+      CHECK(extra <= 2 * table_bytes + (1 << 20));
+    }
+    {  // (a scope, so that the checks' copies are freed before the timing below)
+      // The gradient: g's rows at their ids (id 7 gets rows 0 and 2), zero everywhere else.
+      Tensor grad = w.grad().cpu();
+      REQUIRE(grad.shape() == Shape{V, D});
+      std::vector<double> gv = g.to_vector<double>(), want7(static_cast<size_t>(D)), want_last(static_cast<size_t>(D));
+      for (int64_t j = 0; j < D; ++j) {
+        want7[size_t(j)] = gv[size_t(j)] + gv[size_t(2 * D + j)];
+        want_last[size_t(j)] = gv[size_t(D + j)];
+      }
+      check_close(grad.select(0, 7), want7, 1e-6);
+      check_close(grad.select(0, V - 1), want_last, 1e-6);
+      // Everything else is zero: the whole gradient's absolute sum is that of those two rows.
+      double rows_abs = 0;
+      for (double v : want7) rows_abs += std::fabs(v);
+      for (double v : want_last) rows_abs += std::fabs(v);
+      CHECK(grad.abs().sum().item() == doctest::Approx(rows_abs).epsilon(1e-5));
+    }
+    // Once more, with the allocator's blocks warm (the first pass pays the page faults
+    // of 2 x 160 MB of fresh memory): the cost of zeroing one table and copying it.
+    w.zero_grad();
+    t0 = std::chrono::steady_clock::now();
+    embedding(w, ids).backward(g.to(dev));
+    double warm_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    MESSAGE("embedding forward + backward, V = 10^7, D = 4, N = 3: " << ms << " ms first, " << warm_ms
+                                                                      << " ms with warm memory");
+  }
+}
