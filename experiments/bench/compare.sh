@@ -6,25 +6,33 @@
 #
 #   experiments/bench/compare.sh sgemm [BUILD_DIR]     sgemm-1024: native GEMM and OpenBLAS
 #   experiments/bench/compare.sh layers [BUILD_DIR]    cpmumoe-layer, trmumoe-layer
+#   experiments/bench/compare.sh cross_entropy [BUILD_DIR]
+#                         cross-entropy-fwd, cross-entropy-fwd-bwd (N = 1024, C = 50257), against
+#                         experiments/bench/torch_cross_entropy.py rather than the reference
 #
 # BUILD_DIR defaults to build. THREADS and REPS may be set in the environment.
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-which="${1:?usage: compare.sh sgemm|layers [BUILD_DIR]}"
+which="${1:?usage: compare.sh sgemm|layers|cross_entropy [BUILD_DIR]}"
 build="${2:-build}"
 case "$build" in /*) ;; *) build="$repo/$build" ;; esac
 threads="${THREADS:-2}"
 case "$which" in
   sgemm) bench=bench_sgemm; workloads=sgemm-1024; reps="${REPS:-20}" ;;
   layers) bench=bench_mumoe_layers; workloads=cpmumoe-layer,trmumoe-layer; reps="${REPS:-10}" ;;
-  *) echo "compare.sh: unknown benchmark '$which' (sgemm or layers)" >&2; exit 2 ;;
+  cross_entropy) bench=bench_cross_entropy; torch_script="$repo/experiments/bench/torch_cross_entropy.py"; reps="${REPS:-20}" ;;
+  *) echo "compare.sh: unknown benchmark '$which' (sgemm, layers or cross_entropy)" >&2; exit 2 ;;
 esac
-reference="$repo/../shared/reference/torch_reference.py"
-[ -f "$reference" ] || { echo "compare.sh: reference script not found at $reference" >&2; exit 1; }
 [ -x "$build/experiments/$bench" ] || { echo "compare.sh: $build/experiments/$bench not built" >&2; exit 1; }
 
 # Debian's interpreter has torch; a python3 earlier on PATH may not.
-torch_lines="$(/usr/bin/python3 "$reference" bench --workload "$workloads" --threads "$threads" --reps "$reps")"
+if [ -n "${torch_script:-}" ]; then
+  torch_lines="$(/usr/bin/python3 "$torch_script" --threads "$threads" --reps "$reps")"
+else
+  reference="$repo/../shared/reference/torch_reference.py"
+  [ -f "$reference" ] || { echo "compare.sh: reference script not found at $reference" >&2; exit 1; }
+  torch_lines="$(/usr/bin/python3 "$reference" bench --workload "$workloads" --threads "$threads" --reps "$reps")"
+fi
 mumoe_lines="$(OMP_NUM_THREADS="$threads" "$build/experiments/$bench" --reps "$reps")"
 echo "$torch_lines"
 echo "$mumoe_lines"
@@ -37,5 +45,7 @@ for m in map(json.loads, sys.argv[2].splitlines()):
     if "gflops" in m:  # a square GEMM: 2 n^3 flops, n from the workload name
         n = int(m["workload"].split("-")[1])
         line += f"; {m['gflops']:.1f} vs {2 * n**3 / (r['median_ms'] * 1e-3) / 1e9:.1f} GFLOP/s"
+    if "bytes" in m:  # a memory-bound kernel: the rate its byte floor implies, both sides
+        line += f"; {m['gbps']:.1f} vs {m['bytes'] / (r['median_ms'] * 1e-3) / 1e9:.1f} GB/s at the floor of {m['bytes'] / 1e6:.0f} MB"
     print(line)
 PY

@@ -66,11 +66,18 @@ void forward_line(const T* x, int64_t stride, const T* w, int64_t C, int64_t t, 
 #pragma omp simd reduction(max : m)
   for (int64_t j = 0; j < C; ++j) m = x[j * st] > m ? x[j * st] : m;
   A s = 0, sx = 0;
+  // Two loops rather than one with an unused reduction: GCC leaves a loop scalar when
+  // one of its simd reductions is never updated.
+  if constexpr (Smooth) {
 #pragma omp simd reduction(+ : s, sx)
-  for (int64_t j = 0; j < C; ++j) {
-    T v = x[j * st];
-    s += A(exp_fast<T>(v - m));
-    if constexpr (Smooth) sx += Weighted ? A(w[j]) * A(v) : A(v);
+    for (int64_t j = 0; j < C; ++j) {
+      T v = x[j * st];
+      s += A(exp_fast<T>(v - m));
+      sx += Weighted ? A(w[j]) * A(v) : A(v);
+    }
+  } else {
+#pragma omp simd reduction(+ : s)
+    for (int64_t j = 0; j < C; ++j) s += A(exp_fast<T>(x[j * st] - m));
   }
   A l = A(m) + std::log(s);
   A wt = Weighted ? A(w[t]) : A(1);

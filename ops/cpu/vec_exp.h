@@ -7,7 +7,6 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
-#include <limits>
 #include <type_traits>
 
 namespace mu::cpu {
@@ -15,12 +14,17 @@ namespace mu::cpu {
 // exp(x) = 2^n exp(r) with n = round(x / ln 2) and r = x - n ln 2 in [-ln2/2, ln2/2],
 // exp(r) by its Taylor series to degree 7 (truncation below 1e-8 relative) and 2^n built
 // in the exponent bits. About 1 ulp (tests/test_loss.cpp checks 3 ulp over the range).
-// Exact 0 below -87.33 (where exp(x) leaves float's normal range: the subnormal results
-// are flushed), NaN for NaN. Valid for x <= 88.37; larger x (where float exp is about to
-// overflow at 88.72) returns exp(88.37). The losses call it on x - max <= 0.
+// Exactly 0 below about -87.68, where n would reach -127 (exp(x) < 2^-126.5, a subnormal
+// float: flushed), -inf included; NaN for NaN. Valid for x <= 88.37; larger x (where
+// float exp is about to overflow at 88.72) returns exp(88.37). The losses call it on
+// x - max <= 0.
+//
+// No select on the result: with GCC's default -ftrapping-math a final `x < lo ? 0 : y`
+// keeps a loop that sums the results in double from vectorising. The zero comes from
+// the bits instead: n = -127 makes the exponent field 0, so 2^n is built as +0.0.
 inline float exp_vec(float x) {
-  constexpr float kLo = -87.3365402f;  // ln(FLT_MIN): 2^n stays a normal number (n >= -126)
-  constexpr float kHi = 88.37f;        // keeps n <= 127
+  constexpr float kLo = -88.0f;  // n = round(-88 log2 e) = -127: 2^n is +0.0
+  constexpr float kHi = 88.37f;  // keeps n <= 127
   constexpr float kLog2e = 1.44269504088896341f;
   // ln 2 = kLn2Hi + kLn2Lo, kLn2Hi with its low 12 mantissa bits clear so that n * kLn2Hi
   // is exact for |n| <= 127, and r keeps its accuracy.
@@ -47,9 +51,8 @@ inline float exp_vec(float x) {
   p = std::fma(p, r, 0.5f);
   p = std::fma(p, r, 1.0f);
   p = std::fma(p, r, 1.0f);
-  float scale = std::bit_cast<float>(uint32_t(ni + 127) << 23);  // 2^n
-  float y = p * scale;
-  return x < kLo ? 0.0f : y;
+  float scale = std::bit_cast<float>(uint32_t(ni + 127) << 23);  // 2^n, +0.0 for n = -127
+  return p * scale;
 }
 
 // exp in the kernels' scalar type: the vectorisable version for float32, the library's
