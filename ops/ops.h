@@ -4,6 +4,7 @@
 #include "ops/elementwise.h"
 #include "ops/index.h"
 #include "ops/linalg.h"
+#include "ops/loss.h"
 #include "ops/nn_functional.h"
 #include "ops/normalization.h"
 #include "ops/reduce.h"

@@ -1,4 +1,5 @@
-// softmax, log_softmax, cross_entropy and dropout against direct formulas in double.
+// softmax, log_softmax and dropout against direct formulas in double (the losses are
+// tested in test_loss.cpp).
 #include <cmath>
 #include <limits>
 
@@ -102,79 +103,6 @@ TEST_CASE("softmax and log_softmax gradients match their closed forms") {
     for (int i = 0; i < 4; ++i) want[size_t(i * 6 + j)] = gv[size_t(i * 6 + j)] - y0[size_t(i * 6 + j)] * s;
   }
   check_close(x2.grad(), {4, 6}, want, 1e-12);
-}
-
-// ---------------------------------------------------------------- cross_entropy
-
-TEST_CASE("cross_entropy matches -log softmax at the target, for every reduction") {
-  manual_seed(4);
-  int64_t N = 5, C = 4;
-  for (DType dt : {kFloat64, kFloat32}) {
-    double tol = dt == kFloat64 ? 1e-12 : 1e-6;
-    Tensor logits = randn({N, C}, dt);
-    std::vector<int64_t> t = {1, 0, 3, 3, 2};
-    Tensor target = from_vector(t, {N});
-    std::vector<double> lv = logits.to_vector<double>(), per(static_cast<size_t>(N));
-    for (int64_t i = 0; i < N; ++i) {
-      double s = 0;
-      for (int64_t c = 0; c < C; ++c) s += std::exp(lv[size_t(i * C + c)]);
-      per[size_t(i)] = std::log(s) - lv[size_t(i * C + t[size_t(i)])];
-    }
-    double total = 0;
-    for (double v : per) total += v;
-    check_close(cross_entropy(logits, target, Reduction::None), {N}, per, tol);
-    check_close(cross_entropy(logits, target, Reduction::Sum), {}, {total}, tol);
-    check_close(cross_entropy(logits, target), {}, {total / double(N)}, tol);
-
-    // ignore_index: those rows give 0 and leave the mean's count.
-    std::vector<int64_t> ti = {1, -100, 3, -100, 2};
-    Tensor target_i = from_vector(ti, {N});
-    std::vector<double> per_i = {per[0], 0, per[2], 0, per[4]};
-    double kept = per[0] + per[2] + per[4];
-    check_close(cross_entropy(logits, target_i, Reduction::None), {N}, per_i, tol);
-    check_close(cross_entropy(logits, target_i, Reduction::Sum), {}, {kept}, tol);
-    check_close(cross_entropy(logits, target_i, Reduction::Mean), {}, {kept / 3}, tol);
-    // A class id can be the ignored one too.
-    check_close(cross_entropy(logits, target, Reduction::Mean, 3), {}, {(per[0] + per[1] + per[4]) / 3}, tol);
-  }
-}
-
-TEST_CASE("cross_entropy: unbatched logits, all-ignored mean, gradient") {
-  Tensor logits = tensor({0.5, -1.0, 2.0}, kFloat64);
-  Tensor target = full({}, 2, kInt64);
-  double s = std::exp(0.5) + std::exp(-1.0) + std::exp(2.0);
-  Tensor l = cross_entropy(logits, target, Reduction::None);
-  CHECK(l.dim() == 0);
-  CHECK(l.item() == doctest::Approx(std::log(s) - 2.0).epsilon(1e-12));
-  CHECK(cross_entropy(logits, target).item() == doctest::Approx(std::log(s) - 2.0).epsilon(1e-12));
-  // Every target ignored: the mean is 0/0, as in torch.
-  Tensor t_all = from_vector(std::vector<int64_t>{-100, -100}, {2});
-  CHECK(std::isnan(cross_entropy(zeros({2, 3}), t_all).item()));
-  CHECK(cross_entropy(zeros({2, 3}), t_all, Reduction::Sum).item() == 0);
-  // d(mean loss)/d logits = (softmax - onehot) / count, zero on ignored rows.
-  Tensor x = tensor({{1.0, 2.0, 0.0}, {0.0, 0.0, 0.0}, {3.0, 1.0, 1.0}}, kFloat64).requires_grad_();
-  Tensor t = from_vector(std::vector<int64_t>{2, -100, 0}, {3});
-  cross_entropy(x, t).backward();
-  std::vector<double> xv = x.detach().to_vector<double>(), want(9, 0.0);
-  for (int i : {0, 2}) {
-    double z = 0;
-    for (int c = 0; c < 3; ++c) z += std::exp(xv[size_t(i * 3 + c)]);
-    int64_t ti = i == 0 ? 2 : 0;
-    for (int c = 0; c < 3; ++c) want[size_t(i * 3 + c)] = (std::exp(xv[size_t(i * 3 + c)]) / z - (c == ti)) / 2;
-  }
-  check_close(x.grad(), {3, 3}, want, 1e-12);
-}
-
-TEST_CASE("cross_entropy errors name the problem") {
-  Tensor logits = zeros({2, 4});
-  CHECK_THROWS_MU(cross_entropy(logits, from_vector(std::vector<int64_t>{1, 4}, {2})),
-                  "cross_entropy: target 4 is out of bounds for 4 classes");
-  CHECK_THROWS_MU(cross_entropy(logits, from_vector(std::vector<int64_t>{-3, 0}, {2})),
-                  "cross_entropy: target -3 is out of bounds");
-  CHECK_THROWS_MU(cross_entropy(logits, zeros({2})), "cross_entropy: target must hold int64 class indices, got float32");
-  CHECK_THROWS_MU(cross_entropy(logits, zeros({3}, kInt64)), "cross_entropy: target of shape [3] does not match");
-  CHECK_THROWS_MU(cross_entropy(zeros({2, 3, 4}), zeros({2}, kInt64)), "cross_entropy: logits must be (N, C) or (C)");
-  CHECK_THROWS_MU(cross_entropy(logits.to(kInt64), zeros({2}, kInt64)), "log_softmax: needs a floating-point tensor");
 }
 
 // ---------------------------------------------------------------- dropout

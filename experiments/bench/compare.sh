@@ -8,11 +8,14 @@
 #   experiments/bench/compare.sh layers [BUILD_DIR]    cpmumoe-layer, trmumoe-layer
 #   experiments/bench/compare.sh layer_norm [BUILD_DIR]   layer-norm-1024x768: fused and
 #       composed, against F.layer_norm from experiments/bench/torch_layer_norm.py
+#   experiments/bench/compare.sh cross_entropy [BUILD_DIR]
+#                         cross-entropy-fwd, cross-entropy-fwd-bwd (N = 1024, C = 50257), against
+#                         experiments/bench/torch_cross_entropy.py rather than the reference
 #
 # BUILD_DIR defaults to build. THREADS and REPS may be set in the environment.
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-which="${1:?usage: compare.sh sgemm|layers|layer_norm [BUILD_DIR]}"
+which="${1:?usage: compare.sh sgemm|layers|layer_norm|cross_entropy [BUILD_DIR]}"
 build="${2:-build}"
 case "$build" in /*) ;; *) build="$repo/$build" ;; esac
 threads="${THREADS:-2}"
@@ -21,14 +24,19 @@ case "$which" in
   layers) bench=bench_mumoe_layers; workloads=cpmumoe-layer,trmumoe-layer; reps="${REPS:-10}" ;;
   layer_norm) bench=bench_layer_norm; workloads=layer-norm-1024x768; reps="${REPS:-50}"
     reference="$repo/experiments/bench/torch_layer_norm.py" ;;
-  *) echo "compare.sh: unknown benchmark '$which' (sgemm, layers or layer_norm)" >&2; exit 2 ;;
+  cross_entropy) bench=bench_cross_entropy; torch_script="$repo/experiments/bench/torch_cross_entropy.py"; reps="${REPS:-20}" ;;
+  *) echo "compare.sh: unknown benchmark '$which' (sgemm, layers, layer_norm or cross_entropy)" >&2; exit 2 ;;
 esac
 reference="${reference:-$repo/../shared/reference/torch_reference.py}"
-[ -f "$reference" ] || { echo "compare.sh: reference script not found at $reference" >&2; exit 1; }
 [ -x "$build/experiments/$bench" ] || { echo "compare.sh: $build/experiments/$bench not built" >&2; exit 1; }
 
 # Debian's interpreter has torch; a python3 earlier on PATH may not.
-torch_lines="$(/usr/bin/python3 "$reference" bench --workload "$workloads" --threads "$threads" --reps "$reps")"
+if [ -n "${torch_script:-}" ]; then
+  torch_lines="$(/usr/bin/python3 "$torch_script" --threads "$threads" --reps "$reps")"
+else
+  [ -f "$reference" ] || { echo "compare.sh: reference script not found at $reference" >&2; exit 1; }
+  torch_lines="$(/usr/bin/python3 "$reference" bench --workload "$workloads" --threads "$threads" --reps "$reps")"
+fi
 mumoe_lines="$(OMP_NUM_THREADS="$threads" "$build/experiments/$bench" --reps "$reps")"
 echo "$torch_lines"
 echo "$mumoe_lines"
@@ -41,9 +49,11 @@ for m in map(json.loads, sys.argv[2].splitlines()):
     if "gflops" in m:  # a square GEMM: 2 n^3 flops, n from the workload name
         n = int(m["workload"].split("-")[1])
         line += f"; {m['gflops']:.1f} vs {2 * n**3 / (r['median_ms'] * 1e-3) / 1e9:.1f} GFLOP/s"
-    if "gbps" in m:  # bytes a step must move, over the median time
+    if "gbps" in m and "bytes" not in m:  # bytes a step must move, over the median time
         line += f"; {m['gbps']:.1f} vs {r['gbps']:.1f} GB/s"
     if "vs_fused" in m:
         line += f"; {m['vs_fused']:.2f}x the fused op's time"
+    if "bytes" in m:  # a memory-bound kernel: the rate its byte floor implies, both sides
+        line += f"; {m['gbps']:.1f} vs {m['bytes'] / (r['median_ms'] * 1e-3) / 1e9:.1f} GB/s at the floor of {m['bytes'] / 1e6:.0f} MB"
     print(line)
 PY

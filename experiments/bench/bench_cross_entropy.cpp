@@ -1,0 +1,83 @@
+// cross_entropy at a language model's output: logits (N = 1024, C = 50257) float32 that
+// require grad, int64 targets, mean reduction. Workloads (the same in
+// torch_cross_entropy.py, which compare.sh runs alongside):
+//   cross-entropy-fwd      the loss alone, without grad mode;
+//   cross-entropy-fwd-bwd  one step: drop the logits' gradient, loss, backward.
+// Bytes: the logits are N C 4 = 206 MB. The forward's floor is one read of them; the
+// backward's one read and one write of the gradient, so 3 N C 4 bytes for a step (the
+// leaf's gradient accumulation, a copy into .grad, comes on top). Each line reports the
+// floor as "bytes" and the rate it implies as "gbps".
+//
+//   bench_cross_entropy [--reps 20] [--warmup 3] [--n 1024] [--c 50257]
+#include <omp.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "experiments/bench/timing.h"
+#include "mumoe.h"
+#include "tensor/allocator.h"
+
+using namespace mu;
+
+int main(int argc, char** argv) {
+  int reps = 20, warmup = 3;
+  int64_t N = 1024, C = 50257;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string k = argv[i];
+    if (k == "--reps") reps = std::atoi(argv[i + 1]);
+    else if (k == "--warmup") warmup = std::atoi(argv[i + 1]);
+    else if (k == "--n") N = std::atoll(argv[i + 1]);
+    else if (k == "--c") C = std::atoll(argv[i + 1]);
+    else {
+      std::fprintf(stderr, "bench_cross_entropy: unknown option %s (options: --reps, --warmup, --n, --c)\n", argv[i]);
+      return 2;
+    }
+  }
+  manual_seed(0);
+  Tensor x = randn({N, C}).requires_grad_();
+  Tensor t = randint(0, C, {N});
+
+  // The fused loss agrees with log_softmax + gather before anything is timed.
+  {
+    Tensor fused = cross_entropy(x, t);
+    NoGradGuard g;
+    Tensor composed = -gather(log_softmax(x, 1), 1, t.reshape({N, 1})).mean();
+    double a = fused.item(), b = composed.item();
+    if (!(std::abs(a - b) <= 1e-5 * std::abs(b))) {
+      std::fprintf(stderr, "bench_cross_entropy: fused %.9g and composed %.9g losses disagree\n", a, b);
+      return 1;
+    }
+  }
+  // Steps after the first re-use the gradient's blocks from the caching allocator
+  // (tensor/allocator.h) instead of faulting in 206 MB of fresh pages each time.
+  bench::Timing fwd = bench::time_it([&] {
+    NoGradGuard g;
+    cross_entropy(x, t);
+  }, reps, warmup);
+  MemoryStats before = cpu_allocator::stats();
+  bench::Timing step = bench::time_it([&] {
+    x.zero_grad();
+    cross_entropy(x, t).backward();
+  }, reps, warmup);
+  MemoryStats after = cpu_allocator::stats();
+
+  const double logits_bytes = double(N) * double(C) * 4;
+  struct Row {
+    const char* workload;
+    bench::Timing t;
+    double bytes;
+  } rows[] = {{"cross-entropy-fwd", fwd, logits_bytes}, {"cross-entropy-fwd-bwd", step, 3 * logits_bytes}};
+  for (const Row& r : rows)
+    std::printf("{\"workload\": \"%s\", \"impl\": \"mumoe\", \"threads\": %d, \"n\": %lld, \"c\": %lld, "
+                "\"median_ms\": %.3f, \"min_ms\": %.3f, \"max_ms\": %.3f, \"bytes\": %.0f, \"gbps\": %.2f}\n",
+                r.workload, omp_get_max_threads(), (long long)N, (long long)C, r.t.median_ms, r.t.min_ms, r.t.max_ms,
+                r.bytes, r.bytes / (r.t.median_ms * 1e-3) / 1e9);
+  // Whether the timed steps went back to the system for memory: the cache should have
+  // served them (peak unchanged, the cached bytes still there).
+  std::fprintf(stderr, "bench_cross_entropy: allocator peak %.1f MB before the steps, %.1f MB after; cached %.1f MB\n",
+               double(before.peak_bytes) / 1e6, double(after.peak_bytes) / 1e6, double(after.cached_bytes) / 1e6);
+  return 0;
+}

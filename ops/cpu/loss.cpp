@@ -1,0 +1,208 @@
+// CPU kernels of cross_entropy with class-index targets (declared in ops/kernels/loss.h).
+//
+// One line of logits (the C class scores of one position) is handled by one thread:
+//   forward:  pass 1 finds the max, pass 2 sums exp(x - max) and (with label smoothing)
+//             sum_c w[c] x[c]; the per-line loss and log-sum-exp are written, nothing of
+//             size (N, C). A line of C = 50257 floats is 200 KB and still sits in L2 for
+//             pass 2, so the logits come from memory once.
+//   backward: one pass reads x, writes dx = g (a exp(x - lse) - (s/C) w), then fixes up
+//             the target's element.
+// Lines are independent, so OpenMP splits them over threads. For (N, C, d1, ...) logits
+// the line's elements are `inner` = d1 * d2 * ... apart: the kernels take that stride
+// rather than transposing to (N * d, C) first, which would cost a full copy of the
+// logits and another of the gradient. Consecutive lines of one thread are neighbours in
+// memory (offsets differ by 1), so the cache lines a strided line touches are re-used by
+// the next ones when C is small, the usual case for per-pixel or per-token losses.
+// float32 sums are carried in double (C is long); exp is the vectorisable exp_vec.
+#include <omp.h>
+
+#include <cmath>
+#include <limits>
+
+#include "ops/cpu/loops.h"
+#include "ops/cpu/vec_exp.h"
+#include "ops/kernels/loss.h"
+
+namespace mu::cpu {
+
+namespace {
+
+using kernels::CrossEntropyLines;
+
+// The element offset of line l's first logit and the stride between its logits.
+inline int64_t line_offset(const CrossEntropyLines& L, int64_t l) {
+  return (l / L.inner) * L.classes * L.inner + l % L.inner;
+}
+
+// Runs f(l) for every line, on several threads when the logits are large enough.
+template <class F>
+void for_lines(const CrossEntropyLines& L, F f) {
+  int64_t lines = L.outer * L.inner;
+  bool par = lines > 1 && lines * L.classes >= kParallelGrain && !omp_in_parallel();
+#pragma omp parallel for if (par) schedule(static)
+  for (int64_t l = 0; l < lines; ++l) f(l);
+}
+
+// sum_c w[c] in double: what the smoothing term's lse is multiplied by (C without weights).
+template <class T>
+double weight_total(const T* w, int64_t C) {
+  if (!w) return double(C);
+  double s = 0;
+  for (int64_t c = 0; c < C; ++c) s += double(w[c]);
+  return s;
+}
+
+// One line's forward. Unit: the line is contiguous (stride 1), so the compiler sees a
+// unit-stride loop it can vectorise. Smooth: label smoothing > 0, so sum_c w[c] x[c] is
+// needed. Weighted: a class weight is given.
+template <class T, bool Unit, bool Smooth, bool Weighted>
+void forward_line(const T* x, int64_t stride, const T* w, int64_t C, int64_t t, double eps, double wsum, T* loss,
+                  double* lse) {
+  using A = acc_t<T>;
+  const int64_t st = Unit ? 1 : stride;
+  T m = -std::numeric_limits<T>::infinity();
+  // A NaN never wins the max, but still reaches the sum through exp(NaN - m), so the loss
+  // is NaN; a line of only -inf gives -inf - -inf = NaN too, as in PyTorch.
+#pragma omp simd reduction(max : m)
+  for (int64_t j = 0; j < C; ++j) m = x[j * st] > m ? x[j * st] : m;
+  A s = 0, sx = 0;
+  // Two loops rather than one with an unused reduction: GCC leaves a loop scalar when
+  // one of its simd reductions is never updated.
+  if constexpr (Smooth) {
+#pragma omp simd reduction(+ : s, sx)
+    for (int64_t j = 0; j < C; ++j) {
+      T v = x[j * st];
+      s += A(exp_fast<T>(v - m));
+      sx += Weighted ? A(w[j]) * A(v) : A(v);
+    }
+  } else {
+#pragma omp simd reduction(+ : s)
+    for (int64_t j = 0; j < C; ++j) s += A(exp_fast<T>(x[j * st] - m));
+  }
+  A l = A(m) + std::log(s);
+  A wt = Weighted ? A(w[t]) : A(1);
+  // (1 - s) w[t] (lse - x[t]) + (s / C) (sum_c w[c] lse - sum_c w[c] x[c])
+  A val = (1 - eps) * wt * (l - A(x[t * st]));
+  if constexpr (Smooth) val += eps / double(C) * (wsum * l - sx);
+  *loss = T(val);
+  *lse = l;
+}
+
+// One line's backward: dx = g (a exp(x - lse) - (s/C) w) - g (1 - s) w[t] onehot(t).
+template <class T, bool Unit, bool Smooth, bool Weighted>
+void backward_line(const T* x, T* dx, int64_t stride, const T* w, int64_t C, int64_t t, double eps, double wsum,
+                   double g, double lse) {
+  const int64_t st = Unit ? 1 : stride;
+  double wt = Weighted ? double(w[t]) : 1.0;
+  double ad = g * ((1 - eps) * wt + eps / double(C) * wsum), bd = g * eps / double(C);
+  T a = T(ad), b = T(bd);
+  // lse = hi + lo in T: (x - hi) - lo keeps the lse's accuracy in T arithmetic (one
+  // rounded T lse would put |lse| ulp/2, several 1e-7, into every probability).
+  T hi = T(lse), lo = T(lse - double(hi));
+#pragma omp simd
+  for (int64_t j = 0; j < C; ++j) {
+    T v = a * exp_fast<T>((x[j * st] - hi) - lo);
+    if constexpr (Smooth) v -= Weighted ? b * w[j] : b;
+    dx[j * st] = v;
+  }
+  // The target's element is a difference of two nearly equal terms when its probability
+  // is near 1: redone in double so that T's rounding of the first does not dominate it.
+  double pt = std::exp(double(x[t * st]) - lse);
+  dx[t * st] = T(ad * pt - (Smooth ? bd * wt : 0.0) - g * (1 - eps) * wt);
+}
+
+template <class T, bool Unit, bool Smooth, bool Weighted>
+void forward_lines(const T* x, const int64_t* target, const T* w, T* loss, double* lse, const CrossEntropyLines& L) {
+  double wsum = weight_total(w, L.classes);
+  for_lines(L, [&](int64_t l) {
+    int64_t t = target[l];
+    if (t == L.ignore_index) {
+      loss[l] = T(0);
+      lse[l] = 0;
+      return;
+    }
+    forward_line<T, Unit, Smooth, Weighted>(x + line_offset(L, l), L.inner, w, L.classes, t, L.label_smoothing, wsum,
+                                            loss + l, lse + l);
+  });
+}
+
+template <class T, bool Unit, bool Smooth, bool Weighted>
+void backward_lines(const T* g, int64_t g_numel, double scale, const T* x, const int64_t* target, const T* w,
+                    const double* lse, T* dx, const CrossEntropyLines& L) {
+  double wsum = weight_total(w, L.classes);
+  for_lines(L, [&](int64_t l) {
+    int64_t t = target[l], off = line_offset(L, l);
+    if (t == L.ignore_index) {  // no loss, no gradient
+      for (int64_t j = 0; j < L.classes; ++j) dx[off + j * L.inner] = T(0);
+      return;
+    }
+    // One upstream value per line (Reduction::None) or one for all (a reduced loss).
+    double gl = scale * double(g[g_numel == 1 ? 0 : l]);
+    backward_line<T, Unit, Smooth, Weighted>(x + off, dx + off, L.inner, w, L.classes, t, L.label_smoothing, wsum, gl,
+                                             lse[l]);
+  });
+}
+
+// Picks the instantiation for the runtime flags: 8 specialised loops per dtype, so the
+// hot (N, C) case without smoothing or weights carries no dead work in its inner loop.
+template <class T, class Go>
+void specialise(const CrossEntropyLines& L, bool weighted, Go go) {
+  bool unit = L.inner == 1, smooth = L.label_smoothing > 0;
+  auto with_w = [&](auto u, auto s) {
+    if (weighted)
+      go.template operator()<decltype(u)::value, decltype(s)::value, true>();
+    else
+      go.template operator()<decltype(u)::value, decltype(s)::value, false>();
+  };
+  auto with_s = [&](auto u) {
+    if (smooth)
+      with_w(u, std::true_type{});
+    else
+      with_w(u, std::false_type{});
+  };
+  if (unit)
+    with_s(std::true_type{});
+  else
+    with_s(std::false_type{});
+}
+
+template <class T>
+const T* optional_ptr(const Tensor& t) {
+  return t.defined() ? t.data_ptr<T>() : nullptr;
+}
+
+void cross_entropy_forward(const Tensor& logits, const Tensor& target, const Tensor& weight, const Tensor& loss,
+                           const Tensor& lse, const CrossEntropyLines& L) {
+  MU_DISPATCH_FLOAT(logits.dtype(), "cross_entropy_forward", [&] {
+    const scalar_t *x = logits.data_ptr<scalar_t>(), *w = optional_ptr<scalar_t>(weight);
+    const int64_t* t = target.data_ptr<int64_t>();
+    scalar_t* pl = loss.data_ptr<scalar_t>();
+    double* pe = lse.data_ptr<double>();
+    specialise<scalar_t>(L, w != nullptr, [&]<bool U, bool S, bool W>() {
+      forward_lines<scalar_t, U, S, W>(x, t, w, pl, pe, L);
+    });
+  });
+}
+
+void cross_entropy_backward(const Tensor& grad, double scale, const Tensor& logits, const Tensor& target,
+                            const Tensor& weight, const Tensor& lse, const Tensor& dlogits,
+                            const CrossEntropyLines& L) {
+  MU_DISPATCH_FLOAT(logits.dtype(), "cross_entropy_backward", [&] {
+    const scalar_t *x = logits.data_ptr<scalar_t>(), *w = optional_ptr<scalar_t>(weight);
+    const scalar_t* g = grad.data_ptr<scalar_t>();
+    const double* pe = lse.data_ptr<double>();
+    const int64_t* t = target.data_ptr<int64_t>();
+    scalar_t* dx = dlogits.data_ptr<scalar_t>();
+    int64_t gn = grad.numel();
+    specialise<scalar_t>(L, w != nullptr, [&]<bool U, bool S, bool W>() {
+      backward_lines<scalar_t, U, S, W>(g, gn, scale, x, t, w, pe, dx, L);
+    });
+  });
+}
+
+}  // namespace
+
+MU_REGISTER_KERNEL(kernels::cross_entropy_forward, DeviceType::CPU, cross_entropy_forward);
+MU_REGISTER_KERNEL(kernels::cross_entropy_backward, DeviceType::CPU, cross_entropy_backward);
+
+}  // namespace mu::cpu
