@@ -62,8 +62,14 @@ class KernelTable<R(Args...)> {
 #define MU_CONCAT_(a, b) MU_CONCAT_IMPL_(a, b)
 
 // Declares the kernel table `name` (in a header under ops/kernels/, inside namespace
-// mu::kernels). One instance across the library: it is an inline variable.
-#define MU_DECLARE_KERNEL(name, ...) inline ::mu::KernelTable<__VA_ARGS__> name{#name}
+// mu::kernels). ops/kernel_tables.cpp defines MU_DEFINE_KERNEL_TABLES and includes every
+// such header, so each table is defined exactly once, inside the library: a program that
+// includes the header reaches the library's table, never a copy of its own.
+#ifdef MU_DEFINE_KERNEL_TABLES
+#define MU_DECLARE_KERNEL(name, ...) ::mu::KernelTable<__VA_ARGS__> name{#name}
+#else
+#define MU_DECLARE_KERNEL(name, ...) extern ::mu::KernelTable<__VA_ARGS__> name
+#endif
 
 // Fills `table`'s slot for `device_type` (DeviceType::CPU or DeviceType::CUDA) with
 // `fn`, when the library is loaded. Used at namespace scope in ops/cpu/ and ops/cuda/.

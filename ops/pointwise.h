@@ -65,7 +65,7 @@ Tensor map(const F& f, std::initializer_list<Tensor> operands) {
   const Tensor& typed = in[F::select ? 1 : 0];
   DType out_dtype = F::result == fn::Result::Bool ? kBool : typed.dtype();
   Tensor out = empty(shape, TensorOptions(out_dtype).device(typed.device()));
-  kernels::map<F>(out.device(), out, in, f);
+  kernels::map<F>()(out.device(), out, in, f);
   return out;
 }
 
@@ -84,7 +84,7 @@ void map_into(const Tensor& out, const F& f, std::initializer_list<Tensor> opera
     MU_CHECK(broadcast_shapes(out.shape(), in[size_t(k)].shape(), F::name) == out.shape(), F::name,
              ": operand of shape ", shape_str(in[size_t(k)].shape()), " does not broadcast to the destination's shape ",
              shape_str(out.shape()));
-  kernels::map<F>(out.device(), out, in, f);
+  kernels::map<F>()(out.device(), out, in, f);
 }
 
 // A 0-dim tensor holding `v` in t's dtype and on t's device, for tensor-scalar arithmetic.

@@ -30,7 +30,7 @@ static void map_kernel(const Tensor& out, const std::array<Tensor, 3>& in, const
 
 template <class... F>
 static bool register_map_kernels(fn::FunctorList<F...>) {
-  (kernels::map<F>.set(DeviceType::CPU, &map_kernel<F>), ...);
+  (kernels::map<F>().set(DeviceType::CPU, &map_kernel<F>), ...);
   return true;
 }
 

@@ -90,7 +90,7 @@ static void map(const Tensor& out, const std::array<Tensor, 3>& in, const F& f) 
 
 template <class... F>
 static bool register_map_kernels(fn::FunctorList<F...>) {
-  (kernels::map<F>.set(DeviceType::CUDA, &map<F>), ...);
+  (kernels::map<F>().set(DeviceType::CUDA, &map<F>), ...);
   return true;
 }
 

@@ -16,8 +16,10 @@ namespace mu::kernels {
 template <class F>
 using MapFn = void(const Tensor& out, const std::array<Tensor, 3>& in, const F& f);
 
+// The table of functor F, defined in the library (ops/kernel_tables.cpp) for every
+// functor of fn::AllFunctors.
 template <class F>
-inline KernelTable<MapFn<F>> map{F::name};
+KernelTable<MapFn<F>>& map();
 
 }  // namespace mu::kernels
 
