@@ -102,6 +102,7 @@ TEST_CASE("attention equals the composed softmax(q k^T scale + mask) v, values a
       {2, 2, 70, 70, 16},  // T crosses one block edge
       {1, 2, 129, 129, 64},  // D = 64, T = 2 blocks + 1
       {1, 1, 200, 200, 5},   // several blocks, odd D
+      {1, 1, 300, 300, 16},  // one head, large enough for two threads: backward splits its key blocks
   };
   for (Device dev : test_devices())
     for (DType dt : {kFloat64, kFloat32})
