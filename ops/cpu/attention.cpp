@@ -1,14 +1,14 @@
 // CPU kernels of fused scaled dot-product attention (declared in ops/kernels/attention.h).
 //
 // Forward (flash-attention style): for each (b, h) and block of Bq query rows, walk the
-// keys in blocks of Bk. For each block, the score tile S = Q Kᵀ (Bq x Bk) is computed, and
-// each row keeps a running max m and running sum l of exp(scale s - m): when a block
-// raises the max, what was summed so far (l and the output accumulator) is rescaled by
-// exp(m_old - m_new). So a thread holds one Bq x Bk tile and a few Bq x D blocks, never a
-// T x T matrix. Only out and the row log-sum-exp L = m + log l are kept for backward.
+// keys in blocks of Bk. For each key block the score tile is computed, and each query
+// keeps a running max m and running sum l of exp(s - m): when a block raises the max,
+// what was summed so far (l and the output accumulator) is rescaled by exp(m_old - m_new).
+// So a thread holds one Bk x Bq tile and a few Bq x D blocks, never a T x T matrix. Only
+// out and the row log-sum-exp L = m + log l are kept for backward.
 //
-// Backward recomputes P = exp(scale S - L) tile by tile and applies the standard rules,
-// with Di = rowsum(dO ∘ O):
+// Backward recomputes P = exp(S - L) tile by tile (S the scaled scores) and applies the
+// standard rules, with Di = rowsum(dO ∘ O):
 //   dV += Pᵀ dO,  dP = dO Vᵀ,  dS = P ∘ (dP - Di),  dQ += scale dS K,  dK += scale dSᵀ Q.
 // (With dropout, O uses P ∘ M / (1 - p): dV takes that product, dP is multiplied by
 // M / (1 - p) before dS, and Di = rowsum(dO ∘ O) still equals rowsum(P ∘ dP).)
@@ -17,10 +17,16 @@
 // thread, or, when there are fewer heads than threads, are split over threads that each
 // sum into their own dQ copy, added up at the end: no two threads write one value.
 //
-// Every product of tiles is the small matrix product tile_gemm, written with GCC vector
-// extensions (as ops/cpu/gemm.cpp): it keeps a 4-row strip of C in vector registers over
-// the whole depth, so every inner step is one load of a B row and fused multiply-adds.
-// Tiles are padded with zeros so that their column counts are whole vectors.
+// Layout. A score tile is stored transposed, St[j][i] for key j and query i, so that the
+// per-query softmax bookkeeping (max, sum, rescale, mask) runs along rows of the tile,
+// one vector of queries at a time, with no reduction across vector lanes. The tile is
+// St = K_blk · (scale Q_blk)ᵀ: K's rows are read in place and Q is transposed once per
+// query block (forward) or once per call (backward). Every product of tiles is the small
+// matrix product tile_gemm, written with GCC vector extensions (as ops/cpu/gemm.cpp): it
+// keeps a 4-row strip of the result in vector registers over the whole depth, so every
+// inner step is a few loads and fused multiply-adds. Its operands' rows are whole
+// vectors: q, k, v and dO are used in place when D is a whole number of vectors and T a
+// multiple of 4 (D = 64), and otherwise copied once per call into zero-padded buffers.
 #include <omp.h>
 
 #include <algorithm>
@@ -92,7 +98,13 @@ inline void strip(int64_t K, const T* a, int64_t ars, int64_t acs, const T* b, i
   for (int64_t p = 0; p < K; ++p) {
     V bv[NV];
 #pragma GCC unroll 4
-    for (int n = 0; n < NV; ++n) bv[n] = load(b + p * ldb + n * W);
+    for (int n = 0; n < NV; ++n) {
+      bv[n] = load(b + p * ldb + n * W);
+      // Pins the row of B in a register. Without it GCC folds the load into each of the
+      // MR multiply-adds that use it, and the strip runs on the load ports, not the FMA
+      // units (1.6x slower here).
+      asm("" : "+v"(bv[n]));
+    }
 #pragma GCC unroll 4
     for (int r = 0; r < MR; ++r) {
       const T ar = a[r * ars + p * acs];
@@ -109,19 +121,34 @@ inline void strip(int64_t K, const T* a, int64_t ars, int64_t acs, const T* b, i
     }
 }
 
+// Which part of the depth the rows of a causal tile need: the strip of rows [i, i + MR)
+// reads depth [i + begin_off, i + MR + end_off), clipped to [0, K). Outside it the A
+// entries are masked zeros, so leaving them out changes nothing. The default is all of K.
+struct Band {
+  static constexpr int64_t kAll = int64_t(1) << 40;
+  int64_t begin_off = -kAll;
+  int64_t end_off = kAll;
+};
+
 // C (M x N) = or += A (M x K) · B (K x N), A element (i, p) at a[i * ars + p * acs], B and
 // C row-major with row strides ldb and ldc. M must be a multiple of MR and N of the
-// vector width (the callers pad their tiles). K == 0 writes zeros (or adds nothing).
+// vector width; A is read for rows < M, B for rows < K. K == 0 writes zeros (or adds
+// nothing). With a band (only when accumulating), each strip of rows reads only its
+// part of the depth.
 template <class T>
 void tile_gemm(int64_t M, int64_t N, int64_t K, const T* a, int64_t ars, int64_t acs, const T* b, int64_t ldb, T* c,
-               int64_t ldc, bool accumulate) {
+               int64_t ldc, bool accumulate, Band band = {}) {
   constexpr int W = Vec<T>::width;
   for (int64_t i = 0; i < M; i += MR) {
-    const T* ai = a + i * ars;
+    const int64_t p0 = std::clamp<int64_t>(i + band.begin_off, 0, K), p1 = std::clamp<int64_t>(i + MR + band.end_off, 0, K);
+    if (p1 <= p0 && accumulate) continue;  // nothing to add
+    const int64_t k = std::max<int64_t>(p1 - p0, 0);
+    const T* ai = a + i * ars + p0 * acs;
+    const T* bi = b + p0 * ldb;
     T* ci = c + i * ldc;
     int64_t n = 0;
-    for (; n + kMainNV * W <= N; n += kMainNV * W) strip<T, kMainNV>(K, ai, ars, acs, b + n, ldb, ci + n, ldc, accumulate);
-    for (; n < N; n += W) strip<T, 1>(K, ai, ars, acs, b + n, ldb, ci + n, ldc, accumulate);
+    for (; n + kMainNV * W <= N; n += kMainNV * W) strip<T, kMainNV>(k, ai, ars, acs, bi + n, ldb, ci + n, ldc, accumulate);
+    for (; n < N; n += W) strip<T, 1>(k, ai, ars, acs, bi + n, ldb, ci + n, ldc, accumulate);
   }
 }
 
@@ -131,14 +158,14 @@ void tile_gemm(int64_t M, int64_t N, int64_t K, const T* a, int64_t ars, int64_t
 // |r| <= ln2 / 2, e^r from its Taylor series to r^7 (truncation below 6e-9 relative,
 // under float's rounding), times 2^n written straight into the exponent bits. Meant for
 // x <= 88 (attention only takes x <= 0: a score minus its row's max); 0 below -87, where
-// 2^n would leave the normal range; NaN stays NaN.
+// 2^n would leave the normal range (so exp(-inf) = 0); NaN stays NaN; exp(0) is exactly 1.
 inline float exp_approx(float x) {
-  constexpr float kShift = 0x1.8p23f;                   // adding it rounds to an integer
+  constexpr float kShift = 0x1.8p23f;                 // adding it rounds to an integer
   constexpr float kLog2e = 1.44269504088896341f;
-  constexpr float kLn2Hi = 0.693359375f;                // ln 2 in 9 bits: n * kLn2Hi is exact
-  constexpr float kLn2Lo = -2.12194440054690583e-4f;    // ln 2 - kLn2Hi
+  constexpr float kLn2Hi = 0.693359375f;              // ln 2 in 9 bits: n * kLn2Hi is exact
+  constexpr float kLn2Lo = -2.12194440054690583e-4f;  // ln 2 - kLn2Hi
   float xc = x > 88.0f ? 88.0f : x;
-  float t = xc * kLog2e + kShift;                       // n in the low mantissa bits of t
+  float t = xc * kLog2e + kShift;                     // n in the low mantissa bits of t
   float n = t - kShift;
   float r = (xc - n * kLn2Hi) - n * kLn2Lo;
   float p = 1.0f + r * (1.0f + r * (1.0f / 2 + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 +
@@ -153,9 +180,10 @@ inline double exp_of(double x) { return std::exp(x); }
 
 // ---------------------------------------------------------------- geometry
 
-// Block sizes: Bq query rows against Bk keys. Both multiples of MR, and Bk a whole number
-// of vectors. 64 x 64 keeps a tile's operands (4 blocks of 64 x D floats and the score
-// tile) within L2 and makes each strip's depth long enough to pay for its loads and stores.
+// Block sizes: Bq queries against Bk keys. Both multiples of MR, and Bq a whole number
+// of vectors (the tile's rows). 64 x 64 keeps a tile's operands (a few 64 x D blocks and
+// the score tile) in L1/L2 and gives every strip a depth long enough to pay for its loads
+// and stores.
 constexpr int64_t Bq = 64;
 constexpr int64_t Bk = 64;
 
@@ -163,7 +191,8 @@ inline int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
 struct Geometry {
   int64_t B, H, Tq, Tk, D;
-  int64_t Dp;  // D rounded up to whole vectors: the row stride of the padded blocks
+  int64_t Dp;          // D rounded up to whole vectors: the row stride of every (T x D) operand
+  int64_t Tq_pad;      // Tq rounded up to whole query blocks
   double scale;
   bool causal;
   bool dropout;        // p > 0
@@ -178,6 +207,7 @@ Geometry geometry(const Tensor& q, const Tensor& k, const kernels::AttentionPara
   Geometry g;
   g.B = qs[0], g.H = qs[1], g.Tq = qs[2], g.D = qs[3], g.Tk = k.shape()[2];
   g.Dp = std::max<int64_t>(round_up(g.D, Vec<T>::width), Vec<T>::width);
+  g.Tq_pad = round_up(g.Tq, Bq);
   g.scale = p.scale;
   g.causal = p.causal;
   g.dropout = p.dropout_p > 0;
@@ -187,150 +217,175 @@ Geometry geometry(const Tensor& q, const Tensor& k, const kernels::AttentionPara
   return g;
 }
 
-// Keys [0, n) of key block k0 that query row qi sees: all valid keys, or for causal
-// masking those with j <= qi (possibly none).
-inline int64_t keys_seen(const Geometry& g, int64_t qi, int64_t k0, int64_t kv) {
-  if (!g.causal) return kv;
-  return std::clamp<int64_t>(qi - k0 + 1, 0, kv);
+// Buffers that only grow, one set per thread, kept across calls: a call then pays
+// neither for fresh pages (a page fault each, and the kernel zeroing them) nor for
+// malloc. Slots name what each holds; the contents are not initialised.
+enum Slot { kKRows, kVRows, kQRows, kDORows, kQt, kDOt, kLse, kDi, kPartial,  // per call
+            kTileQt, kTile, kTileP, kTileDS, kAccO, kAccDK, kAccDV, kAccDQ, kRowState, kRowSum,  // per thread
+            kNumSlots };
+
+template <class T>
+T* workspace(Slot slot, int64_t n) {
+  thread_local std::vector<T> buffers[kNumSlots];
+  std::vector<T>& b = buffers[slot];
+  if (int64_t(b.size()) < n) b.resize(size_t(n));
+  return b.data();
 }
 
-// Multiplies row[j] (j < n) of query row qi (in head bh), keys from k0, by its dropout
-// factor: 0 when dropped, 1 / (1 - p) when kept.
+// One (T x D) operand per head as the tile products read it: rows of stride Dp, at least
+// round_up(T, MR) of them, zeros in the padding. The tensor itself when it already has
+// that layout, else a padded copy in the calling thread's workspace `slot`.
 template <class T>
-inline void apply_dropout(const Geometry& g, int64_t bh, int64_t qi, int64_t k0, int64_t n, const T* in, T* out) {
-  const uint64_t base = uint64_t((bh * g.Tq + qi) * g.Tk + k0);  // the counter of (qi, k0)
-  const T keep = T(g.keep_scale);
-  for (int64_t j = 0; j < n; ++j) {
-    bool kept = kernels::attention_dropout_bits(g.key, base + uint64_t(j)) >= g.threshold;
-    out[j] = kept ? in[j] * keep : T(0);
-  }
-}
+struct Rows {
+  const T* data = nullptr;
+  int64_t head_stride = 0;  // elements from one head to the next
+};
 
-// Copies rows [r0, r0 + rows) of a (T x D) head into a (pad_rows x Dp) block, zeros
-// everywhere else (columns past D, rows past `rows`).
 template <class T>
-void load_rows(const T* src, int64_t r0, int64_t rows, int64_t pad_rows, const Geometry& g, T* dst) {
-  for (int64_t r = 0; r < pad_rows; ++r) {
-    T* d = dst + r * g.Dp;
-    if (r < rows) {
-      std::memcpy(d, src + (r0 + r) * g.D, size_t(g.D) * sizeof(T));
-      std::fill(d + g.D, d + g.Dp, T(0));
-    } else {
-      std::fill(d, d + g.Dp, T(0));
+Rows<T> make_rows(const T* src, const Geometry& g, int64_t t, Slot slot) {
+  const int64_t BH = g.B * g.H, rows = round_up(t, MR);
+  if (g.Dp == g.D && rows == t) return {src, t * g.D};
+  const int64_t stride = rows * g.Dp;
+  T* dst = workspace<T>(slot, BH * stride);
+#pragma omp parallel for if (BH * t * g.D >= kParallelGrain && !omp_in_parallel())
+  for (int64_t bh = 0; bh < BH; ++bh) {
+    T* head = dst + bh * stride;
+    for (int64_t r = 0; r < t; ++r) {
+      std::memcpy(head + r * g.Dp, src + (bh * t + r) * g.D, size_t(g.D) * sizeof(T));
+      std::fill(head + r * g.Dp + g.D, head + (r + 1) * g.Dp, T(0));
     }
+    std::fill(head + t * g.Dp, head + stride, T(0));
+  }
+  return {dst, stride};
+}
+
+// dst[d * ld + i] = scale * src[(i0 + i) * D + d] for i < n, and 0 for n <= i < ld: rows
+// [i0, i0 + n) of one head's (T x D) matrix, transposed and scaled, into a D x ld block.
+// The inner loop runs along a row of dst, so its stores are contiguous and its loads a
+// strided gather, which vectorises (a scatter of stores would not).
+template <class T>
+void transpose_rows(const T* src, int64_t i0, int64_t n, int64_t ld, const Geometry& g, T scale, T* dst) {
+  const T* s = src + i0 * g.D;
+  for (int64_t d = 0; d < g.D; ++d) {
+    T* row = dst + d * ld;
+    for (int64_t i = 0; i < n; ++i) row[i] = s[i * g.D + d] * scale;
+    std::fill(row + n, row + ld, T(0));
   }
 }
 
-// Copies rows [r0, r0 + rows) of a (T x D) head, transposed, into a (D x Bk) block:
-// dst[d * Bk + j] = src[(r0 + j) * D + d], zeros for j >= rows.
+// x · y over n elements, in W independent lanes so that the loop vectorises (one running
+// sum would be one serial chain). Short sums (n = D): carried in T.
 template <class T>
-void load_transposed(const T* src, int64_t r0, int64_t rows, const Geometry& g, T* dst) {
-  for (int64_t d = 0; d < g.D; ++d) std::fill(dst + d * Bk + rows, dst + (d + 1) * Bk, T(0));
-  for (int64_t j = 0; j < rows; ++j) {
-    const T* s = src + (r0 + j) * g.D;
-    for (int64_t d = 0; d < g.D; ++d) dst[d * Bk + j] = s[d];
-  }
-}
-
-// Largest and sum of a Bk-long row, in W independent lanes so that the loops vectorise
-// (a single running max or float sum would be one serial chain).
-template <class T>
-inline T row_max(const T* x) {
-  constexpr int W = Vec<T>::width;
-  T lane[W];
-  for (int w = 0; w < W; ++w) lane[w] = x[w];
-  for (int64_t j = W; j < Bk; j += W)
-    for (int w = 0; w < W; ++w) lane[w] = x[j + w] > lane[w] ? x[j + w] : lane[w];
-  T m = lane[0];
-  for (int w = 1; w < W; ++w) m = lane[w] > m ? lane[w] : m;
-  return m;
-}
-template <class T>
-inline T row_sum(const T* x) {
+inline T dot(const T* x, const T* y, int64_t n) {
   constexpr int W = Vec<T>::width;
   T lane[W] = {};
-  for (int64_t j = 0; j < Bk; j += W)
-    for (int w = 0; w < W; ++w) lane[w] += x[j + w];
+  int64_t j = 0;
+  for (; j + W <= n; j += W)
+    for (int w = 0; w < W; ++w) lane[w] += x[j + w] * y[j + w];
   T s = 0;
+  for (; j < n; ++j) s += x[j] * y[j];
   for (int w = 0; w < W; ++w) s += lane[w];
   return s;
 }
 
+// Multiplies the dropout factor (0 when dropped, 1 / (1 - p) when kept) into x[i], the
+// entry of query q0 + i and key kj, for i < Bq. The counter of (qi, kj) is
+// (bh Tq + qi) Tk + kj, so consecutive queries are Tk apart.
+template <class T>
+inline void apply_dropout(const Geometry& g, int64_t bh, int64_t q0, int64_t kj, const T* x, T* out) {
+  const uint64_t base = uint64_t((bh * g.Tq + q0) * g.Tk + kj), step = uint64_t(g.Tk);
+  const T keep = T(g.keep_scale);
+  for (int64_t i = 0; i < Bq; ++i) {
+    const bool kept = kernels::attention_dropout_bits(g.key, base + uint64_t(i) * step) >= g.threshold;
+    out[i] = kept ? x[i] * keep : T(0);
+  }
+}
+
 // ---------------------------------------------------------------- forward
 
-// Per-thread buffers of the forward.
+// Per-thread buffers of the forward (in the thread's workspace).
 template <class T>
 struct ForwardScratch {
-  std::vector<T> q, kt, v, s, o;  // Q block, Kᵀ block, V block, score tile, output accumulator
-  std::vector<T> m;               // running max per row (scaled-score units)
-  std::vector<acc_t<T>> l;        // running sum per row, summed in double for float32
+  T* qt;     // scale Qᵀ of the query block, D x Bq
+  T* st;     // score tile, transposed: Bk x Bq
+  T* o;      // output accumulator, Bq x Dp
+  T *m, *alpha, *shift, *colsum;  // per query: running max, rescale, exp shift, tile sum
+  acc_t<T>* l;                    // running sum per query, summed in double for float32
   explicit ForwardScratch(const Geometry& g)
-      : q(size_t(Bq * g.Dp)), kt(size_t(std::max<int64_t>(g.D, 1) * Bk)), v(size_t(Bk * g.Dp)), s(size_t(Bq * Bk)),
-        o(size_t(Bq * g.Dp)), m(size_t(Bq)), l(size_t(Bq)) {}
+      : qt(workspace<T>(kTileQt, std::max<int64_t>(g.D, 1) * Bq)), st(workspace<T>(kTile, Bk * Bq)),
+        o(workspace<T>(kAccO, Bq * g.Dp)) {
+    m = workspace<T>(kRowState, 4 * Bq);
+    alpha = m + Bq, shift = m + 2 * Bq, colsum = m + 3 * Bq;
+    l = workspace<acc_t<T>>(kRowSum, Bq);
+  }
 };
 
-// Rows [q0, q0 + qv) of head bh.
+// Queries [q0, q0 + qv) of head bh.
 template <class T>
-void forward_block(const Geometry& g, const T* q, const T* k, const T* v, T* o, T* lse, int64_t bh, int64_t q0,
-                   ForwardScratch<T>& sc) {
+void forward_block(const Geometry& g, const T* q, const Rows<T>& k, const Rows<T>& v, T* o, T* lse, int64_t bh,
+                   int64_t q0, ForwardScratch<T>& sc) {
   using A = acc_t<T>;
   const T inf = std::numeric_limits<T>::infinity();
   const int64_t qv = std::min(Bq, g.Tq - q0), Mq = round_up(qv, MR);
-  const T* qh = q + bh * g.Tq * g.D;
-  const T* kh = k + bh * g.Tk * g.D;
-  const T* vh = v + bh * g.Tk * g.D;
-  T *Q = sc.q.data(), *Kt = sc.kt.data(), *V = sc.v.data(), *S = sc.s.data(), *O = sc.o.data();
-  load_rows(qh, q0, qv, Mq, g, Q);
+  const T* kh = k.data + bh * k.head_stride;
+  const T* vh = v.data + bh * v.head_stride;
+  T *Qt = sc.qt, *St = sc.st, *O = sc.o;
+  T *m = sc.m, *alpha = sc.alpha, *shift = sc.shift, *colsum = sc.colsum;
+  A* l = sc.l;
+  transpose_rows(q + bh * g.Tq * g.D, q0, qv, Bq, g, T(g.scale), Qt);
   std::fill(O, O + Mq * g.Dp, T(0));
-  std::fill(sc.m.begin(), sc.m.end(), -inf);
-  std::fill(sc.l.begin(), sc.l.end(), A(0));
+  std::fill(m, m + Bq, -inf);
+  std::fill(l, l + Bq, A(0));
 
-  // Causal: keys past this block's last row are masked for every row in it.
+  // Causal: keys past this block's last query are masked for every query in it.
   const int64_t kend = g.causal ? std::min(g.Tk, q0 + qv) : g.Tk;
   for (int64_t k0 = 0; k0 < kend; k0 += Bk) {
     const int64_t kv = std::min(Bk, kend - k0);
-    load_transposed(kh, k0, kv, g, Kt);
-    load_rows(vh, k0, kv, kv, g, V);
-    // S = Q Kᵀ: raw scores, Mq x Bk (columns past kv are 0 and masked below).
-    tile_gemm<T>(Mq, Bk, g.D, Q, g.Dp, 1, Kt, Bk, S, Bk, false);
+    // St = K_blk (scale Q_blk)ᵀ: the scaled scores, keys down, queries across.
+    tile_gemm<T>(round_up(kv, MR), Bq, g.D, kh + k0 * g.Dp, g.Dp, 1, Qt, Bq, St, Bq, false);
+    // Causal: -inf where key k0 + j comes after query q0 + i (only tiles on the diagonal).
+    if (g.causal && k0 + kv - 1 > q0)
+      for (int64_t j = 0; j < kv; ++j)
+        for (int64_t i = 0; i < Bq; ++i) St[j * Bq + i] = k0 + j > q0 + i ? -inf : St[j * Bq + i];
 
-    for (int64_t i = 0; i < qv; ++i) {
-      T* row = S + i * Bk;
-      const int64_t n = keys_seen(g, q0 + i, k0, kv);
-      if (n == 0) {  // a causal row before this key block: it sees none of it
-        std::fill(row, row + Bk, T(0));
-        continue;
-      }
-      // Scale, mask (-inf past n, so that exp gives 0), and the new running max.
-      const T sc_ = T(g.scale);
-      for (int64_t j = 0; j < Bk; ++j) row[j] = j < n ? row[j] * sc_ : -inf;
-      const T m_old = sc.m[size_t(i)], m_new = std::max(m_old, row_max(row));
-      for (int64_t j = 0; j < Bk; ++j) row[j] = exp_of(row[j] - m_new);
-      // What was summed under the old max is worth exp(m_old - m_new) now (0 for the
-      // first block, whose m_old is -inf).
-      const T alpha = T(std::exp(A(m_old) - A(m_new)));
-      sc.l[size_t(i)] = sc.l[size_t(i)] * A(alpha) + A(row_sum(row));
-      sc.m[size_t(i)] = m_new;
-      if (alpha != T(1)) {
-        T* orow = O + i * g.Dp;
-        for (int64_t d = 0; d < g.Dp; ++d) orow[d] *= alpha;
-      }
-      // The softmax denominator counts every key; the output only the kept ones.
-      if (g.dropout) apply_dropout(g, bh, q0 + i, k0, n, row, row);
+    // New running max per query; the old sums are worth exp(m_old - m_new) now (0 for the
+    // first block, where m_old = -inf). A query that has seen only masked keys keeps
+    // m = -inf; its exps are taken against 0 so that no -inf - -inf appears.
+    for (int64_t i = 0; i < Bq; ++i) colsum[i] = m[i];
+    for (int64_t j = 0; j < kv; ++j)
+      for (int64_t i = 0; i < Bq; ++i) colsum[i] = St[j * Bq + i] > colsum[i] ? St[j * Bq + i] : colsum[i];
+    for (int64_t i = 0; i < Bq; ++i) {
+      shift[i] = colsum[i] == -inf ? T(0) : colsum[i];
+      alpha[i] = exp_of(m[i] - shift[i]);
+      m[i] = colsum[i];
+      colsum[i] = 0;
     }
-    // O += P V over the kv keys (rows past qv of S hold zero scores times zero Q rows,
-    // and their output rows are never written out).
-    tile_gemm<T>(Mq, g.Dp, kv, S, Bk, 1, V, g.Dp, O, g.Dp, true);
+    // P = exp(S - m), and its sum per query over this block.
+    for (int64_t j = 0; j < kv; ++j)
+      for (int64_t i = 0; i < Bq; ++i) {
+        St[j * Bq + i] = exp_of(St[j * Bq + i] - shift[i]);
+        colsum[i] += St[j * Bq + i];
+      }
+    for (int64_t i = 0; i < Bq; ++i) l[i] = l[i] * A(alpha[i]) + A(colsum[i]);
+    for (int64_t i = 0; i < qv; ++i)
+      if (alpha[i] != T(1))
+        for (int64_t d = 0; d < g.Dp; ++d) O[i * g.Dp + d] *= alpha[i];
+    // The softmax denominator counts every key; the output only the kept ones.
+    if (g.dropout)
+      for (int64_t j = 0; j < kv; ++j) apply_dropout(g, bh, q0, k0 + j, St + j * Bq, St + j * Bq);
+    // O += P V: A(i, j) = St[j][i], over the kv keys; when causal, query q0 + i needs
+    // keys up to j = i + q0 - k0 only.
+    const Band band = g.causal ? Band{-Band::kAll, q0 - k0} : Band{};
+    tile_gemm<T>(Mq, g.Dp, kv, St, 1, Bq, vh + k0 * g.Dp, g.Dp, O, g.Dp, true, band);
   }
 
   T* oh = o + bh * g.Tq * g.D;
   T* lh = lse + bh * g.Tq;
   for (int64_t i = 0; i < qv; ++i) {
-    const A l = sc.l[size_t(i)];
     // l == 0 only without keys (Tk == 0): the output is 0 (an empty sum), L is -inf.
-    const T inv = l > 0 ? T(A(1) / l) : T(0);
+    const T inv = l[i] > 0 ? T(A(1) / l[i]) : T(0);
     for (int64_t d = 0; d < g.D; ++d) oh[(q0 + i) * g.D + d] = O[i * g.Dp + d] * inv;
-    lh[q0 + i] = l > 0 ? T(A(sc.m[size_t(i)]) + std::log(l)) : -inf;
+    lh[q0 + i] = l[i] > 0 ? T(A(m[i]) + std::log(l[i])) : -inf;
   }
 }
 
@@ -338,11 +393,12 @@ template <class T>
 void forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
                    const kernels::AttentionParams& p) {
   const Geometry g = geometry<T>(q, k, p);
-  const T *qd = q.data_ptr<T>(), *kd = k.data_ptr<T>(), *vd = v.data_ptr<T>();
+  const Rows<T> kr = make_rows(k.data_ptr<T>(), g, g.Tk, kKRows), vr = make_rows(v.data_ptr<T>(), g, g.Tk, kVRows);
+  const T* qd = q.data_ptr<T>();
   T *od = out.data_ptr<T>(), *ld = lse.data_ptr<T>();
   const int64_t BH = g.B * g.H, nq = (g.Tq + Bq - 1) / Bq, items = BH * nq;
-  // About 4 Bq x Tk x D multiply-adds per item; one thread when the whole call is small.
-  const bool par = items > 1 && double(items) * double(Bq) * double(g.Tk) * double(g.D) >= 1e6 && !omp_in_parallel();
+  // One thread when the whole call is small (about Tq Tk D multiply-adds per head).
+  const bool par = items > 1 && double(BH) * double(g.Tq) * double(g.Tk) * double(g.D) >= 1e6 && !omp_in_parallel();
 #pragma omp parallel if (par)
   {
     ForwardScratch<T> sc(g);
@@ -351,7 +407,7 @@ void forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
 #pragma omp for schedule(dynamic, 1)
     for (int64_t it = 0; it < items; ++it) {
       const int64_t qb = nq - 1 - it / BH, bh = it % BH;
-      forward_block(g, qd, kd, vd, od, ld, bh, qb * Bq, sc);
+      forward_block(g, qd, kr, vr, od, ld, bh, qb * Bq, sc);
     }
   }
 }
@@ -363,102 +419,96 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
 
 // ---------------------------------------------------------------- backward
 
-// Per-thread buffers of the backward.
+// What every backward work item reads, prepared once per call.
+template <class T>
+struct BackwardInputs {
+  Rows<T> q, k, v, dout;  // row layouts of Q, K, V, dO
+  // Per head and query block, D x Bq: (scale Q_blk)ᵀ and dO_blkᵀ, zero past Tq. Block by
+  // block, so that a tile product reads rows Bq apart (rows Tq apart would be 4 KB apart
+  // at Tq = 1024 and fall into the same few L1 sets).
+  T *qt, *dot;
+  T *lse, *di;            // per head, Tq_pad: L (+inf past Tq, so P is 0 there) and Di
+};
+
+// Per-thread buffers of the backward (in the thread's workspace).
 template <class T>
 struct BackwardScratch {
-  std::vector<T> kt, kb, vt;   // Kᵀ, K and Vᵀ of the key block
-  std::vector<T> dk, dv;       // the key block's dK and dV accumulators
-  std::vector<T> q, dout;      // Q and dO of the query block
-  std::vector<T> p, pd, ds;    // P, P with dropout applied, dP then dS
-  std::vector<T> dq;           // dQ accumulator for a whole head, Tq rows (padded) x Dp
-  std::vector<T> di;           // Di = rowsum(dO ∘ O) for a whole head
-  BackwardScratch(const Geometry& g, int64_t tq_pad)
-      : kt(size_t(std::max<int64_t>(g.D, 1) * Bk)), kb(size_t(Bk * g.Dp)), vt(kt.size()), dk(size_t(Bk * g.Dp)),
-        dv(size_t(Bk * g.Dp)), q(size_t(Bq * g.Dp)), dout(size_t(Bq * g.Dp)), p(size_t(Bq * Bk)),
-        pd(g.dropout ? size_t(Bq * Bk) : 0), ds(size_t(Bq * Bk)), dq(size_t(tq_pad * g.Dp)), di(size_t(g.Tq)) {}
+  T *dk, *dv;  // the key block's dK and dV accumulators, Bk x Dp
+  T *p, *pd;   // P and P with dropout applied, transposed: Bk x Bq
+  T* ds;       // dP then dS, transposed: Bk x Bq
+  T* dq;       // dQ accumulator for a whole head, Tq_pad x Dp
+  explicit BackwardScratch(const Geometry& g)
+      : dk(workspace<T>(kAccDK, Bk * g.Dp)), dv(workspace<T>(kAccDV, Bk * g.Dp)), p(workspace<T>(kTile, Bk * Bq)),
+        pd(g.dropout ? workspace<T>(kTileP, Bk * Bq) : p), ds(workspace<T>(kTileDS, Bk * Bq)),
+        dq(workspace<T>(kAccDQ, g.Tq_pad * g.Dp)) {}
 };
 
-struct BackwardTensors {
-  const void *q, *k, *v, *o, *lse, *dout;
-  void *dq, *dk, *dv;
-};
-
-// Key blocks kb = first, first + step, ... of head bh; their dK and dV are written out,
-// their dQ contributions summed into sc.dq (zeroed here).
+// Key blocks kb = first, first + step, ... of head bh: their dK and dV are written to
+// dk and dv, their dQ contributions summed into sc.dq (zeroed here).
 template <class T>
-void backward_keys(const Geometry& g, const BackwardTensors& t, int64_t bh, int64_t first, int64_t step,
-                   BackwardScratch<T>& sc) {
-  const int64_t hq = bh * g.Tq * g.D, hk = bh * g.Tk * g.D;
-  const T* qh = static_cast<const T*>(t.q) + hq;
-  const T* oh = static_cast<const T*>(t.o) + hq;
-  const T* gh = static_cast<const T*>(t.dout) + hq;
-  const T* lh = static_cast<const T*>(t.lse) + bh * g.Tq;
-  const T* kh = static_cast<const T*>(t.k) + hk;
-  const T* vh = static_cast<const T*>(t.v) + hk;
-  T* dkh = static_cast<T*>(t.dk) + hk;
-  T* dvh = static_cast<T*>(t.dv) + hk;
-  T *Kt = sc.kt.data(), *K = sc.kb.data(), *Vt = sc.vt.data(), *dK = sc.dk.data(), *dV = sc.dv.data();
-  T *Q = sc.q.data(), *dO = sc.dout.data(), *P = sc.p.data(), *dS = sc.ds.data(), *dQ = sc.dq.data();
-  T* Pd = g.dropout ? sc.pd.data() : P;  // the probabilities as the output used them
-  const T sc_ = T(g.scale);
-
-  std::fill(sc.dq.begin(), sc.dq.end(), T(0));
-  // Di = dO_i · O_i, once per head.
-  for (int64_t i = 0; i < g.Tq; ++i) {
-    acc_t<T> s = 0;
-    for (int64_t d = 0; d < g.D; ++d) s += acc_t<T>(gh[i * g.D + d]) * acc_t<T>(oh[i * g.D + d]);
-    sc.di[size_t(i)] = T(s);
-  }
+void backward_keys(const Geometry& g, const BackwardInputs<T>& in, T* dk, T* dv, int64_t bh, int64_t first,
+                   int64_t step, BackwardScratch<T>& sc) {
+  const T* Qh = in.q.data + bh * in.q.head_stride;
+  const T* Kh = in.k.data + bh * in.k.head_stride;
+  const T* Vh = in.v.data + bh * in.v.head_stride;
+  const T* dOh = in.dout.data + bh * in.dout.head_stride;
+  const T* Qth = in.qt + bh * g.D * g.Tq_pad;
+  const T* dOth = in.dot + bh * g.D * g.Tq_pad;
+  const T* Lh = in.lse + bh * g.Tq_pad;
+  const T* Dih = in.di + bh * g.Tq_pad;
+  T* dkh = dk + bh * g.Tk * g.D;
+  T* dvh = dv + bh * g.Tk * g.D;
+  T *dK = sc.dk, *dV = sc.dv, *P = sc.p, *dS = sc.ds, *dQ = sc.dq;
+  T* Pd = sc.pd;  // the probabilities as the output used them (P itself without dropout)
+  std::fill(dQ, dQ + g.Tq_pad * g.Dp, T(0));
 
   const int64_t nk = (g.Tk + Bk - 1) / Bk;
   for (int64_t kb = first; kb < nk; kb += step) {
     const int64_t k0 = kb * Bk, kv = std::min(Bk, g.Tk - k0), Mk = round_up(kv, MR);
-    load_transposed(kh, k0, kv, g, Kt);
-    load_transposed(vh, k0, kv, g, Vt);
-    load_rows(kh, k0, kv, Mk, g, K);
     std::fill(dK, dK + Mk * g.Dp, T(0));
     std::fill(dV, dV + Mk * g.Dp, T(0));
 
-    // Causal: rows before k0 see none of these keys; start at the query block holding k0.
+    // Causal: queries before k0 see none of these keys; start at the block holding k0.
     for (int64_t q0 = g.causal ? k0 / Bq * Bq : 0; q0 < g.Tq; q0 += Bq) {
       const int64_t qv = std::min(Bq, g.Tq - q0), Mq = round_up(qv, MR);
-      load_rows(qh, q0, qv, Mq, g, Q);
-      load_rows(gh, q0, qv, Mq, g, dO);
-      // P's raw scores S = Q Kᵀ, and dP = dO Vᵀ, both Mq x Bk.
-      tile_gemm<T>(Mq, Bk, g.D, Q, g.Dp, 1, Kt, Bk, P, Bk, false);
-      tile_gemm<T>(Mq, Bk, g.D, dO, g.Dp, 1, Vt, Bk, dS, Bk, false);
+      // St = K_blk (scale Q_blk)ᵀ and dPt = V_blk dO_blkᵀ, both Mk x Bq.
+      tile_gemm<T>(Mk, Bq, g.D, Kh + k0 * g.Dp, g.Dp, 1, Qth + q0 * g.D, Bq, P, Bq, false);
+      tile_gemm<T>(Mk, Bq, g.D, Vh + k0 * g.Dp, g.Dp, 1, dOth + q0 * g.D, Bq, dS, Bq, false);
 
-      for (int64_t i = 0; i < Mq; ++i) {
-        T *prow = P + i * Bk, *pdrow = Pd + i * Bk, *drow = dS + i * Bk;
-        const int64_t n = i < qv ? keys_seen(g, q0 + i, k0, kv) : 0;  // padding rows see nothing
-        if (n == 0) {
-          std::fill(prow, prow + Bk, T(0));
-          std::fill(pdrow, pdrow + Bk, T(0));
-          std::fill(drow, drow + Bk, T(0));
-          continue;
-        }
-        // P = exp(scale S - L), 0 where masked.
-        const T L = lh[q0 + i], Di = sc.di[size_t(q0 + i)];
-        for (int64_t j = 0; j < Bk; ++j) prow[j] = j < n ? exp_of(prow[j] * sc_ - L) : T(0);
-        if (g.dropout) {
-          // dS = P ∘ (dP ∘ M / (1 - p) - Di) = Pd ∘ dP - P Di, Pd = P ∘ M / (1 - p).
-          apply_dropout(g, bh, q0 + i, k0, Bk, prow, pdrow);
-          for (int64_t j = 0; j < Bk; ++j) drow[j] = pdrow[j] * drow[j] - prow[j] * Di;
+      const T* L = Lh + q0;
+      const T* Di = Dih + q0;
+      for (int64_t j = 0; j < Mk; ++j) {
+        T *pr = P + j * Bq, *pdr = Pd + j * Bq, *dr = dS + j * Bq;
+        // P = exp(S - L), 0 for padding keys and, when causal, for queries before key k0 + j.
+        // (L is +inf past Tq, so padding queries get 0 too.)
+        const int64_t first_q = g.causal ? k0 + j - q0 : 0;  // the first query i that sees key j
+        if (j >= kv) {
+          std::fill(pr, pr + Bq, T(0));
         } else {
-          for (int64_t j = 0; j < Bk; ++j) drow[j] = prow[j] * (drow[j] - Di);
+          for (int64_t i = 0; i < Bq; ++i) pr[i] = i >= first_q ? exp_of(pr[i] - L[i]) : T(0);
+        }
+        if (g.dropout) {
+          // dS = P ∘ (dP ∘ M / (1 - p) - Di) = Pd ∘ dP - P Di, with Pd = P ∘ M / (1 - p).
+          apply_dropout(g, bh, q0, k0 + j, pr, pdr);
+          for (int64_t i = 0; i < Bq; ++i) dr[i] = pdr[i] * dr[i] - pr[i] * Di[i];
+        } else {
+          for (int64_t i = 0; i < Bq; ++i) dr[i] = pr[i] * (dr[i] - Di[i]);
         }
       }
-      // dV += Pdᵀ dO: A(r, p) = Pd[p][r], over the qv query rows.
-      tile_gemm<T>(Mk, g.Dp, qv, Pd, 1, Bk, dO, g.Dp, dV, g.Dp, true);
-      // dK += dSᵀ Q (scaled at the end).
-      tile_gemm<T>(Mk, g.Dp, qv, dS, 1, Bk, Q, g.Dp, dK, g.Dp, true);
-      // dQ += dS K over the kv keys (scaled at the end); rows past qv add zeros into the
-      // padding rows of the accumulator.
-      tile_gemm<T>(Mq, g.Dp, kv, dS, Bk, 1, K, g.Dp, dQ + q0 * g.Dp, g.Dp, true);
+      // When causal, key k0 + j is seen from query i = j + k0 - q0 on, and query q0 + i
+      // sees keys up to j = i + q0 - k0: the bands of the three products below.
+      const Band from_query = g.causal ? Band{k0 - q0, Band::kAll} : Band{};
+      const Band to_key = g.causal ? Band{-Band::kAll, q0 - k0} : Band{};
+      // dV += Pd dO and dK += dSt Q (scaled at the end): Mk x Dp over the qv queries.
+      tile_gemm<T>(Mk, g.Dp, qv, Pd, Bq, 1, dOh + q0 * g.Dp, g.Dp, dV, g.Dp, true, from_query);
+      tile_gemm<T>(Mk, g.Dp, qv, dS, Bq, 1, Qh + q0 * g.Dp, g.Dp, dK, g.Dp, true, from_query);
+      // dQ += dS K (scaled at the end): A(i, j) = dSt[j][i], over the kv keys. Rows past
+      // qv add zeros into the accumulator's padding rows.
+      tile_gemm<T>(Mq, g.Dp, kv, dS, 1, Bq, Kh + k0 * g.Dp, g.Dp, dQ + q0 * g.Dp, g.Dp, true, to_key);
     }
     for (int64_t j = 0; j < kv; ++j)
       for (int64_t d = 0; d < g.D; ++d) {
-        dkh[(k0 + j) * g.D + d] = dK[j * g.Dp + d] * sc_;
+        dkh[(k0 + j) * g.D + d] = dK[j * g.Dp + d] * T(g.scale);
         dvh[(k0 + j) * g.D + d] = dV[j * g.Dp + d];
       }
   }
@@ -469,40 +519,71 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
                     const Tensor& grad_out, const Tensor& dq, const Tensor& dk, const Tensor& dv,
                     const kernels::AttentionParams& p) {
   const Geometry g = geometry<T>(q, k, p);
-  const BackwardTensors t{q.data_ptr<T>(),  k.data_ptr<T>(),  v.data_ptr<T>(), out.data_ptr<T>(), lse.data_ptr<T>(),
-                          grad_out.data_ptr<T>(), dq.data_ptr<T>(), dk.data_ptr<T>(), dv.data_ptr<T>()};
-  T* dqd = dq.data_ptr<T>();
-  const int64_t BH = g.B * g.H, nk = (g.Tk + Bk - 1) / Bk, tq_pad = round_up(g.Tq, Bq);
+  const int64_t BH = g.B * g.H, nk = (g.Tk + Bk - 1) / Bk;
+  T *dqd = dq.data_ptr<T>(), *dkd = dk.data_ptr<T>(), *dvd = dv.data_ptr<T>();
+  if (nk == 0) {  // Tk == 0: no key reaches dQ (and dK, dV are empty)
+    std::fill(dqd, dqd + dq.numel(), T(0));
+    return;
+  }
   const bool par = BH * nk > 1 && double(BH) * double(g.Tq) * double(g.Tk) * double(g.D) >= 1e6 && !omp_in_parallel();
-  const int threads = par ? omp_get_max_threads() : 1;
+
+  const T *qd = q.data_ptr<T>(), *od = out.data_ptr<T>(), *gd = grad_out.data_ptr<T>(), *ld = lse.data_ptr<T>();
+  BackwardInputs<T> in;
+  in.q = make_rows(qd, g, g.Tq, kQRows);
+  in.k = make_rows(k.data_ptr<T>(), g, g.Tk, kKRows);
+  in.v = make_rows(v.data_ptr<T>(), g, g.Tk, kVRows);
+  in.dout = make_rows(gd, g, g.Tq, kDORows);
+  in.qt = workspace<T>(kQt, BH * g.D * g.Tq_pad);
+  in.dot = workspace<T>(kDOt, BH * g.D * g.Tq_pad);
+  in.lse = workspace<T>(kLse, BH * g.Tq_pad);
+  in.di = workspace<T>(kDi, BH * g.Tq_pad);
+#pragma omp parallel for if (par) schedule(static)
+  for (int64_t bh = 0; bh < BH; ++bh) {
+    const int64_t off = bh * g.Tq * g.D;
+    for (int64_t q0 = 0; q0 < g.Tq; q0 += Bq) {  // block q0 / Bq starts at (bh Tq_pad + q0) D
+      const int64_t qv = std::min(Bq, g.Tq - q0), at = (bh * g.Tq_pad + q0) * g.D;
+      transpose_rows(qd + off, q0, qv, Bq, g, T(g.scale), in.qt + at);
+      transpose_rows(gd + off, q0, qv, Bq, g, T(1), in.dot + at);
+    }
+    T* L = in.lse + bh * g.Tq_pad;
+    T* Di = in.di + bh * g.Tq_pad;
+    for (int64_t i = 0; i < g.Tq_pad; ++i) {
+      if (i >= g.Tq) {
+        L[i] = std::numeric_limits<T>::infinity();
+        Di[i] = 0;
+        continue;
+      }
+      L[i] = ld[bh * g.Tq + i];
+      Di[i] = dot(gd + off + i * g.D, od + off + i * g.D, g.D);  // dO_i · O_i
+    }
+  }
+
   // Heads run whole on one thread each when there are enough of them; else each head's
   // key blocks are dealt round-robin to `split` work items (even causal loads), each with
   // its own dQ partial sum.
-  const int64_t split = std::clamp<int64_t>((threads + BH - 1) / BH, 1, std::max<int64_t>(nk, 1));
-  std::vector<T> partial(split > 1 ? size_t(BH * split * g.Tq * g.D) : 0);
-  const int64_t items = BH * split;
-  if (dq.numel() > 0 && nk == 0) std::fill(dqd, dqd + dq.numel(), T(0));  // Tk == 0: no key reaches dQ
+  const int threads = par ? omp_get_max_threads() : 1;
+  const int64_t split = std::clamp<int64_t>((threads + BH - 1) / BH, 1, nk);
+  const int64_t per_head = g.Tq * g.D, items = BH * split;
+  T* partial = split > 1 ? workspace<T>(kPartial, items * per_head) : nullptr;
 #pragma omp parallel if (par)
   {
-    BackwardScratch<T> sc(g, tq_pad);
+    BackwardScratch<T> sc(g);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t it = 0; it < items; ++it) {
       const int64_t bh = it / split, part = it % split;
-      if (nk == 0) continue;
-      backward_keys(g, t, bh, part, split, sc);
+      backward_keys(g, in, dkd, dvd, bh, part, split, sc);
       // The head's dQ (scaled), or this item's share of it.
-      T* dst = split == 1 ? dqd + bh * g.Tq * g.D : partial.data() + it * g.Tq * g.D;
+      T* dst = split == 1 ? dqd + bh * per_head : partial + it * per_head;
       for (int64_t i = 0; i < g.Tq; ++i)
-        for (int64_t d = 0; d < g.D; ++d) dst[i * g.D + d] = sc.dq[size_t(i * g.Dp + d)] * T(g.scale);
+        for (int64_t d = 0; d < g.D; ++d) dst[i * g.D + d] = sc.dq[i * g.Dp + d] * T(g.scale);
     }
   }
-  if (split > 1 && nk > 0) {
-    const int64_t per_head = g.Tq * g.D;
+  if (split > 1) {
 #pragma omp parallel for if (par) schedule(static)
     for (int64_t e = 0; e < BH * per_head; ++e) {
       const int64_t bh = e / per_head, r = e % per_head;
       T s = 0;
-      for (int64_t part = 0; part < split; ++part) s += partial[size_t((bh * split + part) * per_head + r)];
+      for (int64_t part = 0; part < split; ++part) s += partial[(bh * split + part) * per_head + r];
       dqd[e] = s;
     }
   }
