@@ -1,6 +1,7 @@
 // The one definition of every kernel table (see MU_DECLARE_KERNEL in ops/dispatch.h):
 // each header under ops/kernels/ is included here with MU_DEFINE_KERNEL_TABLES set.
 #define MU_DEFINE_KERNEL_TABLES
+#include "ops/kernels/attention.h"
 #include "ops/kernels/copy.h"
 #include "ops/kernels/entmax.h"
 #include "ops/kernels/index.h"

@@ -1,5 +1,6 @@
 // Every op of the library.
 #pragma once
+#include "ops/attention.h"
 #include "ops/einsum.h"
 #include "ops/elementwise.h"
 #include "ops/index.h"

@@ -1,6 +1,7 @@
 // The kernel seam (ops/dispatch.h): a missing entry is one error naming the kernel and
 // the device; every kernel the library declares has its CPU entry.
 #include "helpers.h"
+#include "ops/kernels/attention.h"
 #include "ops/kernels/copy.h"
 #include "ops/kernels/entmax.h"
 #include "ops/kernels/index.h"
@@ -59,6 +60,8 @@ TEST_CASE("every declared kernel has a CPU entry") {
   CHECK(kernels::batch_norm_backward.has(DeviceType::CPU));
   CHECK(kernels::cross_entropy_forward.has(DeviceType::CPU));
   CHECK(kernels::cross_entropy_backward.has(DeviceType::CPU));
+  CHECK(kernels::attention_forward.has(DeviceType::CPU));
+  CHECK(kernels::attention_backward.has(DeviceType::CPU));
 #ifdef MUMOE_CUDA
   // The CUDA build registers the map and copy kernels from ops/cuda/.
   CHECK(kernels::map<fn::Exp>().has(DeviceType::CUDA));

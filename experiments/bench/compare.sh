@@ -11,11 +11,14 @@
 #   experiments/bench/compare.sh cross_entropy [BUILD_DIR]
 #                         cross-entropy-fwd, cross-entropy-fwd-bwd (N = 1024, C = 50257), against
 #                         experiments/bench/torch_cross_entropy.py rather than the reference
+#   experiments/bench/compare.sh attention [BUILD_DIR]
+#                         causal attention forward+backward at (8, 4, 128, 64) and (1, 12, 1024, 64),
+#                         against the composed softmax(q kᵀ/√D + mask) v of torch_attention.py
 #
 # BUILD_DIR defaults to build. THREADS and REPS may be set in the environment.
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-which="${1:?usage: compare.sh sgemm|layers|layer_norm|cross_entropy [BUILD_DIR]}"
+which="${1:?usage: compare.sh sgemm|layers|layer_norm|cross_entropy|attention [BUILD_DIR]}"
 build="${2:-build}"
 case "$build" in /*) ;; *) build="$repo/$build" ;; esac
 threads="${THREADS:-2}"
@@ -25,7 +28,8 @@ case "$which" in
   layer_norm) bench=bench_layer_norm; workloads=layer-norm-1024x768; reps="${REPS:-50}"
     reference="$repo/experiments/bench/torch_layer_norm.py" ;;
   cross_entropy) bench=bench_cross_entropy; torch_script="$repo/experiments/bench/torch_cross_entropy.py"; reps="${REPS:-20}" ;;
-  *) echo "compare.sh: unknown benchmark '$which' (sgemm, layers, layer_norm or cross_entropy)" >&2; exit 2 ;;
+  attention) bench=bench_attention; torch_script="$repo/experiments/bench/torch_attention.py"; reps="${REPS:-20}" ;;
+  *) echo "compare.sh: unknown benchmark '$which' (sgemm, layers, layer_norm, cross_entropy or attention)" >&2; exit 2 ;;
 esac
 reference="${reference:-$repo/../shared/reference/torch_reference.py}"
 [ -x "$build/experiments/$bench" ] || { echo "compare.sh: $build/experiments/$bench not built" >&2; exit 1; }
@@ -46,11 +50,13 @@ ref = {j["workload"]: j for j in map(json.loads, sys.argv[1].splitlines())}
 for m in map(json.loads, sys.argv[2].splitlines()):
     r = ref[m["workload"]]
     line = f"{m['workload']} {m['impl']}: {m['median_ms']} ms vs pytorch {r['median_ms']} ms, ratio {m['median_ms'] / r['median_ms']:.2f}"
-    if "gflops" in m:  # a square GEMM: 2 n^3 flops, n from the workload name
+    if "gflops" in m and m["workload"].startswith("sgemm-"):  # a square GEMM: 2 n^3 flops, n from the workload name
         n = int(m["workload"].split("-")[1])
         line += f"; {m['gflops']:.1f} vs {2 * n**3 / (r['median_ms'] * 1e-3) / 1e9:.1f} GFLOP/s"
     if "gbps" in m and "bytes" not in m:  # bytes a step must move, over the median time
         line += f"; {m['gbps']:.1f} vs {r['gbps']:.1f} GB/s"
+    if "flops" in m:  # the work the kernel must do, at each side's median
+        line += f"; {m['flops'] / (m['median_ms'] * 1e6):.1f} vs {m['flops'] / (r['median_ms'] * 1e6):.1f} GFLOP/s"
     if "vs_fused" in m:
         line += f"; {m['vs_fused']:.2f}x the fused op's time"
     if "bytes" in m:  # a memory-bound kernel: the rate its byte floor implies, both sides

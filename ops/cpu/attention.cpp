@@ -1,0 +1,604 @@
+// CPU kernels of fused scaled dot-product attention (declared in ops/kernels/attention.h).
+//
+// Forward (flash-attention style): for each (b, h) and block of Bq query rows, walk the
+// keys in blocks of Bk. For each key block the score tile is computed, and each query
+// keeps a running max m and running sum l of exp(s - m): when a block raises the max,
+// what was summed so far (l and the output accumulator) is rescaled by exp(m_old - m_new).
+// So a thread holds one Bk x Bq tile and a few Bq x D blocks, never a T x T matrix. Only
+// out and the row log-sum-exp L = m + log l are kept for backward.
+//
+// Backward recomputes P = exp(S - L) tile by tile (S the scaled scores) and applies the
+// standard rules, with Di = rowsum(dO ∘ O):
+//   dV += Pᵀ dO,  dP = dO Vᵀ,  dS = P ∘ (dP - Di),  dQ += scale dS K,  dK += scale dSᵀ Q.
+// (With dropout, O uses P ∘ M / (1 - p): dV takes that product, dP is multiplied by
+// M / (1 - p) before dS, and Di = rowsum(dO ∘ O) still equals rowsum(P ∘ dP).)
+// It walks key blocks on the outside, so a key block's dK and dV stay in a local tile;
+// dQ gathers contributions from every key block, so one head's key blocks run on one
+// thread, or, when there are fewer heads than threads, are split over threads that each
+// sum into their own dQ copy, added up at the end: no two threads write one value.
+//
+// Layout. A score tile is stored transposed, St[j][i] for key j and query i, so that the
+// per-query softmax bookkeeping (max, sum, rescale, mask) runs along rows of the tile,
+// one vector of queries at a time, with no reduction across vector lanes. The tile is
+// St = K_blk · (scale Q_blk)ᵀ: K's rows are read in place and Q is transposed once per
+// query block (forward) or once per call (backward). Every product of tiles is the small
+// matrix product tile_gemm, written with GCC vector extensions (as ops/cpu/gemm.cpp): it
+// keeps a 4-row strip of the result in vector registers over the whole depth, so every
+// inner step is a few loads and fused multiply-adds. Its operands' rows are whole
+// vectors: q, k, v and dO are used in place when D is a whole number of vectors and T a
+// multiple of 4 (D = 64), and otherwise copied once per call into zero-padded buffers.
+#include <omp.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "ops/cpu/loops.h"
+#include "ops/kernels/attention.h"
+
+namespace mu::cpu {
+namespace {
+
+// ---------------------------------------------------------------- vectors
+
+// The widest vector the target has; AVX-512 also has 32 registers instead of 16.
+#if defined(__AVX512F__)
+constexpr int kVecBytes = 64;
+constexpr int kVecRegs = 32;
+#elif defined(__AVX__)
+constexpr int kVecBytes = 32;
+constexpr int kVecRegs = 16;
+#else
+constexpr int kVecBytes = 16;
+constexpr int kVecRegs = 16;
+#endif
+
+template <class T>
+struct Vec {
+  typedef T type __attribute__((vector_size(kVecBytes)));
+  static constexpr int width = kVecBytes / int(sizeof(T));
+};
+
+template <class T>
+inline typename Vec<T>::type load(const T* p) {
+  typename Vec<T>::type v;
+  std::memcpy(&v, p, sizeof(v));  // any alignment
+  return v;
+}
+template <class T>
+inline void store(T* p, typename Vec<T>::type v) {
+  std::memcpy(p, &v, sizeof(v));
+}
+
+// ---------------------------------------------------------------- tile products
+
+// Rows of C a strip keeps in registers, and vectors per row: MR * NV accumulators + NV
+// vectors of B + 1 broadcast must fit the register file (4*4 + 4 + 1 = 21 of 32 on
+// AVX-512, 4*2 + 2 + 1 = 11 of 16 otherwise).
+constexpr int MR = 4;
+constexpr int kMainNV = kVecRegs == 32 ? 4 : 2;
+
+// C (MR x NV vectors, row stride ldc) = or += A (MR x K, element (r, p) at
+// a[r * ars + p * acs]) · B (K x NV vectors, row stride ldb). The accumulators are
+// arrays of vectors; with the r and n loops unrolled GCC keeps all of them in registers
+// and turns acc += a * b into one fused multiply-add.
+template <class T, int NV>
+inline void strip(int64_t K, const T* a, int64_t ars, int64_t acs, const T* b, int64_t ldb, T* c, int64_t ldc,
+                  bool accumulate) {
+  using V = typename Vec<T>::type;
+  constexpr int W = Vec<T>::width;
+  V acc[MR][NV];
+#pragma GCC unroll 4
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 4
+    for (int n = 0; n < NV; ++n) acc[r][n] = V{};
+  for (int64_t p = 0; p < K; ++p) {
+    V bv[NV];
+#pragma GCC unroll 4
+    for (int n = 0; n < NV; ++n) {
+      bv[n] = load(b + p * ldb + n * W);
+      // Pins the row of B in a register. Without it GCC folds the load into each of the
+      // MR multiply-adds that use it, and the strip runs on the load ports, not the FMA
+      // units (1.6x slower here).
+      asm("" : "+v"(bv[n]));
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < MR; ++r) {
+      const T ar = a[r * ars + p * acs];
+#pragma GCC unroll 4
+      for (int n = 0; n < NV; ++n) acc[r][n] += ar * bv[n];  // scalar * vector: a broadcast
+    }
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 4
+    for (int n = 0; n < NV; ++n) {
+      T* cp = c + r * ldc + n * W;
+      store(cp, accumulate ? load(cp) + acc[r][n] : acc[r][n]);
+    }
+}
+
+// Which part of the depth the rows of a causal tile need: the strip of rows [i, i + MR)
+// reads depth [i + begin_off, i + MR + end_off), clipped to [0, K). Outside it the A
+// entries are masked zeros, so leaving them out changes nothing. The default is all of K.
+struct Band {
+  static constexpr int64_t kAll = int64_t(1) << 40;
+  int64_t begin_off = -kAll;
+  int64_t end_off = kAll;
+};
+
+// C (M x N) = or += A (M x K) · B (K x N), A element (i, p) at a[i * ars + p * acs], B and
+// C row-major with row strides ldb and ldc. M must be a multiple of MR and N of the
+// vector width; A is read for rows < M, B for rows < K. K == 0 writes zeros (or adds
+// nothing). With a band (only when accumulating), each strip of rows reads only its
+// part of the depth.
+template <class T>
+void tile_gemm(int64_t M, int64_t N, int64_t K, const T* a, int64_t ars, int64_t acs, const T* b, int64_t ldb, T* c,
+               int64_t ldc, bool accumulate, Band band = {}) {
+  constexpr int W = Vec<T>::width;
+  for (int64_t i = 0; i < M; i += MR) {
+    const int64_t p0 = std::clamp<int64_t>(i + band.begin_off, 0, K), p1 = std::clamp<int64_t>(i + MR + band.end_off, 0, K);
+    if (p1 <= p0 && accumulate) continue;  // nothing to add
+    const int64_t k = std::max<int64_t>(p1 - p0, 0);
+    const T* ai = a + i * ars + p0 * acs;
+    const T* bi = b + p0 * ldb;
+    T* ci = c + i * ldc;
+    int64_t n = 0;
+    for (; n + kMainNV * W <= N; n += kMainNV * W) strip<T, kMainNV>(k, ai, ars, acs, bi + n, ldb, ci + n, ldc, accumulate);
+    for (; n < N; n += W) strip<T, 1>(k, ai, ars, acs, bi + n, ldb, ci + n, ldc, accumulate);
+  }
+}
+
+// ---------------------------------------------------------------- exp
+
+// e^x for float in plain arithmetic, so that a loop of it vectorises: x = n ln2 + r with
+// |r| <= ln2 / 2, e^r from its Taylor series to r^7 (truncation below 6e-9 relative,
+// under float's rounding), times 2^n written straight into the exponent bits. Meant for
+// x <= 88 (attention only takes x <= 0: a score minus its row's max); 0 below -87, where
+// 2^n would leave the normal range (so exp(-inf) = 0); NaN stays NaN; exp(0) is exactly 1.
+inline float exp_approx(float x) {
+  constexpr float kShift = 0x1.8p23f;                 // adding it rounds to an integer
+  constexpr float kLog2e = 1.44269504088896341f;
+  constexpr float kLn2Hi = 0.693359375f;              // ln 2 in 9 bits: n * kLn2Hi is exact
+  constexpr float kLn2Lo = -2.12194440054690583e-4f;  // ln 2 - kLn2Hi
+  float xc = x > 88.0f ? 88.0f : x;
+  float t = xc * kLog2e + kShift;                     // n in the low mantissa bits of t
+  float n = t - kShift;
+  float r = (xc - n * kLn2Hi) - n * kLn2Lo;
+  float p = 1.0f + r * (1.0f + r * (1.0f / 2 + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 +
+            r * (1.0f / 720 + r * (1.0f / 5040)))))));
+  int32_t e = std::bit_cast<int32_t>(t) - std::bit_cast<int32_t>(kShift);  // = n
+  float two_n = std::bit_cast<float>((e + 127) << 23);
+  return x < -87.0f ? 0.0f : p * two_n;
+}
+inline float exp_of(float x) { return exp_approx(x); }
+// float64 serves the reference and gradcheck paths: the library's exp, exact to an ulp.
+inline double exp_of(double x) { return std::exp(x); }
+
+// ---------------------------------------------------------------- geometry
+
+// Block sizes: Bq queries against Bk keys. Both multiples of MR, and Bq a whole number
+// of vectors (the tile's rows). 64 x 64 keeps a tile's operands (a few 64 x D blocks and
+// the score tile) in L1/L2 and gives every strip a depth long enough to pay for its loads
+// and stores.
+constexpr int64_t Bq = 64;
+constexpr int64_t Bk = 64;
+
+inline int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+struct Geometry {
+  int64_t B, H, Tq, Tk, D;
+  int64_t Dp;          // D rounded up to whole vectors: the row stride of every (T x D) operand
+  int64_t Tq_pad;      // Tq rounded up to whole query blocks
+  double scale;
+  bool causal;
+  bool dropout;        // p > 0
+  uint64_t key;        // attention_dropout_key(seed)
+  uint64_t threshold;  // bits below it are dropped
+  double keep_scale;   // 1 / (1 - p) for kept elements (0 for p = 1: nothing is kept)
+};
+
+template <class T>
+Geometry geometry(const Tensor& q, const Tensor& k, const kernels::AttentionParams& p) {
+  const Shape& qs = q.shape();
+  Geometry g;
+  g.B = qs[0], g.H = qs[1], g.Tq = qs[2], g.D = qs[3], g.Tk = k.shape()[2];
+  g.Dp = std::max<int64_t>(round_up(g.D, Vec<T>::width), Vec<T>::width);
+  g.Tq_pad = round_up(g.Tq, Bq);
+  g.scale = p.scale;
+  g.causal = p.causal;
+  g.dropout = p.dropout_p > 0;
+  g.key = kernels::attention_dropout_key(p.seed);
+  g.threshold = kernels::attention_dropout_threshold(p.dropout_p);
+  g.keep_scale = p.dropout_p < 1 ? 1 / (1 - p.dropout_p) : 0;
+  return g;
+}
+
+// Buffers that only grow, one set per thread, kept across calls: a call then pays
+// neither for fresh pages (a page fault each, and the kernel zeroing them) nor for
+// malloc. Slots name what each holds; the contents are not initialised.
+enum Slot { kKRows, kVRows, kQRows, kDORows, kQt, kDOt, kLse, kDi, kPartial,  // per call
+            kTileQt, kTile, kTileP, kTileDS, kAccO, kAccDK, kAccDV, kAccDQ, kRowState, kRowSum,  // per thread
+            kNumSlots };
+
+template <class T>
+T* workspace(Slot slot, int64_t n) {
+  thread_local std::vector<T> buffers[kNumSlots];
+  std::vector<T>& b = buffers[slot];
+  if (int64_t(b.size()) < n) b.resize(size_t(n));
+  return b.data();
+}
+
+// One (T x D) operand per head as the tile products read it: rows of stride Dp, at least
+// round_up(T, MR) of them, zeros in the padding. The tensor itself when it already has
+// that layout, else a padded copy in the calling thread's workspace `slot`.
+template <class T>
+struct Rows {
+  const T* data = nullptr;
+  int64_t head_stride = 0;  // elements from one head to the next
+};
+
+template <class T>
+Rows<T> make_rows(const T* src, const Geometry& g, int64_t t, Slot slot) {
+  const int64_t BH = g.B * g.H, rows = round_up(t, MR);
+  if (g.Dp == g.D && rows == t) return {src, t * g.D};
+  const int64_t stride = rows * g.Dp;
+  T* dst = workspace<T>(slot, BH * stride);
+#pragma omp parallel for if (BH * t * g.D >= kParallelGrain && !omp_in_parallel())
+  for (int64_t bh = 0; bh < BH; ++bh) {
+    T* head = dst + bh * stride;
+    for (int64_t r = 0; r < t; ++r) {
+      std::memcpy(head + r * g.Dp, src + (bh * t + r) * g.D, size_t(g.D) * sizeof(T));
+      std::fill(head + r * g.Dp + g.D, head + (r + 1) * g.Dp, T(0));
+    }
+    std::fill(head + t * g.Dp, head + stride, T(0));
+  }
+  return {dst, stride};
+}
+
+// dst[d * ld + i] = scale * src[(i0 + i) * D + d] for i < n, and 0 for n <= i < ld: rows
+// [i0, i0 + n) of one head's (T x D) matrix, transposed and scaled, into a D x ld block.
+// The inner loop runs along a row of dst, so its stores are contiguous and its loads a
+// strided gather, which vectorises (a scatter of stores would not).
+template <class T>
+void transpose_rows(const T* src, int64_t i0, int64_t n, int64_t ld, const Geometry& g, T scale, T* dst) {
+  const T* s = src + i0 * g.D;
+  for (int64_t d = 0; d < g.D; ++d) {
+    T* row = dst + d * ld;
+    for (int64_t i = 0; i < n; ++i) row[i] = s[i * g.D + d] * scale;
+    std::fill(row + n, row + ld, T(0));
+  }
+}
+
+// x · y over n elements, in W independent lanes so that the loop vectorises (one running
+// sum would be one serial chain). Short sums (n = D): carried in T.
+template <class T>
+inline T dot(const T* x, const T* y, int64_t n) {
+  constexpr int W = Vec<T>::width;
+  T lane[W] = {};
+  int64_t j = 0;
+  for (; j + W <= n; j += W)
+    for (int w = 0; w < W; ++w) lane[w] += x[j + w] * y[j + w];
+  T s = 0;
+  for (; j < n; ++j) s += x[j] * y[j];
+  for (int w = 0; w < W; ++w) s += lane[w];
+  return s;
+}
+
+// Multiplies the dropout factor (0 when dropped, 1 / (1 - p) when kept) into x[i], the
+// entry of query q0 + i and key kj, for i < Bq. The counter of (qi, kj) is
+// (bh Tq + qi) Tk + kj, so consecutive queries are Tk apart.
+template <class T>
+inline void apply_dropout(const Geometry& g, int64_t bh, int64_t q0, int64_t kj, const T* x, T* out) {
+  const uint64_t base = uint64_t((bh * g.Tq + q0) * g.Tk + kj), step = uint64_t(g.Tk);
+  const T keep = T(g.keep_scale);
+  for (int64_t i = 0; i < Bq; ++i) {
+    const bool kept = kernels::attention_dropout_bits(g.key, base + uint64_t(i) * step) >= g.threshold;
+    out[i] = kept ? x[i] * keep : T(0);
+  }
+}
+
+// ---------------------------------------------------------------- forward
+
+// Per-thread buffers of the forward (in the thread's workspace).
+template <class T>
+struct ForwardScratch {
+  T* qt;     // scale Qᵀ of the query block, D x Bq
+  T* st;     // score tile, transposed: Bk x Bq
+  T* o;      // output accumulator, Bq x Dp
+  T *m, *alpha, *shift, *colsum;  // per query: running max, rescale, exp shift, tile sum
+  acc_t<T>* l;                    // running sum per query, summed in double for float32
+  explicit ForwardScratch(const Geometry& g)
+      : qt(workspace<T>(kTileQt, std::max<int64_t>(g.D, 1) * Bq)), st(workspace<T>(kTile, Bk * Bq)),
+        o(workspace<T>(kAccO, Bq * g.Dp)) {
+    m = workspace<T>(kRowState, 4 * Bq);
+    alpha = m + Bq, shift = m + 2 * Bq, colsum = m + 3 * Bq;
+    l = workspace<acc_t<T>>(kRowSum, Bq);
+  }
+};
+
+// Queries [q0, q0 + qv) of head bh.
+template <class T>
+void forward_block(const Geometry& g, const T* q, const Rows<T>& k, const Rows<T>& v, T* o, T* lse, int64_t bh,
+                   int64_t q0, ForwardScratch<T>& sc) {
+  using A = acc_t<T>;
+  const T inf = std::numeric_limits<T>::infinity();
+  const int64_t qv = std::min(Bq, g.Tq - q0), Mq = round_up(qv, MR);
+  const T* kh = k.data + bh * k.head_stride;
+  const T* vh = v.data + bh * v.head_stride;
+  T *Qt = sc.qt, *St = sc.st, *O = sc.o;
+  T *m = sc.m, *alpha = sc.alpha, *shift = sc.shift, *colsum = sc.colsum;
+  A* l = sc.l;
+  transpose_rows(q + bh * g.Tq * g.D, q0, qv, Bq, g, T(g.scale), Qt);
+  std::fill(O, O + Mq * g.Dp, T(0));
+  std::fill(m, m + Bq, -inf);
+  std::fill(l, l + Bq, A(0));
+
+  // Causal: keys past this block's last query are masked for every query in it.
+  const int64_t kend = g.causal ? std::min(g.Tk, q0 + qv) : g.Tk;
+  for (int64_t k0 = 0; k0 < kend; k0 += Bk) {
+    const int64_t kv = std::min(Bk, kend - k0);
+    // St = K_blk (scale Q_blk)ᵀ: the scaled scores, keys down, queries across.
+    tile_gemm<T>(round_up(kv, MR), Bq, g.D, kh + k0 * g.Dp, g.Dp, 1, Qt, Bq, St, Bq, false);
+    // Causal: -inf where key k0 + j comes after query q0 + i (only tiles on the diagonal).
+    if (g.causal && k0 + kv - 1 > q0)
+      for (int64_t j = 0; j < kv; ++j)
+        for (int64_t i = 0; i < Bq; ++i) St[j * Bq + i] = k0 + j > q0 + i ? -inf : St[j * Bq + i];
+
+    // New running max per query; the old sums are worth exp(m_old - m_new) now (0 for the
+    // first block, where m_old = -inf). A query that has seen only masked keys keeps
+    // m = -inf; its exps are taken against 0 so that no -inf - -inf appears.
+    for (int64_t i = 0; i < Bq; ++i) colsum[i] = m[i];
+    for (int64_t j = 0; j < kv; ++j)
+      for (int64_t i = 0; i < Bq; ++i) colsum[i] = St[j * Bq + i] > colsum[i] ? St[j * Bq + i] : colsum[i];
+    for (int64_t i = 0; i < Bq; ++i) {
+      shift[i] = colsum[i] == -inf ? T(0) : colsum[i];
+      alpha[i] = exp_of(m[i] - shift[i]);
+      m[i] = colsum[i];
+      colsum[i] = 0;
+    }
+    // P = exp(S - m), and its sum per query over this block.
+    for (int64_t j = 0; j < kv; ++j)
+      for (int64_t i = 0; i < Bq; ++i) {
+        St[j * Bq + i] = exp_of(St[j * Bq + i] - shift[i]);
+        colsum[i] += St[j * Bq + i];
+      }
+    for (int64_t i = 0; i < Bq; ++i) l[i] = l[i] * A(alpha[i]) + A(colsum[i]);
+    for (int64_t i = 0; i < qv; ++i)
+      if (alpha[i] != T(1))
+        for (int64_t d = 0; d < g.Dp; ++d) O[i * g.Dp + d] *= alpha[i];
+    // The softmax denominator counts every key; the output only the kept ones.
+    if (g.dropout)
+      for (int64_t j = 0; j < kv; ++j) apply_dropout(g, bh, q0, k0 + j, St + j * Bq, St + j * Bq);
+    // O += P V: A(i, j) = St[j][i], over the kv keys; when causal, query q0 + i needs
+    // keys up to j = i + q0 - k0 only.
+    const Band band = g.causal ? Band{-Band::kAll, q0 - k0} : Band{};
+    tile_gemm<T>(Mq, g.Dp, kv, St, 1, Bq, vh + k0 * g.Dp, g.Dp, O, g.Dp, true, band);
+  }
+
+  T* oh = o + bh * g.Tq * g.D;
+  T* lh = lse + bh * g.Tq;
+  for (int64_t i = 0; i < qv; ++i) {
+    // l == 0 only without keys (Tk == 0): the output is 0 (an empty sum), L is -inf.
+    const T inv = l[i] > 0 ? T(A(1) / l[i]) : T(0);
+    for (int64_t d = 0; d < g.D; ++d) oh[(q0 + i) * g.D + d] = O[i * g.Dp + d] * inv;
+    lh[q0 + i] = l[i] > 0 ? T(A(m[i]) + std::log(l[i])) : -inf;
+  }
+}
+
+template <class T>
+void forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+                   const kernels::AttentionParams& p) {
+  const Geometry g = geometry<T>(q, k, p);
+  const Rows<T> kr = make_rows(k.data_ptr<T>(), g, g.Tk, kKRows), vr = make_rows(v.data_ptr<T>(), g, g.Tk, kVRows);
+  const T* qd = q.data_ptr<T>();
+  T *od = out.data_ptr<T>(), *ld = lse.data_ptr<T>();
+  const int64_t BH = g.B * g.H, nq = (g.Tq + Bq - 1) / Bq, items = BH * nq;
+  // One thread when the whole call is small (about Tq Tk D multiply-adds per head).
+  const bool par = items > 1 && double(BH) * double(g.Tq) * double(g.Tk) * double(g.D) >= 1e6 && !omp_in_parallel();
+#pragma omp parallel if (par)
+  {
+    ForwardScratch<T> sc(g);
+    // Dynamic: causal blocks further down cost more. The last query blocks of every head
+    // come first, so the long items are not left to the end.
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t it = 0; it < items; ++it) {
+      const int64_t qb = nq - 1 - it / BH, bh = it % BH;
+      forward_block(g, qd, kr, vr, od, ld, bh, qb * Bq, sc);
+    }
+  }
+}
+
+void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+                       const kernels::AttentionParams& p) {
+  MU_DISPATCH_FLOAT(q.dtype(), "attention_forward", [&] { forward_typed<scalar_t>(q, k, v, out, lse, p); });
+}
+
+// ---------------------------------------------------------------- backward
+
+// What every backward work item reads, prepared once per call.
+template <class T>
+struct BackwardInputs {
+  Rows<T> q, k, v, dout;  // row layouts of Q, K, V, dO
+  // Per head and query block, D x Bq: (scale Q_blk)ᵀ and dO_blkᵀ, zero past Tq. Block by
+  // block, so that a tile product reads rows Bq apart (rows Tq apart would be 4 KB apart
+  // at Tq = 1024 and fall into the same few L1 sets).
+  T *qt, *dot;
+  T *lse, *di;            // per head, Tq_pad: L (+inf past Tq, so P is 0 there) and Di
+};
+
+// Per-thread buffers of the backward (in the thread's workspace).
+template <class T>
+struct BackwardScratch {
+  T *dk, *dv;  // the key block's dK and dV accumulators, Bk x Dp
+  T *p, *pd;   // P and P with dropout applied, transposed: Bk x Bq
+  T* ds;       // dP then dS, transposed: Bk x Bq
+  T* dq;       // dQ accumulator for a whole head, Tq_pad x Dp
+  explicit BackwardScratch(const Geometry& g)
+      : dk(workspace<T>(kAccDK, Bk * g.Dp)), dv(workspace<T>(kAccDV, Bk * g.Dp)), p(workspace<T>(kTile, Bk * Bq)),
+        pd(g.dropout ? workspace<T>(kTileP, Bk * Bq) : p), ds(workspace<T>(kTileDS, Bk * Bq)),
+        dq(workspace<T>(kAccDQ, g.Tq_pad * g.Dp)) {}
+};
+
+// Key blocks kb = first, first + step, ... of head bh: their dK and dV are written to
+// dk and dv, their dQ contributions summed into sc.dq (zeroed here).
+template <class T>
+void backward_keys(const Geometry& g, const BackwardInputs<T>& in, T* dk, T* dv, int64_t bh, int64_t first,
+                   int64_t step, BackwardScratch<T>& sc) {
+  const T* Qh = in.q.data + bh * in.q.head_stride;
+  const T* Kh = in.k.data + bh * in.k.head_stride;
+  const T* Vh = in.v.data + bh * in.v.head_stride;
+  const T* dOh = in.dout.data + bh * in.dout.head_stride;
+  const T* Qth = in.qt + bh * g.D * g.Tq_pad;
+  const T* dOth = in.dot + bh * g.D * g.Tq_pad;
+  const T* Lh = in.lse + bh * g.Tq_pad;
+  const T* Dih = in.di + bh * g.Tq_pad;
+  T* dkh = dk + bh * g.Tk * g.D;
+  T* dvh = dv + bh * g.Tk * g.D;
+  T *dK = sc.dk, *dV = sc.dv, *P = sc.p, *dS = sc.ds, *dQ = sc.dq;
+  T* Pd = sc.pd;  // the probabilities as the output used them (P itself without dropout)
+  std::fill(dQ, dQ + g.Tq_pad * g.Dp, T(0));
+
+  const int64_t nk = (g.Tk + Bk - 1) / Bk;
+  for (int64_t kb = first; kb < nk; kb += step) {
+    const int64_t k0 = kb * Bk, kv = std::min(Bk, g.Tk - k0), Mk = round_up(kv, MR);
+    std::fill(dK, dK + Mk * g.Dp, T(0));
+    std::fill(dV, dV + Mk * g.Dp, T(0));
+
+    // Causal: queries before k0 see none of these keys; start at the block holding k0.
+    for (int64_t q0 = g.causal ? k0 / Bq * Bq : 0; q0 < g.Tq; q0 += Bq) {
+      const int64_t qv = std::min(Bq, g.Tq - q0), Mq = round_up(qv, MR);
+      // St = K_blk (scale Q_blk)ᵀ and dPt = V_blk dO_blkᵀ, both Mk x Bq.
+      tile_gemm<T>(Mk, Bq, g.D, Kh + k0 * g.Dp, g.Dp, 1, Qth + q0 * g.D, Bq, P, Bq, false);
+      tile_gemm<T>(Mk, Bq, g.D, Vh + k0 * g.Dp, g.Dp, 1, dOth + q0 * g.D, Bq, dS, Bq, false);
+
+      const T* L = Lh + q0;
+      const T* Di = Dih + q0;
+      for (int64_t j = 0; j < Mk; ++j) {
+        T *pr = P + j * Bq, *pdr = Pd + j * Bq, *dr = dS + j * Bq;
+        // P = exp(S - L), 0 for padding keys and, when causal, for queries before key k0 + j.
+        // (L is +inf past Tq, so padding queries get 0 too.)
+        const int64_t first_q = g.causal ? k0 + j - q0 : 0;  // the first query i that sees key j
+        if (j >= kv) {
+          std::fill(pr, pr + Bq, T(0));
+        } else {
+          for (int64_t i = 0; i < Bq; ++i) pr[i] = i >= first_q ? exp_of(pr[i] - L[i]) : T(0);
+        }
+        if (g.dropout) {
+          // dS = P ∘ (dP ∘ M / (1 - p) - Di) = Pd ∘ dP - P Di, with Pd = P ∘ M / (1 - p).
+          apply_dropout(g, bh, q0, k0 + j, pr, pdr);
+          for (int64_t i = 0; i < Bq; ++i) dr[i] = pdr[i] * dr[i] - pr[i] * Di[i];
+        } else {
+          for (int64_t i = 0; i < Bq; ++i) dr[i] = pr[i] * (dr[i] - Di[i]);
+        }
+      }
+      // When causal, key k0 + j is seen from query i = j + k0 - q0 on, and query q0 + i
+      // sees keys up to j = i + q0 - k0: the bands of the three products below.
+      const Band from_query = g.causal ? Band{k0 - q0, Band::kAll} : Band{};
+      const Band to_key = g.causal ? Band{-Band::kAll, q0 - k0} : Band{};
+      // dV += Pd dO and dK += dSt Q (scaled at the end): Mk x Dp over the qv queries.
+      tile_gemm<T>(Mk, g.Dp, qv, Pd, Bq, 1, dOh + q0 * g.Dp, g.Dp, dV, g.Dp, true, from_query);
+      tile_gemm<T>(Mk, g.Dp, qv, dS, Bq, 1, Qh + q0 * g.Dp, g.Dp, dK, g.Dp, true, from_query);
+      // dQ += dS K (scaled at the end): A(i, j) = dSt[j][i], over the kv keys. Rows past
+      // qv add zeros into the accumulator's padding rows.
+      tile_gemm<T>(Mq, g.Dp, kv, dS, 1, Bq, Kh + k0 * g.Dp, g.Dp, dQ + q0 * g.Dp, g.Dp, true, to_key);
+    }
+    for (int64_t j = 0; j < kv; ++j)
+      for (int64_t d = 0; d < g.D; ++d) {
+        dkh[(k0 + j) * g.D + d] = dK[j * g.Dp + d] * T(g.scale);
+        dvh[(k0 + j) * g.D + d] = dV[j * g.Dp + d];
+      }
+  }
+}
+
+template <class T>
+void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+                    const Tensor& grad_out, const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                    const kernels::AttentionParams& p) {
+  const Geometry g = geometry<T>(q, k, p);
+  const int64_t BH = g.B * g.H, nk = (g.Tk + Bk - 1) / Bk;
+  T *dqd = dq.data_ptr<T>(), *dkd = dk.data_ptr<T>(), *dvd = dv.data_ptr<T>();
+  if (nk == 0) {  // Tk == 0: no key reaches dQ (and dK, dV are empty)
+    std::fill(dqd, dqd + dq.numel(), T(0));
+    return;
+  }
+  const bool par = BH * nk > 1 && double(BH) * double(g.Tq) * double(g.Tk) * double(g.D) >= 1e6 && !omp_in_parallel();
+
+  const T *qd = q.data_ptr<T>(), *od = out.data_ptr<T>(), *gd = grad_out.data_ptr<T>(), *ld = lse.data_ptr<T>();
+  BackwardInputs<T> in;
+  in.q = make_rows(qd, g, g.Tq, kQRows);
+  in.k = make_rows(k.data_ptr<T>(), g, g.Tk, kKRows);
+  in.v = make_rows(v.data_ptr<T>(), g, g.Tk, kVRows);
+  in.dout = make_rows(gd, g, g.Tq, kDORows);
+  in.qt = workspace<T>(kQt, BH * g.D * g.Tq_pad);
+  in.dot = workspace<T>(kDOt, BH * g.D * g.Tq_pad);
+  in.lse = workspace<T>(kLse, BH * g.Tq_pad);
+  in.di = workspace<T>(kDi, BH * g.Tq_pad);
+#pragma omp parallel for if (par) schedule(static)
+  for (int64_t bh = 0; bh < BH; ++bh) {
+    const int64_t off = bh * g.Tq * g.D;
+    for (int64_t q0 = 0; q0 < g.Tq; q0 += Bq) {  // block q0 / Bq starts at (bh Tq_pad + q0) D
+      const int64_t qv = std::min(Bq, g.Tq - q0), at = (bh * g.Tq_pad + q0) * g.D;
+      transpose_rows(qd + off, q0, qv, Bq, g, T(g.scale), in.qt + at);
+      transpose_rows(gd + off, q0, qv, Bq, g, T(1), in.dot + at);
+    }
+    T* L = in.lse + bh * g.Tq_pad;
+    T* Di = in.di + bh * g.Tq_pad;
+    for (int64_t i = 0; i < g.Tq_pad; ++i) {
+      if (i >= g.Tq) {
+        L[i] = std::numeric_limits<T>::infinity();
+        Di[i] = 0;
+        continue;
+      }
+      L[i] = ld[bh * g.Tq + i];
+      Di[i] = dot(gd + off + i * g.D, od + off + i * g.D, g.D);  // dO_i · O_i
+    }
+  }
+
+  // Heads run whole on one thread each when there are enough of them; else each head's
+  // key blocks are dealt round-robin to `split` work items (even causal loads), each with
+  // its own dQ partial sum.
+  const int threads = par ? omp_get_max_threads() : 1;
+  const int64_t split = std::clamp<int64_t>((threads + BH - 1) / BH, 1, nk);
+  const int64_t per_head = g.Tq * g.D, items = BH * split;
+  T* partial = split > 1 ? workspace<T>(kPartial, items * per_head) : nullptr;
+#pragma omp parallel if (par)
+  {
+    BackwardScratch<T> sc(g);
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t it = 0; it < items; ++it) {
+      const int64_t bh = it / split, part = it % split;
+      backward_keys(g, in, dkd, dvd, bh, part, split, sc);
+      // The head's dQ (scaled), or this item's share of it.
+      T* dst = split == 1 ? dqd + bh * per_head : partial + it * per_head;
+      for (int64_t i = 0; i < g.Tq; ++i)
+        for (int64_t d = 0; d < g.D; ++d) dst[i * g.D + d] = sc.dq[i * g.Dp + d] * T(g.scale);
+    }
+  }
+  if (split > 1) {
+#pragma omp parallel for if (par) schedule(static)
+    for (int64_t e = 0; e < BH * per_head; ++e) {
+      const int64_t bh = e / per_head, r = e % per_head;
+      T s = 0;
+      for (int64_t part = 0; part < split; ++part) s += partial[(bh * split + part) * per_head + r];
+      dqd[e] = s;
+    }
+  }
+}
+
+void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+                        const Tensor& grad_out, const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                        const kernels::AttentionParams& p) {
+  MU_DISPATCH_FLOAT(q.dtype(), "attention_backward",
+                    [&] { backward_typed<scalar_t>(q, k, v, out, lse, grad_out, dq, dk, dv, p); });
+}
+
+}  // namespace
+
+MU_REGISTER_KERNEL(kernels::attention_forward, DeviceType::CPU, attention_forward);
+MU_REGISTER_KERNEL(kernels::attention_backward, DeviceType::CPU, attention_backward);
+
+}  // namespace mu::cpu

@@ -1,0 +1,59 @@
+// Kernels of fused scaled dot-product attention (ops/attention.cpp).
+//
+// Shapes, all dense (contiguous) and of one floating dtype: q (B, H, Tq, D), k and v
+// (B, H, Tk, D), out (B, H, Tq, D), lse (B, H, Tq). Row i of out is
+//   softmax_j(scale * q_i · k_j, keys j > i masked when causal) applied to v,
+// with each probability, when dropout is on, zeroed or scaled by 1 / (1 - p) by a mask
+// that is a pure function of (seed, b, h, i, j): backward regenerates it, nothing stores it.
+#pragma once
+#include <cstdint>
+
+#include "ops/dispatch.h"
+#include "tensor/tensor.h"
+
+namespace mu::kernels {
+
+// What both kernels need besides the tensors.
+struct AttentionParams {
+  double scale = 1;       // scores are scale * (q_i · k_j)
+  bool causal = false;    // query i sees keys j <= i only (the op requires Tq == Tk)
+  double dropout_p = 0;   // probability of dropping one attention probability; 0: no dropout
+  uint64_t seed = 0;      // the dropout mask's key (attention_dropout_bits)
+};
+
+// out and lse = the log of each row's softmax denominator, in scaled-score units
+// (lse_i = log sum_j exp(scale * q_i · k_j) over the keys row i sees; -inf for Tk == 0).
+MU_DECLARE_KERNEL(attention_forward, void(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                                          const Tensor& lse, const AttentionParams& params));
+// dq, dk, dv (shaped as q, k, v; overwritten) from the forward's inputs, its out and lse,
+// and the gradient of out (grad_out, shaped as out). The probabilities are recomputed
+// from q, k and lse.
+MU_DECLARE_KERNEL(attention_backward, void(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                                           const Tensor& lse, const Tensor& grad_out, const Tensor& dq,
+                                           const Tensor& dk, const Tensor& dv, const AttentionParams& params));
+
+// ---------------------------------------------------------------- the dropout mask
+// Every backend draws the same mask: element (b, h, i, j) has the counter
+// n = ((b * H + h) * Tq + i) * Tk + j and 32 bits attention_dropout_bits(key, n), with
+// key = attention_dropout_key(seed); it is kept when those bits are >= the threshold
+// round(p * 2^32) (never kept for p = 1). A counter-based hash: any element's bits cost
+// the same and come out alike in any order, on any thread.
+
+// The splitmix64 finaliser: a bijection of 64-bit words that mixes every input bit into
+// every output bit.
+inline uint64_t attention_mix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+inline uint64_t attention_dropout_key(uint64_t seed) { return attention_mix64(seed); }
+// Distinct counters stay distinct (an odd multiplier and the mix are bijections); the
+// key moves the whole sequence, so two seeds give unrelated masks.
+inline uint32_t attention_dropout_bits(uint64_t key, uint64_t n) {
+  return uint32_t(attention_mix64(key + n * 0x9e3779b97f4a7c15ULL) >> 32);
+}
+// Elements whose bits are below this are dropped: round(p * 2^32), which is 2^32 (all
+// dropped) for p = 1.
+inline uint64_t attention_dropout_threshold(double p) { return uint64_t(p * 4294967296.0 + 0.5); }
+
+}  // namespace mu::kernels

@@ -1,0 +1,264 @@
+// scaled_dot_product_attention against the same computation composed from the library's
+// own ops (matmul, masked_fill, softmax): values and gradients, causal and not, shapes
+// inside one block and across block edges, T = 1, Tq != Tk; the dropout mask's
+// reproducibility and rate; and the error messages.
+#include <omp.h>
+
+#include <cmath>
+#include <limits>
+
+#include "helpers.h"
+
+using namespace mu;
+
+namespace {
+
+const double kInf = std::numeric_limits<double>::infinity();
+
+// softmax(q kᵀ · scale + mask) v, with the causal mask as -inf above the diagonal, and,
+// when `keep` is given, the probabilities multiplied by keep / (1 - p) (keep: 0 or 1).
+Tensor composed(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale,
+                const Tensor& keep = Tensor(), double p = 0) {
+  Tensor s = q.matmul(k.transpose(2, 3)) * scale;
+  if (causal) {
+    int64_t t = q.shape()[2];
+    s = masked_fill(s, triu(ones({t, t}, TensorOptions(q.dtype()).device(q.device())), 1), -kInf);
+  }
+  Tensor probs = softmax(s, -1);
+  if (keep.defined()) probs = probs * keep.to(q.dtype()) * (1 / (1 - p));
+  return probs.matmul(v);
+}
+
+// max |a - b| / max |b|: the error relative to the reference's scale.
+double rel_err(const Tensor& a, const Tensor& b) {
+  double scale = max_abs_diff(b, zeros_like(b));
+  return max_abs_diff(a, b) / (scale > 0 ? scale : 1);
+}
+
+struct Shapes {
+  int64_t B, H, Tq, Tk, D;
+};
+
+// Random leaves q, k, v and an upstream gradient w, made on the CPU in double then cast,
+// so every dtype and device sees the same numbers.
+struct Inputs {
+  Tensor q, k, v, w;
+};
+Inputs make_inputs(const Shapes& s, DType dt, Device dev, uint64_t seed) {
+  manual_seed(seed);
+  Tensor q = randn({s.B, s.H, s.Tq, s.D}, kFloat64), k = randn({s.B, s.H, s.Tk, s.D}, kFloat64);
+  Tensor v = randn({s.B, s.H, s.Tk, s.D}, kFloat64), w = randn({s.B, s.H, s.Tq, s.D}, kFloat64);
+  auto leaf = [&](const Tensor& t) { return on(t.to(dt), dev).requires_grad_(); };
+  return {leaf(q), leaf(k), leaf(v), on(w.to(dt), dev)};
+}
+
+// Output and the gradients of sum(out * w) w.r.t. q, k and v, computed by `f`.
+template <class F>
+std::vector<Tensor> value_and_grads(const Inputs& in, F f) {
+  for (const Tensor& t : {in.q, in.k, in.v}) t.zero_grad();
+  Tensor out = f(in.q, in.k, in.v);
+  (out * in.w).sum().backward();
+  return {out.detach(), in.q.grad(), in.k.grad(), in.v.grad()};
+}
+
+void check_against_composed(const Shapes& s, bool causal, DType dt, Device dev, std::optional<double> scale = {}) {
+  double sc = scale ? *scale : 1 / std::sqrt(double(s.D));
+  Inputs in = make_inputs(s, dt, dev, uint64_t(s.Tq * 131 + s.Tk * 7 + s.D));
+  auto fused = value_and_grads(in, [&](auto& q, auto& k, auto& v) {
+    return scaled_dot_product_attention(q, k, v, causal, 0.0, true, scale);
+  });
+  // The reference in float64 whatever dt is.
+  Inputs ref64{in.q.detach().to(kFloat64).requires_grad_(), in.k.detach().to(kFloat64).requires_grad_(),
+               in.v.detach().to(kFloat64).requires_grad_(), in.w.to(kFloat64)};
+  auto want = value_and_grads(ref64, [&](auto& q, auto& k, auto& v) { return composed(q, k, v, causal, sc); });
+  double tol = dt == kFloat64 ? 1e-12 : 2e-6;
+  const char* what[] = {"out", "dq", "dk", "dv"};
+  for (size_t i = 0; i < 4; ++i) {
+    INFO(what[i] << " shape " << shape_str(fused[i].shape()) << (causal ? " causal " : " ") << dtype_name(dt)
+                 << " on " << dev.str());
+    CHECK(fused[i].dtype() == dt);
+    CHECK(fused[i].device() == dev);
+    CHECK(rel_err(fused[i].cpu(), want[i]) <= tol);
+  }
+}
+
+// The dropout mask the kernel used, recovered through v = the identity (Tk == D): then
+// out = P ∘ M / (1 - p), so an entry is 0 exactly where it was dropped (or masked).
+Tensor recover_mask(const Tensor& q, const Tensor& k, bool causal, double p, uint64_t seed) {
+  const Shape& ks = k.shape();
+  Tensor eye_v = eye(ks[2], ks[3], q.dtype()).reshape({1, 1, ks[2], ks[3]}).expand(ks).contiguous();
+  Tensor out = scaled_dot_product_attention(q, k, eye_v, causal, p, true, std::nullopt, seed);
+  return ne(out, zeros_like(out));
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- values and gradients
+
+TEST_CASE("attention equals the composed softmax(q k^T scale + mask) v, values and gradients") {
+  std::vector<Shapes> shapes = {
+      {2, 3, 5, 5, 8},     // inside one block, D not a whole vector
+      {1, 2, 1, 1, 4},     // T = 1
+      {2, 2, 70, 70, 16},  // T crosses one block edge
+      {1, 2, 129, 129, 64},  // D = 64, T = 2 blocks + 1
+      {1, 1, 200, 200, 5},   // several blocks, odd D
+      {1, 1, 300, 300, 16},  // one head, large enough for two threads: backward splits its key blocks
+  };
+  for (Device dev : test_devices())
+    for (DType dt : {kFloat64, kFloat32})
+      for (const Shapes& s : shapes)
+        for (bool causal : {false, true}) check_against_composed(s, causal, dt, dev);
+}
+
+TEST_CASE("attention with Tq != Tk (not causal), and an explicit scale") {
+  for (Device dev : test_devices())
+    for (DType dt : {kFloat64, kFloat32}) {
+      check_against_composed({2, 2, 9, 67, 12}, false, dt, dev);
+      check_against_composed({1, 3, 130, 3, 20}, false, dt, dev);
+      check_against_composed({2, 1, 1, 100, 8}, false, dt, dev);
+      check_against_composed({1, 2, 40, 70, 8}, false, dt, dev, 0.3);
+      check_against_composed({1, 2, 70, 70, 8}, true, dt, dev, -0.7);  // a negative scale flips the scores
+    }
+}
+
+TEST_CASE("attention at a 1024-token context matches the composed version (float32, causal)") {
+  for (Device dev : test_devices()) check_against_composed({1, 2, 1024, 1024, 64}, true, kFloat32, dev);
+}
+
+TEST_CASE("attention reads non-contiguous inputs and gives the same result") {
+  // q, k, v laid out (B, T, H, D) and viewed as (B, H, T, D), as a projection produces them.
+  manual_seed(3);
+  for (Device dev : test_devices()) {
+    Tensor q = on(randn({2, 33, 3, 8}), dev), k = on(randn({2, 33, 3, 8}), dev), v = on(randn({2, 33, 3, 8}), dev);
+    Tensor qt = q.transpose(1, 2), kt = k.transpose(1, 2), vt = v.transpose(1, 2);
+    REQUIRE_FALSE(qt.is_contiguous());
+    Tensor a = scaled_dot_product_attention(qt, kt, vt, true);
+    Tensor b = scaled_dot_product_attention(qt.contiguous(), kt.contiguous(), vt.contiguous(), true);
+    CHECK(max_abs_diff(a.cpu(), b.cpu()) == 0);
+  }
+}
+
+TEST_CASE("attention with no keys gives zeros; with no queries an empty output") {
+  for (Device dev : test_devices()) {
+    Tensor q = on(randn({1, 2, 3, 4}), dev).requires_grad_(), k = on(zeros({1, 2, 0, 4}), dev).requires_grad_();
+    Tensor v = on(zeros({1, 2, 0, 4}), dev).requires_grad_();
+    Tensor out = scaled_dot_product_attention(q, k, v);
+    CHECK(out.shape() == Shape{1, 2, 3, 4});
+    CHECK(max_abs_diff(out.cpu(), zeros({1, 2, 3, 4})) == 0);
+    out.sum().backward();
+    CHECK(max_abs_diff(q.grad().cpu(), zeros({1, 2, 3, 4})) == 0);
+    Tensor empty_q = on(zeros({1, 2, 0, 4}), dev);
+    CHECK(scaled_dot_product_attention(empty_q, k.detach(), v.detach(), true).shape() == Shape{1, 2, 0, 4});
+  }
+}
+
+// ---------------------------------------------------------------- dropout
+
+TEST_CASE("attention dropout: a seed fixes the mask; manual_seed fixes the drawn seed; eval mode has none") {
+  manual_seed(11);
+  for (Device dev : test_devices()) {
+    Tensor q = on(randn({2, 2, 40, 16}), dev), k = on(randn({2, 2, 40, 16}), dev), v = on(randn({2, 2, 40, 16}), dev);
+    auto run = [&](std::optional<uint64_t> seed, bool training = true) {
+      return scaled_dot_product_attention(q, k, v, true, 0.3, training, std::nullopt, seed).cpu();
+    };
+    Tensor a = run(5), b = run(5), c = run(6);
+    CHECK(max_abs_diff(a, b) == 0);
+    CHECK(max_abs_diff(a, c) > 1e-3);
+    manual_seed(99);
+    Tensor d = run(std::nullopt);
+    manual_seed(99);
+    Tensor e = run(std::nullopt);
+    Tensor f = run(std::nullopt);  // the stream moved on: a new seed
+    CHECK(max_abs_diff(d, e) == 0);
+    CHECK(max_abs_diff(d, f) > 1e-3);
+    // Not training, or p = 0: exactly the undropped attention, and no draw from the stream.
+    Tensor plain = scaled_dot_product_attention(q, k, v, true).cpu();
+    CHECK(max_abs_diff(run(5, false), plain) == 0);
+    CHECK(max_abs_diff(scaled_dot_product_attention(q, k, v, true, 0.0).cpu(), plain) == 0);
+    // The mask is a function of the indices: the thread count does not change it.
+    int threads = omp_get_max_threads();
+    omp_set_num_threads(1);
+    Tensor one = run(5);
+    omp_set_num_threads(threads);
+    CHECK(max_abs_diff(one, a) == 0);
+  }
+}
+
+TEST_CASE("attention dropout drops a fraction p of the probabilities and scales the rest by 1/(1-p)") {
+  manual_seed(12);
+  for (Device dev : test_devices())
+    for (bool causal : {false, true})
+      for (double p : {0.1, 0.5}) {
+        INFO((causal ? "causal" : "full") << " p = " << p);
+        const int64_t B = 2, H = 2, T = 96, D = 96;  // Tk == D: v can be the identity
+        Tensor q = on(randn({B, H, T, D}, kFloat64), dev), k = on(randn({B, H, T, D}, kFloat64), dev);
+        Tensor kept = recover_mask(q, k, causal, p, 1234).cpu();
+        // Count kept entries among those each row can see (all, or j <= i).
+        std::vector<double> m = kept.to_vector<double>();
+        double seen = 0, dropped = 0;
+        for (int64_t f = 0; f < B * H * T * T; ++f) {
+          int64_t i = (f / T) % T, j = f % T;
+          if (causal && j > i) {
+            CHECK(m[size_t(f)] == 0);  // causal masking shows as zeros too
+            continue;
+          }
+          seen += 1;
+          dropped += m[size_t(f)] == 0 ? 1 : 0;
+        }
+        // Binomial: 5 standard deviations of the dropped fraction.
+        double sd = std::sqrt(p * (1 - p) / seen);
+        CHECK(std::fabs(dropped / seen - p) < 5 * sd);
+
+        // With that mask reproduced, the composed attention gives the fused values and
+        // gradients for any v (here random, float64).
+        Tensor v = on(randn({B, H, T, D}, kFloat64), dev);
+        Tensor w = on(randn({B, H, T, D}, kFloat64), dev);
+        Tensor kd = on(kept, dev);
+        std::vector<Tensor> leaves = {q.detach().requires_grad_(), k.detach().requires_grad_(), v.detach().requires_grad_()};
+        std::vector<Tensor> ref = {q.detach().requires_grad_(), k.detach().requires_grad_(), v.detach().requires_grad_()};
+        Tensor out = scaled_dot_product_attention(leaves[0], leaves[1], leaves[2], causal, p, true, std::nullopt, 1234);
+        Tensor want = composed(ref[0], ref[1], ref[2], causal, 1 / std::sqrt(double(D)), kd, p);
+        CHECK(rel_err(out.cpu(), want.cpu()) <= 1e-12);
+        (out * w).sum().backward();
+        (want * w).sum().backward();
+        for (size_t i = 0; i < 3; ++i) {
+          INFO("gradient of input " << i);
+          CHECK(rel_err(leaves[i].grad().cpu(), ref[i].grad().cpu()) <= 1e-12);
+        }
+      }
+}
+
+TEST_CASE("attention dropout with p = 1 gives zeros and zero gradients; p outside [0, 1] is an error") {
+  for (Device dev : test_devices()) {
+    Tensor q = on(randn({1, 2, 10, 4}), dev).requires_grad_(), k = on(randn({1, 2, 10, 4}), dev);
+    Tensor v = on(randn({1, 2, 10, 4}), dev).requires_grad_();
+    Tensor out = scaled_dot_product_attention(q, k, v, true, 1.0);
+    CHECK(max_abs_diff(out.cpu(), zeros({1, 2, 10, 4})) == 0);
+    (out * on(randn({1, 2, 10, 4}), dev)).sum().backward();
+    CHECK(max_abs_diff(q.grad().cpu(), zeros({1, 2, 10, 4})) == 0);
+    CHECK(max_abs_diff(v.grad().cpu(), zeros({1, 2, 10, 4})) == 0);
+    CHECK_THROWS_MU(scaled_dot_product_attention(q, k, v, false, 1.5), "dropout_p has to be between 0 and 1, got 1.5");
+    CHECK_THROWS_MU(scaled_dot_product_attention(q, k, v, false, -0.1), "got -0.1");
+    CHECK_THROWS_MU(scaled_dot_product_attention(q, k, v, false, std::nan("")), "dropout_p has to be between 0 and 1");
+  }
+}
+
+// ---------------------------------------------------------------- errors
+
+TEST_CASE("attention rejects bad shapes, dtypes and masks with messages naming them") {
+  Tensor q = randn({2, 3, 5, 8}), k = randn({2, 3, 6, 8}), v = randn({2, 3, 6, 8});
+  CHECK_THROWS_MU(scaled_dot_product_attention(randn({3, 5, 8}), k, v),
+                  "q must be 4-D (B, H, T, D), got shape [3, 5, 8]");
+  CHECK_THROWS_MU(scaled_dot_product_attention(q, randn({2, 3, 6, 8, 1}), v), "k must be 4-D");
+  CHECK_THROWS_MU(scaled_dot_product_attention(q, randn({1, 3, 6, 8}), v), "batch (dim 0) differs");
+  CHECK_THROWS_MU(scaled_dot_product_attention(q, k, randn({2, 4, 6, 8})), "heads (dim 1) differs");
+  CHECK_THROWS_MU(scaled_dot_product_attention(q, randn({2, 3, 6, 7}), v), "head size D (dim 3) differs: q [2, 3, 5, 8], k [2, 3, 6, 7]");
+  CHECK_THROWS_MU(scaled_dot_product_attention(q, k, randn({2, 3, 7, 8})), "k and v must have the same length");
+  CHECK_THROWS_MU(scaled_dot_product_attention(q, k, v, true), "causal masking needs as many queries as keys, got Tq = 5 and Tk = 6");
+  CHECK_THROWS_MU(scaled_dot_product_attention(q, k.to(kFloat64), v), "dtype mismatch: q float32, k float64, v float32");
+  CHECK_THROWS_MU(scaled_dot_product_attention(q.to(kInt64), k.to(kInt64), v.to(kInt64)), "needs float32 or float64");
+  CHECK_THROWS_MU(scaled_dot_product_attention(q, k, v, false, 0.0, true, kInf), "scale must be finite");
+  CHECK_THROWS_MU(scaled_dot_product_attention(Tensor(), k, v), "q is an undefined tensor");
+  if (cuda::device_count() > 0)
+    CHECK_THROWS_MU(scaled_dot_product_attention(q, k.to(Device::cuda(0)), v), "device mismatch: q on cpu");
+}
