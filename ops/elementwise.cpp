@@ -7,6 +7,7 @@
 #include "autograd/node.h"
 #include "ops/ops.h"
 #include "ops/pointwise.h"
+#include "ops/type_promotion.h"
 
 namespace mu {
 
@@ -20,6 +21,7 @@ using detail::map;
 // output gradient and the saved input x or output y.
 
 Tensor neg(const Tensor& x) {
+  MU_CHECK(!x.defined() || x.dtype() != kBool, "neg: negation of a bool tensor is not supported; use logical_not");
   Tensor y = map(fn::Neg{}, {x});
   return record("NegBackward", y, {x}, [](const Tensor& g) -> TensorList { return {neg(g)}; });
 }
@@ -113,21 +115,52 @@ Tensor clamp_max(const Tensor& x, double hi) { return clamp(x, NAN, hi); }
 
 // ---------------------------------------------------------------- binary
 
-Tensor add(const Tensor& a, const Tensor& b) {
+namespace {
+
+// a and b converted to the dtype PyTorch computes a binary op in (ops/type_promotion.h);
+// `floating`: an integer or bool result becomes float32 (true division). The
+// conversions are recorded, so each gradient comes back in its operand's own dtype.
+std::pair<Tensor, Tensor> promoted(const Tensor& a, const Tensor& b, bool floating = false) {
+  if (!a.defined() || !b.defined()) return {a, b};  // map() names the undefined operand
+  DType r = result_type(a, b);
+  if (floating && !is_floating(r)) r = kFloat32;
+  return {a.to(r), b.to(r)};
+}
+
+// The 0-dim tensor standing for the number `v` beside tensor t, and t, both in the dtype
+// PyTorch computes `t op v` in (an integer tensor and 0.5 give float32).
+std::pair<Tensor, Tensor> with_number(const Tensor& t, Scalar v, bool floating = false) {
+  MU_CHECK(t.defined(), "an op between a tensor and a number got an undefined tensor");
+  DType r = result_type(t, v);
+  if (floating && !is_floating(r)) r = kFloat32;
+  return {t.to(r), full({}, v.to_double(), TensorOptions(r).device(t.device()))};
+}
+
+}  // namespace
+
+
+Tensor add(const Tensor& a_in, const Tensor& b_in) {
+  auto [a, b] = promoted(a_in, b_in);
   Tensor y = map(fn::Add{}, {a, b});
   return record("AddBackward", y, {a, b}, [sa = a.shape(), sb = b.shape()](const Tensor& g) -> TensorList {
     return {sum_to(g, sa), sum_to(g, sb)};
   });
 }
 
-Tensor sub(const Tensor& a, const Tensor& b) {
+Tensor sub(const Tensor& a_in, const Tensor& b_in) {
+  // As PyTorch: a bool operand is an error (for a mask, logical_not was meant).
+  MU_CHECK(!a_in.defined() || !b_in.defined() || (a_in.dtype() != kBool && b_in.dtype() != kBool),
+           "sub: subtraction with a bool tensor (", dtype_name(a_in.dtype()), " - ", dtype_name(b_in.dtype()),
+           ") is not supported; to invert a mask use logical_not");
+  auto [a, b] = promoted(a_in, b_in);
   Tensor y = map(fn::Sub{}, {a, b});
   return record("SubBackward", y, {a, b}, [sa = a.shape(), sb = b.shape()](const Tensor& g) -> TensorList {
     return {sum_to(g, sa), sum_to(neg(g), sb)};
   });
 }
 
-Tensor mul(const Tensor& a, const Tensor& b) {
+Tensor mul(const Tensor& a_in, const Tensor& b_in) {
+  auto [a, b] = promoted(a_in, b_in);
   Tensor y = map(fn::Mul{}, {a, b});
   bool ga = a.requires_grad(), gb = b.requires_grad();
   return record("MulBackward", y, {a, b}, [as = save(a), bs = save(b), ga, gb](const Tensor& g) -> TensorList {
@@ -136,7 +169,8 @@ Tensor mul(const Tensor& a, const Tensor& b) {
   });
 }
 
-Tensor div(const Tensor& a, const Tensor& b) {
+Tensor div(const Tensor& a_in, const Tensor& b_in) {
+  auto [a, b] = promoted(a_in, b_in, true);
   Tensor y = map(fn::Div{}, {a, b});
   bool gb = b.requires_grad();
   return record("DivBackward", y, {a, b}, [sa = a.shape(), bs = save(b), ys = save(y), gb](const Tensor& g) -> TensorList {
@@ -148,7 +182,8 @@ Tensor div(const Tensor& a, const Tensor& b) {
   });
 }
 
-Tensor pow(const Tensor& a, const Tensor& b) {
+Tensor pow(const Tensor& a_in, const Tensor& b_in) {
+  auto [a, b] = promoted(a_in, b_in);
   Tensor y = map(fn::Pow{}, {a, b});
   return record("PowBackward", y, {a, b}, [as = save(a), bs = save(b), ys = save(y)](const Tensor& g) -> TensorList {
     Tensor av = as.get(), bv = bs.get(), yv = ys.get();
@@ -159,7 +194,8 @@ Tensor pow(const Tensor& a, const Tensor& b) {
 }
 
 // maximum/minimum: the gradient goes to the larger (smaller) operand, split in half on ties.
-static Tensor extremum(const Tensor& a, const Tensor& b, bool take_max) {
+static Tensor extremum(const Tensor& a_in, const Tensor& b_in, bool take_max) {
+  auto [a, b] = promoted(a_in, b_in);
   Tensor y = take_max ? map(fn::Maximum{}, {a, b}) : map(fn::Minimum{}, {a, b});
   return record(take_max ? "MaximumBackward" : "MinimumBackward", y, {a, b},
                 [as = save(a), bs = save(b), take_max](const Tensor& g) -> TensorList {
@@ -175,12 +211,30 @@ Tensor minimum(const Tensor& a, const Tensor& b) { return extremum(a, b, false);
 
 // ---------------------------------------------------------------- comparisons and selection
 
-Tensor eq(const Tensor& a, const Tensor& b) { return map(fn::Eq{}, {a, b}); }
-Tensor ne(const Tensor& a, const Tensor& b) { return map(fn::Ne{}, {a, b}); }
-Tensor lt(const Tensor& a, const Tensor& b) { return map(fn::Lt{}, {a, b}); }
-Tensor le(const Tensor& a, const Tensor& b) { return map(fn::Le{}, {a, b}); }
-Tensor gt(const Tensor& a, const Tensor& b) { return map(fn::Gt{}, {a, b}); }
-Tensor ge(const Tensor& a, const Tensor& b) { return map(fn::Ge{}, {a, b}); }
+Tensor eq(const Tensor& a, const Tensor& b) {
+  auto [pa, pb] = promoted(a, b);
+  return map(fn::Eq{}, {pa, pb});
+}
+Tensor ne(const Tensor& a, const Tensor& b) {
+  auto [pa, pb] = promoted(a, b);
+  return map(fn::Ne{}, {pa, pb});
+}
+Tensor lt(const Tensor& a, const Tensor& b) {
+  auto [pa, pb] = promoted(a, b);
+  return map(fn::Lt{}, {pa, pb});
+}
+Tensor le(const Tensor& a, const Tensor& b) {
+  auto [pa, pb] = promoted(a, b);
+  return map(fn::Le{}, {pa, pb});
+}
+Tensor gt(const Tensor& a, const Tensor& b) {
+  auto [pa, pb] = promoted(a, b);
+  return map(fn::Gt{}, {pa, pb});
+}
+Tensor ge(const Tensor& a, const Tensor& b) {
+  auto [pa, pb] = promoted(a, b);
+  return map(fn::Ge{}, {pa, pb});
+}
 
 // Any dtype counts as a condition: nonzero is true.
 static Tensor as_bool(const Tensor& t) { return t.dtype() == kBool ? t : t.to(kBool); }
@@ -189,7 +243,8 @@ Tensor logical_not(const Tensor& x) { return map(fn::LogicalNot{}, {as_bool(x)})
 Tensor logical_and(const Tensor& a, const Tensor& b) { return map(fn::LogicalAnd{}, {as_bool(a), as_bool(b)}); }
 Tensor logical_or(const Tensor& a, const Tensor& b) { return map(fn::LogicalOr{}, {as_bool(a), as_bool(b)}); }
 
-Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
+Tensor where(const Tensor& cond, const Tensor& a_in, const Tensor& b_in) {
+  auto [a, b] = promoted(a_in, b_in);
   Tensor c = as_bool(cond);
   Tensor y = map(fn::Where{}, {c, a, b});
   return record("WhereBackward", y, {a, b}, [cs = save(c), sa = a.shape(), sb = b.shape()](const Tensor& g) -> TensorList {
@@ -199,7 +254,10 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   });
 }
 
-Tensor where(const Tensor& cond, const Tensor& a, double b) { return where(cond, a, detail::scalar_like(a, b, "where")); }
+Tensor where(const Tensor& cond, const Tensor& a, Scalar b) {
+  auto [pa, pb] = with_number(a, b);
+  return where(cond, pa, pb);
+}
 
 Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
   Shape s = broadcast_shapes(x.shape(), mask.shape(), "masked_fill");
@@ -225,26 +283,68 @@ Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
 Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
 Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
 Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
-Tensor operator+(const Tensor& a, double b) { return add(a, detail::scalar_like(a, b, "add")); }
-Tensor operator-(const Tensor& a, double b) { return sub(a, detail::scalar_like(a, b, "sub")); }
-Tensor operator*(const Tensor& a, double b) { return mul(a, detail::scalar_like(a, b, "mul")); }
-Tensor operator/(const Tensor& a, double b) { return div(a, detail::scalar_like(a, b, "div")); }
-Tensor operator+(double a, const Tensor& b) { return add(detail::scalar_like(b, a, "add"), b); }
-Tensor operator-(double a, const Tensor& b) { return sub(detail::scalar_like(b, a, "sub"), b); }
-Tensor operator*(double a, const Tensor& b) { return mul(detail::scalar_like(b, a, "mul"), b); }
-Tensor operator/(double a, const Tensor& b) { return div(detail::scalar_like(b, a, "div"), b); }
+Tensor operator+(const Tensor& a, Scalar b) {
+  auto [pa, pb] = with_number(a, b);
+  return add(pa, pb);
+}
+Tensor operator-(const Tensor& a, Scalar b) {
+  auto [pa, pb] = with_number(a, b);
+  return sub(pa, pb);
+}
+Tensor operator*(const Tensor& a, Scalar b) {
+  auto [pa, pb] = with_number(a, b);
+  return mul(pa, pb);
+}
+Tensor operator/(const Tensor& a, Scalar b) {
+  auto [pa, pb] = with_number(a, b, true);
+  return div(pa, pb);
+}
+Tensor operator+(Scalar a, const Tensor& b) {
+  auto [pb, pa] = with_number(b, a);
+  return add(pa, pb);
+}
+Tensor operator-(Scalar a, const Tensor& b) {
+  auto [pb, pa] = with_number(b, a);
+  return sub(pa, pb);
+}
+Tensor operator*(Scalar a, const Tensor& b) {
+  auto [pb, pa] = with_number(b, a);
+  return mul(pa, pb);
+}
+Tensor operator/(Scalar a, const Tensor& b) {
+  auto [pb, pa] = with_number(b, a, true);
+  return div(pa, pb);
+}
 Tensor operator==(const Tensor& a, const Tensor& b) { return eq(a, b); }
 Tensor operator!=(const Tensor& a, const Tensor& b) { return ne(a, b); }
 Tensor operator<(const Tensor& a, const Tensor& b) { return lt(a, b); }
 Tensor operator<=(const Tensor& a, const Tensor& b) { return le(a, b); }
 Tensor operator>(const Tensor& a, const Tensor& b) { return gt(a, b); }
 Tensor operator>=(const Tensor& a, const Tensor& b) { return ge(a, b); }
-Tensor operator==(const Tensor& a, double b) { return eq(a, detail::scalar_like(a, b, "eq")); }
-Tensor operator!=(const Tensor& a, double b) { return ne(a, detail::scalar_like(a, b, "ne")); }
-Tensor operator<(const Tensor& a, double b) { return lt(a, full({}, b, TensorOptions(a.dtype()).device(a.device()))); }
-Tensor operator<=(const Tensor& a, double b) { return le(a, full({}, b, TensorOptions(a.dtype()).device(a.device()))); }
-Tensor operator>(const Tensor& a, double b) { return gt(a, full({}, b, TensorOptions(a.dtype()).device(a.device()))); }
-Tensor operator>=(const Tensor& a, double b) { return ge(a, full({}, b, TensorOptions(a.dtype()).device(a.device()))); }
+Tensor operator==(const Tensor& a, Scalar b) {
+  auto [pa, pb] = with_number(a, b);
+  return eq(pa, pb);
+}
+Tensor operator!=(const Tensor& a, Scalar b) {
+  auto [pa, pb] = with_number(a, b);
+  return ne(pa, pb);
+}
+Tensor operator<(const Tensor& a, Scalar b) {
+  auto [pa, pb] = with_number(a, b);
+  return lt(pa, pb);
+}
+Tensor operator<=(const Tensor& a, Scalar b) {
+  auto [pa, pb] = with_number(a, b);
+  return le(pa, pb);
+}
+Tensor operator>(const Tensor& a, Scalar b) {
+  auto [pa, pb] = with_number(a, b);
+  return gt(pa, pb);
+}
+Tensor operator>=(const Tensor& a, Scalar b) {
+  auto [pa, pb] = with_number(a, b);
+  return ge(pa, pb);
+}
 
 // ---------------------------------------------------------------- methods and in-place forms
 
@@ -261,6 +361,15 @@ static Tensor& inplace(Tensor& self, const Tensor& other, const F& f) {
   check_inplace(self, F::name);
   // A source sharing the destination's memory (x.add_(x.t())) is read from a private copy.
   Tensor src = other.storage() == self.storage() ? other.clone() : other;
+  if (src.defined() && src.dtype() != self.dtype()) {
+    // PyTorch's rule for in-place ops: the promoted result must fit self's dtype (a float
+    // never goes into an integer tensor); then other is read in self's dtype.
+    DType r = result_type(self, src);
+    MU_CHECK(can_cast(r, self.dtype()), F::name, ": the result type ", dtype_name(r),
+             " cannot be written into a tensor of dtype ", dtype_name(self.dtype()), " (self ",
+             shape_str(self.shape()), ", other ", dtype_name(src.dtype()), " ", shape_str(src.shape()), ")");
+    src = src.to(self.dtype());
+  }
   detail::map_into(self, f, {self, src});
   self.bump_version();
   return self;

@@ -1,6 +1,9 @@
-// Elementwise ops with PyTorch broadcasting. Binary ops need both operands of one dtype
-// and device; a double on either side takes the tensor's dtype.
+// Elementwise ops with PyTorch broadcasting and type promotion: operands of mixed dtypes
+// (or a tensor and a C++ number) compute in the dtype torch.result_type gives
+// (ops/type_promotion.h), and true division of integers gives float32. Operands share
+// one device.
 #pragma once
+#include "tensor/scalar.h"
 #include "tensor/tensor.h"
 
 namespace mu {
@@ -47,7 +50,7 @@ Tensor logical_or(const Tensor& a, const Tensor& b);
 
 // cond ? a : b, broadcasting all three; cond is bool (or any dtype: nonzero = true).
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
-Tensor where(const Tensor& cond, const Tensor& a, double b);
+Tensor where(const Tensor& cond, const Tensor& a, Scalar b);
 // x with `value` wherever mask (broadcast to x's shape) is true.
 Tensor masked_fill(const Tensor& x, const Tensor& mask, double value);
 
@@ -60,25 +63,25 @@ Tensor operator+(const Tensor& a, const Tensor& b);
 Tensor operator-(const Tensor& a, const Tensor& b);
 Tensor operator*(const Tensor& a, const Tensor& b);
 Tensor operator/(const Tensor& a, const Tensor& b);
-Tensor operator+(const Tensor& a, double b);
-Tensor operator-(const Tensor& a, double b);
-Tensor operator*(const Tensor& a, double b);
-Tensor operator/(const Tensor& a, double b);
-Tensor operator+(double a, const Tensor& b);
-Tensor operator-(double a, const Tensor& b);
-Tensor operator*(double a, const Tensor& b);
-Tensor operator/(double a, const Tensor& b);
+Tensor operator+(const Tensor& a, Scalar b);
+Tensor operator-(const Tensor& a, Scalar b);
+Tensor operator*(const Tensor& a, Scalar b);
+Tensor operator/(const Tensor& a, Scalar b);
+Tensor operator+(Scalar a, const Tensor& b);
+Tensor operator-(Scalar a, const Tensor& b);
+Tensor operator*(Scalar a, const Tensor& b);
+Tensor operator/(Scalar a, const Tensor& b);
 Tensor operator==(const Tensor& a, const Tensor& b);
 Tensor operator!=(const Tensor& a, const Tensor& b);
 Tensor operator<(const Tensor& a, const Tensor& b);
 Tensor operator<=(const Tensor& a, const Tensor& b);
 Tensor operator>(const Tensor& a, const Tensor& b);
 Tensor operator>=(const Tensor& a, const Tensor& b);
-Tensor operator==(const Tensor& a, double b);
-Tensor operator!=(const Tensor& a, double b);
-Tensor operator<(const Tensor& a, double b);
-Tensor operator<=(const Tensor& a, double b);
-Tensor operator>(const Tensor& a, double b);
-Tensor operator>=(const Tensor& a, double b);
+Tensor operator==(const Tensor& a, Scalar b);
+Tensor operator!=(const Tensor& a, Scalar b);
+Tensor operator<(const Tensor& a, Scalar b);
+Tensor operator<=(const Tensor& a, Scalar b);
+Tensor operator>(const Tensor& a, Scalar b);
+Tensor operator>=(const Tensor& a, Scalar b);
 
 }  // namespace mu

@@ -4,17 +4,31 @@
 #include <string>
 
 #include "tensor/error.h"
+#include "tensor/half.h"
 
 namespace mu {
 
 // Bool is the result of comparisons (one byte per element, like torch.bool).
-// BFloat16 is reserved for CUDA mixed precision; CPU kernels do not take it.
-enum class DType : uint8_t { Float32, Float64, Int64, Bool, BFloat16 };
+// The compute dtypes are float32, float64, int64 and bool: every CPU kernel takes them.
+// The others are storage dtypes (as in a safetensors file): tensors hold them, copies and
+// .to() convert them, elementwise ops compute on them through float32 (the 16-bit floats)
+// or int64 (the narrow integers) and round back; other ops name them and ask for a .to().
+// New enumerators go last: the values appear in no file, but keep them stable anyway.
+enum class DType : uint8_t { Float32, Float64, Int64, Bool, BFloat16, Float16, Int8, Int16, Int32, UInt8 };
 
 inline constexpr DType kFloat32 = DType::Float32;
 inline constexpr DType kFloat64 = DType::Float64;
 inline constexpr DType kInt64 = DType::Int64;
 inline constexpr DType kBool = DType::Bool;
+inline constexpr DType kBFloat16 = DType::BFloat16;
+inline constexpr DType kFloat16 = DType::Float16;
+inline constexpr DType kInt8 = DType::Int8;
+inline constexpr DType kInt16 = DType::Int16;
+inline constexpr DType kInt32 = DType::Int32;
+inline constexpr DType kUInt8 = DType::UInt8;
+
+inline constexpr DType kAllDTypes[] = {kFloat32, kFloat64, kInt64,  kBool,  kBFloat16,
+                                       kFloat16, kInt8,    kInt16, kInt32, kUInt8};
 
 inline size_t element_size(DType t) {
   switch (t) {
@@ -23,6 +37,11 @@ inline size_t element_size(DType t) {
     case DType::Int64: return 8;
     case DType::Bool: return 1;
     case DType::BFloat16: return 2;
+    case DType::Float16: return 2;
+    case DType::Int8: return 1;
+    case DType::Int16: return 2;
+    case DType::Int32: return 4;
+    case DType::UInt8: return 1;
   }
   return 0;
 }
@@ -34,12 +53,33 @@ inline const char* dtype_name(DType t) {
     case DType::Int64: return "int64";
     case DType::Bool: return "bool";
     case DType::BFloat16: return "bfloat16";
+    case DType::Float16: return "float16";
+    case DType::Int8: return "int8";
+    case DType::Int16: return "int16";
+    case DType::Int32: return "int32";
+    case DType::UInt8: return "uint8";
   }
   return "?";
 }
 
 inline bool is_floating(DType t) {
-  return t == DType::Float32 || t == DType::Float64 || t == DType::BFloat16;
+  return t == DType::Float32 || t == DType::Float64 || t == DType::BFloat16 || t == DType::Float16;
+}
+
+inline bool is_integral(DType t) {
+  return t == DType::Int64 || t == DType::Int8 || t == DType::Int16 || t == DType::Int32 || t == DType::UInt8;
+}
+
+// float32, float64, int64, bool: the dtypes CPU kernels take.
+inline bool is_compute_dtype(DType t) {
+  return t == DType::Float32 || t == DType::Float64 || t == DType::Int64 || t == DType::Bool;
+}
+
+// The compute dtype a storage dtype is widened to for arithmetic: float32 for the 16-bit
+// floats, int64 for the narrow integers (whose wrap-around a cast back reproduces).
+inline DType compute_dtype(DType t) {
+  if (is_compute_dtype(t)) return t;
+  return is_floating(t) ? DType::Float32 : DType::Int64;
 }
 
 // C++ type -> DType, for templated factories and data_ptr<T>() checks.
@@ -48,6 +88,12 @@ template <> constexpr DType dtype_of<float>() { return DType::Float32; }
 template <> constexpr DType dtype_of<double>() { return DType::Float64; }
 template <> constexpr DType dtype_of<int64_t>() { return DType::Int64; }
 template <> constexpr DType dtype_of<bool>() { return DType::Bool; }
+template <> constexpr DType dtype_of<bfloat16_t>() { return DType::BFloat16; }
+template <> constexpr DType dtype_of<half_t>() { return DType::Float16; }
+template <> constexpr DType dtype_of<int8_t>() { return DType::Int8; }
+template <> constexpr DType dtype_of<int16_t>() { return DType::Int16; }
+template <> constexpr DType dtype_of<int32_t>() { return DType::Int32; }
+template <> constexpr DType dtype_of<uint8_t>() { return DType::UInt8; }
 
 }  // namespace mu
 
@@ -82,6 +128,23 @@ template <> constexpr DType dtype_of<bool>() { return DType::Bool; }
     }                                                                                   \
   }()
 
+// Every dtype, storage dtypes included: copies, fills, element reads and writes.
+#define MU_DISPATCH_STORAGE(dtype, opname, ...)                                         \
+  [&] {                                                                                 \
+    switch (dtype) {                                                                    \
+      MU_DISPATCH_CASE_(::mu::DType::Float32, float, __VA_ARGS__)                       \
+      MU_DISPATCH_CASE_(::mu::DType::Float64, double, __VA_ARGS__)                      \
+      MU_DISPATCH_CASE_(::mu::DType::Int64, int64_t, __VA_ARGS__)                       \
+      MU_DISPATCH_CASE_(::mu::DType::Bool, bool, __VA_ARGS__)                           \
+      MU_DISPATCH_CASE_(::mu::DType::BFloat16, ::mu::bfloat16_t, __VA_ARGS__)           \
+      MU_DISPATCH_CASE_(::mu::DType::Float16, ::mu::half_t, __VA_ARGS__)                \
+      MU_DISPATCH_CASE_(::mu::DType::Int8, int8_t, __VA_ARGS__)                         \
+      MU_DISPATCH_CASE_(::mu::DType::Int16, int16_t, __VA_ARGS__)                       \
+      MU_DISPATCH_CASE_(::mu::DType::Int32, int32_t, __VA_ARGS__)                       \
+      MU_DISPATCH_CASE_(::mu::DType::UInt8, uint8_t, __VA_ARGS__)                       \
+    }                                                                                   \
+  }()
+
 #define MU_DISPATCH_ALL(dtype, opname, ...)                                             \
   [&] {                                                                                 \
     switch (dtype) {                                                                    \
@@ -90,6 +153,7 @@ template <> constexpr DType dtype_of<bool>() { return DType::Bool; }
       MU_DISPATCH_CASE_(::mu::DType::Int64, int64_t, __VA_ARGS__)                       \
       MU_DISPATCH_CASE_(::mu::DType::Bool, bool, __VA_ARGS__)                           \
       default:                                                                          \
-        MU_FAIL(opname, ": dtype ", ::mu::dtype_name(dtype), " is not supported on CPU"); \
+        MU_FAIL(opname, ": dtype ", ::mu::dtype_name(dtype),                            \
+                " is a storage dtype; convert the tensor with .to(kFloat32) or .to(kInt64)"); \
     }                                                                                   \
   }()

@@ -64,7 +64,8 @@ struct Printer {
   double value(int64_t off) const {
     double v = 0;
     const char* base = static_cast<const char*>(t.storage()->data);
-    MU_DISPATCH_ALL(t.dtype(), "print", [&] { v = double(reinterpret_cast<const scalar_t*>(base)[off]); });
+    MU_DISPATCH_STORAGE(t.dtype(), "print",
+                        [&] { v = convert_element<double>(reinterpret_cast<const scalar_t*>(base)[off]); });
     return v;
   }
 

@@ -58,15 +58,24 @@ std::string header_hash(std::string header, size_t at) {
   return hex16(fnv1a(header));
 }
 
+// The format's dtype names for ours, every dtype having one.
+constexpr std::pair<const char*, DType> kDtypeNames[] = {
+    {"F16", kFloat16}, {"BF16", kBFloat16}, {"F32", kFloat32}, {"F64", kFloat64}, {"I8", kInt8},
+    {"I16", kInt16},   {"I32", kInt32},     {"I64", kInt64},   {"U8", kUInt8},    {"BOOL", kBool}};
+
 bool parse_dtype(const std::string& s, DType& out) {
-  const std::pair<const char*, DType> known[] = {
-      {"F32", kFloat32}, {"F64", kFloat64}, {"I64", kInt64}, {"BOOL", kBool}, {"BF16", DType::BFloat16}};
-  for (const auto& [name, t] : known)
+  for (const auto& [name, t] : kDtypeNames)
     if (s == name) {
       out = t;
       return true;
     }
   return false;
+}
+
+std::string supported_dtypes() {
+  std::string list;
+  for (const auto& [name, t] : kDtypeNames) list += (list.empty() ? "" : ", ") + std::string(name);
+  return list;
 }
 
 // A file descriptor closed on scope exit.
@@ -125,7 +134,7 @@ void write_tensor(int fd, const Tensor& t, const std::string& file) {
     write_all(fd, d.raw_data(), nbytes, file);
     return;
   }
-  // Device memory goes through a host buffer (raw bytes, so bfloat16 needs no CPU kernel).
+  // Device memory goes through a host buffer, as raw bytes.
   std::vector<char> host(nbytes);
   cuda::memcpy(host.data(), Device::cpu(), d.raw_data(), d.device(), nbytes);
   write_all(fd, host.data(), nbytes, file);
@@ -166,8 +175,8 @@ Entry parse_entry(const std::string& file, const std::string& name, const json& 
   const json& dt = v["dtype"];
   MU_CHECK(dt.is_string(), where, ": \"dtype\" is not a string");
   e.dtype_str = dt.get<std::string>();
-  MU_CHECK(parse_dtype(e.dtype_str, e.dtype), where, " has unknown dtype \"", e.dtype_str,
-           "\" (supported: F32, F64, I64, BOOL, BF16)");
+  MU_CHECK(parse_dtype(e.dtype_str, e.dtype), where, " has dtype \"", e.dtype_str, "\", which mumoe cannot hold (",
+           "supported: ", supported_dtypes(), ")");
 
   const json& sh = v["shape"];
   MU_CHECK(sh.is_array(), where, ": \"shape\" is not an array");
@@ -203,15 +212,6 @@ Entry parse_entry(const std::string& file, const std::string& name, const json& 
 Tensor read_entry(int fd, const Entry& e, uint64_t data_start, const std::string& file) {
   uint64_t at = data_start + e.begin;
   size_t nbytes = size_t(e.end - e.begin);
-  if (e.dtype == DType::BFloat16) {
-    // bfloat16 is the upper half of a float32, so widening is a 16-bit shift: exact.
-    std::vector<uint16_t> half(nbytes / 2);
-    read_all(fd, half.data(), nbytes, at, file);
-    Tensor t = empty(e.shape, kFloat32);
-    float* p = t.data_ptr<float>();
-    for (size_t i = 0; i < half.size(); ++i) p[i] = std::bit_cast<float>(uint32_t(half[i]) << 16);
-    return t;
-  }
   Tensor t = empty(e.shape, e.dtype);
   if (nbytes > 0) read_all(fd, t.raw_data(), nbytes, at, file);
   if (e.dtype == kBool) {
@@ -227,13 +227,8 @@ Tensor read_entry(int fd, const Entry& e, uint64_t data_start, const std::string
 }  // namespace
 
 const char* safetensors_dtype(DType t) {
-  switch (t) {
-    case DType::Float32: return "F32";
-    case DType::Float64: return "F64";
-    case DType::Int64: return "I64";
-    case DType::Bool: return "BOOL";
-    case DType::BFloat16: return "BF16";
-  }
+  for (const auto& [name, d] : kDtypeNames)
+    if (d == t) return name;
   MU_FAIL("safetensors_dtype: unknown dtype ", int(t));
 }
 

@@ -31,8 +31,9 @@ inline constexpr const char* kSafetensorsChecksumKey = "mumoe.header_checksum";
 
 struct SafetensorsFile {
   std::string path;
-  // Name -> tensor (on the CPU, contiguous), in the order of their data in the file.
-  // BF16 entries load as float32 (an exact widening: the CPU has no bfloat16 kernels).
+  // Name -> tensor (on the CPU, contiguous, in the stored dtype), in the order of their
+  // data in the file. F16, BF16, I8, I16, I32 and U8 load as mumoe's storage dtypes
+  // (tensor/dtype.h): .to() converts them; load_state_dict converts into the module's.
   std::vector<std::pair<std::string, Tensor>> tensors;
   std::map<std::string, std::string> metadata;  // the "__metadata__" object
   std::map<std::string, std::string> dtypes;    // name -> dtype as stored ("F32", "BF16", ...)
@@ -51,7 +52,9 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
 
 SafetensorsFile load_safetensors(const std::string& path);
 
-// The safetensors name of a dtype: "F32", "F64", "I64", "BOOL", "BF16".
+// The safetensors name of a dtype: "F16", "BF16", "F32", "F64", "I8", "I16", "I32", "I64",
+// "U8", "BOOL". The format's U16, U32, U64 and 8-bit floats have no mumoe dtype: a file
+// holding them is refused, naming the entry.
 const char* safetensors_dtype(DType t);
 
 }  // namespace mu

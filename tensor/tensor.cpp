@@ -46,12 +46,19 @@ template float* Tensor::data_ptr<float>() const;
 template double* Tensor::data_ptr<double>() const;
 template int64_t* Tensor::data_ptr<int64_t>() const;
 template bool* Tensor::data_ptr<bool>() const;
+template bfloat16_t* Tensor::data_ptr<bfloat16_t>() const;
+template half_t* Tensor::data_ptr<half_t>() const;
+template int8_t* Tensor::data_ptr<int8_t>() const;
+template int16_t* Tensor::data_ptr<int16_t>() const;
+template int32_t* Tensor::data_ptr<int32_t>() const;
+template uint8_t* Tensor::data_ptr<uint8_t>() const;
 
 // Reads the element at storage offset `off` of a CPU tensor as a double.
 static double read_element(const Tensor& t, int64_t off) {
   const char* base = static_cast<const char*>(t.storage()->data);
   double v = 0;
-  MU_DISPATCH_ALL(t.dtype(), "read", [&] { v = double(reinterpret_cast<const scalar_t*>(base)[off]); });
+  MU_DISPATCH_STORAGE(t.dtype(), "read",
+                      [&] { v = convert_element<double>(reinterpret_cast<const scalar_t*>(base)[off]); });
   return v;
 }
 
@@ -87,7 +94,8 @@ void Tensor::set(const std::vector<int64_t>& idx, double value) const {
   check_inplace(*this, "set");
   int64_t off = element_offset(*this, idx, "set");
   char* base = static_cast<char*>(storage()->data);
-  MU_DISPATCH_ALL(dtype(), "set", [&] { reinterpret_cast<scalar_t*>(base)[off] = scalar_t(value); });
+  MU_DISPATCH_STORAGE(dtype(), "set",
+                      [&] { reinterpret_cast<scalar_t*>(base)[off] = convert_element<scalar_t>(value); });
   bump_version();
 }
 
@@ -150,8 +158,6 @@ void check_inplace(const Tensor& t, const char* op) {
 Tensor empty(const Shape& shape, TensorOptions opts) {
   for (int64_t s : shape)
     MU_CHECK(s >= 0, "empty: negative dimension ", s, " in shape ", shape_str(shape));
-  MU_CHECK(opts.dtype() != DType::BFloat16 || opts.device().is_cuda(),
-           "bfloat16 tensors are supported on CUDA only");
   int64_t n = numel_of(shape);
   auto storage = std::make_shared<Storage>(size_t(n) * element_size(opts.dtype()), opts.device());
   Tensor t = make_view(storage, shape, contiguous_strides(shape), 0, opts.dtype());
@@ -187,9 +193,9 @@ Tensor scalar_tensor(double value, TensorOptions opts) { return full({}, value, 
 template <class Fill>
 static Tensor build_on_host(const Shape& shape, TensorOptions opts, Fill fill) {
   Tensor t = empty(shape, TensorOptions(opts.dtype()));
-  MU_DISPATCH_ALL(opts.dtype(), "factory", [&] {
+  MU_DISPATCH_STORAGE(opts.dtype(), "factory", [&] {
     scalar_t* p = t.data_ptr<scalar_t>();
-    for (int64_t i = 0, n = t.numel(); i < n; ++i) p[i] = scalar_t(fill(i));
+    for (int64_t i = 0, n = t.numel(); i < n; ++i) p[i] = convert_element<scalar_t>(fill(i));
   });
   if (!opts.device().is_cpu()) t = t.to(opts.device());
   if (opts.requires_grad()) t.requires_grad_(true);

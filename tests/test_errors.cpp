@@ -15,12 +15,15 @@ TEST_CASE("shape mismatch names both shapes") {
   CHECK_THROWS_MU(zeros({1, 3}).copy_(ones({3, 1})), "cannot be broadcast");
 }
 
-TEST_CASE("dtype mismatch names both dtypes") {
-  CHECK_THROWS_MU(ones({2}) + ones({2}, kFloat64), "float32 vs float64");
-  CHECK_THROWS_MU(ones({2}) * arange(2), "float32 vs int64");
-  CHECK_THROWS_MU(exp(arange(3)), "int64");
-  CHECK_THROWS_MU(arange(3) * 0.5, "not an integer");
+TEST_CASE("dtypes that cannot meet name both dtypes") {
+  // In-place: the promoted result must fit the destination's dtype.
+  Tensor i = arange(3);
+  CHECK_THROWS_MU(i.add_(ones({3})), "add_: the result type float32 cannot be written into a tensor of dtype int64");
+  CHECK_THROWS_MU(i.add_(0.5), "not an integer");
   CHECK_THROWS_MU(ones({2}).data_ptr<double>(), "float32");
+  // Ops other than the elementwise ones do not compute on storage dtypes.
+  CHECK_THROWS_MU(ones({2}).to(kFloat16).sum(), "float16 is a storage dtype; convert the tensor with .to(kFloat32)");
+  CHECK_THROWS_MU(matmul(ones({2, 2}), ones({2, 2}, kFloat64)), "float32 vs float64");
 }
 
 TEST_CASE("device mismatch and missing devices are reported, not crashed on") {

@@ -326,9 +326,10 @@ TEST_CASE("hand-written headers: each malformation is named") {
   CHECK(empties.get("e").shape() == Shape{0, 3});
   check_same(empties.get("x"), tensor({1.0, 2.0}));
 
-  check("{\"x\":{\"dtype\":\"F16\",\"shape\":[2],\"data_offsets\":[0,4]}}", f32x2.substr(0, 4),
-        "entry \"x\" has unknown dtype \"F16\" (supported: F32, F64, I64, BOOL, BF16)");
-  check("{\"x\":{\"dtype\":\"U8\",\"shape\":[8],\"data_offsets\":[0,8]}}", f32x2, "unknown dtype \"U8\"");
+  check("{\"x\":{\"dtype\":\"U16\",\"shape\":[2],\"data_offsets\":[0,4]}}", f32x2.substr(0, 4),
+        "entry \"x\" has dtype \"U16\", which mumoe cannot hold (supported: F16, BF16, F32, F64, I8, I16, I32, I64, "
+        "U8, BOOL)");
+  check("{\"x\":{\"dtype\":\"F8_E4M3\",\"shape\":[8],\"data_offsets\":[0,8]}}", f32x2, "dtype \"F8_E4M3\"");
   check("{\"x\":{\"dtype\":4,\"shape\":[2],\"data_offsets\":[0,8]}}", f32x2, "\"dtype\" is not a string");
   check("{\"x\":{\"shape\":[2],\"data_offsets\":[0,8]}}", f32x2, "entry \"x\" has no \"dtype\"");
   check("{\"x\":{\"dtype\":\"F32\",\"data_offsets\":[0,8]}}", f32x2, "entry \"x\" has no \"shape\"");
@@ -368,7 +369,7 @@ TEST_CASE("hand-written headers: each malformation is named") {
         "entry \"m\" (BOOL) holds byte 2");
 }
 
-TEST_CASE("BF16 entries load as exactly widened float32") {
+TEST_CASE("BF16 entries load as bfloat16 with their bits, and widen exactly to float32") {
   TempDir dir("safetensors");
   std::string p = dir.file("bf16.safetensors");
   // 1.5, -2, 0.1 rounded to bfloat16 (0x3dcd = 0.10009765625), and 3.0e38.
@@ -377,8 +378,9 @@ TEST_CASE("BF16 entries load as exactly widened float32") {
   SafetensorsFile f = load_safetensors(p);
   CHECK(f.dtypes.at("h") == "BF16");
   Tensor h = f.get("h");
-  CHECK(h.dtype() == kFloat32);
+  CHECK(h.dtype() == kBFloat16);
   CHECK(h.shape() == Shape{2, 2});
+  CHECK(std::memcmp(h.raw_data(), raw.data(), 8) == 0);
   std::vector<float> v = h.to_vector<float>();
   CHECK(v[0] == 1.5f);
   CHECK(v[1] == -2.0f);

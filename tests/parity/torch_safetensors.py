@@ -10,10 +10,10 @@ Usage: torch_safetensors.py DIR
     for bit, with the raw dump DIR/mumoe_raw/NAME.bin listed in DIR/mumoe_manifest.txt
     ("NAME DTYPE SHAPE" lines, SHAPE like 2x3, "scalar" or 0x4). Metadata must hold
     the pairs listed in DIR/mumoe_metadata.txt ("KEY VALUE" lines).
-(b) Writes DIR/torch.safetensors from seeded torch tensors (F32, F64, I64, BOOL, BF16,
-    0-dim, empty) the way Python writers do: json.dumps spacing, data in another order
+(b) Writes DIR/torch.safetensors from seeded torch tensors (every dtype of the format
+    mumoe holds, 0-dim, empty, and torch's conversions between them: the cvt_ entries) the way Python writers do: json.dumps spacing, data in another order
     than the header, {"format": "pt"} metadata. Each tensor's raw bytes go to
-    DIR/torch_raw/NAME.bin (BF16 as its float32 widening) and DIR/torch_manifest.txt.
+    DIR/torch_raw/NAME.bin and DIR/torch_manifest.txt.
 Exits non-zero, saying why, on any mismatch.
 """
 import json
@@ -24,9 +24,22 @@ import sys
 import numpy as np
 import torch
 
-NUMPY = {'F32': np.float32, 'F64': np.float64, 'I64': np.int64, 'BOOL': np.bool_}
+# numpy has no bfloat16: its bits travel as int16 and are viewed as torch.bfloat16.
+NUMPY = {'F32': np.float32, 'F64': np.float64, 'I64': np.int64, 'BOOL': np.bool_, 'F16': np.float16,
+         'BF16': np.int16, 'I8': np.int8, 'I16': np.int16, 'I32': np.int32, 'U8': np.uint8}
 TORCH = {'F32': torch.float32, 'F64': torch.float64, 'I64': torch.int64, 'BOOL': torch.bool,
-         'BF16': torch.bfloat16}
+         'BF16': torch.bfloat16, 'F16': torch.float16, 'I8': torch.int8, 'I16': torch.int16,
+         'I32': torch.int32, 'U8': torch.uint8}
+
+
+def from_numpy(arr, dtype):
+    t = torch.from_numpy(arr.copy())
+    return t.view(torch.bfloat16) if dtype == 'BF16' else t
+
+
+def raw_bytes(t):
+    t = t.contiguous()
+    return (t.view(torch.int16) if t.dtype == torch.bfloat16 else t).numpy().tobytes()
 CHECKSUM_KEY = 'mumoe.header_checksum'
 
 
@@ -89,11 +102,11 @@ def read_mumoe(d):
         covered = end
         chunk = data[begin:end]
         arr = np.frombuffer(chunk, dtype=NUMPY[dtype]).reshape(entry['shape'])
-        t = torch.from_numpy(arr.copy())
+        t = from_numpy(arr, dtype)
         if t.dtype != TORCH[dtype] or list(t.shape) != entry['shape']:
             fail(f'{name}: torch built {t.dtype} {list(t.shape)}')
         raw = open(f'{d}/mumoe_raw/{name}.bin', 'rb').read()
-        ref = torch.from_numpy(np.frombuffer(raw, dtype=NUMPY[dtype]).reshape(entry['shape']).copy())
+        ref = from_numpy(np.frombuffer(raw, dtype=NUMPY[dtype]).reshape(entry['shape']), dtype)
         if chunk != raw or not torch.equal(t, ref):
             fail(f'{name}: values differ from the raw dump')
     if covered != len(data):
@@ -113,11 +126,32 @@ def write_torch(d):
         'half': torch.randn(2, 3).to(torch.bfloat16),
         'empty': torch.empty(0, 2),
         'transposed': torch.randn(3, 4).t(),  # written contiguous, as every writer must
+        'i8': torch.randint(-128, 128, (7,), dtype=torch.int8),
+        'i16': torch.randint(-2**15, 2**15, (2, 3), dtype=torch.int16),
+        'i32': torch.randint(-2**31, 2**31, (5,), dtype=torch.int32),
+        'u8': torch.randint(0, 256, (4, 2), dtype=torch.uint8),
     }
+    # Conversions: a float32 source, torch's float16 and bfloat16 roundings of it, and their
+    # float32 widenings; the narrow integers from int64 (wrapping as C does) and back.
+    special = [0.0, -0.0, 1.0, -2.5, 0.1, 1 / 3, 65504.0, 65519.99, 65520.0, 1e5, -1e5, 6.1e-5, 6.103515625e-05,
+               5.96e-8, 2.9802322387695312e-08, 3e-8, 1e-10, 1 + 2**-11, 1 + 3 * 2**-11, 1 + 2**-8, 1 + 3 * 2**-8,
+               3e38, 3.3895e38, 3.4e38, -3.4e38, float('inf'), float('-inf'), float('nan'), -float('nan')]
+    scales = torch.pow(10.0, torch.empty(4000).uniform_(-9, 6))
+    src = torch.cat([torch.tensor(special), torch.randn(4000) * scales])
+    tensors['cvt_src'] = src
+    tensors['cvt_f16'] = src.half()
+    tensors['cvt_bf16'] = src.bfloat16()
+    tensors['cvt_f16_wide'] = tensors['cvt_f16'].float()
+    tensors['cvt_bf16_wide'] = tensors['cvt_bf16'].float()
+    ints = torch.cat([torch.tensor([0, 1, -1, 127, 128, -129, 255, 256, 32767, 32768, -32769, 2**31, -2**31 - 1,
+                                    2**40 + 5, -2**40 - 3]), torch.randint(-2**62, 2**62, (500,))])
+    tensors['cvt_int_src'] = ints
+    for name, dt in (('i8', torch.int8), ('i16', torch.int16), ('i32', torch.int32), ('u8', torch.uint8)):
+        tensors[f'cvt_{name}'] = ints.to(dt)
+        tensors[f'cvt_{name}_f16'] = tensors[f'cvt_{name}'].half()  # integer -> float16
     names = list(tensors)
     dtype_of = {v: k for k, v in TORCH.items()}
-    blobs = {n: t.contiguous().view(torch.int16).numpy().tobytes() if t.dtype == torch.bfloat16
-             else t.contiguous().numpy().tobytes() for n, t in tensors.items()}
+    blobs = {n: raw_bytes(t) for n, t in tensors.items()}
     # Data in reverse order of the header, as writers that sort by size or dtype produce.
     offsets, pos = {}, 0
     for n in reversed(names):
@@ -141,9 +175,7 @@ def write_torch(d):
             t = tensors[n]
             shape = 'x'.join(str(s) for s in t.shape) if t.dim() else 'scalar'
             m.write(f'{n} {dtype_of[t.dtype]} {shape}\n')
-            # BF16 is compared as its exact float32 widening, the form mumoe loads it in.
-            ref = t.float() if t.dtype == torch.bfloat16 else t
-            open(f'{d}/torch_raw/{n}.bin', 'wb').write(ref.contiguous().numpy().tobytes())
+            open(f'{d}/torch_raw/{n}.bin', 'wb').write(raw_bytes(t))
     print(f'wrote {len(names)} tensors from torch {torch.__version__}')
 
 
