@@ -8,7 +8,8 @@
 
 namespace mu::autograd {
 
-// A float64 copy of t with t's strides (so a transposed input stays transposed).
+// A float64 copy of t with t's strides (so a transposed input stays transposed), on t's
+// device.
 static Tensor float64_like_layout(const Tensor& t) {
   NoGradGuard g;
   // Allocate a buffer as large as t's storage span and copy through the same geometry.
@@ -17,10 +18,19 @@ static Tensor float64_like_layout(const Tensor& t) {
   bool dense_strides = true;
   for (int64_t s : t.strides()) dense_strides = dense_strides && s >= 0;
   if (t.numel() == 0 || !dense_strides) return t.to(kFloat64).contiguous().clone();
-  Tensor buf = zeros({span}, kFloat64);
+  Tensor buf = zeros({span}, TensorOptions(kFloat64).device(t.device()));
   Tensor v = make_view(buf.storage(), t.shape(), t.strides(), 0, kFloat64);
   v.copy_(t);
   return v;
+}
+
+// The element of t at idx as a 0-dim view of t's storage. Reading it with item() and
+// writing it with copy_ works on any device, where Tensor::set needs host memory: the
+// perturbations below go through it so that inputs on a GPU are checked where they are.
+static Tensor element_view(const Tensor& t, const std::vector<int64_t>& idx) {
+  int64_t off = t.storage_offset();
+  for (size_t d = 0; d < idx.size(); ++d) off += idx[d] * t.strides()[d];
+  return make_view(t.storage(), {}, {}, off, t.dtype());
 }
 
 GradcheckResult gradcheck(const GradcheckFn& fn, const TensorList& inputs, const GradcheckOptions& opt) {
@@ -46,7 +56,8 @@ GradcheckResult gradcheck(const GradcheckFn& fn, const TensorList& inputs, const
   // The projection vector v, fixed by the seed so failures reproduce.
   Generator saved = default_generator();
   manual_seed(opt.seed);
-  Tensor v = randn(y.shape(), kFloat64);
+  // Drawn on the host (the same numbers on every device), then moved to y's device.
+  Tensor v = randn(y.shape(), kFloat64).to(y.device());
   default_generator() = saved;
 
   // Analytic: one backward pass of v.
@@ -65,8 +76,9 @@ GradcheckResult gradcheck(const GradcheckFn& fn, const TensorList& inputs, const
   double worst = -INFINITY;
   for (size_t i = 0; i < n_in; ++i) {
     if (!check[i]) continue;
+    // The analytic gradient, read on the host (one copy, not one per element).
     Tensor g = x[i].grad();
-    if (!g.defined()) g = zeros_like(x[i]);
+    g = g.defined() ? g.cpu() : zeros(x[i].shape(), kFloat64);
     const Tensor& xi = x[i];
     int64_t numel = xi.numel();
     std::vector<int64_t> idx(size_t(xi.dim()), 0);
@@ -77,14 +89,16 @@ GradcheckResult gradcheck(const GradcheckFn& fn, const TensorList& inputs, const
         idx[size_t(d)] = r % xi.shape()[size_t(d)];
         r /= xi.shape()[size_t(d)];
       }
-      // Write through a detached alias so autograd's in-place guard does not object.
-      Tensor alias = xi.detach();
-      double orig = alias.at(idx);
-      alias.set(idx, orig + opt.eps);
+      // Write through a view that shares only the storage, so autograd's in-place guard
+      // (xi requires grad) does not object. Each value is made on the host and copied in.
+      Tensor elem = element_view(xi, idx);
+      auto write = [&](double value) { elem.copy_(full({}, value, TensorOptions(kFloat64).device(elem.device()))); };
+      double orig = elem.item();
+      write(orig + opt.eps);
       double fp = project();
-      alias.set(idx, orig - opt.eps);
+      write(orig - opt.eps);
       double fm = project();
-      alias.set(idx, orig);
+      write(orig);
       double numeric = (fp - fm) / (2 * opt.eps);
       double analytic = g.at(idx);
       double err = std::fabs(analytic - numeric);

@@ -31,7 +31,8 @@
     CHECK_MESSAGE(r_.ok, r_.message);                               \
   } while (0)
 
-// Max |a - b| over all elements (same shape), in double.
+// Max |a - b| over all elements (same shape), in double. Like every reader below, it
+// goes through to_vector, a host copy: the tensors may be on any device.
 inline double max_abs_diff(const mu::Tensor& a, const mu::Tensor& b) {
   REQUIRE(a.shape() == b.shape());
   auto x = a.to_vector<double>(), y = b.to_vector<double>();

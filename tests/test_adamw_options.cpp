@@ -1,5 +1,6 @@
 // AdamW's amsgrad and maximize options against a brute-force float64 loop written from
-// torch.optim.AdamW's documented algorithm (PyTorch parity is in test_optim_parity).
+// torch.optim.AdamW's documented algorithm (PyTorch parity is in test_optim_parity). The
+// optimiser runs on every test device, from parameters and gradients made on the CPU.
 #include <cmath>
 
 #include "helpers.h"
@@ -29,25 +30,28 @@ std::vector<double> reference(std::vector<double> p, const std::vector<std::vect
 }  // namespace
 
 TEST_CASE("AdamW amsgrad and maximize follow the algorithm step by step") {
-  manual_seed(3);
-  const int steps = 6;
-  Tensor init = randn({7}, kFloat64);
-  // Gradients that shrink, so that v falls and amsgrad's running max matters.
-  std::vector<std::vector<double>> grads;
-  for (int s = 0; s < steps; ++s) grads.push_back((randn({7}, kFloat64) * (3.0 / (1 + 2 * s))).to_vector<double>());
-  for (bool amsgrad : {false, true}) {
-    for (bool maximize : {false, true}) {
-      CAPTURE(amsgrad);
-      CAPTURE(maximize);
-      Tensor p = init.clone().requires_grad_();
-      optim::AdamW opt({p}, optim::AdamWOptions(0.05).betas(0.9, 0.99).weight_decay(0.1).amsgrad(amsgrad).maximize(maximize));
-      for (int s = 0; s < steps; ++s) {
-        p.set_grad(from_vector(grads[size_t(s)], {7}));
-        opt.step();
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    manual_seed(3);
+    const int steps = 6;
+    Tensor init = randn({7}, kFloat64);
+    // Gradients that shrink, so that v falls and amsgrad's running max matters.
+    std::vector<std::vector<double>> grads;
+    for (int s = 0; s < steps; ++s) grads.push_back((randn({7}, kFloat64) * (3.0 / (1 + 2 * s))).to_vector<double>());
+    for (bool amsgrad : {false, true}) {
+      for (bool maximize : {false, true}) {
+        CAPTURE(amsgrad);
+        CAPTURE(maximize);
+        Tensor p = on(init.clone().requires_grad_(), dev);
+        optim::AdamW opt({p}, optim::AdamWOptions(0.05).betas(0.9, 0.99).weight_decay(0.1).amsgrad(amsgrad).maximize(maximize));
+        for (int s = 0; s < steps; ++s) {
+          p.set_grad(on(from_vector(grads[size_t(s)], {7}), dev));
+          opt.step();
+        }
+        std::vector<double> want = reference(init.to_vector<double>(), grads, 0.05, 0.9, 0.99, 1e-8, 0.1, amsgrad, maximize);
+        check_close(p, want, 1e-12);
+        CHECK(opt.state(0, 0).count("max_exp_avg_sq") == (amsgrad ? 1u : 0u));
       }
-      std::vector<double> want = reference(init.to_vector<double>(), grads, 0.05, 0.9, 0.99, 1e-8, 0.1, amsgrad, maximize);
-      check_close(p, want, 1e-12);
-      CHECK(opt.state(0, 0).count("max_exp_avg_sq") == (amsgrad ? 1u : 0u));
     }
   }
 }

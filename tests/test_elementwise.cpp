@@ -1,4 +1,5 @@
-// Elementwise ops against the C++ standard library, element by element, in double.
+// Elementwise ops against the C++ standard library, element by element, in double, on
+// every test device (inputs made on the CPU and moved; results read back on the host).
 #include <cmath>
 #include <functional>
 
@@ -6,130 +7,158 @@
 
 using namespace mu;
 
-// Checks y == f(x) elementwise for a float64 input of awkward values.
+// Checks y == f(x) elementwise for a float64 input of awkward values (on any device).
 static void check_unary(const std::function<Tensor(const Tensor&)>& op, const std::function<double(double)>& ref,
                         const Tensor& x) {
-  Tensor y = op(x);
+  Tensor y = op(x).to(Device::cpu());
   REQUIRE(y.shape() == x.shape());
   std::vector<double> xv = x.to_vector<double>(), yv = y.to_vector<double>();
   for (size_t i = 0; i < xv.size(); ++i) CHECK(yv[i] == doctest::Approx(ref(xv[i])).epsilon(1e-12));
 }
 
 TEST_CASE("unary ops match the standard library") {
-  Tensor x = tensor({-3.0, -1.5, -0.2, 0.0, 0.3, 1.0, 2.5}, kFloat64);
-  Tensor pos = tensor({0.1, 0.5, 1.0, 2.0, 9.0}, kFloat64);
-  check_unary([](const Tensor& t) { return neg(t); }, [](double v) { return -v; }, x);
-  check_unary([](const Tensor& t) { return exp(t); }, [](double v) { return std::exp(v); }, x);
-  check_unary([](const Tensor& t) { return log(t); }, [](double v) { return std::log(v); }, pos);
-  check_unary([](const Tensor& t) { return sqrt(t); }, [](double v) { return std::sqrt(v); }, pos);
-  check_unary([](const Tensor& t) { return rsqrt(t); }, [](double v) { return 1 / std::sqrt(v); }, pos);
-  check_unary([](const Tensor& t) { return abs(t); }, [](double v) { return std::fabs(v); }, x);
-  check_unary([](const Tensor& t) { return tanh(t); }, [](double v) { return std::tanh(v); }, x);
-  check_unary([](const Tensor& t) { return sigmoid(t); }, [](double v) { return 1 / (1 + std::exp(-v)); }, x);
-  check_unary([](const Tensor& t) { return relu(t); }, [](double v) { return v > 0 ? v : 0; }, x);
-  check_unary([](const Tensor& t) { return gelu(t); },
-              [](double v) { return 0.5 * v * (1 + std::erf(v / std::sqrt(2.0))); }, x);
-  check_unary([](const Tensor& t) { return gelu(t, "tanh"); },
-              [](double v) { return 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v))); }, x);
-  check_unary([](const Tensor& t) { return pow(t, 3.0); }, [](double v) { return v * v * v; }, x);
-  check_unary([](const Tensor& t) { return pow(t, 0.5); }, [](double v) { return std::sqrt(v); }, pos);
-  check_unary([](const Tensor& t) { return square(t); }, [](double v) { return v * v; }, x);
-  check_unary([](const Tensor& t) { return clamp(t, -1.0, 1.0); }, [](double v) { return std::clamp(v, -1.0, 1.0); }, x);
-  check_unary([](const Tensor& t) { return clamp_min(t, 0.0); }, [](double v) { return std::max(v, 0.0); }, x);
-  check_unary([](const Tensor& t) { return clamp_max(t, 0.0); }, [](double v) { return std::min(v, 0.0); }, x);
-  check_unary([](const Tensor& t) { return sign(t); }, [](double v) { return double((v > 0) - (v < 0)); }, x);
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    Tensor x = on(tensor({-3.0, -1.5, -0.2, 0.0, 0.3, 1.0, 2.5}, kFloat64), dev);
+    Tensor pos = on(tensor({0.1, 0.5, 1.0, 2.0, 9.0}, kFloat64), dev);
+    check_unary([](const Tensor& t) { return neg(t); }, [](double v) { return -v; }, x);
+    check_unary([](const Tensor& t) { return exp(t); }, [](double v) { return std::exp(v); }, x);
+    check_unary([](const Tensor& t) { return log(t); }, [](double v) { return std::log(v); }, pos);
+    check_unary([](const Tensor& t) { return sqrt(t); }, [](double v) { return std::sqrt(v); }, pos);
+    check_unary([](const Tensor& t) { return rsqrt(t); }, [](double v) { return 1 / std::sqrt(v); }, pos);
+    check_unary([](const Tensor& t) { return abs(t); }, [](double v) { return std::fabs(v); }, x);
+    check_unary([](const Tensor& t) { return tanh(t); }, [](double v) { return std::tanh(v); }, x);
+    check_unary([](const Tensor& t) { return sigmoid(t); }, [](double v) { return 1 / (1 + std::exp(-v)); }, x);
+    check_unary([](const Tensor& t) { return relu(t); }, [](double v) { return v > 0 ? v : 0; }, x);
+    check_unary([](const Tensor& t) { return gelu(t); },
+                [](double v) { return 0.5 * v * (1 + std::erf(v / std::sqrt(2.0))); }, x);
+    check_unary([](const Tensor& t) { return gelu(t, "tanh"); },
+                [](double v) { return 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v))); }, x);
+    check_unary([](const Tensor& t) { return pow(t, 3.0); }, [](double v) { return v * v * v; }, x);
+    check_unary([](const Tensor& t) { return pow(t, 0.5); }, [](double v) { return std::sqrt(v); }, pos);
+    check_unary([](const Tensor& t) { return square(t); }, [](double v) { return v * v; }, x);
+    check_unary([](const Tensor& t) { return clamp(t, -1.0, 1.0); }, [](double v) { return std::clamp(v, -1.0, 1.0); }, x);
+    check_unary([](const Tensor& t) { return clamp_min(t, 0.0); }, [](double v) { return std::max(v, 0.0); }, x);
+    check_unary([](const Tensor& t) { return clamp_max(t, 0.0); }, [](double v) { return std::min(v, 0.0); }, x);
+    check_unary([](const Tensor& t) { return sign(t); }, [](double v) { return double((v > 0) - (v < 0)); }, x);
+  }
 }
 
 TEST_CASE("unary ops on float32 agree with float64 to float precision, and with non-contiguous input") {
-  manual_seed(3);
-  Tensor x = randn({37, 41}, kFloat64);
-  Tensor xt = x.t();  // non-contiguous
-  Tensor y32 = tanh(xt.to(kFloat32)), y64 = tanh(xt);
-  CHECK(max_abs_diff(y32, y64) < 1e-6);
-  Tensor g = gelu(xt.to(kFloat32)).to(kFloat64);
-  CHECK(max_abs_diff(g, gelu(xt)) < 1e-6);
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    manual_seed(3);
+    Tensor x = on(randn({37, 41}, kFloat64), dev);
+    Tensor xt = x.t();  // non-contiguous
+    Tensor y32 = tanh(xt.to(kFloat32)).cpu(), y64 = tanh(xt).cpu();
+    CHECK(max_abs_diff(y32, y64) < 1e-6);
+    Tensor g = gelu(xt.to(kFloat32)).to(kFloat64).cpu();
+    CHECK(max_abs_diff(g, gelu(xt).cpu()) < 1e-6);
+  }
 }
 
 TEST_CASE("binary ops broadcast like PyTorch") {
-  Tensor a = arange(0, 6, 1, kFloat64).reshape({2, 3});
-  Tensor b = tensor({10.0, 20.0, 30.0}, kFloat64);
-  Tensor col = tensor({1.0, 2.0}, kFloat64).reshape({2, 1});
-  Tensor s = add(a, b);
-  CHECK(s.shape() == Shape{2, 3});
-  CHECK(s.to_vector<double>() == std::vector<double>{10, 21, 32, 13, 24, 35});
-  CHECK((a * col).to_vector<double>() == std::vector<double>{0, 1, 2, 6, 8, 10});
-  CHECK((col - b).shape() == Shape{2, 3});
-  CHECK((col - b).to_vector<double>() == std::vector<double>{-9, -19, -29, -8, -18, -28});
-  CHECK((b / 10.0).to_vector<double>() == std::vector<double>{1, 2, 3});
-  CHECK((1.0 - b).to_vector<double>() == std::vector<double>{-9, -19, -29});
-  CHECK((60.0 / b).to_vector<double>() == std::vector<double>{6, 3, 2});
-  // (4,1,3) with (2,1) -> (4,2,3)
-  Tensor c = add(ones({4, 1, 3}, kFloat64), col);
-  CHECK(c.shape() == Shape{4, 2, 3});
-  CHECK(c.at({3, 1, 2}) == 3.0);
-  // a transposed operand
-  Tensor m = arange(0, 4, 1, kFloat64).reshape({2, 2});
-  CHECK((m + m.t()).to_vector<double>() == std::vector<double>{0, 3, 3, 6});
-  CHECK(pow(tensor({2.0, 3.0}, kFloat64), tensor({3.0, 2.0}, kFloat64)).to_vector<double>() == std::vector<double>{8, 9});
-  CHECK((arange(5) * 2.0).to_vector<int64_t>() == std::vector<int64_t>{0, 2, 4, 6, 8});
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    // Made on the CPU, used on dev; results read back with to_vector / at (host copies).
+    auto d = [dev](const Tensor& t) { return on(t, dev); };
+    Tensor a = d(arange(0, 6, 1, kFloat64).reshape({2, 3}));
+    Tensor b = d(tensor({10.0, 20.0, 30.0}, kFloat64));
+    Tensor col = d(tensor({1.0, 2.0}, kFloat64).reshape({2, 1}));
+    Tensor s = add(a, b);
+    CHECK(s.shape() == Shape{2, 3});
+    CHECK(s.to_vector<double>() == std::vector<double>{10, 21, 32, 13, 24, 35});
+    CHECK((a * col).to_vector<double>() == std::vector<double>{0, 1, 2, 6, 8, 10});
+    CHECK((col - b).shape() == Shape{2, 3});
+    CHECK((col - b).to_vector<double>() == std::vector<double>{-9, -19, -29, -8, -18, -28});
+    CHECK((b / 10.0).to_vector<double>() == std::vector<double>{1, 2, 3});
+    CHECK((1.0 - b).to_vector<double>() == std::vector<double>{-9, -19, -29});
+    CHECK((60.0 / b).to_vector<double>() == std::vector<double>{6, 3, 2});
+    // (4,1,3) with (2,1) -> (4,2,3)
+    Tensor c = add(ones({4, 1, 3}, TensorOptions(kFloat64).device(dev)), col);
+    CHECK(c.shape() == Shape{4, 2, 3});
+    CHECK(c.at({3, 1, 2}) == 3.0);
+    // a transposed operand
+    Tensor m = d(arange(0, 4, 1, kFloat64).reshape({2, 2}));
+    CHECK((m + m.t()).to_vector<double>() == std::vector<double>{0, 3, 3, 6});
+    CHECK(pow(d(tensor({2.0, 3.0}, kFloat64)), d(tensor({3.0, 2.0}, kFloat64))).to_vector<double>() ==
+          std::vector<double>{8, 9});
+    CHECK((d(arange(5)) * 2.0).to_vector<int64_t>() == std::vector<int64_t>{0, 2, 4, 6, 8});
+  }
 }
 
 TEST_CASE("large tensors take the threaded path and give the same answer") {
-  manual_seed(5);
-  Tensor a = randn({300, 400}, kFloat64), b = randn({400}, kFloat64);
-  Tensor y = a * b;
-  std::vector<double> av = a.to_vector<double>(), bv = b.to_vector<double>(), yv = y.to_vector<double>();
-  for (size_t i = 0; i < av.size(); i += 997) CHECK(yv[i] == av[i] * bv[i % 400]);
-  Tensor yt = a.t() * 2.0;  // strided large input
-  CHECK(yt.at({399, 299}) == 2 * a.at({299, 399}));
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    manual_seed(5);
+    Tensor a = randn({300, 400}, kFloat64), b = randn({400}, kFloat64);
+    Tensor y = (on(a, dev) * on(b, dev)).cpu();
+    std::vector<double> av = a.to_vector<double>(), bv = b.to_vector<double>(), yv = y.to_vector<double>();
+    for (size_t i = 0; i < av.size(); i += 997) CHECK(yv[i] == av[i] * bv[i % 400]);
+    Tensor yt = (on(a, dev).t() * 2.0).cpu();  // strided large input
+    CHECK(yt.at({399, 299}) == 2 * a.at({299, 399}));
+  }
 }
 
 TEST_CASE("maximum and minimum, with NaN propagating") {
-  Tensor a = tensor({1.0, 5.0, NAN, 2.0}, kFloat64), b = tensor({3.0, 4.0, 0.0, 2.0}, kFloat64);
-  std::vector<double> mx = maximum(a, b).to_vector<double>(), mn = minimum(a, b).to_vector<double>();
-  CHECK(mx[0] == 3.0);
-  CHECK(mx[1] == 5.0);
-  CHECK(std::isnan(mx[2]));
-  CHECK(mn[0] == 1.0);
-  CHECK(mn[1] == 4.0);
-  CHECK(std::isnan(mn[2]));
-  CHECK(mn[3] == 2.0);
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    Tensor a = on(tensor({1.0, 5.0, NAN, 2.0}, kFloat64), dev), b = on(tensor({3.0, 4.0, 0.0, 2.0}, kFloat64), dev);
+    std::vector<double> mx = maximum(a, b).to_vector<double>(), mn = minimum(a, b).to_vector<double>();
+    CHECK(mx[0] == 3.0);
+    CHECK(mx[1] == 5.0);
+    CHECK(std::isnan(mx[2]));
+    CHECK(mn[0] == 1.0);
+    CHECK(mn[1] == 4.0);
+    CHECK(std::isnan(mn[2]));
+    CHECK(mn[3] == 2.0);
+  }
 }
 
 TEST_CASE("ties in maximum split the gradient in half") {
-  Tensor a = tensor({1.0, 2.0, 3.0}, kFloat64).requires_grad_();
-  Tensor b = tensor({2.0, 2.0, 1.0}, kFloat64).requires_grad_();
-  maximum(a, b).sum().backward();
-  CHECK(a.grad().to_vector<double>() == std::vector<double>{0, 0.5, 1});
-  CHECK(b.grad().to_vector<double>() == std::vector<double>{1, 0.5, 0});
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    Tensor a = on(tensor({1.0, 2.0, 3.0}, kFloat64).requires_grad_(), dev);
+    Tensor b = on(tensor({2.0, 2.0, 1.0}, kFloat64).requires_grad_(), dev);
+    maximum(a, b).sum().backward();
+    CHECK(a.grad().to_vector<double>() == std::vector<double>{0, 0.5, 1});
+    CHECK(b.grad().to_vector<double>() == std::vector<double>{1, 0.5, 0});
+  }
 }
 
 TEST_CASE("comparisons give bool tensors; where and masked_fill select") {
-  Tensor a = tensor({1.0, 2.0, 3.0}), b = tensor({3.0, 2.0, 1.0});
-  CHECK((a < b).dtype() == kBool);
-  CHECK((a < b).to_vector<bool>() == std::vector<bool>{true, false, false});
-  CHECK((a <= b).to_vector<bool>() == std::vector<bool>{true, true, false});
-  CHECK((a > b).to_vector<bool>() == std::vector<bool>{false, false, true});
-  CHECK((a >= b).to_vector<bool>() == std::vector<bool>{false, true, true});
-  CHECK((a == b).to_vector<bool>() == std::vector<bool>{false, true, false});
-  CHECK((a != b).to_vector<bool>() == std::vector<bool>{true, false, true});
-  CHECK((a > 1.5).to_vector<bool>() == std::vector<bool>{false, true, true});
-  CHECK(logical_not(a > 1.5).to_vector<bool>() == std::vector<bool>{true, false, false});
-  CHECK(logical_and(a > 1.5, b > 1.5).to_vector<bool>() == std::vector<bool>{false, true, false});
-  CHECK(logical_or(a > 2.5, b > 2.5).to_vector<bool>() == std::vector<bool>{true, false, true});
-  CHECK(where(a < b, a, b).to_vector<double>() == std::vector<double>{1, 2, 1});
-  CHECK(where(a < b, a, -1.0).to_vector<double>() == std::vector<double>{1, -1, -1});
-  // condition broadcast along rows
-  Tensor m = ones({2, 3});
-  Tensor rowmask = tensor({1.0, 0.0}).reshape({2, 1}) > 0.5;
-  CHECK(masked_fill(m, rowmask, -INFINITY).at({0, 2}) == -INFINITY);
-  CHECK(masked_fill(m, rowmask, -INFINITY).at({1, 2}) == 1.0);
-  CHECK(allclose(tensor({1.0, 2.0}), tensor({1.0, 2.0 + 1e-9})));
-  CHECK(!allclose(tensor({1.0, 2.0}), tensor({1.0, 2.1})));
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    auto d = [dev](const Tensor& t) { return on(t, dev); };
+    Tensor a = d(tensor({1.0, 2.0, 3.0})), b = d(tensor({3.0, 2.0, 1.0}));
+    CHECK((a < b).dtype() == kBool);
+    CHECK((a < b).to_vector<bool>() == std::vector<bool>{true, false, false});
+    CHECK((a <= b).to_vector<bool>() == std::vector<bool>{true, true, false});
+    CHECK((a > b).to_vector<bool>() == std::vector<bool>{false, false, true});
+    CHECK((a >= b).to_vector<bool>() == std::vector<bool>{false, true, true});
+    CHECK((a == b).to_vector<bool>() == std::vector<bool>{false, true, false});
+    CHECK((a != b).to_vector<bool>() == std::vector<bool>{true, false, true});
+    CHECK((a > 1.5).to_vector<bool>() == std::vector<bool>{false, true, true});
+    CHECK(logical_not(a > 1.5).to_vector<bool>() == std::vector<bool>{true, false, false});
+    CHECK(logical_and(a > 1.5, b > 1.5).to_vector<bool>() == std::vector<bool>{false, true, false});
+    CHECK(logical_or(a > 2.5, b > 2.5).to_vector<bool>() == std::vector<bool>{true, false, true});
+    CHECK(where(a < b, a, b).to_vector<double>() == std::vector<double>{1, 2, 1});
+    CHECK(where(a < b, a, -1.0).to_vector<double>() == std::vector<double>{1, -1, -1});
+    // condition broadcast along rows
+    Tensor m = ones({2, 3}, TensorOptions().device(dev));
+    Tensor rowmask = d(tensor({1.0, 0.0}).reshape({2, 1})) > 0.5;
+    CHECK(masked_fill(m, rowmask, -INFINITY).at({0, 2}) == -INFINITY);
+    CHECK(masked_fill(m, rowmask, -INFINITY).at({1, 2}) == 1.0);
+    CHECK(allclose(d(tensor({1.0, 2.0})), d(tensor({1.0, 2.0 + 1e-9}))));
+    CHECK(!allclose(d(tensor({1.0, 2.0})), d(tensor({1.0, 2.1}))));
+  }
 }
 
 TEST_CASE("clamp's gradient passes inside the bounds only") {
-  Tensor x = tensor({-2.0, -1.0, 0.0, 1.0, 2.0}, kFloat64).requires_grad_();
-  clamp(x, -1.0, 1.0).sum().backward();
-  CHECK(x.grad().to_vector<double>() == std::vector<double>{0, 1, 1, 1, 0});
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    Tensor x = on(tensor({-2.0, -1.0, 0.0, 1.0, 2.0}, kFloat64).requires_grad_(), dev);
+    clamp(x, -1.0, 1.0).sum().backward();
+    CHECK(x.grad().to_vector<double>() == std::vector<double>{0, 1, 1, 1, 0});
+  }
 }

@@ -1,6 +1,7 @@
 // sparsemax, entmax15 and entmax_bisect: hand-derived small cases, an independent float64
 // bisection reference, the sort-based formula of the benchmark reference, layouts, edge
-// cases and gradchecks.
+// cases and gradchecks. Every case runs on each test device: inputs are made on the CPU
+// and moved with on(); results are read back through to_vector / at (host copies).
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -187,179 +188,211 @@ Tensor lines_away_from_kinks(int64_t L, int64_t n, double alpha, double scale, d
 // ---------------------------------------------------------------- closed forms
 
 TEST_CASE("sparsemax: small cases by the threshold formula") {
-  for (DType dt : {kFloat64, kFloat32}) {
-    double tol = dt == kFloat64 ? 1e-15 : 1e-7;
-    INFO(std::string(dtype_name(dt)));
-    // Sorted z: k = 1 passes (1 > 0), k = 2 fails (2·0 > 1 + 0 - 1 is false): τ = 0.
-    check_values(nn::sparsemax(tensor({1.0, 0.0}, dt)), {1, 0}, tol);
-    // Already on the simplex: every k passes, τ = (1 - 1) / 3 = 0, p = z.
-    check_values(nn::sparsemax(tensor({0.5, 0.4, 0.1}, dt)), {0.5, 0.4, 0.1}, tol);
-    // k = 3 fails (3·(-0.5) > 0.4 - 1 is false): τ = (0.9 - 1) / 2 = -0.05.
-    check_values(nn::sparsemax(tensor({0.5, 0.4, -0.5}, dt)), {0.55, 0.45, 0}, tol);
-    // Support of one: 3 - τ = 1 with τ = 2; the runner-up sits exactly at τ and gets 0.
-    check_values(nn::sparsemax(tensor({3.0, 1.0, 2.0}, dt)), {1, 0, 0}, tol);
-    // Ties share equally, whatever the common value.
-    check_values(nn::sparsemax(tensor({7.0, 7.0, 7.0, 7.0}, dt)), {0.25, 0.25, 0.25, 0.25}, tol);
-    // Shift invariance: the same answer as for [0.5, 0.4, -0.5].
-    check_values(nn::sparsemax(tensor({100.5, 100.4, 99.5}, dt)), {0.55, 0.45, 0}, dt == kFloat64 ? 1e-13 : 1e-5);
-    // A 0-dim tensor is one line of one element.
-    CHECK(nn::sparsemax(full({}, -3.0, dt)).item() == 1.0);
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    for (DType dt : {kFloat64, kFloat32}) {
+      double tol = dt == kFloat64 ? 1e-15 : 1e-7;
+      INFO(std::string(dtype_name(dt)));
+      // Sorted z: k = 1 passes (1 > 0), k = 2 fails (2·0 > 1 + 0 - 1 is false): τ = 0.
+      check_values(nn::sparsemax(on(tensor({1.0, 0.0}, dt), dev)), {1, 0}, tol);
+      // Already on the simplex: every k passes, τ = (1 - 1) / 3 = 0, p = z.
+      check_values(nn::sparsemax(on(tensor({0.5, 0.4, 0.1}, dt), dev)), {0.5, 0.4, 0.1}, tol);
+      // k = 3 fails (3·(-0.5) > 0.4 - 1 is false): τ = (0.9 - 1) / 2 = -0.05.
+      check_values(nn::sparsemax(on(tensor({0.5, 0.4, -0.5}, dt), dev)), {0.55, 0.45, 0}, tol);
+      // Support of one: 3 - τ = 1 with τ = 2; the runner-up sits exactly at τ and gets 0.
+      check_values(nn::sparsemax(on(tensor({3.0, 1.0, 2.0}, dt), dev)), {1, 0, 0}, tol);
+      // Ties share equally, whatever the common value.
+      check_values(nn::sparsemax(on(tensor({7.0, 7.0, 7.0, 7.0}, dt), dev)), {0.25, 0.25, 0.25, 0.25}, tol);
+      // Shift invariance: the same answer as for [0.5, 0.4, -0.5].
+      check_values(nn::sparsemax(on(tensor({100.5, 100.4, 99.5}, dt), dev)), {0.55, 0.45, 0},
+                   dt == kFloat64 ? 1e-13 : 1e-5);
+      // A 0-dim tensor is one line of one element.
+      CHECK(nn::sparsemax(full({}, -3.0, TensorOptions(dt).device(dev))).item() == 1.0);
+    }
   }
 }
 
 TEST_CASE("entmax15: small cases built from a chosen tau and support") {
-  for (DType dt : {kFloat64, kFloat32}) {
-    double tol = dt == kFloat64 ? 1e-14 : 1e-6;
-    INFO(std::string(dtype_name(dt)));
-    // Two equal entries: symmetric, so [0.5, 0.5].
-    check_values(nn::entmax15(tensor({0.3, 0.3}, dt)), {0.5, 0.5}, tol);
-    // p = (z/2 - τ)² on the support: sqrt(p) = (0.8, 0.6) sums in squares to 1; with
-    // τ = 0.3, z = 2 (τ + sqrt p) = (2.2, 1.8), and entries with z/2 < τ get 0.
-    check_values(nn::entmax15(tensor({2.2, 0.5, 1.8, -3.0}, dt)), {0.64, 0, 0.36, 0}, tol);
-    // Whole support: sqrt(p) = (0.6, 0.48, 0.64), τ = -1: z = 2 (-1 + sqrt p).
-    check_values(nn::entmax15(tensor({-0.8, -1.04, -0.72}, dt)), {0.36, 0.2304, 0.4096}, tol);
-    // sqrt(p) = (2/3, 2/3, 1/3), τ = 0.25, and one entry off the support.
-    check_values(nn::entmax15(tensor({2 * (0.25 + 2.0 / 3), 2 * (0.25 + 2.0 / 3), 2 * (0.25 + 1.0 / 3), 0.2}, dt)),
-                 {4.0 / 9, 4.0 / 9, 1.0 / 9, 0}, tol);
-    // Support of one: the max alone gives τ = max/2 - 1 = 1.5, above every other z/2.
-    check_values(nn::entmax15(tensor({5.0, 0.0, 1.0}, dt)), {1, 0, 0}, tol);
-    CHECK(nn::entmax15(full({}, 2.0, dt)).item() == 1.0);
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    for (DType dt : {kFloat64, kFloat32}) {
+      double tol = dt == kFloat64 ? 1e-14 : 1e-6;
+      INFO(std::string(dtype_name(dt)));
+      // Two equal entries: symmetric, so [0.5, 0.5].
+      check_values(nn::entmax15(on(tensor({0.3, 0.3}, dt), dev)), {0.5, 0.5}, tol);
+      // p = (z/2 - τ)² on the support: sqrt(p) = (0.8, 0.6) sums in squares to 1; with
+      // τ = 0.3, z = 2 (τ + sqrt p) = (2.2, 1.8), and entries with z/2 < τ get 0.
+      check_values(nn::entmax15(on(tensor({2.2, 0.5, 1.8, -3.0}, dt), dev)), {0.64, 0, 0.36, 0}, tol);
+      // Whole support: sqrt(p) = (0.6, 0.48, 0.64), τ = -1: z = 2 (-1 + sqrt p).
+      check_values(nn::entmax15(on(tensor({-0.8, -1.04, -0.72}, dt), dev)), {0.36, 0.2304, 0.4096}, tol);
+      // sqrt(p) = (2/3, 2/3, 1/3), τ = 0.25, and one entry off the support.
+      Tensor x = on(tensor({2 * (0.25 + 2.0 / 3), 2 * (0.25 + 2.0 / 3), 2 * (0.25 + 1.0 / 3), 0.2}, dt), dev);
+      check_values(nn::entmax15(x), {4.0 / 9, 4.0 / 9, 1.0 / 9, 0}, tol);
+      // Support of one: the max alone gives τ = max/2 - 1 = 1.5, above every other z/2.
+      check_values(nn::entmax15(on(tensor({5.0, 0.0, 1.0}, dt), dev)), {1, 0, 0}, tol);
+      CHECK(nn::entmax15(full({}, 2.0, TensorOptions(dt).device(dev))).item() == 1.0);
+    }
   }
 }
 
 TEST_CASE("entmax_bisect: small cases, and alpha = 2 and 1.5 are sparsemax and entmax15") {
-  for (DType dt : {kFloat64, kFloat32}) {
-    double tol = dt == kFloat64 ? 1e-13 : 1e-6;
-    INFO(std::string(dtype_name(dt)));
-    check_values(nn::entmax_bisect(tensor({0.5, 0.4, -0.5}, dt), 2.0), {0.55, 0.45, 0}, tol);
-    check_values(nn::entmax_bisect(tensor({2.2, 0.5, 1.8, -3.0}, dt), 1.5), {0.64, 0, 0.36, 0}, tol);
-    // α = 3: p = (2 z - τ)^(1/2). With p = (0.6, 0.4) and τ = 0.1, 2 z = τ + p² gives
-    // z = (0.23, 0.13); z = 0 has 2 z < τ.
-    check_values(nn::entmax_bisect(tensor({0.23, 0.13, 0.0}, dt), 3.0), {0.6, 0.4, 0}, tol);
-    // α = 1.25: p = (z/4 - τ)^4. With p = (0.5, 0.5) any z works; with p^(1/4) and τ = 0:
-    check_values(nn::entmax_bisect(tensor({-1.0, -1.0}, dt), 1.25), {0.5, 0.5}, tol);
-    double a = std::pow(0.9, 0.25), b = std::pow(0.1, 0.25);
-    check_values(nn::entmax_bisect(tensor({4 * a, 4 * b, -1.0}, dt), 1.25), {0.9, 0.1, 0}, tol);
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    for (DType dt : {kFloat64, kFloat32}) {
+      double tol = dt == kFloat64 ? 1e-13 : 1e-6;
+      INFO(std::string(dtype_name(dt)));
+      check_values(nn::entmax_bisect(on(tensor({0.5, 0.4, -0.5}, dt), dev), 2.0), {0.55, 0.45, 0}, tol);
+      check_values(nn::entmax_bisect(on(tensor({2.2, 0.5, 1.8, -3.0}, dt), dev), 1.5), {0.64, 0, 0.36, 0}, tol);
+      // α = 3: p = (2 z - τ)^(1/2). With p = (0.6, 0.4) and τ = 0.1, 2 z = τ + p² gives
+      // z = (0.23, 0.13); z = 0 has 2 z < τ.
+      check_values(nn::entmax_bisect(on(tensor({0.23, 0.13, 0.0}, dt), dev), 3.0), {0.6, 0.4, 0}, tol);
+      // α = 1.25: p = (z/4 - τ)^4. With p = (0.5, 0.5) any z works; with p^(1/4) and τ = 0:
+      check_values(nn::entmax_bisect(on(tensor({-1.0, -1.0}, dt), dev), 1.25), {0.5, 0.5}, tol);
+      double a = std::pow(0.9, 0.25), b = std::pow(0.1, 0.25);
+      check_values(nn::entmax_bisect(on(tensor({4 * a, 4 * b, -1.0}, dt), dev), 1.25), {0.9, 0.1, 0}, tol);
 
-    manual_seed(11);
-    Tensor x = randn({20, 9}, dt) * 2.0;
-    CHECK(max_abs_diff(nn::entmax_bisect(x, 2.0), nn::sparsemax(x)) <= (dt == kFloat64 ? 1e-13 : 1e-6));
-    CHECK(max_abs_diff(nn::entmax_bisect(x, 1.5), nn::entmax15(x)) <= (dt == kFloat64 ? 1e-13 : 1e-6));
+      manual_seed(11);
+      Tensor x = on(randn({20, 9}, dt) * 2.0, dev);
+      CHECK(max_abs_diff(nn::entmax_bisect(x, 2.0), nn::sparsemax(x)) <= (dt == kFloat64 ? 1e-13 : 1e-6));
+      CHECK(max_abs_diff(nn::entmax_bisect(x, 1.5), nn::entmax15(x)) <= (dt == kFloat64 ? 1e-13 : 1e-6));
+    }
   }
 }
 
 // ---------------------------------------------------------------- against the reference
 
 TEST_CASE("all three match a float64 bisection reference on random inputs") {
-  manual_seed(12);
-  for (const Named& m : all_maps()) {
-    for (DType dt : {kFloat64, kFloat32}) {
-      // float32 results are computed in double and rounded once.
-      double tol = dt == kFloat64 ? f64_tol(m) : 1e-6;
-      for (int trial = 0; trial < 40; ++trial) {
-        int64_t n = 1 + trial % 37;
-        double scale = std::vector<double>{0.1, 1.0, 3.0, 20.0}[size_t(trial % 4)];
-        Tensor x = randn({3, n}, dt) * scale;
-        INFO(m.name << " alpha " << m.alpha << " " << std::string(dtype_name(dt)) << " n " << n << " scale " << scale);
-        check_against(m.f(x, -1), x, 1, ref_along(x, 1, m.alpha), tol);
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    manual_seed(12);
+    for (const Named& m : all_maps()) {
+      for (DType dt : {kFloat64, kFloat32}) {
+        // float32 results are computed in double and rounded once.
+        double tol = dt == kFloat64 ? f64_tol(m) : 1e-6;
+        for (int trial = 0; trial < 40; ++trial) {
+          int64_t n = 1 + trial % 37;
+          double scale = std::vector<double>{0.1, 1.0, 3.0, 20.0}[size_t(trial % 4)];
+          Tensor x = on(randn({3, n}, dt) * scale, dev);
+          INFO(m.name << " alpha " << m.alpha << " " << std::string(dtype_name(dt)) << " n " << n << " scale " << scale);
+          check_against(m.f(x, -1), x, 1, ref_along(x, 1, m.alpha), tol);
+        }
       }
     }
   }
 }
 
 TEST_CASE("entmax15 matches the benchmark reference's sort-based formula") {
-  manual_seed(13);
-  for (int trial = 0; trial < 60; ++trial) {
-    int64_t n = 1 + trial % 50;
-    Tensor x = randn({n}, kFloat64) * (trial % 3 == 0 ? 5.0 : 1.0);
-    INFO("n " << n);
-    check_values(nn::entmax15(x), ref_entmax15_sorted(x.to_vector<double>()), 1e-12);
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    manual_seed(13);
+    for (int trial = 0; trial < 60; ++trial) {
+      int64_t n = 1 + trial % 50;
+      Tensor x = on(randn({n}, kFloat64) * (trial % 3 == 0 ? 5.0 : 1.0), dev);
+      INFO("n " << n);
+      check_values(nn::entmax15(x), ref_entmax15_sorted(x.to_vector<double>()), 1e-12);
+    }
   }
 }
 
 TEST_CASE("a large tensor, split over threads, matches the reference") {
-  manual_seed(14);
-  for (const Named& m : all_maps()) {
-    INFO(m.name << " alpha " << m.alpha);
-    Tensor x = randn({600, 64}, kFloat32) * 2.0;
-    check_against(m.f(x, 1), x, 1, ref_along(x, 1, m.alpha), 1e-6);
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    manual_seed(14);
+    for (const Named& m : all_maps()) {
+      INFO(m.name << " alpha " << m.alpha);
+      Tensor x = on(randn({600, 64}, kFloat32) * 2.0, dev);
+      check_against(m.f(x, 1), x, 1, ref_along(x, 1, m.alpha), 1e-6);
+    }
   }
 }
 
 // ---------------------------------------------------------------- layouts and edge cases
 
 TEST_CASE("every dim of a 3-D input, and non-contiguous inputs") {
-  manual_seed(15);
-  Tensor base = randn({4, 5, 6}, kFloat64) * 2.0;
-  for (const Named& m : all_maps()) {
-    for (Tensor x : {base, base.transpose(0, 2), base.slice(1, 0, 5, 2), base.permute({1, 2, 0})}) {
-      for (int64_t dim : {0, 1, 2, -1, -3}) {
-        int64_t d = dim < 0 ? dim + 3 : dim;
-        INFO(m.name << " alpha " << m.alpha << " x " << shape_str(x.shape()) << " contiguous " << x.is_contiguous()
-                    << " dim " << dim);
-        Tensor y = m.f(x, dim);
-        check_against(y, x, d, ref_along(x, d, m.alpha), f64_tol(m));
-        // A view gives exactly what its contiguous copy gives.
-        CHECK(max_abs_diff(y, m.f(x.contiguous(), dim)) == 0.0);
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    manual_seed(15);
+    Tensor base = on(randn({4, 5, 6}, kFloat64) * 2.0, dev);
+    for (const Named& m : all_maps()) {
+      for (Tensor x : {base, base.transpose(0, 2), base.slice(1, 0, 5, 2), base.permute({1, 2, 0})}) {
+        for (int64_t dim : {0, 1, 2, -1, -3}) {
+          int64_t d = dim < 0 ? dim + 3 : dim;
+          INFO(m.name << " alpha " << m.alpha << " x " << shape_str(x.shape()) << " contiguous " << x.is_contiguous()
+                      << " dim " << dim);
+          Tensor y = m.f(x, dim);
+          check_against(y, x, d, ref_along(x, d, m.alpha), f64_tol(m));
+          // A view gives exactly what its contiguous copy gives.
+          CHECK(max_abs_diff(y, m.f(x.contiguous(), dim)) == 0.0);
+        }
       }
     }
   }
 }
 
 TEST_CASE("large magnitudes stay finite; -inf entries get 0") {
-  manual_seed(16);
-  for (const Named& m : all_maps()) {
-    for (DType dt : {kFloat64, kFloat32}) {
-      INFO(m.name << " alpha " << m.alpha << " " << std::string(dtype_name(dt)));
-      Tensor x = randn({8, 10}, dt) * 1e4;
-      // A near-tie at the top of a line at 1e5 keeps a support of two entries there.
-      x.set({0, 0}, 1e5);
-      x.set({0, 1}, 1e5 - 0.25);
-      Tensor y = m.f(x, -1);
-      for (double v : y.to_vector<double>()) CHECK(std::isfinite(v));
-      check_against(y, x, 1, ref_along(x, 1, m.alpha), dt == kFloat64 ? f64_tol(m) : 1e-6);
-      // Masked logits (-inf) are never selected and do not disturb the others.
-      Tensor masked = tensor({0.5, -kInf, 0.4, -kInf, -0.5}, dt);
-      Tensor ym = m.f(masked, 0), yr = m.f(tensor({0.5, 0.4, -0.5}, dt), 0);
-      CHECK(ym.at({1}) == 0.0);
-      CHECK(ym.at({3}) == 0.0);
-      // (Bisection brackets τ by the line's length, so it may differ in the last bits.)
-      double same = dt == kFloat64 ? 1e-13 : 1e-6;
-      CHECK(std::fabs(ym.at({0}) - yr.at({0})) <= same);
-      CHECK(std::fabs(ym.at({2}) - yr.at({1})) <= same);
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    manual_seed(16);
+    for (const Named& m : all_maps()) {
+      for (DType dt : {kFloat64, kFloat32}) {
+        INFO(m.name << " alpha " << m.alpha << " " << std::string(dtype_name(dt)));
+        Tensor x = randn({8, 10}, dt) * 1e4;
+        // A near-tie at the top of a line at 1e5 keeps a support of two entries there.
+        x.set({0, 0}, 1e5);
+        x.set({0, 1}, 1e5 - 0.25);
+        x = on(x, dev);  // set above writes host memory
+        Tensor y = m.f(x, -1);
+        for (double v : y.to_vector<double>()) CHECK(std::isfinite(v));
+        check_against(y, x, 1, ref_along(x, 1, m.alpha), dt == kFloat64 ? f64_tol(m) : 1e-6);
+        // Masked logits (-inf) are never selected and do not disturb the others.
+        Tensor masked = on(tensor({0.5, -kInf, 0.4, -kInf, -0.5}, dt), dev);
+        Tensor ym = m.f(masked, 0), yr = m.f(on(tensor({0.5, 0.4, -0.5}, dt), dev), 0);
+        CHECK(ym.at({1}) == 0.0);
+        CHECK(ym.at({3}) == 0.0);
+        // (Bisection brackets τ by the line's length, so it may differ in the last bits.)
+        double same = dt == kFloat64 ? 1e-13 : 1e-6;
+        CHECK(std::fabs(ym.at({0}) - yr.at({0})) <= same);
+        CHECK(std::fabs(ym.at({2}) - yr.at({1})) <= same);
+      }
     }
   }
 }
 
 TEST_CASE("a NaN or +inf in a line makes that line NaN only; empty tensors pass through") {
-  for (const Named& m : all_maps()) {
-    INFO(m.name << " alpha " << m.alpha);
-    Tensor x = tensor({{0.1, std::nan(""), 0.3}, {0.5, 0.4, -0.5}, {kInf, 0.0, 1.0}});
-    Tensor y = m.f(x, 1);
-    for (int64_t j = 0; j < 3; ++j) {
-      CHECK(std::isnan(y.at({0, j})));
-      CHECK(std::isnan(y.at({2, j})));
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    for (const Named& m : all_maps()) {
+      INFO(m.name << " alpha " << m.alpha);
+      Tensor x = on(tensor({{0.1, std::nan(""), 0.3}, {0.5, 0.4, -0.5}, {kInf, 0.0, 1.0}}), dev);
+      Tensor y = m.f(x, 1);
+      for (int64_t j = 0; j < 3; ++j) {
+        CHECK(std::isnan(y.at({0, j})));
+        CHECK(std::isnan(y.at({2, j})));
+      }
+      // The clean middle line is what it would be on its own.
+      CHECK(max_abs_diff(y.select(0, 1), m.f(on(tensor({0.5, 0.4, -0.5}), dev), 0)) == 0.0);
+      CHECK(m.f(zeros({0, 4}, TensorOptions().device(dev)), 1).shape() == Shape{0, 4});
+      CHECK(m.f(zeros({3, 0}, TensorOptions().device(dev)), 1).shape() == Shape{3, 0});
     }
-    // The clean middle line is what it would be on its own.
-    CHECK(max_abs_diff(y.select(0, 1), m.f(tensor({0.5, 0.4, -0.5}), 0)) == 0.0);
-    CHECK(m.f(zeros({0, 4}), 1).shape() == Shape{0, 4});
-    CHECK(m.f(zeros({3, 0}), 1).shape() == Shape{3, 0});
   }
 }
 
 TEST_CASE("entmax_bisect approaches softmax as alpha -> 1") {
-  manual_seed(17);
-  Tensor x = randn({6, 12}, kFloat64);
-  Tensor s = softmax(x, -1);
-  double prev = kInf;
-  for (double alpha : {1.1, 1.01, 1.001, 1.0001}) {
-    double err = max_abs_diff(nn::entmax_bisect(x, alpha), s);
-    INFO("alpha " << alpha << ": max |entmax - softmax| = " << err);
-    CHECK(err < prev / 5);
-    prev = err;
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    manual_seed(17);
+    Tensor x = randn({6, 12}, kFloat64);
+    Tensor s = softmax(x, -1);  // the reference, on the CPU
+    double prev = kInf;
+    for (double alpha : {1.1, 1.01, 1.001, 1.0001}) {
+      double err = max_abs_diff(nn::entmax_bisect(on(x, dev), alpha), s);
+      INFO("alpha " << alpha << ": max |entmax - softmax| = " << err);
+      CHECK(err < prev / 5);
+      prev = err;
+    }
+    // The gap shrinks like (α - 1): about 1e-4 at α = 1.0001 for inputs of unit scale.
+    CHECK(prev < 3e-4);
   }
-  // The gap shrinks like (α - 1): about 1e-4 at α = 1.0001 for inputs of unit scale.
-  CHECK(prev < 3e-4);
 }
 
 TEST_CASE("bad input gives a clear error") {
@@ -378,50 +411,57 @@ TEST_CASE("bad input gives a clear error") {
 // ---------------------------------------------------------------- gradients
 
 TEST_CASE("gradients equal the closed form on hand-picked inputs") {
-  Tensor g = tensor({1.0, -2.0, 4.0}, kFloat64);
-  // sparsemax([0.5, 0.4, -0.5]) has support {0, 1}: dx = g - mean_S(g) there, 0 off it.
-  Tensor x = tensor({0.5, 0.4, -0.5}, kFloat64).requires_grad_();
-  nn::sparsemax(x).backward(g);
-  check_values(x.grad(), {1.5, -1.5, 0}, 1e-15);
-  // entmax15 with sqrt(p) = (0.8, 0.6) on support {0, 2}: s = (0.8, 0, 0.6),
-  // dx = s g - s (Σ s g) / (Σ s) = s (g - (0.8 - 0 + 2.4) / 1.4).
-  Tensor x15 = tensor({2.2, 0.5, 1.8}, kFloat64).requires_grad_();
-  nn::entmax15(x15).backward(g);
-  double c = (0.8 * 1 + 0.6 * 4) / 1.4;
-  check_values(x15.grad(), {0.8 * (1 - c), 0, 0.6 * (4 - c)}, 1e-13);
-  // α = 3 with p = (0.6, 0.4, 0): q = p^(2-α) = 1/p on the support.
-  Tensor x3 = tensor({0.23, 0.13, 0.0}, kFloat64).requires_grad_();
-  nn::entmax_bisect(x3, 3.0).backward(g);
-  double q0 = 1 / 0.6, q1 = 1 / 0.4, c3 = (q0 * 1 - q1 * 2) / (q0 + q1);
-  check_values(x3.grad(), {q0 * (1 - c3), q1 * (-2 - c3), 0}, 1e-10);
-  // Each map's gradient sums to zero along the line (the output's sum is constant).
-  manual_seed(18);
-  for (const Named& m : all_maps()) {
-    INFO(m.name << " alpha " << m.alpha);
-    Tensor xr = randn({5, 7}, kFloat64).requires_grad_();
-    m.f(xr, 1).backward(randn({5, 7}, kFloat64));
-    // q = p^(2-α) grows without bound near the support's edge when α > 2: relative check.
-    double scale = 1 + max_abs_diff(xr.grad(), zeros({5, 7}, kFloat64));
-    CHECK(max_abs_diff(xr.grad().sum({1}), zeros({5}, kFloat64)) <= 1e-12 * scale);
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    Tensor g = on(tensor({1.0, -2.0, 4.0}, kFloat64), dev);
+    // sparsemax([0.5, 0.4, -0.5]) has support {0, 1}: dx = g - mean_S(g) there, 0 off it.
+    Tensor x = on(tensor({0.5, 0.4, -0.5}, kFloat64).requires_grad_(), dev);
+    nn::sparsemax(x).backward(g);
+    check_values(x.grad(), {1.5, -1.5, 0}, 1e-15);
+    // entmax15 with sqrt(p) = (0.8, 0.6) on support {0, 2}: s = (0.8, 0, 0.6),
+    // dx = s g - s (Σ s g) / (Σ s) = s (g - (0.8 - 0 + 2.4) / 1.4).
+    Tensor x15 = on(tensor({2.2, 0.5, 1.8}, kFloat64).requires_grad_(), dev);
+    nn::entmax15(x15).backward(g);
+    double c = (0.8 * 1 + 0.6 * 4) / 1.4;
+    check_values(x15.grad(), {0.8 * (1 - c), 0, 0.6 * (4 - c)}, 1e-13);
+    // α = 3 with p = (0.6, 0.4, 0): q = p^(2-α) = 1/p on the support.
+    Tensor x3 = on(tensor({0.23, 0.13, 0.0}, kFloat64).requires_grad_(), dev);
+    nn::entmax_bisect(x3, 3.0).backward(g);
+    double q0 = 1 / 0.6, q1 = 1 / 0.4, c3 = (q0 * 1 - q1 * 2) / (q0 + q1);
+    check_values(x3.grad(), {q0 * (1 - c3), q1 * (-2 - c3), 0}, 1e-10);
+    // Each map's gradient sums to zero along the line (the output's sum is constant).
+    manual_seed(18);
+    for (const Named& m : all_maps()) {
+      INFO(m.name << " alpha " << m.alpha);
+      Tensor xr = on(randn({5, 7}, kFloat64).requires_grad_(), dev);
+      m.f(xr, 1).backward(on(randn({5, 7}, kFloat64), dev));
+      // q = p^(2-α) grows without bound near the support's edge when α > 2: relative check.
+      Tensor grad = xr.grad().cpu();  // line sums taken on the CPU
+      double scale = 1 + max_abs_diff(grad, zeros({5, 7}, kFloat64));
+      CHECK(max_abs_diff(grad.sum({1}), zeros({5}, kFloat64)) <= 1e-12 * scale);
+    }
   }
 }
 
 TEST_CASE("gradcheck sparsemax, entmax15 and entmax_bisect away from the kinks") {
-  manual_seed(19);
-  for (const Named& m : all_maps()) {
-    for (double scale : {0.3, 1.0, 3.0}) {
-      INFO(m.name << " alpha " << m.alpha << " scale " << scale);
-      Map f = m.f;
-      // Lines along the last dim.
-      Tensor x = lines_away_from_kinks(4, 6, m.alpha, scale);
-      CHECK_GRAD([f](const TensorList& in) { return f(in[0], -1); }, {x});
-      // The same lines along dim 1 of a 3-D tensor (2, 6, 2): non-last, inner stride 2.
-      Tensor x3 = x.reshape({2, 2, 6}).permute({0, 2, 1}).contiguous();
-      CHECK_GRAD([f](const TensorList& in) { return f(in[0], 1); }, {x3});
-      // A transposed view: lines along dim 0 with stride 1 in memory, not contiguous.
-      Tensor xt = x.t();
-      REQUIRE(!xt.is_contiguous());
-      CHECK_GRAD([f](const TensorList& in) { return f(in[0], 0); }, {xt});
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    manual_seed(19);
+    for (const Named& m : all_maps()) {
+      for (double scale : {0.3, 1.0, 3.0}) {
+        INFO(m.name << " alpha " << m.alpha << " scale " << scale);
+        Map f = m.f;
+        // Lines along the last dim.
+        Tensor x = lines_away_from_kinks(4, 6, m.alpha, scale);
+        CHECK_GRAD([f](const TensorList& in) { return f(in[0], -1); }, {on(x, dev)});
+        // The same lines along dim 1 of a 3-D tensor (2, 6, 2): non-last, inner stride 2.
+        Tensor x3 = x.reshape({2, 2, 6}).permute({0, 2, 1}).contiguous();
+        CHECK_GRAD([f](const TensorList& in) { return f(in[0], 1); }, {on(x3, dev)});
+        // A transposed view: lines along dim 0 with stride 1 in memory, not contiguous.
+        Tensor xt = on(x, dev).t();
+        REQUIRE(!xt.is_contiguous());
+        CHECK_GRAD([f](const TensorList& in) { return f(in[0], 0); }, {xt});
+      }
     }
   }
 }

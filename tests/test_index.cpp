@@ -1,4 +1,6 @@
-// Indexing ops against brute-force loops over row-major copies of the operands.
+// Indexing ops against brute-force loops over row-major copies of the operands, on every
+// test device: operands (indices too) are drawn on the CPU and moved with on(); results
+// are read back through to_vector / at, which copy to the host.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -125,271 +127,320 @@ void ref_sort(const Tensor& x, int64_t dim, bool descending, int64_t k, std::vec
 // ---------------------------------------------------------------- gather
 
 TEST_CASE("gather matches brute force along every dim, with views and negative dims") {
-  manual_seed(1);
-  Tensor base = randn({4, 5, 6}, kFloat64);
-  for (Tensor x : {base, base.transpose(0, 2), base.slice(1, 0, 5, 2)}) {
-    for (int64_t dim : {0, 1, 2, -1}) {
-      int64_t d = dim < 0 ? dim + 3 : dim;
-      // index smaller than x in the other dims, any size along dim
-      Shape is = x.shape();
-      for (auto& s : is) s = std::max<int64_t>(1, s - 1);
-      is[size_t(d)] = 7;
-      Tensor idx = rand_index(x.shape()[size_t(d)], is);
-      INFO("x " << shape_str(x.shape()) << " dim " << dim);
-      check_equal(gather(x, dim, idx), is, ref_gather(x, d, idx));
-      // a non-contiguous index
-      Tensor idx_t = rand_index(x.shape()[size_t(d)], {is[2], is[1], is[0]}).permute({2, 1, 0});
-      check_equal(gather(x, dim, idx_t), is, ref_gather(x, d, idx_t));
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    manual_seed(1);
+    Tensor base = on(randn({4, 5, 6}, kFloat64), dev);
+    for (Tensor x : {base, base.transpose(0, 2), base.slice(1, 0, 5, 2)}) {
+      for (int64_t dim : {0, 1, 2, -1}) {
+        int64_t d = dim < 0 ? dim + 3 : dim;
+        // index smaller than x in the other dims, any size along dim
+        Shape is = x.shape();
+        for (auto& s : is) s = std::max<int64_t>(1, s - 1);
+        is[size_t(d)] = 7;
+        Tensor idx = on(rand_index(x.shape()[size_t(d)], is), dev);
+        INFO("x " << shape_str(x.shape()) << " dim " << dim);
+        check_equal(gather(x, dim, idx), is, ref_gather(x, d, idx));
+        // a non-contiguous index
+        Tensor idx_t = on(rand_index(x.shape()[size_t(d)], {is[2], is[1], is[0]}), dev).permute({2, 1, 0});
+        check_equal(gather(x, dim, idx_t), is, ref_gather(x, d, idx_t));
+      }
     }
+    // float32 and int64 values
+    Tensor xf = on(tensor({{1.5, 2.5}, {3.5, 4.5}}), dev);
+    Tensor i = on(from_vector(std::vector<int64_t>{1, 1, 0, 1}, {2, 2}), dev);
+    check_equal(gather(xf, 1, i), {2, 2}, {2.5, 2.5, 3.5, 4.5});
+    check_equal(gather(xf.to(kInt64), 0, i), {2, 2}, {3, 4, 1, 4});
   }
-  // float32 and int64 values
-  Tensor xf = tensor({{1.5, 2.5}, {3.5, 4.5}});
-  Tensor i = from_vector(std::vector<int64_t>{1, 1, 0, 1}, {2, 2});
-  check_equal(gather(xf, 1, i), {2, 2}, {2.5, 2.5, 3.5, 4.5});
-  check_equal(gather(xf.to(kInt64), 0, i), {2, 2}, {3, 4, 1, 4});
 }
 
 TEST_CASE("gather of a large tensor (split over threads)") {
-  manual_seed(2);
-  Tensor x = randn({300, 200}, kFloat32);
-  Tensor idx = rand_index(200, {300, 150});
-  check_equal(gather(x, 1, idx), {300, 150}, ref_gather(x, 1, idx));
-  Tensor idx0 = rand_index(300, {250, 200});
-  check_equal(gather(x, 0, idx0), {250, 200}, ref_gather(x, 0, idx0));
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    manual_seed(2);
+    Tensor x = on(randn({300, 200}, kFloat32), dev);
+    Tensor idx = on(rand_index(200, {300, 150}), dev);
+    check_equal(gather(x, 1, idx), {300, 150}, ref_gather(x, 1, idx));
+    Tensor idx0 = on(rand_index(300, {250, 200}), dev);
+    check_equal(gather(x, 0, idx0), {250, 200}, ref_gather(x, 0, idx0));
+  }
 }
 
 TEST_CASE("gather backward scatters the gradient, adding repeats") {
-  Tensor x = zeros({2, 3}, kFloat64).requires_grad_();
-  Tensor idx = from_vector(std::vector<int64_t>{2, 2, 0, 1, 1, 1}, {2, 3});
-  Tensor g = tensor({{1.0, 2.0, 3.0}, {4.0, 5.0, 6.0}}, kFloat64);
-  gather(x, 1, idx).backward(g);
-  CHECK(x.grad().to_vector<double>() == std::vector<double>{3, 0, 3, 0, 15, 0});
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    Tensor x = on(zeros({2, 3}, kFloat64).requires_grad_(), dev);
+    Tensor idx = on(from_vector(std::vector<int64_t>{2, 2, 0, 1, 1, 1}, {2, 3}), dev);
+    Tensor g = on(tensor({{1.0, 2.0, 3.0}, {4.0, 5.0, 6.0}}, kFloat64), dev);
+    gather(x, 1, idx).backward(g);
+    CHECK(x.grad().to_vector<double>() == std::vector<double>{3, 0, 3, 0, 15, 0});
+  }
 }
 
 // ---------------------------------------------------------------- scatter_add
 
 TEST_CASE("scatter_add matches brute force, duplicates accumulate") {
-  manual_seed(3);
-  for (int64_t dim : {0, 1, 2}) {
-    Tensor x = randn({3, 4, 5}, kFloat64);
-    Shape is = {2, 3, 4};
-    is[size_t(dim)] = 9;  // more entries than the dim holds: duplicates are certain
-    Tensor idx = rand_index(x.shape()[size_t(dim)], is);
-    Tensor src = randn({3, 9, 9}, kFloat64);  // larger than index: the extra is unused
-    if (dim == 0) src = randn({9, 4, 5}, kFloat64);
-    INFO("dim " << dim);
-    check_equal(scatter_add(x, dim, idx, src), x.shape(), ref_scatter_add(x, dim, idx, src), 1e-12);
-    // transposed operands
-    Tensor xt = x.transpose(0, 2).contiguous().transpose(0, 2);
-    check_equal(scatter_add(xt, dim, idx, src), x.shape(), ref_scatter_add(x, dim, idx, src), 1e-12);
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    manual_seed(3);
+    for (int64_t dim : {0, 1, 2}) {
+      Tensor x = on(randn({3, 4, 5}, kFloat64), dev);
+      Shape is = {2, 3, 4};
+      is[size_t(dim)] = 9;  // more entries than the dim holds: duplicates are certain
+      Tensor idx = on(rand_index(x.shape()[size_t(dim)], is), dev);
+      Tensor src = randn({3, 9, 9}, kFloat64);  // larger than index: the extra is unused
+      if (dim == 0) src = randn({9, 4, 5}, kFloat64);
+      src = on(src, dev);
+      INFO("dim " << dim);
+      check_equal(scatter_add(x, dim, idx, src), x.shape(), ref_scatter_add(x, dim, idx, src), 1e-12);
+      // transposed operands
+      Tensor xt = x.transpose(0, 2).contiguous().transpose(0, 2);
+      check_equal(scatter_add(xt, dim, idx, src), x.shape(), ref_scatter_add(x, dim, idx, src), 1e-12);
+    }
+    // The input is not modified.
+    Tensor x = zeros({3}, TensorOptions().device(dev));
+    Tensor y = scatter_add(x, 0, on(from_vector(std::vector<int64_t>{2, 2}, {2}), dev), on(tensor({1.0, 2.0}), dev));
+    CHECK(y.to_vector<double>() == std::vector<double>{0, 0, 3});
+    CHECK(x.to_vector<double>() == std::vector<double>{0, 0, 0});
   }
-  // The input is not modified.
-  Tensor x = zeros({3});
-  Tensor y = scatter_add(x, 0, from_vector(std::vector<int64_t>{2, 2}, {2}), tensor({1.0, 2.0}));
-  CHECK(y.to_vector<double>() == std::vector<double>{0, 0, 3});
-  CHECK(x.to_vector<double>() == std::vector<double>{0, 0, 0});
 }
 
 TEST_CASE("scatter_add of a large tensor is deterministic and matches brute force") {
-  manual_seed(4);
-  Tensor x = zeros({50, 20}, kFloat64);
-  Tensor idx = rand_index(20, {50, 2000});
-  Tensor src = randn({50, 2000}, kFloat64);
-  Tensor a = scatter_add(x, 1, idx, src), b = scatter_add(x, 1, idx, src);
-  check_equal(a, {50, 20}, ref_scatter_add(x, 1, idx, src), 1e-10);
-  CHECK(a.to_vector<double>() == b.to_vector<double>());
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    manual_seed(4);
+    Tensor x = zeros({50, 20}, TensorOptions(kFloat64).device(dev));
+    Tensor idx = on(rand_index(20, {50, 2000}), dev);
+    Tensor src = on(randn({50, 2000}, kFloat64), dev);
+    Tensor a = scatter_add(x, 1, idx, src), b = scatter_add(x, 1, idx, src);
+    check_equal(a, {50, 20}, ref_scatter_add(x, 1, idx, src), 1e-10);
+    CHECK(a.to_vector<double>() == b.to_vector<double>());
+  }
 }
 
 TEST_CASE("scatter_add gradients: x gets g, src gets g gathered at index (zero beyond it)") {
-  Tensor x = zeros({2, 3}, kFloat64).requires_grad_();
-  Tensor src = ones({2, 4}, kFloat64).requires_grad_();
-  Tensor idx = from_vector(std::vector<int64_t>{0, 2, 1, 0}, {2, 2});
-  Tensor g = tensor({{1.0, 2.0, 3.0}, {4.0, 5.0, 6.0}}, kFloat64);
-  scatter_add(x, 1, idx, src).backward(g);
-  CHECK(x.grad().to_vector<double>() == g.to_vector<double>());
-  CHECK(src.grad().to_vector<double>() == std::vector<double>{1, 3, 0, 0, 5, 4, 0, 0});
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    Tensor x = on(zeros({2, 3}, kFloat64).requires_grad_(), dev);
+    Tensor src = on(ones({2, 4}, kFloat64).requires_grad_(), dev);
+    Tensor idx = on(from_vector(std::vector<int64_t>{0, 2, 1, 0}, {2, 2}), dev);
+    Tensor g = on(tensor({{1.0, 2.0, 3.0}, {4.0, 5.0, 6.0}}, kFloat64), dev);
+    scatter_add(x, 1, idx, src).backward(g);
+    CHECK(x.grad().to_vector<double>() == g.to_vector<double>());
+    CHECK(src.grad().to_vector<double>() == std::vector<double>{1, 3, 0, 0, 5, 4, 0, 0});
+  }
 }
 
 // ---------------------------------------------------------------- index_select, embedding
 
 TEST_CASE("index_select matches brute force along every dim") {
-  manual_seed(5);
-  Tensor base = randn({4, 5, 6}, kFloat32);
-  for (Tensor x : {base, base.permute({2, 0, 1})}) {
-    for (int64_t dim : {0, 1, 2, -2}) {
-      int64_t d = dim < 0 ? dim + 3 : dim;
-      Tensor idx = rand_index(x.shape()[size_t(d)], {8});
-      Shape os;
-      std::vector<double> want = ref_index_select(x, d, idx, &os);
-      INFO("x " << shape_str(x.shape()) << " dim " << dim);
-      check_equal(index_select(x, dim, idx), os, want);
-      // strided index
-      Tensor idx2 = rand_index(x.shape()[size_t(d)], {16}).slice(0, 0, 16, 2);
-      want = ref_index_select(x, d, idx2, &os);
-      check_equal(index_select(x, dim, idx2), os, want);
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    manual_seed(5);
+    Tensor base = on(randn({4, 5, 6}, kFloat32), dev);
+    for (Tensor x : {base, base.permute({2, 0, 1})}) {
+      for (int64_t dim : {0, 1, 2, -2}) {
+        int64_t d = dim < 0 ? dim + 3 : dim;
+        Tensor idx = on(rand_index(x.shape()[size_t(d)], {8}), dev);
+        Shape os;
+        std::vector<double> want = ref_index_select(x, d, idx, &os);
+        INFO("x " << shape_str(x.shape()) << " dim " << dim);
+        check_equal(index_select(x, dim, idx), os, want);
+        // strided index
+        Tensor idx2 = on(rand_index(x.shape()[size_t(d)], {16}), dev).slice(0, 0, 16, 2);
+        want = ref_index_select(x, d, idx2, &os);
+        check_equal(index_select(x, dim, idx2), os, want);
+      }
     }
+    // empty selection
+    CHECK(index_select(base, 1, zeros({0}, TensorOptions(kInt64).device(dev))).shape() == Shape{4, 0, 6});
   }
-  // empty selection
-  CHECK(index_select(base, 1, zeros({0}, kInt64)).shape() == Shape{4, 0, 6});
 }
 
 TEST_CASE("index_select backward adds each selected slice back") {
-  Tensor x = zeros({3, 2}, kFloat64).requires_grad_();
-  Tensor idx = from_vector(std::vector<int64_t>{2, 0, 2}, {3});
-  Tensor g = tensor({{1.0, 2.0}, {3.0, 4.0}, {5.0, 6.0}}, kFloat64);
-  index_select(x, 0, idx).backward(g);
-  CHECK(x.grad().to_vector<double>() == std::vector<double>{3, 4, 0, 0, 6, 8});
-  Tensor y = zeros({2, 3}, kFloat64).requires_grad_();
-  index_select(y, 1, idx).backward(g.t().contiguous());
-  CHECK(y.grad().to_vector<double>() == std::vector<double>{3, 0, 6, 4, 0, 8});
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    Tensor x = on(zeros({3, 2}, kFloat64).requires_grad_(), dev);
+    Tensor idx = on(from_vector(std::vector<int64_t>{2, 0, 2}, {3}), dev);
+    Tensor g = on(tensor({{1.0, 2.0}, {3.0, 4.0}, {5.0, 6.0}}, kFloat64), dev);
+    index_select(x, 0, idx).backward(g);
+    CHECK(x.grad().to_vector<double>() == std::vector<double>{3, 4, 0, 0, 6, 8});
+    Tensor y = on(zeros({2, 3}, kFloat64).requires_grad_(), dev);
+    index_select(y, 1, idx).backward(g.t().contiguous());
+    CHECK(y.grad().to_vector<double>() == std::vector<double>{3, 0, 6, 4, 0, 8});
+  }
 }
 
 TEST_CASE("embedding picks rows for ids of any shape; backward adds rows") {
-  manual_seed(6);
-  int64_t V = 7, D = 3;
-  Tensor w = randn({V, D}, kFloat64).requires_grad_();
-  Tensor ids = from_vector(std::vector<int64_t>{6, 0, 3, 3, 1, 6, 6, 2}, {2, 4});
-  Tensor y = embedding(w, ids);
-  REQUIRE(y.shape() == Shape{2, 4, 3});
-  std::vector<double> wv = w.to_vector<double>(), yv = y.to_vector<double>();
-  std::vector<int64_t> iv = ids.to_vector<int64_t>();
-  for (size_t n = 0; n < iv.size(); ++n)
-    for (int64_t c = 0; c < D; ++c) CHECK(yv[n * size_t(D) + size_t(c)] == wv[size_t(iv[n] * D + c)]);
-  Tensor g = randn({2, 4, 3}, kFloat64);
-  y.backward(g);
-  std::vector<double> gv = g.to_vector<double>(), want(size_t(V * D), 0.0);
-  for (size_t n = 0; n < iv.size(); ++n)
-    for (int64_t c = 0; c < D; ++c) want[size_t(iv[n] * D + c)] += gv[n * size_t(D) + size_t(c)];
-  check_equal(w.grad(), {V, D}, want, 1e-12);
-  // 0-dim ids give one row; 1-D ids a matrix.
-  CHECK(embedding(w.detach(), full({}, 4, kInt64)).shape() == Shape{D});
-  CHECK(embedding(w.detach(), from_vector(std::vector<int64_t>{1, 2}, {2})).shape() == Shape{2, D});
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    manual_seed(6);
+    int64_t V = 7, D = 3;
+    Tensor w = on(randn({V, D}, kFloat64).requires_grad_(), dev);
+    Tensor ids = on(from_vector(std::vector<int64_t>{6, 0, 3, 3, 1, 6, 6, 2}, {2, 4}), dev);
+    Tensor y = embedding(w, ids);
+    REQUIRE(y.shape() == Shape{2, 4, 3});
+    std::vector<double> wv = w.to_vector<double>(), yv = y.to_vector<double>();
+    std::vector<int64_t> iv = ids.to_vector<int64_t>();
+    for (size_t n = 0; n < iv.size(); ++n)
+      for (int64_t c = 0; c < D; ++c) CHECK(yv[n * size_t(D) + size_t(c)] == wv[size_t(iv[n] * D + c)]);
+    Tensor g = randn({2, 4, 3}, kFloat64);
+    y.backward(on(g, dev));
+    std::vector<double> gv = g.to_vector<double>(), want(size_t(V * D), 0.0);
+    for (size_t n = 0; n < iv.size(); ++n)
+      for (int64_t c = 0; c < D; ++c) want[size_t(iv[n] * D + c)] += gv[n * size_t(D) + size_t(c)];
+    check_equal(w.grad(), {V, D}, want, 1e-12);
+    // 0-dim ids give one row; 1-D ids a matrix.
+    CHECK(embedding(w.detach(), full({}, 4, TensorOptions(kInt64).device(dev))).shape() == Shape{D});
+    CHECK(embedding(w.detach(), on(from_vector(std::vector<int64_t>{1, 2}, {2}), dev)).shape() == Shape{2, D});
+  }
 }
 
 TEST_CASE("embedding backward for many ids (split over threads) matches brute force") {
-  manual_seed(7);
-  int64_t V = 50, D = 300, N = 400;
-  Tensor w = zeros({V, D}, kFloat32).requires_grad_();
-  Tensor ids = rand_index(V, {N});
-  Tensor g = randn({N, D}, kFloat32);
-  embedding(w, ids).backward(g);
-  std::vector<double> gv = g.to_vector<double>(), want(size_t(V * D), 0.0);
-  std::vector<int64_t> iv = ids.to_vector<int64_t>();
-  for (int64_t n = 0; n < N; ++n)
-    for (int64_t c = 0; c < D; ++c) want[size_t(iv[size_t(n)] * D + c)] += gv[size_t(n * D + c)];
-  check_equal(w.grad(), {V, D}, want, 1e-4);
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    manual_seed(7);
+    int64_t V = 50, D = 300, N = 400;
+    Tensor w = on(zeros({V, D}, kFloat32).requires_grad_(), dev);
+    Tensor ids = rand_index(V, {N});
+    Tensor g = randn({N, D}, kFloat32);
+    embedding(w, on(ids, dev)).backward(on(g, dev));
+    std::vector<double> gv = g.to_vector<double>(), want(size_t(V * D), 0.0);
+    std::vector<int64_t> iv = ids.to_vector<int64_t>();
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t c = 0; c < D; ++c) want[size_t(iv[size_t(n)] * D + c)] += gv[size_t(n * D + c)];
+    check_equal(w.grad(), {V, D}, want, 1e-4);
+  }
 }
 
 // ---------------------------------------------------------------- cumsum
 
 TEST_CASE("cumsum matches brute force; its gradient is the reversed cumsum") {
-  manual_seed(8);
-  Tensor base = randn({3, 4, 5}, kFloat64);
-  for (Tensor x : {base, base.transpose(0, 1)}) {
-    for (int64_t dim : {0, 1, 2, -1}) {
-      int64_t d = dim < 0 ? dim + 3 : dim;
-      INFO("x " << shape_str(x.shape()) << " dim " << dim);
-      check_equal(cumsum(x, dim), x.shape(), ref_cumsum(x, d), 1e-12);
-      Tensor xl = x.detach().requires_grad_();
-      Tensor g = randn(x.shape(), kFloat64);
-      cumsum(xl, dim).backward(g);
-      check_equal(xl.grad(), x.shape(), ref_cumsum(g, d, true), 1e-12);
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    manual_seed(8);
+    Tensor base = on(randn({3, 4, 5}, kFloat64), dev);
+    for (Tensor x : {base, base.transpose(0, 1)}) {
+      for (int64_t dim : {0, 1, 2, -1}) {
+        int64_t d = dim < 0 ? dim + 3 : dim;
+        INFO("x " << shape_str(x.shape()) << " dim " << dim);
+        check_equal(cumsum(x, dim), x.shape(), ref_cumsum(x, d), 1e-12);
+        Tensor xl = x.detach().requires_grad_();
+        Tensor g = randn(x.shape(), kFloat64);
+        cumsum(xl, dim).backward(on(g, dev));
+        check_equal(xl.grad(), x.shape(), ref_cumsum(g, d, true), 1e-12);
+      }
     }
+    // integers and bools stay exact integers
+    Tensor xi = on(from_vector(std::vector<int64_t>{1, 2, 3, 4}, {4}), dev);
+    CHECK(cumsum(xi, 0).dtype() == kInt64);
+    CHECK(cumsum(xi, 0).to_vector<int64_t>() == std::vector<int64_t>{1, 3, 6, 10});
+    Tensor xb = gt(on(tensor({1.0, -1.0, 2.0}), dev), zeros({3}, TensorOptions().device(dev)));
+    CHECK(cumsum(xb, 0).to_vector<int64_t>() == std::vector<int64_t>{1, 1, 2});
+    // float32 accumulates in double: the 1 survives next to 1e8 (a float32 sum loses it)
+    Tensor f = on(tensor({1e8, 1.0, -1e8}, kFloat32), dev);
+    CHECK(cumsum(f, 0).at({2}) == 1.0);
   }
-  // integers and bools stay exact integers
-  Tensor xi = from_vector(std::vector<int64_t>{1, 2, 3, 4}, {4});
-  CHECK(cumsum(xi, 0).dtype() == kInt64);
-  CHECK(cumsum(xi, 0).to_vector<int64_t>() == std::vector<int64_t>{1, 3, 6, 10});
-  Tensor xb = gt(tensor({1.0, -1.0, 2.0}), zeros({3}));
-  CHECK(cumsum(xb, 0).to_vector<int64_t>() == std::vector<int64_t>{1, 1, 2});
-  // float32 accumulates in double: the 1 survives next to 1e8 (a float32 sum loses it)
-  Tensor f = tensor({1e8, 1.0, -1e8}, kFloat32);
-  CHECK(cumsum(f, 0).at({2}) == 1.0);
 }
 
 TEST_CASE("cumsum of a large tensor (split over threads) along either dim") {
-  manual_seed(9);
-  Tensor x = randn({200, 300}, kFloat64);
-  check_equal(cumsum(x, 0), x.shape(), ref_cumsum(x, 0), 1e-10);
-  check_equal(cumsum(x, 1), x.shape(), ref_cumsum(x, 1), 1e-10);
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    manual_seed(9);
+    Tensor x = on(randn({200, 300}, kFloat64), dev);
+    check_equal(cumsum(x, 0), x.shape(), ref_cumsum(x, 0), 1e-10);
+    check_equal(cumsum(x, 1), x.shape(), ref_cumsum(x, 1), 1e-10);
+  }
 }
 
 // ---------------------------------------------------------------- sort, topk
 
 TEST_CASE("sort matches a stable brute-force sort, both directions, every dim") {
-  manual_seed(10);
-  // Few distinct values, so ties are everywhere and stability is tested.
-  Tensor base = randint(0, 4, {4, 5, 6}).to(kFloat64);
-  for (Tensor x : {base, base.transpose(0, 2), randn({3, 7}, kFloat32)}) {
-    for (int64_t dim = 0; dim < x.dim(); ++dim) {
-      for (bool desc : {false, true}) {
-        INFO("x " << shape_str(x.shape()) << " dim " << dim << " descending " << desc);
-        std::vector<double> vals, idx;
-        Shape os;
-        ref_sort(x, dim, desc, x.shape()[size_t(dim)], &vals, &idx, &os);
-        ValuesIndices s = sort(x, dim, desc);
-        CHECK(s.indices.dtype() == kInt64);
-        check_equal(s.values, os, vals);
-        check_equal(s.indices, os, idx);
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    manual_seed(10);
+    // Few distinct values, so ties are everywhere and stability is tested.
+    Tensor base = on(randint(0, 4, {4, 5, 6}).to(kFloat64), dev);
+    for (Tensor x : {base, base.transpose(0, 2), on(randn({3, 7}, kFloat32), dev)}) {
+      for (int64_t dim = 0; dim < x.dim(); ++dim) {
+        for (bool desc : {false, true}) {
+          INFO("x " << shape_str(x.shape()) << " dim " << dim << " descending " << desc);
+          std::vector<double> vals, idx;
+          Shape os;
+          ref_sort(x, dim, desc, x.shape()[size_t(dim)], &vals, &idx, &os);
+          ValuesIndices s = sort(x, dim, desc);
+          CHECK(s.indices.dtype() == kInt64);
+          check_equal(s.values, os, vals);
+          check_equal(s.indices, os, idx);
+        }
       }
     }
   }
 }
 
 TEST_CASE("sort: stability on ties and NaN placement") {
-  Tensor x = tensor({2.0, 1.0, 2.0, kNaN, 1.0, 3.0});
-  ValuesIndices a = sort(x);
-  CHECK(a.indices.to_vector<int64_t>() == std::vector<int64_t>{1, 4, 0, 2, 5, 3});
-  CHECK(std::isnan(a.values.at({5})));
-  ValuesIndices d = sort(x, 0, true);
-  CHECK(d.indices.to_vector<int64_t>() == std::vector<int64_t>{3, 5, 0, 2, 1, 4});
-  CHECK(std::isnan(d.values.at({0})));
-  CHECK(d.values.at({1}) == 3);
-  // sort of a large batch of rows (split over threads)
-  manual_seed(11);
-  Tensor big = randn({500, 70}, kFloat64);
-  std::vector<double> vals, idx;
-  Shape os;
-  ref_sort(big, 1, false, 70, &vals, &idx, &os);
-  ValuesIndices s = sort(big, 1);
-  check_equal(s.values, os, vals);
-  check_equal(s.indices, os, idx);
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    Tensor x = on(tensor({2.0, 1.0, 2.0, kNaN, 1.0, 3.0}), dev);
+    ValuesIndices a = sort(x);
+    CHECK(a.indices.to_vector<int64_t>() == std::vector<int64_t>{1, 4, 0, 2, 5, 3});
+    CHECK(std::isnan(a.values.at({5})));
+    ValuesIndices d = sort(x, 0, true);
+    CHECK(d.indices.to_vector<int64_t>() == std::vector<int64_t>{3, 5, 0, 2, 1, 4});
+    CHECK(std::isnan(d.values.at({0})));
+    CHECK(d.values.at({1}) == 3);
+    // sort of a large batch of rows (split over threads)
+    manual_seed(11);
+    Tensor big = on(randn({500, 70}, kFloat64), dev);
+    std::vector<double> vals, idx;
+    Shape os;
+    ref_sort(big, 1, false, 70, &vals, &idx, &os);
+    ValuesIndices s = sort(big, 1);
+    check_equal(s.values, os, vals);
+    check_equal(s.indices, os, idx);
+  }
 }
 
 TEST_CASE("sort values carry the gradient back to the original positions") {
-  Tensor x = tensor({3.0, 1.0, 2.0}, kFloat64).requires_grad_();
-  ValuesIndices s = sort(x);
-  s.values.backward(tensor({10.0, 20.0, 30.0}, kFloat64));
-  // sorted order is x[1], x[2], x[0]
-  CHECK(x.grad().to_vector<double>() == std::vector<double>{30, 10, 20});
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    Tensor x = on(tensor({3.0, 1.0, 2.0}, kFloat64).requires_grad_(), dev);
+    ValuesIndices s = sort(x);
+    s.values.backward(on(tensor({10.0, 20.0, 30.0}, kFloat64), dev));
+    // sorted order is x[1], x[2], x[0]
+    CHECK(x.grad().to_vector<double>() == std::vector<double>{30, 10, 20});
+  }
 }
 
 TEST_CASE("topk: k largest and k smallest, sorted, as torch.topk") {
-  manual_seed(12);
-  Tensor base = randint(0, 5, {4, 6, 3}).to(kFloat64);
-  for (Tensor x : {base, base.permute({1, 2, 0}), randn({5, 9}, kFloat32)}) {
-    for (int64_t dim : {0, 1, -1}) {
-      int64_t d = dim < 0 ? dim + x.dim() : dim;
-      int64_t n = x.shape()[size_t(d)];
-      for (int64_t k : {int64_t(0), int64_t(1), n / 2, n}) {
-        for (bool largest : {true, false}) {
-          INFO("x " << shape_str(x.shape()) << " dim " << dim << " k " << k << " largest " << largest);
-          std::vector<double> vals, idx;
-          Shape os;
-          ref_sort(x, d, largest, k, &vals, &idx, &os);
-          ValuesIndices t = topk(x, k, dim, largest);
-          check_equal(t.values, os, vals);
-          check_equal(t.indices, os, idx);
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    manual_seed(12);
+    Tensor base = on(randint(0, 5, {4, 6, 3}).to(kFloat64), dev);
+    for (Tensor x : {base, base.permute({1, 2, 0}), on(randn({5, 9}, kFloat32), dev)}) {
+      for (int64_t dim : {0, 1, -1}) {
+        int64_t d = dim < 0 ? dim + x.dim() : dim;
+        int64_t n = x.shape()[size_t(d)];
+        for (int64_t k : {int64_t(0), int64_t(1), n / 2, n}) {
+          for (bool largest : {true, false}) {
+            INFO("x " << shape_str(x.shape()) << " dim " << dim << " k " << k << " largest " << largest);
+            std::vector<double> vals, idx;
+            Shape os;
+            ref_sort(x, d, largest, k, &vals, &idx, &os);
+            ValuesIndices t = topk(x, k, dim, largest);
+            check_equal(t.values, os, vals);
+            check_equal(t.indices, os, idx);
+          }
         }
       }
     }
+    Tensor v = on(tensor({1.0, 5.0, kNaN, 3.0}), dev);
+    CHECK(topk(v, 2).indices.to_vector<int64_t>() == std::vector<int64_t>{2, 1});
+    CHECK(topk(v, 2, 0, false).indices.to_vector<int64_t>() == std::vector<int64_t>{0, 3});
+    Tensor xl = on(tensor({1.0, 5.0, 4.0, 3.0}, kFloat64).requires_grad_(), dev);
+    topk(xl, 2).values.backward(on(tensor({1.0, 2.0}, kFloat64), dev));
+    CHECK(xl.grad().to_vector<double>() == std::vector<double>{0, 1, 2, 0});
   }
-  Tensor v = tensor({1.0, 5.0, kNaN, 3.0});
-  CHECK(topk(v, 2).indices.to_vector<int64_t>() == std::vector<int64_t>{2, 1});
-  CHECK(topk(v, 2, 0, false).indices.to_vector<int64_t>() == std::vector<int64_t>{0, 3});
-  Tensor xl = tensor({1.0, 5.0, 4.0, 3.0}, kFloat64).requires_grad_();
-  topk(xl, 2).values.backward(tensor({1.0, 2.0}, kFloat64));
-  CHECK(xl.grad().to_vector<double>() == std::vector<double>{0, 1, 2, 0});
 }
 
 // ---------------------------------------------------------------- errors

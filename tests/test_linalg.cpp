@@ -1,6 +1,7 @@
 // Matrix products: the CPU GEMM on raw strided buffers and matmul/mm/bmm on tensors,
 // each against a brute-force triple loop in double, over odd sizes, every operand layout
-// and both backends (native kernel, OpenBLAS when linked); then the error messages.
+// and both backends (native kernel, OpenBLAS when linked); then the error messages. The
+// tensor ops run on every test device, with operands drawn on the CPU and moved there.
 #include <cmath>
 #include <functional>
 #include <random>
@@ -25,6 +26,12 @@ std::vector<GemmBackend> backends() {
   std::vector<GemmBackend> v = {GemmBackend::Native, GemmBackend::Auto};
   if (cpu::gemm_have_blas()) v.push_back(GemmBackend::Blas);
   return v;
+}
+
+// The backends to sweep for ops on `dev`: all of them on the CPU; elsewhere the choice
+// does not apply, so one pass.
+std::vector<GemmBackend> backends(Device dev) {
+  return dev.is_cpu() ? backends() : std::vector<GemmBackend>{GemmBackend::Auto};
 }
 
 // ---------------------------------------------------------------- raw GEMM
@@ -228,7 +235,8 @@ Tensor ref_matmul(const Tensor& a, const Tensor& b) {
 void check_matmul(const Tensor& a, const Tensor& b, const Shape& expected_shape) {
   INFO("matmul of " << shape_str(a.shape()) << " (strides " << shape_str(a.strides()) << ") and "
                     << shape_str(b.shape()) << " (strides " << shape_str(b.strides()) << "), "
-                    << dtype_name(a.dtype()) << ", backend " << cpu::gemm_backend_name(cpu::gemm_backend()));
+                    << dtype_name(a.dtype()) << " on " << a.device().str() << ", backend "
+                    << cpu::gemm_backend_name(cpu::gemm_backend()));
   Tensor y = matmul(a, b);
   CHECK(y.shape() == expected_shape);
   CHECK(y.dtype() == a.dtype());
@@ -236,102 +244,116 @@ void check_matmul(const Tensor& a, const Tensor& b, const Shape& expected_shape)
   REQUIRE(ref.shape() == expected_shape);
   const double tol = a.dtype() == kFloat32 ? 1e-4 * (1 + std::sqrt(double(a.size(-1)))) : 1e-11;
   CHECK(max_abs_diff(y, ref) <= tol);
-  // The method form is the same op.
+  // The method form is the same op. (max_abs_diff reads both through host copies.)
   CHECK(max_abs_diff(a.matmul(b), y) == 0);
 }
 
 }  // namespace
 
 TEST_CASE("matmul follows torch.matmul's rules for every rank combination") {
-  manual_seed(1);
-  for (GemmBackend be : backends()) {
-    BackendScope scope(be);
-    for (DType dt : {kFloat32, kFloat64}) {
-      auto r = [dt](const Shape& s) { return randn(s, dt); };
-      check_matmul(r({7}), r({7}), {});                           // dot: 0-dim
-      check_matmul(r({5, 7}), r({7}), {5});                       // matrix · vector
-      check_matmul(r({7}), r({7, 4}), {4});                       // vector · matrix
-      check_matmul(r({5, 7}), r({7, 4}), {5, 4});                 // matrix · matrix
-      check_matmul(r({3, 5, 7}), r({7}), {3, 5});                 // batch · vector
-      check_matmul(r({7}), r({3, 7, 4}), {3, 4});                 // vector · batch
-      check_matmul(r({2, 3, 5, 7}), r({7, 4}), {2, 3, 5, 4});     // batch · matrix (folded)
-      check_matmul(r({5, 7}), r({2, 3, 7, 4}), {2, 3, 5, 4});     // matrix · batch
-      check_matmul(r({3, 5, 7}), r({3, 7, 4}), {3, 5, 4});        // equal batches
-      check_matmul(r({2, 1, 5, 16}), r({3, 16, 6}), {2, 3, 5, 6});  // broadcast batch
-      check_matmul(r({4, 1, 3, 5, 7}), r({2, 1, 7, 4}), {4, 2, 3, 5, 4});
-      check_matmul(r({1, 5, 7}), r({6, 7, 4}), {6, 5, 4});
-      // Empty dimensions: K = 0 gives zeros, M = 0 or a batch of 0 an empty result.
-      Tensor z = matmul(r({3, 0}), r({0, 4}));
-      CHECK(z.shape() == Shape{3, 4});
-      CHECK(max_abs_diff(z, zeros({3, 4}, kFloat64)) == 0);
-      check_matmul(r({0, 7}), r({7, 4}), {0, 4});
-      check_matmul(r({2, 0, 5, 7}), r({7, 4}), {2, 0, 5, 4});
-      check_matmul(r({0, 5, 7}), r({1, 7, 4}), {0, 5, 4});
-      CHECK(matmul(r({0}), r({0})).item() == 0.0);
-      // Larger odd sizes.
-      check_matmul(r({65, 129}), r({129, 33}), {65, 33});
-      check_matmul(r({129, 257}), r({257, 65}), {129, 65});
-      check_matmul(r({3, 33, 65}), r({3, 65, 17}), {3, 33, 17});
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    manual_seed(1);
+    for (GemmBackend be : backends(dev)) {
+      BackendScope scope(be);
+      for (DType dt : {kFloat32, kFloat64}) {
+        auto r = [dt, dev](const Shape& s) { return on(randn(s, dt), dev); };
+        check_matmul(r({7}), r({7}), {});                           // dot: 0-dim
+        check_matmul(r({5, 7}), r({7}), {5});                       // matrix · vector
+        check_matmul(r({7}), r({7, 4}), {4});                       // vector · matrix
+        check_matmul(r({5, 7}), r({7, 4}), {5, 4});                 // matrix · matrix
+        check_matmul(r({3, 5, 7}), r({7}), {3, 5});                 // batch · vector
+        check_matmul(r({7}), r({3, 7, 4}), {3, 4});                 // vector · batch
+        check_matmul(r({2, 3, 5, 7}), r({7, 4}), {2, 3, 5, 4});     // batch · matrix (folded)
+        check_matmul(r({5, 7}), r({2, 3, 7, 4}), {2, 3, 5, 4});     // matrix · batch
+        check_matmul(r({3, 5, 7}), r({3, 7, 4}), {3, 5, 4});        // equal batches
+        check_matmul(r({2, 1, 5, 16}), r({3, 16, 6}), {2, 3, 5, 6});  // broadcast batch
+        check_matmul(r({4, 1, 3, 5, 7}), r({2, 1, 7, 4}), {4, 2, 3, 5, 4});
+        check_matmul(r({1, 5, 7}), r({6, 7, 4}), {6, 5, 4});
+        // Empty dimensions: K = 0 gives zeros, M = 0 or a batch of 0 an empty result.
+        Tensor z = matmul(r({3, 0}), r({0, 4}));
+        CHECK(z.shape() == Shape{3, 4});
+        CHECK(max_abs_diff(z, zeros({3, 4}, kFloat64)) == 0);
+        check_matmul(r({0, 7}), r({7, 4}), {0, 4});
+        check_matmul(r({2, 0, 5, 7}), r({7, 4}), {2, 0, 5, 4});
+        check_matmul(r({0, 5, 7}), r({1, 7, 4}), {0, 5, 4});
+        CHECK(matmul(r({0}), r({0})).item() == 0.0);
+        // Larger odd sizes.
+        check_matmul(r({65, 129}), r({129, 33}), {65, 33});
+        check_matmul(r({129, 257}), r({257, 65}), {129, 65});
+        check_matmul(r({3, 33, 65}), r({3, 65, 17}), {3, 33, 17});
+      }
     }
   }
 }
 
 TEST_CASE("matmul on transposed, strided, expanded and permuted operands") {
-  manual_seed(2);
-  for (GemmBackend be : backends()) {
-    BackendScope scope(be);
-    for (DType dt : {kFloat32, kFloat64}) {
-      auto r = [dt](const Shape& s) { return randn(s, dt); };
-      // Transposed views: read in place.
-      check_matmul(r({33, 65}).t(), r({33, 17}), {65, 17});
-      check_matmul(r({65, 33}), r({17, 33}).t(), {65, 17});
-      check_matmul(r({33, 65}).t(), r({17, 33}).t(), {65, 17});
-      check_matmul(r({3, 33, 65}).transpose(1, 2), r({3, 17, 33}).transpose(1, 2), {3, 65, 17});
-      // Every other column or row: neither stride is 1 or the rows skip, copied or read strided.
-      check_matmul(r({33, 130}).slice(1, 0, 130, 2), r({65, 17}), {33, 17});
-      check_matmul(r({33, 65}), r({130, 34}).slice(0, 0, 130, 2).slice(1, 0, 34, 2), {33, 17});
-      check_matmul(r({3, 66, 65}).slice(1, 0, 66, 2), r({3, 65, 9}), {3, 33, 9});
-      // Expanded operands (stride 0 inside the matrix and along the batch).
-      check_matmul(r({1, 65}).expand({33, 65}), r({65, 17}), {33, 17});
-      check_matmul(r({33, 65}), r({65, 1}).expand({65, 17}), {33, 17});
-      check_matmul(r({33, 65}).expand({4, 33, 65}), r({4, 65, 17}), {4, 33, 17});
-      check_matmul(r({4, 33, 65}), r({65, 17}).expand({4, 65, 17}), {4, 33, 17});
-      // Permuted batch dims and a transposed matrix, with batch broadcasting.
-      check_matmul(r({5, 2, 7, 3}).permute({1, 3, 0, 2}), r({3, 7, 4}), {2, 3, 5, 4});
-      // The vector operand itself strided.
-      check_matmul(r({5, 7}), r({14}).slice(0, 0, 14, 2), {5});
-      check_matmul(r({21}).slice(0, 0, 21, 3), r({3, 7, 4}), {3, 4});
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    manual_seed(2);
+    for (GemmBackend be : backends(dev)) {
+      BackendScope scope(be);
+      for (DType dt : {kFloat32, kFloat64}) {
+        auto r = [dt, dev](const Shape& s) { return on(randn(s, dt), dev); };
+        // Transposed views: read in place.
+        check_matmul(r({33, 65}).t(), r({33, 17}), {65, 17});
+        check_matmul(r({65, 33}), r({17, 33}).t(), {65, 17});
+        check_matmul(r({33, 65}).t(), r({17, 33}).t(), {65, 17});
+        check_matmul(r({3, 33, 65}).transpose(1, 2), r({3, 17, 33}).transpose(1, 2), {3, 65, 17});
+        // Every other column or row: neither stride is 1 or the rows skip, copied or read strided.
+        check_matmul(r({33, 130}).slice(1, 0, 130, 2), r({65, 17}), {33, 17});
+        check_matmul(r({33, 65}), r({130, 34}).slice(0, 0, 130, 2).slice(1, 0, 34, 2), {33, 17});
+        check_matmul(r({3, 66, 65}).slice(1, 0, 66, 2), r({3, 65, 9}), {3, 33, 9});
+        // Expanded operands (stride 0 inside the matrix and along the batch).
+        check_matmul(r({1, 65}).expand({33, 65}), r({65, 17}), {33, 17});
+        check_matmul(r({33, 65}), r({65, 1}).expand({65, 17}), {33, 17});
+        check_matmul(r({33, 65}).expand({4, 33, 65}), r({4, 65, 17}), {4, 33, 17});
+        check_matmul(r({4, 33, 65}), r({65, 17}).expand({4, 65, 17}), {4, 33, 17});
+        // Permuted batch dims and a transposed matrix, with batch broadcasting.
+        check_matmul(r({5, 2, 7, 3}).permute({1, 3, 0, 2}), r({3, 7, 4}), {2, 3, 5, 4});
+        // The vector operand itself strided.
+        check_matmul(r({5, 7}), r({14}).slice(0, 0, 14, 2), {5});
+        check_matmul(r({21}).slice(0, 0, 21, 3), r({3, 7, 4}), {3, 4});
+      }
     }
   }
 }
 
 TEST_CASE("mm and bmm") {
-  manual_seed(3);
-  for (GemmBackend be : backends()) {
-    BackendScope scope(be);
-    Tensor a = randn({13, 33}), b = randn({33, 7});
-    CHECK(max_abs_diff(mm(a, b), ref_matmul(a, b)) < 1e-4);
-    Tensor x = randn({5, 13, 33}, kFloat64), y = randn({5, 33, 7}, kFloat64);
-    CHECK(max_abs_diff(bmm(x, y), ref_matmul(x, y)) < 1e-11);
-    CHECK(max_abs_diff(bmm(x, y.transpose(1, 2).contiguous().transpose(1, 2)), ref_matmul(x, y)) < 1e-11);
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    manual_seed(3);
+    for (GemmBackend be : backends(dev)) {
+      BackendScope scope(be);
+      Tensor a = on(randn({13, 33}), dev), b = on(randn({33, 7}), dev);
+      CHECK(max_abs_diff(mm(a, b), ref_matmul(a, b)) < 1e-4);
+      Tensor x = on(randn({5, 13, 33}, kFloat64), dev), y = on(randn({5, 33, 7}, kFloat64), dev);
+      CHECK(max_abs_diff(bmm(x, y), ref_matmul(x, y)) < 1e-11);
+      CHECK(max_abs_diff(bmm(x, y.transpose(1, 2).contiguous().transpose(1, 2)), ref_matmul(x, y)) < 1e-11);
+    }
   }
 }
 
 TEST_CASE("matmul gradients: shapes, values and no gradient for inputs that need none") {
-  manual_seed(4);
-  Tensor a = randn({3, 5, 7}, kFloat64).requires_grad_(), b = randn({7, 4}, kFloat64).requires_grad_();
-  matmul(a, b).sum().backward();
-  // d(sum(a·b))/da[i,k] = sum_j b[k,j]; d/db[k,j] = sum over batch and rows of a[., ., k].
-  Tensor ga = b.detach().sum({1}).reshape({1, 1, 7}).expand({3, 5, 7});
-  Tensor gb = a.detach().sum({0, 1}).reshape({7, 1}).expand({7, 4});
-  CHECK(max_abs_diff(a.grad(), ga) < 1e-12);
-  CHECK(max_abs_diff(b.grad(), gb) < 1e-12);
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    manual_seed(4);
+    Tensor a = on(randn({3, 5, 7}, kFloat64).requires_grad_(), dev);
+    Tensor b = on(randn({7, 4}, kFloat64).requires_grad_(), dev);
+    matmul(a, b).sum().backward();
+    // d(sum(a·b))/da[i,k] = sum_j b[k,j]; d/db[k,j] = sum over batch and rows of a[., ., k];
+    // both summed on the CPU.
+    Tensor ga = b.detach().cpu().sum({1}).reshape({1, 1, 7}).expand({3, 5, 7});
+    Tensor gb = a.detach().cpu().sum({0, 1}).reshape({7, 1}).expand({7, 4});
+    CHECK(max_abs_diff(a.grad(), ga) < 1e-12);
+    CHECK(max_abs_diff(b.grad(), gb) < 1e-12);
 
-  Tensor c = randn({4, 6}, kFloat64).requires_grad_(), d = randn({6, 2}, kFloat64);
-  matmul(c, d).sum().backward();
-  CHECK(c.grad().defined());
-  CHECK_FALSE(d.grad().defined());
-  CHECK(matmul(d.t(), d).requires_grad() == false);
+    Tensor c = on(randn({4, 6}, kFloat64).requires_grad_(), dev), d = on(randn({6, 2}, kFloat64), dev);
+    matmul(c, d).sum().backward();
+    CHECK(c.grad().defined());
+    CHECK_FALSE(d.grad().defined());
+    CHECK(matmul(d.t(), d).requires_grad() == false);
+  }
 }
 
 TEST_CASE("matmul errors") {

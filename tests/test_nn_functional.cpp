@@ -1,5 +1,6 @@
 // softmax, log_softmax and dropout against direct formulas in double (the losses are
-// tested in test_loss.cpp).
+// tested in test_loss.cpp), on every test device: inputs drawn on the CPU and moved,
+// results read back through to_vector / at (host copies).
 #include <cmath>
 #include <limits>
 
@@ -34,113 +35,132 @@ std::vector<double> ref_softmax(const Tensor& x, int64_t dim, bool log) {
 // ---------------------------------------------------------------- softmax, log_softmax
 
 TEST_CASE("softmax and log_softmax match the formula over every dim") {
-  manual_seed(1);
-  for (DType dt : {kFloat64, kFloat32}) {
-    double tol = dt == kFloat64 ? 1e-13 : 1e-6;
-    Tensor base = randn({3, 4, 5}, dt);
-    for (Tensor x : {base, base.transpose(0, 2), base.slice(1, 0, 4, 2)}) {
-      for (int64_t dim : {0, 1, 2, -1}) {
-        int64_t d = dim < 0 ? dim + 3 : dim;
-        INFO(dtype_name(dt) << " x " << shape_str(x.shape()) << " dim " << dim);
-        Tensor y = softmax(x, dim);
-        CHECK(y.dtype() == dt);
-        check_close(y, x.shape(), ref_softmax(x, d, false), tol);
-        check_close(log_softmax(x, dim), x.shape(), ref_softmax(x, d, true), tol);
-        // every line sums to 1
-        check_close(sum(y, {dim}), sum(x, {dim}).shape(), std::vector<double>(size_t(x.numel() / x.shape()[size_t(d)]), 1.0),
-                    tol * 10);
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    manual_seed(1);
+    for (DType dt : {kFloat64, kFloat32}) {
+      double tol = dt == kFloat64 ? 1e-13 : 1e-6;
+      Tensor base = on(randn({3, 4, 5}, dt), dev);
+      for (Tensor x : {base, base.transpose(0, 2), base.slice(1, 0, 4, 2)}) {
+        for (int64_t dim : {0, 1, 2, -1}) {
+          int64_t d = dim < 0 ? dim + 3 : dim;
+          INFO(dtype_name(dt) << " x " << shape_str(x.shape()) << " dim " << dim);
+          Tensor y = softmax(x, dim);
+          CHECK(y.dtype() == dt);
+          check_close(y, x.shape(), ref_softmax(x, d, false), tol);
+          check_close(log_softmax(x, dim), x.shape(), ref_softmax(x, d, true), tol);
+          // every line sums to 1
+          check_close(sum(y, {dim}), sum(x, {dim}).shape(), std::vector<double>(size_t(x.numel() / x.shape()[size_t(d)]), 1.0),
+                      tol * 10);
+        }
       }
     }
   }
 }
 
 TEST_CASE("softmax of a large tensor (split over threads) matches the formula") {
-  manual_seed(2);
-  Tensor x = randn({300, 150}, kFloat32);
-  check_close(softmax(x, 1), x.shape(), ref_softmax(x, 1, false), 1e-6);
-  check_close(log_softmax(x, 0), x.shape(), ref_softmax(x, 0, true), 1e-6);
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    manual_seed(2);
+    Tensor x = on(randn({300, 150}, kFloat32), dev);
+    check_close(softmax(x, 1), x.shape(), ref_softmax(x, 1, false), 1e-6);
+    check_close(log_softmax(x, 0), x.shape(), ref_softmax(x, 0, true), 1e-6);
+  }
 }
 
 TEST_CASE("softmax is stable for large magnitudes and handles -inf") {
-  // exp(1000) overflows; softmax is shift-invariant, so it equals softmax([0, 1, 2]).
-  for (DType dt : {kFloat32, kFloat64}) {
-    Tensor x = tensor({1000.0, 1001.0, 1002.0}, dt);
-    double e0 = 1, e1 = std::exp(1.0), e2 = std::exp(2.0), s = e0 + e1 + e2;
-    check_close(softmax(x, 0), {3}, {e0 / s, e1 / s, e2 / s}, 1e-6);
-    check_close(log_softmax(x, 0), {3}, {-std::log(s), 1 - std::log(s), 2 - std::log(s)}, 1e-6);
-    Tensor xn = tensor({-1000.0, -1001.0, -1002.0}, dt);
-    check_close(softmax(xn, 0), {3}, {e2 / s, e1 / s, e0 / s}, 1e-6);
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    // exp(1000) overflows; softmax is shift-invariant, so it equals softmax([0, 1, 2]).
+    for (DType dt : {kFloat32, kFloat64}) {
+      Tensor x = on(tensor({1000.0, 1001.0, 1002.0}, dt), dev);
+      double e0 = 1, e1 = std::exp(1.0), e2 = std::exp(2.0), s = e0 + e1 + e2;
+      check_close(softmax(x, 0), {3}, {e0 / s, e1 / s, e2 / s}, 1e-6);
+      check_close(log_softmax(x, 0), {3}, {-std::log(s), 1 - std::log(s), 2 - std::log(s)}, 1e-6);
+      Tensor xn = on(tensor({-1000.0, -1001.0, -1002.0}, dt), dev);
+      check_close(softmax(xn, 0), {3}, {e2 / s, e1 / s, e0 / s}, 1e-6);
+    }
+    // Masked entries (-inf) get probability 0; log_softmax -inf.
+    Tensor m = on(tensor({-kInf, 0.0, 0.0}), dev);
+    check_close(softmax(m, 0), {3}, {0, 0.5, 0.5}, 1e-7);
+    CHECK(std::isinf(log_softmax(m, 0).at({0})));
+    CHECK(log_softmax(m, 0).at({1}) == doctest::Approx(-std::log(2.0)));
+    // A 0-dim tensor is one line of one element.
+    CHECK(softmax(full({}, 3.0, TensorOptions().device(dev)), 0).item() == 1.0);
   }
-  // Masked entries (-inf) get probability 0; log_softmax -inf.
-  Tensor m = tensor({-kInf, 0.0, 0.0});
-  check_close(softmax(m, 0), {3}, {0, 0.5, 0.5}, 1e-7);
-  CHECK(std::isinf(log_softmax(m, 0).at({0})));
-  CHECK(log_softmax(m, 0).at({1}) == doctest::Approx(-std::log(2.0)));
-  // A 0-dim tensor is one line of one element.
-  CHECK(softmax(full({}, 3.0), 0).item() == 1.0);
 }
 
 TEST_CASE("softmax and log_softmax gradients match their closed forms") {
-  manual_seed(3);
-  Tensor x = randn({4, 6}, kFloat64).requires_grad_();
-  Tensor g = randn({4, 6}, kFloat64);
-  softmax(x, 1).backward(g);
-  // dx_ij = y_ij (g_ij - sum_k g_ik y_ik)
-  std::vector<double> y = ref_softmax(x.detach(), 1, false), gv = g.to_vector<double>(), want(24);
-  for (int i = 0; i < 4; ++i) {
-    double s = 0;
-    for (int k = 0; k < 6; ++k) s += gv[size_t(i * 6 + k)] * y[size_t(i * 6 + k)];
-    for (int j = 0; j < 6; ++j) want[size_t(i * 6 + j)] = y[size_t(i * 6 + j)] * (gv[size_t(i * 6 + j)] - s);
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    manual_seed(3);
+    Tensor x = on(randn({4, 6}, kFloat64).requires_grad_(), dev);
+    Tensor g = randn({4, 6}, kFloat64);
+    softmax(x, 1).backward(on(g, dev));
+    // dx_ij = y_ij (g_ij - sum_k g_ik y_ik)
+    std::vector<double> y = ref_softmax(x.detach(), 1, false), gv = g.to_vector<double>(), want(24);
+    for (int i = 0; i < 4; ++i) {
+      double s = 0;
+      for (int k = 0; k < 6; ++k) s += gv[size_t(i * 6 + k)] * y[size_t(i * 6 + k)];
+      for (int j = 0; j < 6; ++j) want[size_t(i * 6 + j)] = y[size_t(i * 6 + j)] * (gv[size_t(i * 6 + j)] - s);
+    }
+    check_close(x.grad(), {4, 6}, want, 1e-12);
+    // log_softmax along dim 0: dx_ij = g_ij - softmax_ij sum_k g_kj
+    Tensor x2 = x.detach().requires_grad_();
+    log_softmax(x2, 0).backward(on(g, dev));
+    std::vector<double> y0 = ref_softmax(x.detach(), 0, false);
+    for (int j = 0; j < 6; ++j) {
+      double s = 0;
+      for (int k = 0; k < 4; ++k) s += gv[size_t(k * 6 + j)];
+      for (int i = 0; i < 4; ++i) want[size_t(i * 6 + j)] = gv[size_t(i * 6 + j)] - y0[size_t(i * 6 + j)] * s;
+    }
+    check_close(x2.grad(), {4, 6}, want, 1e-12);
   }
-  check_close(x.grad(), {4, 6}, want, 1e-12);
-  // log_softmax along dim 0: dx_ij = g_ij - softmax_ij sum_k g_kj
-  Tensor x2 = x.detach().requires_grad_();
-  log_softmax(x2, 0).backward(g);
-  std::vector<double> y0 = ref_softmax(x.detach(), 0, false);
-  for (int j = 0; j < 6; ++j) {
-    double s = 0;
-    for (int k = 0; k < 4; ++k) s += gv[size_t(k * 6 + j)];
-    for (int i = 0; i < 4; ++i) want[size_t(i * 6 + j)] = gv[size_t(i * 6 + j)] - y0[size_t(i * 6 + j)] * s;
-  }
-  check_close(x2.grad(), {4, 6}, want, 1e-12);
 }
 
 // ---------------------------------------------------------------- dropout
 
 TEST_CASE("dropout: same seed, same mask; zeros near p; survivors scaled by 1/(1-p)") {
-  double p = 0.3;
-  Tensor x = full({200, 500}, 2.0);
-  manual_seed(123);
-  Tensor a = dropout(x, p);
-  manual_seed(123);
-  Tensor b = dropout(x, p);
-  CHECK(a.to_vector<float>() == b.to_vector<float>());
-  Tensor c = dropout(x, p);  // the generator moved on: a different mask
-  CHECK(a.to_vector<float>() != c.to_vector<float>());
-  std::vector<double> v = a.to_vector<double>();
-  int64_t zeros_n = 0;
-  bool scaled = true;
-  for (double e : v) {
-    if (e == 0) ++zeros_n;
-    else scaled = scaled && std::fabs(e - 2.0 / (1 - p)) < 1e-5;
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    double p = 0.3;
+    Tensor x = full({200, 500}, 2.0, TensorOptions().device(dev));
+    manual_seed(123);
+    Tensor a = dropout(x, p);
+    manual_seed(123);
+    Tensor b = dropout(x, p);
+    CHECK(a.to_vector<float>() == b.to_vector<float>());
+    Tensor c = dropout(x, p);  // the generator moved on: a different mask
+    CHECK(a.to_vector<float>() != c.to_vector<float>());
+    std::vector<double> v = a.to_vector<double>();
+    int64_t zeros_n = 0;
+    bool scaled = true;
+    for (double e : v) {
+      if (e == 0) ++zeros_n;
+      else scaled = scaled && std::fabs(e - 2.0 / (1 - p)) < 1e-5;
+    }
+    CHECK(scaled);
+    // 100000 Bernoulli(0.3) draws: the standard deviation of the fraction is 0.0015.
+    CHECK(std::fabs(double(zeros_n) / double(v.size()) - p) < 0.01);
+    // The gradient is the same mask.
+    Tensor xl = ones({1000}, TensorOptions(kFloat64).device(dev)).requires_grad_();
+    manual_seed(5);
+    Tensor y = dropout(xl, 0.5);
+    y.sum().backward();
+    CHECK(xl.grad().to_vector<double>() == y.detach().to_vector<double>());
   }
-  CHECK(scaled);
-  // 100000 Bernoulli(0.3) draws: the standard deviation of the fraction is 0.0015.
-  CHECK(std::fabs(double(zeros_n) / double(v.size()) - p) < 0.01);
-  // The gradient is the same mask.
-  Tensor xl = ones({1000}, kFloat64).requires_grad_();
-  manual_seed(5);
-  Tensor y = dropout(xl, 0.5);
-  y.sum().backward();
-  CHECK(xl.grad().to_vector<double>() == y.detach().to_vector<double>());
 }
 
 TEST_CASE("dropout: identity in eval or with p = 0, zeros with p = 1, errors outside [0, 1]") {
-  Tensor x = randn({10, 10});
-  CHECK(dropout(x, 0.5, false).is_same(x));
-  CHECK(dropout(x, 0.0, true).is_same(x));
-  std::vector<float> z = dropout(x, 1.0).to_vector<float>();
-  CHECK(z == std::vector<float>(100, 0.0f));
-  CHECK_THROWS_MU(dropout(x, 1.5), "dropout: probability has to be between 0 and 1, got 1.5");
-  CHECK_THROWS_MU(dropout(x, -0.1), "dropout: probability has to be between 0 and 1");
+  const Tensor x0 = randn({10, 10});  // drawn once: the same input on every device
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    Tensor x = on(x0, dev);
+    CHECK(dropout(x, 0.5, false).is_same(x));
+    CHECK(dropout(x, 0.0, true).is_same(x));
+    std::vector<float> z = dropout(x, 1.0).to_vector<float>();
+    CHECK(z == std::vector<float>(100, 0.0f));
+    CHECK_THROWS_MU(dropout(x, 1.5), "dropout: probability has to be between 0 and 1, got 1.5");
+    CHECK_THROWS_MU(dropout(x, -0.1), "dropout: probability has to be between 0 and 1");
+  }
 }

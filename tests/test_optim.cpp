@@ -1,7 +1,8 @@
 // Optimisers, parameter groups, gradient clipping, schedules and optimizer state dicts.
 // Single steps are checked against numbers worked out by hand (float64 parameters, so
 // the only error is rounding); the bit-level agreement with PyTorch over many steps is
-// test_optim_parity's job.
+// test_optim_parity's job. The optimisers run on every test device: parameters and
+// gradients are made on the CPU and moved there, values are read back on the host.
 #include <cmath>
 #include <limits>
 #include <numbers>
@@ -15,12 +16,15 @@ using optim::ParamGroup;
 
 namespace {
 
-// A float64 leaf parameter holding `values`.
-Tensor param64(std::initializer_list<double> values) {
-  return tensor(values, kFloat64).requires_grad_();
+// A float64 leaf parameter holding `values`, on dev.
+Tensor param64(std::initializer_list<double> values, Device dev) {
+  return on(tensor(values, kFloat64).requires_grad_(), dev);
 }
 
-void set_grad64(const Tensor& p, std::initializer_list<double> values) { p.set_grad(tensor(values, kFloat64)); }
+// Sets p's gradient to `values`, on p's device.
+void set_grad64(const Tensor& p, std::initializer_list<double> values) {
+  p.set_grad(on(tensor(values, kFloat64), p.device()));
+}
 
 // Textbook AdamW on one scalar (m̂ / (sqrt(v̂) + eps)), for comparison with the fused loop.
 struct RefAdamW {
@@ -50,61 +54,70 @@ bool bit_equal(const Tensor& a, const Tensor& b) {
 // ---------------------------------------------------------------- AdamW
 
 TEST_CASE("AdamW: one step worked out by hand") {
-  // p = 1, g = 0.5, lr = 0.1, betas (0.9, 0.999), eps = 1e-8, wd = 0.01:
-  //   decay:  p = 1 · (1 − 0.1·0.01)                  = 0.999
-  //   m = 0.1·0.5 = 0.05,  v = 0.001·0.25 = 0.00025
-  //   m̂ = 0.05/0.1 = 0.5,  v̂ = 0.00025/0.001 = 0.25,  sqrt(v̂) = 0.5
-  //   p = 0.999 − 0.1 · 0.5/(0.5 + 1e-8)              = 0.899 + 0.1·1e-8/(0.5 + 1e-8)
-  Tensor p = param64({1.0});
-  optim::AdamW opt({p}, optim::AdamWOptions(0.1).betas(0.9, 0.999).eps(1e-8).weight_decay(0.01));
-  set_grad64(p, {0.5});
-  opt.step();
-  check_values(p, {0.899 + 0.1 * 1e-8 / (0.5 + 1e-8)}, 1e-15);
-  // The state after one step: t = 1 and the moment estimates computed above.
-  const optim::ParamState& s = opt.state(0, 0);
-  CHECK(s.at("step").dtype() == kInt64);
-  CHECK(s.at("step").item() == 1);
-  check_values(s.at("exp_avg"), {0.05}, 1e-15);
-  check_values(s.at("exp_avg_sq"), {0.00025}, 1e-15);
-  // The parameter is still a leaf that requires grad: the update recorded no graph.
-  CHECK(p.is_leaf());
-  CHECK(p.requires_grad());
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    // p = 1, g = 0.5, lr = 0.1, betas (0.9, 0.999), eps = 1e-8, wd = 0.01:
+    //   decay:  p = 1 · (1 − 0.1·0.01)                  = 0.999
+    //   m = 0.1·0.5 = 0.05,  v = 0.001·0.25 = 0.00025
+    //   m̂ = 0.05/0.1 = 0.5,  v̂ = 0.00025/0.001 = 0.25,  sqrt(v̂) = 0.5
+    //   p = 0.999 − 0.1 · 0.5/(0.5 + 1e-8)              = 0.899 + 0.1·1e-8/(0.5 + 1e-8)
+    Tensor p = param64({1.0}, dev);
+    optim::AdamW opt({p}, optim::AdamWOptions(0.1).betas(0.9, 0.999).eps(1e-8).weight_decay(0.01));
+    set_grad64(p, {0.5});
+    opt.step();
+    check_values(p, {0.899 + 0.1 * 1e-8 / (0.5 + 1e-8)}, 1e-15);
+    // The state after one step: t = 1 and the moment estimates computed above.
+    const optim::ParamState& s = opt.state(0, 0);
+    CHECK(s.at("step").dtype() == kInt64);
+    CHECK(s.at("step").item() == 1);
+    check_values(s.at("exp_avg"), {0.05}, 1e-15);
+    check_values(s.at("exp_avg_sq"), {0.00025}, 1e-15);
+    // The parameter is still a leaf that requires grad: the update recorded no graph.
+    CHECK(p.is_leaf());
+    CHECK(p.requires_grad());
+  }
 }
 
 TEST_CASE("AdamW: several steps on a vector follow the textbook recurrences") {
-  const double lr = 0.05, b1 = 0.8, b2 = 0.95, eps = 1e-6, wd = 0.2;
-  Tensor p = param64({1.0, -2.0, 3.0});
-  std::vector<RefAdamW> ref{{1.0}, {-2.0}, {3.0}};
-  optim::AdamW opt({p}, optim::AdamWOptions(lr).betas(b1, b2).eps(eps).weight_decay(wd));
-  const double grads[4][3] = {{0.5, 0.5, -1.0}, {-0.25, 2.0, 0.0}, {1e-3, -3.0, 0.75}, {0.0, 0.1, -0.2}};
-  for (const auto& g : grads) {
-    p.set_grad(from_vector(std::vector<double>{g[0], g[1], g[2]}, {3}));
-    opt.step();
-    for (int i = 0; i < 3; ++i) ref[size_t(i)].step(g[i], lr, b1, b2, eps, wd);
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    const double lr = 0.05, b1 = 0.8, b2 = 0.95, eps = 1e-6, wd = 0.2;
+    Tensor p = param64({1.0, -2.0, 3.0}, dev);
+    std::vector<RefAdamW> ref{{1.0}, {-2.0}, {3.0}};
+    optim::AdamW opt({p}, optim::AdamWOptions(lr).betas(b1, b2).eps(eps).weight_decay(wd));
+    const double grads[4][3] = {{0.5, 0.5, -1.0}, {-0.25, 2.0, 0.0}, {1e-3, -3.0, 0.75}, {0.0, 0.1, -0.2}};
+    for (const auto& g : grads) {
+      p.set_grad(on(from_vector(std::vector<double>{g[0], g[1], g[2]}, {3}), dev));
+      opt.step();
+      for (int i = 0; i < 3; ++i) ref[size_t(i)].step(g[i], lr, b1, b2, eps, wd);
+    }
+    check_values(p, {ref[0].p, ref[1].p, ref[2].p}, 1e-13);
+    CHECK(opt.state(0, 0).at("step").item() == 4);
   }
-  check_values(p, {ref[0].p, ref[1].p, ref[2].p}, 1e-13);
-  CHECK(opt.state(0, 0).at("step").item() == 4);
 }
 
 TEST_CASE("AdamW on a strided (transposed) parameter equals AdamW on a dense copy") {
-  manual_seed(3);
-  Tensor base = randn({3, 4});
-  Tensor strided = base.t();  // a [4, 3] leaf view that is not contiguous
-  REQUIRE_FALSE(strided.is_contiguous());
-  strided.requires_grad_();
-  Tensor dense = strided.contiguous().detach().requires_grad_();
-  optim::AdamW a({strided}, optim::AdamWOptions(0.1));
-  optim::AdamW b({dense}, optim::AdamWOptions(0.1));
-  for (int s = 0; s < 3; ++s) {
-    Tensor g = randn({4, 3});
-    strided.set_grad(g);
-    dense.set_grad(g.clone());
-    a.step();
-    b.step();
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    manual_seed(3);
+    Tensor base = on(randn({3, 4}), dev);
+    Tensor strided = base.t();  // a [4, 3] leaf view that is not contiguous
+    REQUIRE_FALSE(strided.is_contiguous());
+    strided.requires_grad_();
+    Tensor dense = strided.contiguous().detach().requires_grad_();
+    optim::AdamW a({strided}, optim::AdamWOptions(0.1));
+    optim::AdamW b({dense}, optim::AdamWOptions(0.1));
+    for (int s = 0; s < 3; ++s) {
+      Tensor g = randn({4, 3});
+      strided.set_grad(on(g, dev));
+      dense.set_grad(on(g.clone(), dev));
+      a.step();
+      b.step();
+    }
+    CHECK(bit_equal(strided, dense));
+    // The update went through the view into the base tensor's memory.
+    CHECK(bit_equal(base.t(), dense));
   }
-  CHECK(bit_equal(strided, dense));
-  // The update went through the view into the base tensor's memory.
-  CHECK(bit_equal(base.t(), dense));
 }
 
 // ---------------------------------------------------------------- SGD
@@ -112,118 +125,136 @@ TEST_CASE("AdamW on a strided (transposed) parameter equals AdamW on a dense cop
 TEST_CASE("SGD: plain, momentum, Nesterov and dampening, worked out by hand") {
   // Two steps with g = 0.5 each, p0 = 1, lr = 0.1, wd = 0.01 unless stated.
   SUBCASE("no momentum, no decay") {
-    Tensor p = param64({1.0});
-    optim::SGD opt({p}, optim::SGDOptions(0.1));
-    set_grad64(p, {0.5});
-    opt.step();
-    check_values(p, {0.95});  // 1 − 0.1·0.5
-    CHECK(opt.state(0, 0).empty());  // no momentum, no buffer
+    for (Device dev : test_devices()) {
+      INFO(dev.str());
+      Tensor p = param64({1.0}, dev);
+      optim::SGD opt({p}, optim::SGDOptions(0.1));
+      set_grad64(p, {0.5});
+      opt.step();
+      check_values(p, {0.95});  // 1 − 0.1·0.5
+      CHECK(opt.state(0, 0).empty());  // no momentum, no buffer
+    }
   }
   SUBCASE("momentum 0.9") {
-    // step 1: d = 0.5 + 0.01·1 = 0.51, buf = d = 0.51, p = 1 − 0.051 = 0.949
-    // step 2: d = 0.5 + 0.01·0.949 = 0.50949, buf = 0.9·0.51 + 0.50949 = 0.96849,
-    //         p = 0.949 − 0.096849 = 0.852151
-    Tensor p = param64({1.0});
-    optim::SGD opt({p}, optim::SGDOptions(0.1).momentum(0.9).weight_decay(0.01));
-    set_grad64(p, {0.5});
-    opt.step();
-    check_values(p, {0.949});
-    check_values(opt.state(0, 0).at("momentum_buffer"), {0.51});
-    opt.step();  // the gradient is still set: same g = 0.5
-    check_values(p, {0.852151});
-    check_values(opt.state(0, 0).at("momentum_buffer"), {0.96849});
+    for (Device dev : test_devices()) {
+      INFO(dev.str());
+      // step 1: d = 0.5 + 0.01·1 = 0.51, buf = d = 0.51, p = 1 − 0.051 = 0.949
+      // step 2: d = 0.5 + 0.01·0.949 = 0.50949, buf = 0.9·0.51 + 0.50949 = 0.96849,
+      //         p = 0.949 − 0.096849 = 0.852151
+      Tensor p = param64({1.0}, dev);
+      optim::SGD opt({p}, optim::SGDOptions(0.1).momentum(0.9).weight_decay(0.01));
+      set_grad64(p, {0.5});
+      opt.step();
+      check_values(p, {0.949});
+      check_values(opt.state(0, 0).at("momentum_buffer"), {0.51});
+      opt.step();  // the gradient is still set: same g = 0.5
+      check_values(p, {0.852151});
+      check_values(opt.state(0, 0).at("momentum_buffer"), {0.96849});
+    }
   }
   SUBCASE("Nesterov") {
-    // step 1: d = 0.51, buf = 0.51, d = 0.51 + 0.9·0.51 = 0.969, p = 1 − 0.0969 = 0.9031
-    // step 2: d = 0.5 + 0.01·0.9031 = 0.509031, buf = 0.9·0.51 + 0.509031 = 0.968031,
-    //         d = 0.509031 + 0.9·0.968031 = 1.3802589, p = 0.9031 − 0.13802589 = 0.76507411
-    Tensor p = param64({1.0});
-    optim::SGD opt({p}, optim::SGDOptions(0.1).momentum(0.9).weight_decay(0.01).nesterov(true));
-    set_grad64(p, {0.5});
-    opt.step();
-    check_values(p, {0.9031});
-    opt.step();
-    check_values(p, {0.76507411});
-    check_values(opt.state(0, 0).at("momentum_buffer"), {0.968031});
+    for (Device dev : test_devices()) {
+      INFO(dev.str());
+      // step 1: d = 0.51, buf = 0.51, d = 0.51 + 0.9·0.51 = 0.969, p = 1 − 0.0969 = 0.9031
+      // step 2: d = 0.5 + 0.01·0.9031 = 0.509031, buf = 0.9·0.51 + 0.509031 = 0.968031,
+      //         d = 0.509031 + 0.9·0.968031 = 1.3802589, p = 0.9031 − 0.13802589 = 0.76507411
+      Tensor p = param64({1.0}, dev);
+      optim::SGD opt({p}, optim::SGDOptions(0.1).momentum(0.9).weight_decay(0.01).nesterov(true));
+      set_grad64(p, {0.5});
+      opt.step();
+      check_values(p, {0.9031});
+      opt.step();
+      check_values(p, {0.76507411});
+      check_values(opt.state(0, 0).at("momentum_buffer"), {0.968031});
+    }
   }
   SUBCASE("dampening applies from the second step on") {
-    // step 1: buf = d = 0.51 (no dampening on creation), p = 0.949
-    // step 2: buf = 0.9·0.51 + (1 − 0.5)·0.50949 = 0.713745, p = 0.949 − 0.0713745 = 0.8776255
-    Tensor p = param64({1.0});
-    optim::SGD opt({p}, optim::SGDOptions(0.1).momentum(0.9).dampening(0.5).weight_decay(0.01));
-    set_grad64(p, {0.5});
-    opt.step();
-    opt.step();
-    check_values(p, {0.8776255});
+    for (Device dev : test_devices()) {
+      INFO(dev.str());
+      // step 1: buf = d = 0.51 (no dampening on creation), p = 0.949
+      // step 2: buf = 0.9·0.51 + (1 − 0.5)·0.50949 = 0.713745, p = 0.949 − 0.0713745 = 0.8776255
+      Tensor p = param64({1.0}, dev);
+      optim::SGD opt({p}, optim::SGDOptions(0.1).momentum(0.9).dampening(0.5).weight_decay(0.01));
+      set_grad64(p, {0.5});
+      opt.step();
+      opt.step();
+      check_values(p, {0.8776255});
+    }
   }
 }
 
 // ---------------------------------------------------------------- common behaviour
 
 TEST_CASE("parameters without a gradient are skipped and keep no state") {
-  Tensor a = param64({1.0}), b = param64({2.0});
-  optim::AdamW adam({a, b}, optim::AdamWOptions(0.1).weight_decay(0.5));
-  set_grad64(a, {1.0});
-  adam.step();
-  CHECK(a.item() != 1.0);
-  CHECK(b.item() == 2.0);  // not even weight decay touches it, as in torch
-  CHECK(adam.state(0, 1).empty());
-  CHECK(adam.state(0, 0).at("step").item() == 1);
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    Tensor a = param64({1.0}, dev), b = param64({2.0}, dev);
+    optim::AdamW adam({a, b}, optim::AdamWOptions(0.1).weight_decay(0.5));
+    set_grad64(a, {1.0});
+    adam.step();
+    CHECK(a.item() != 1.0);
+    CHECK(b.item() == 2.0);  // not even weight decay touches it, as in torch
+    CHECK(adam.state(0, 1).empty());
+    CHECK(adam.state(0, 0).at("step").item() == 1);
 
-  // zero_grad resets gradients to none, so the next step changes nothing.
-  adam.zero_grad();
-  CHECK_FALSE(a.grad().defined());
-  double before = a.item();
-  adam.step();
-  CHECK(a.item() == before);
-  CHECK(adam.state(0, 0).at("step").item() == 1);
+    // zero_grad resets gradients to none, so the next step changes nothing.
+    adam.zero_grad();
+    CHECK_FALSE(a.grad().defined());
+    double before = a.item();
+    adam.step();
+    CHECK(a.item() == before);
+    CHECK(adam.state(0, 0).at("step").item() == 1);
 
-  Tensor c = param64({3.0}), d = param64({4.0});
-  optim::SGD sgd({c, d}, optim::SGDOptions(0.1).momentum(0.9));
-  set_grad64(d, {1.0});
-  sgd.step();
-  CHECK(c.item() == 3.0);
-  CHECK(d.item() == doctest::Approx(3.9).epsilon(1e-15));
-  CHECK(sgd.state(0, 0).empty());
+    Tensor c = param64({3.0}, dev), d = param64({4.0}, dev);
+    optim::SGD sgd({c, d}, optim::SGDOptions(0.1).momentum(0.9));
+    set_grad64(d, {1.0});
+    sgd.step();
+    CHECK(c.item() == 3.0);
+    CHECK(d.item() == doctest::Approx(3.9).epsilon(1e-15));
+    CHECK(sgd.state(0, 0).empty());
+  }
 }
 
 TEST_CASE("parameter groups carry their own lr, weight decay and options") {
-  Tensor a = param64({1.0}), b = param64({1.0});
-  optim::AdamW opt({ParamGroup{.params = {a}, .lr = 0.1, .weight_decay = 0.0},
-                    ParamGroup{.params = {b}, .lr = 0.01, .weight_decay = 0.5, .options = {{"beta2", 0.9}}}},
-                   optim::AdamWOptions(1.0).betas(0.9, 0.999).eps(1e-8));
-  REQUIRE(opt.param_groups().size() == 2);
-  CHECK(opt.param_groups()[0].option("beta2") == 0.999);  // the default filled in
-  CHECK(opt.param_groups()[1].option("beta2") == 0.9);    // the group's own
-  CHECK(opt.param_groups()[1].initial_lr == 0.01);
-  set_grad64(a, {2.0});
-  set_grad64(b, {2.0});
-  opt.step();
-  // First Adam step: m̂ = g, v̂ = g², so the step is lr·|g|/(|g| + eps) against the gradient.
-  RefAdamW ra{1.0}, rb{1.0};
-  ra.step(2.0, 0.1, 0.9, 0.999, 1e-8, 0.0);
-  rb.step(2.0, 0.01, 0.9, 0.9, 1e-8, 0.5);
-  check_values(a, {ra.p});
-  check_values(b, {rb.p});
-  CHECK(rb.p == doctest::Approx(1.0 * (1 - 0.005) - 0.01 * 2.0 / (2.0 + 1e-8)).epsilon(1e-14));
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    Tensor a = param64({1.0}, dev), b = param64({1.0}, dev);
+    optim::AdamW opt({ParamGroup{.params = {a}, .lr = 0.1, .weight_decay = 0.0},
+                      ParamGroup{.params = {b}, .lr = 0.01, .weight_decay = 0.5, .options = {{"beta2", 0.9}}}},
+                     optim::AdamWOptions(1.0).betas(0.9, 0.999).eps(1e-8));
+    REQUIRE(opt.param_groups().size() == 2);
+    CHECK(opt.param_groups()[0].option("beta2") == 0.999);  // the default filled in
+    CHECK(opt.param_groups()[1].option("beta2") == 0.9);    // the group's own
+    CHECK(opt.param_groups()[1].initial_lr == 0.01);
+    set_grad64(a, {2.0});
+    set_grad64(b, {2.0});
+    opt.step();
+    // First Adam step: m̂ = g, v̂ = g², so the step is lr·|g|/(|g| + eps) against the gradient.
+    RefAdamW ra{1.0}, rb{1.0};
+    ra.step(2.0, 0.1, 0.9, 0.999, 1e-8, 0.0);
+    rb.step(2.0, 0.01, 0.9, 0.9, 1e-8, 0.5);
+    check_values(a, {ra.p});
+    check_values(b, {rb.p});
+    CHECK(rb.p == doctest::Approx(1.0 * (1 - 0.005) - 0.01 * 2.0 / (2.0 + 1e-8)).epsilon(1e-14));
 
-  // A schedule (or the user) can change a group's lr between steps.
-  opt.param_groups()[0].lr = 0.0;
-  double before = a.item();
-  opt.step();
-  CHECK(a.item() == before);
+    // A schedule (or the user) can change a group's lr between steps.
+    opt.param_groups()[0].lr = 0.0;
+    double before = a.item();
+    opt.step();
+    CHECK(a.item() == before);
 
-  // Per-group SGD options.
-  Tensor c = param64({1.0}), d = param64({1.0});
-  optim::SGD sgd({ParamGroup{.params = {c}}, ParamGroup{.params = {d}, .options = {{"momentum", 0.0}}}},
-                 optim::SGDOptions(0.1).momentum(0.9));
-  set_grad64(c, {1.0});
-  set_grad64(d, {1.0});
-  sgd.step();
-  sgd.step();
-  check_values(c, {1.0 - 0.1 - 0.1 * 1.9});  // buf = 1, then 0.9·1 + 1 = 1.9
-  check_values(d, {1.0 - 0.1 - 0.1});
-  CHECK(sgd.state(1, 0).empty());
+    // Per-group SGD options.
+    Tensor c = param64({1.0}, dev), d = param64({1.0}, dev);
+    optim::SGD sgd({ParamGroup{.params = {c}}, ParamGroup{.params = {d}, .options = {{"momentum", 0.0}}}},
+                   optim::SGDOptions(0.1).momentum(0.9));
+    set_grad64(c, {1.0});
+    set_grad64(d, {1.0});
+    sgd.step();
+    sgd.step();
+    check_values(c, {1.0 - 0.1 - 0.1 * 1.9});  // buf = 1, then 0.9·1 + 1 = 1.9
+    check_values(d, {1.0 - 0.1 - 0.1});
+    CHECK(sgd.state(1, 0).empty());
+  }
 }
 
 TEST_CASE("decay_groups: dim >= 2 decays, biases and gains do not, named modules excluded") {
@@ -283,70 +314,79 @@ TEST_CASE("decay_groups: dim >= 2 decays, biases and gains do not, named modules
 // ---------------------------------------------------------------- clipping
 
 TEST_CASE("clip_grad_norm: total norm, scaling, no-clip case, inf and p norms") {
-  Tensor a = param64({0.0, 0.0}), b = param64({0.0}), none = param64({0.0});
-  auto set = [&] {
-    set_grad64(a, {3.0, 0.0});
-    set_grad64(b, {-4.0});
-  };
-  std::vector<Tensor> ps{a, b, none};  // `none` has no gradient and is ignored
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    Tensor a = param64({0.0, 0.0}, dev), b = param64({0.0}, dev), none = param64({0.0}, dev);
+    auto set = [&] {
+      set_grad64(a, {3.0, 0.0});
+      set_grad64(b, {-4.0});
+    };
+    std::vector<Tensor> ps{a, b, none};  // `none` has no gradient and is ignored
 
-  set();
-  CHECK(optim::clip_grad_norm(ps, 10.0) == doctest::Approx(5.0).epsilon(1e-15));  // sqrt(9 + 16)
-  check_values(a.grad(), {3.0, 0.0}, 0.0);  // below max_norm: untouched
-  check_values(b.grad(), {-4.0}, 0.0);
+    set();
+    CHECK(optim::clip_grad_norm(ps, 10.0) == doctest::Approx(5.0).epsilon(1e-15));  // sqrt(9 + 16)
+    check_values(a.grad(), {3.0, 0.0}, 0.0);  // below max_norm: untouched
+    check_values(b.grad(), {-4.0}, 0.0);
 
-  set();
-  CHECK(optim::clip_grad_norm(ps, 1.0) == doctest::Approx(5.0).epsilon(1e-15));
-  const double c = 1.0 / (5.0 + 1e-6);  // torch's coefficient max_norm / (total + 1e-6)
-  check_values(a.grad(), {3.0 * c, 0.0}, 1e-15);
-  check_values(b.grad(), {-4.0 * c}, 1e-15);
-  CHECK(optim::grad_norm(ps) == doctest::Approx(1.0).epsilon(1e-6));  // clipped to max_norm
+    set();
+    CHECK(optim::clip_grad_norm(ps, 1.0) == doctest::Approx(5.0).epsilon(1e-15));
+    const double c = 1.0 / (5.0 + 1e-6);  // torch's coefficient max_norm / (total + 1e-6)
+    check_values(a.grad(), {3.0 * c, 0.0}, 1e-15);
+    check_values(b.grad(), {-4.0 * c}, 1e-15);
+    CHECK(optim::grad_norm(ps) == doctest::Approx(1.0).epsilon(1e-6));  // clipped to max_norm
 
-  set();
-  const double inf = std::numeric_limits<double>::infinity();
-  CHECK(optim::clip_grad_norm(ps, 2.0, inf) == 4.0);  // max |g|
-  check_values(b.grad(), {-4.0 * 2.0 / (4.0 + 1e-6)}, 1e-15);
+    set();
+    const double inf = std::numeric_limits<double>::infinity();
+    CHECK(optim::clip_grad_norm(ps, 2.0, inf) == 4.0);  // max |g|
+    check_values(b.grad(), {-4.0 * 2.0 / (4.0 + 1e-6)}, 1e-15);
 
-  set();
-  CHECK(optim::grad_norm(ps, 1.0) == 7.0);
-  CHECK(optim::grad_norm(ps, 3.0) == doctest::Approx(std::cbrt(27.0 + 64.0)).epsilon(1e-14));
-  CHECK(optim::clip_grad_norm({none}, 1.0) == 0.0);  // no gradients at all
+    set();
+    CHECK(optim::grad_norm(ps, 1.0) == 7.0);
+    CHECK(optim::grad_norm(ps, 3.0) == doctest::Approx(std::cbrt(27.0 + 64.0)).epsilon(1e-14));
+    CHECK(optim::clip_grad_norm({none}, 1.0) == 0.0);  // no gradients at all
 
-  CHECK_THROWS_MU(optim::clip_grad_norm(ps, 1.0, 0.0), "norm_type");
-  CHECK_THROWS_MU(optim::clip_grad_norm(ps, -1.0), "max_norm");
+    CHECK_THROWS_MU(optim::clip_grad_norm(ps, 1.0, 0.0), "norm_type");
+    CHECK_THROWS_MU(optim::clip_grad_norm(ps, -1.0), "max_norm");
+  }
 }
 
 TEST_CASE("clip_grad_norm: non-finite totals behave as in torch 1.13") {
-  const double inf = std::numeric_limits<double>::infinity();
-  Tensor a = param64({0.0, 0.0});
-  // An infinite total: coefficient 0, so finite entries become 0 and inf·0 becomes NaN.
-  set_grad64(a, {inf, 2.0});
-  CHECK(std::isinf(optim::clip_grad_norm({a}, 1.0)));
-  std::vector<double> g = a.grad().to_vector<double>();
-  CHECK(std::isnan(g[0]));
-  CHECK(g[1] == 0.0);
-  // A NaN total: every gradient becomes NaN, so the caller sees it and can skip the step.
-  set_grad64(a, {std::nan(""), 2.0});
-  CHECK(std::isnan(optim::clip_grad_norm({a}, 1.0)));
-  g = a.grad().to_vector<double>();
-  CHECK(std::isnan(g[0]));
-  CHECK(std::isnan(g[1]));
-  set_grad64(a, {std::nan(""), 2.0});
-  CHECK(std::isnan(optim::grad_norm({a}, inf)));
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    const double inf = std::numeric_limits<double>::infinity();
+    Tensor a = param64({0.0, 0.0}, dev);
+    // An infinite total: coefficient 0, so finite entries become 0 and inf·0 becomes NaN.
+    set_grad64(a, {inf, 2.0});
+    CHECK(std::isinf(optim::clip_grad_norm({a}, 1.0)));
+    std::vector<double> g = a.grad().to_vector<double>();
+    CHECK(std::isnan(g[0]));
+    CHECK(g[1] == 0.0);
+    // A NaN total: every gradient becomes NaN, so the caller sees it and can skip the step.
+    set_grad64(a, {std::nan(""), 2.0});
+    CHECK(std::isnan(optim::clip_grad_norm({a}, 1.0)));
+    g = a.grad().to_vector<double>();
+    CHECK(std::isnan(g[0]));
+    CHECK(std::isnan(g[1]));
+    set_grad64(a, {std::nan(""), 2.0});
+    CHECK(std::isnan(optim::grad_norm({a}, inf)));
+  }
 }
 
 TEST_CASE("clip_grad_norm on a large float32 gradient is independent of threading") {
-  manual_seed(11);
-  Tensor p = zeros({300000}).requires_grad_();
-  Tensor g = randn({300000});
-  p.set_grad(g.clone());
-  double total = optim::clip_grad_norm({p}, 1.0);
-  // Reference: one sequential double sum.
-  std::vector<float> v = g.to_vector<float>();
-  double s = 0;
-  for (float x : v) s += double(x) * double(x);
-  CHECK(total == doctest::Approx(std::sqrt(s)).epsilon(1e-12));
-  CHECK(optim::grad_norm({p}) == doctest::Approx(1.0).epsilon(1e-5));
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    manual_seed(11);
+    Tensor p = zeros({300000}, TensorOptions().device(dev)).requires_grad_();
+    Tensor g = randn({300000});
+    p.set_grad(on(g.clone(), dev));
+    double total = optim::clip_grad_norm({p}, 1.0);
+    // Reference: one sequential double sum.
+    std::vector<float> v = g.to_vector<float>();
+    double s = 0;
+    for (float x : v) s += double(x) * double(x);
+    CHECK(total == doctest::Approx(std::sqrt(s)).epsilon(1e-12));
+    CHECK(optim::grad_norm({p}) == doctest::Approx(1.0).epsilon(1e-5));
+  }
 }
 
 // ---------------------------------------------------------------- schedules
@@ -386,7 +426,7 @@ TEST_CASE("schedules match their closed forms") {
 }
 
 TEST_CASE("apply_lr keeps per-group ratios and survives a state-dict round trip") {
-  Tensor a = param64({1.0}), b = param64({1.0});
+  Tensor a = param64({1.0}, Device::cpu()), b = param64({1.0}, Device::cpu());
   auto make = [&] {
     return std::make_unique<optim::AdamW>(
         std::vector<ParamGroup>{ParamGroup{.params = {a}, .lr = 6e-4}, ParamGroup{.params = {b}, .lr = 3e-4}},
@@ -414,9 +454,11 @@ TEST_CASE("apply_lr keeps per-group ratios and survives a state-dict round trip"
 
 namespace {
 
-std::vector<Tensor> make_params() {
+// Three float32 parameters drawn on the CPU, on dev.
+std::vector<Tensor> make_params(Device dev) {
   manual_seed(7);
-  return {randn({4, 3}).requires_grad_(), randn({3}).requires_grad_(), randn({2, 2}).requires_grad_()};
+  return {on(randn({4, 3}).requires_grad_(), dev), on(randn({3}).requires_grad_(), dev),
+          on(randn({2, 2}).requires_grad_(), dev)};
 }
 
 std::vector<Tensor> copy_params(const std::vector<Tensor>& ps) {
@@ -433,15 +475,15 @@ void same_grads(const std::vector<Tensor>& a, const std::vector<Tensor>& b, int 
       b[k].zero_grad();
       continue;
     }
-    Tensor g = randn(a[k].shape());
-    a[k].set_grad(g);
-    b[k].set_grad(g.clone());
+    Tensor g = randn(a[k].shape());  // drawn on the CPU, moved to the parameters' device
+    a[k].set_grad(on(g, a[k].device()));
+    b[k].set_grad(on(g.clone(), b[k].device()));
   }
 }
 
 template <class Opt, class Make>
-void check_round_trip(Make make) {
-  std::vector<Tensor> pa = make_params();
+void check_round_trip(Make make, Device dev) {
+  std::vector<Tensor> pa = make_params(dev);
   std::unique_ptr<Opt> a = make(pa);
   for (int s = 0; s < 3; ++s) {
     same_grads(pa, pa, s);
@@ -476,66 +518,75 @@ void check_round_trip(Make make) {
 }  // namespace
 
 TEST_CASE("state_dict names every entry as documented") {
-  std::vector<Tensor> ps = make_params();
-  optim::AdamW opt({ParamGroup{.params = {ps[0], ps[2]}, .weight_decay = 0.1}, ParamGroup{.params = {ps[1]}}},
-                   optim::AdamWOptions(6e-4).betas(0.9, 0.95).weight_decay(0.0));
-  ps[0].set_grad(ones({4, 3}));
-  ps[1].set_grad(ones({3}));
-  opt.step();  // parameters 0 of group 0 and 0 of group 1 get state; ps[2] has no gradient
-  nn::StateDict sd = opt.state_dict();
-  auto get = [&](const std::string& n) {
-    Tensor t = nn::find(sd, n);
-    REQUIRE_MESSAGE(t.defined(), "missing " << n);
-    return t;
-  };
-  CHECK(get("group.0.num_params").dtype() == kInt64);
-  CHECK(get("group.0.num_params").item() == 2);
-  CHECK(get("group.0.lr").dtype() == kFloat64);
-  CHECK(get("group.0.lr").dim() == 0);
-  CHECK(get("group.0.lr").item() == 6e-4);
-  CHECK(get("group.0.initial_lr").item() == 6e-4);
-  CHECK(get("group.0.weight_decay").item() == 0.1);
-  CHECK(get("group.1.weight_decay").item() == 0.0);
-  CHECK(get("group.1.beta1").item() == 0.9);
-  CHECK(get("group.1.beta2").item() == 0.95);
-  CHECK(get("group.1.eps").item() == 1e-8);
-  CHECK(get("state.0.0.step").dtype() == kInt64);
-  CHECK(get("state.0.0.step").item() == 1);
-  CHECK(get("state.0.0.exp_avg").shape() == Shape{4, 3});
-  CHECK(get("state.0.0.exp_avg_sq").dtype() == kFloat32);
-  CHECK(get("state.1.0.exp_avg").shape() == Shape{3});
-  CHECK_FALSE(nn::find(sd, "state.0.1.exp_avg").defined());  // never updated: no state
-  CHECK(get("group.1.amsgrad").item() == 0.0);
-  CHECK(get("group.1.maximize").item() == 0.0);
-  CHECK(sd.size() == 2 * 9 + 2 * 3);  // 9 scalars per group, 3 buffers per updated parameter
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    std::vector<Tensor> ps = make_params(dev);
+    optim::AdamW opt({ParamGroup{.params = {ps[0], ps[2]}, .weight_decay = 0.1}, ParamGroup{.params = {ps[1]}}},
+                     optim::AdamWOptions(6e-4).betas(0.9, 0.95).weight_decay(0.0));
+    ps[0].set_grad(ones({4, 3}, TensorOptions().device(dev)));
+    ps[1].set_grad(ones({3}, TensorOptions().device(dev)));
+    opt.step();  // parameters 0 of group 0 and 0 of group 1 get state; ps[2] has no gradient
+    nn::StateDict sd = opt.state_dict();
+    auto get = [&](const std::string& n) {
+      Tensor t = nn::find(sd, n);
+      REQUIRE_MESSAGE(t.defined(), "missing " << n);
+      return t;
+    };
+    CHECK(get("group.0.num_params").dtype() == kInt64);
+    CHECK(get("group.0.num_params").item() == 2);
+    CHECK(get("group.0.lr").dtype() == kFloat64);
+    CHECK(get("group.0.lr").dim() == 0);
+    CHECK(get("group.0.lr").item() == 6e-4);
+    CHECK(get("group.0.initial_lr").item() == 6e-4);
+    CHECK(get("group.0.weight_decay").item() == 0.1);
+    CHECK(get("group.1.weight_decay").item() == 0.0);
+    CHECK(get("group.1.beta1").item() == 0.9);
+    CHECK(get("group.1.beta2").item() == 0.95);
+    CHECK(get("group.1.eps").item() == 1e-8);
+    CHECK(get("state.0.0.step").dtype() == kInt64);
+    CHECK(get("state.0.0.step").item() == 1);
+    CHECK(get("state.0.0.exp_avg").shape() == Shape{4, 3});
+    CHECK(get("state.0.0.exp_avg_sq").dtype() == kFloat32);
+    CHECK(get("state.1.0.exp_avg").shape() == Shape{3});
+    CHECK_FALSE(nn::find(sd, "state.0.1.exp_avg").defined());  // never updated: no state
+    CHECK(get("group.1.amsgrad").item() == 0.0);
+    CHECK(get("group.1.maximize").item() == 0.0);
+    CHECK(sd.size() == 2 * 9 + 2 * 3);  // 9 scalars per group, 3 buffers per updated parameter
 
-  optim::SGD sgd(ps, optim::SGDOptions(0.1).momentum(0.9).nesterov(true));
-  sgd.step();
-  nn::StateDict ss = sgd.state_dict();
-  CHECK(nn::find(ss, "group.0.nesterov").item() == 1.0);
-  CHECK(nn::find(ss, "group.0.momentum").item() == 0.9);
-  CHECK(nn::find(ss, "group.0.dampening").item() == 0.0);
-  CHECK(nn::find(ss, "state.0.0.momentum_buffer").shape() == Shape{4, 3});
+    optim::SGD sgd(ps, optim::SGDOptions(0.1).momentum(0.9).nesterov(true));
+    sgd.step();
+    nn::StateDict ss = sgd.state_dict();
+    CHECK(nn::find(ss, "group.0.nesterov").item() == 1.0);
+    CHECK(nn::find(ss, "group.0.momentum").item() == 0.9);
+    CHECK(nn::find(ss, "group.0.dampening").item() == 0.0);
+    CHECK(nn::find(ss, "state.0.0.momentum_buffer").shape() == Shape{4, 3});
+  }
 }
 
 TEST_CASE("a reloaded optimizer continues bit-identically") {
   SUBCASE("AdamW, two groups") {
-    check_round_trip<optim::AdamW>([](const std::vector<Tensor>& p) {
-      return std::make_unique<optim::AdamW>(
-          std::vector<ParamGroup>{ParamGroup{.params = {p[0], p[2]}, .weight_decay = 0.1},
-                                  ParamGroup{.params = {p[1]}, .lr = 3e-2, .weight_decay = 0.0}},
-          optim::AdamWOptions(1e-2).betas(0.9, 0.95));
-    });
+    for (Device dev : test_devices()) {
+      INFO(dev.str());
+      check_round_trip<optim::AdamW>([](const std::vector<Tensor>& p) {
+        return std::make_unique<optim::AdamW>(
+            std::vector<ParamGroup>{ParamGroup{.params = {p[0], p[2]}, .weight_decay = 0.1},
+                                    ParamGroup{.params = {p[1]}, .lr = 3e-2, .weight_decay = 0.0}},
+            optim::AdamWOptions(1e-2).betas(0.9, 0.95));
+      }, dev);
+    }
   }
   SUBCASE("SGD, Nesterov") {
-    check_round_trip<optim::SGD>([](const std::vector<Tensor>& p) {
-      return std::make_unique<optim::SGD>(p, optim::SGDOptions(0.05).momentum(0.9).nesterov(true).weight_decay(1e-2));
-    });
+    for (Device dev : test_devices()) {
+      INFO(dev.str());
+      check_round_trip<optim::SGD>([](const std::vector<Tensor>& p) {
+        return std::make_unique<optim::SGD>(p, optim::SGDOptions(0.05).momentum(0.9).nesterov(true).weight_decay(1e-2));
+      }, dev);
+    }
   }
 }
 
 TEST_CASE("load_state_dict refuses a mismatched structure, naming the entry, and changes nothing") {
-  std::vector<Tensor> ps = make_params();
+  std::vector<Tensor> ps = make_params(Device::cpu());
   auto two_groups = [&] {
     return std::make_unique<optim::AdamW>(
         std::vector<ParamGroup>{ParamGroup{.params = {ps[0], ps[1]}}, ParamGroup{.params = {ps[2]}}},
@@ -586,7 +637,7 @@ TEST_CASE("load_state_dict refuses a mismatched structure, naming the entry, and
 }
 
 TEST_CASE("bad hyper-parameters and parameters are refused with clear errors") {
-  Tensor p = param64({1.0});
+  Tensor p = param64({1.0}, Device::cpu());
   CHECK_THROWS_MU(optim::AdamW(std::vector<Tensor>{}, optim::AdamWOptions()), "empty parameter list");
   CHECK_THROWS_MU(optim::AdamW({p}, optim::AdamWOptions(-1.0)), "learning rate -1");
   CHECK_THROWS_MU(optim::AdamW({p}, optim::AdamWOptions().betas(1.0, 0.9)), "beta1");
@@ -602,7 +653,7 @@ TEST_CASE("bad hyper-parameters and parameters are refused with clear errors") {
   CHECK_THROWS_MU(optim::SGD({ParamGroup{.params = {p}, .options = {{"beta1", 0.9}}}}, optim::SGDOptions(0.1)),
                   "unknown option \"beta1\"");
   CHECK_THROWS_MU(optim::SGD({arange(3)}, optim::SGDOptions(0.1)), "floating-point");
-  Tensor leaf = param64({1.0, 2.0});
+  Tensor leaf = param64({1.0, 2.0}, Device::cpu());
   CHECK_THROWS_MU(optim::SGD({leaf * 2.0}, optim::SGDOptions(0.1)), "not a leaf");
 
   // A gradient of the wrong dtype is named at step time.

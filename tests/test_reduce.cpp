@@ -1,5 +1,7 @@
 // Reductions against brute-force loops in double: every input element is dropped into
 // the bucket of the output element it reduces into, and each bucket is reduced by hand.
+// Every case runs on each test device: inputs are drawn on the CPU and moved, results
+// are read back on the host (check_close_or_nan and the buckets go through to_vector).
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -80,15 +82,16 @@ std::vector<double> reduce_ref(const Buckets& b, const Reducer& f) {
   return out;
 }
 
-// The inputs every test sweeps: dense, transposed and strided views, in both float dtypes.
-std::vector<std::pair<std::string, Tensor>> inputs(DType dt) {
+// The inputs every test sweeps: dense, transposed and strided views, in both float dtypes,
+// drawn on the CPU and viewed on `dev`.
+std::vector<std::pair<std::string, Tensor>> inputs(DType dt, Device dev) {
   manual_seed(42);
-  Tensor base = randn({4, 6, 5}, dt);
+  Tensor base = on(randn({4, 6, 5}, dt), dev);
   return {{"dense", base},
           {"transposed", base.transpose(0, 2)},
           {"permuted", base.permute({1, 2, 0})},
           {"sliced", base.slice(1, 1, 6, 2)},
-          {"expanded", randn({4, 1, 5}, dt).expand({4, 3, 5})}};
+          {"expanded", on(randn({4, 1, 5}, dt), dev).expand({4, 3, 5})}};
 }
 
 const std::vector<Shape> kDimSets = {{0}, {1}, {2}, {-1}, {-3}, {0, 2}, {2, 0}, {1, 2}, {0, 1, 2}, {}};
@@ -96,21 +99,24 @@ const std::vector<Shape> kDimSets = {{0}, {1}, {2}, {-1}, {-3}, {0, 2}, {2, 0}, 
 }  // namespace
 
 TEST_CASE("sum, mean, var, std, amax, amin match brute force over every dim set") {
-  for (DType dt : {kFloat64, kFloat32}) {
-    double tol = dt == kFloat64 ? 1e-12 : 2e-5;
-    for (auto& [name, x] : inputs(dt)) {
-      for (const Shape& dims : kDimSets) {
-        for (bool keep : {false, true}) {
-          INFO(name << " " << dtype_name(dt) << " dims " << shape_str(dims) << " keepdim " << keep);
-          Buckets b = bucketize(x, dims, keep);
-          check_close_or_nan(sum(x, dims, keep), b.out_shape, reduce_ref(b, ref_sum), tol);
-          check_close_or_nan(mean(x, dims, keep), b.out_shape, reduce_ref(b, ref_mean), tol);
-          check_close_or_nan(var(x, dims, 1, keep), b.out_shape, reduce_ref(b, ref_var(1)), tol * 10);
-          check_close_or_nan(var(x, dims, 0, keep), b.out_shape, reduce_ref(b, ref_var(0)), tol * 10);
-          check_close_or_nan(mu::std(x, dims, 1, keep), b.out_shape, reduce_ref(b, ref_std(1)), tol * 10);
-          check_close_or_nan(mu::std(x, dims, 2, keep), b.out_shape, reduce_ref(b, ref_std(2)), tol * 10);
-          check_close_or_nan(amax(x, dims, keep), b.out_shape, reduce_ref(b, ref_max), 0);
-          check_close_or_nan(amin(x, dims, keep), b.out_shape, reduce_ref(b, ref_min), 0);
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    for (DType dt : {kFloat64, kFloat32}) {
+      double tol = dt == kFloat64 ? 1e-12 : 2e-5;
+      for (auto& [name, x] : inputs(dt, dev)) {
+        for (const Shape& dims : kDimSets) {
+          for (bool keep : {false, true}) {
+            INFO(name << " " << dtype_name(dt) << " dims " << shape_str(dims) << " keepdim " << keep);
+            Buckets b = bucketize(x, dims, keep);
+            check_close_or_nan(sum(x, dims, keep), b.out_shape, reduce_ref(b, ref_sum), tol);
+            check_close_or_nan(mean(x, dims, keep), b.out_shape, reduce_ref(b, ref_mean), tol);
+            check_close_or_nan(var(x, dims, 1, keep), b.out_shape, reduce_ref(b, ref_var(1)), tol * 10);
+            check_close_or_nan(var(x, dims, 0, keep), b.out_shape, reduce_ref(b, ref_var(0)), tol * 10);
+            check_close_or_nan(mu::std(x, dims, 1, keep), b.out_shape, reduce_ref(b, ref_std(1)), tol * 10);
+            check_close_or_nan(mu::std(x, dims, 2, keep), b.out_shape, reduce_ref(b, ref_std(2)), tol * 10);
+            check_close_or_nan(amax(x, dims, keep), b.out_shape, reduce_ref(b, ref_max), 0);
+            check_close_or_nan(amin(x, dims, keep), b.out_shape, reduce_ref(b, ref_min), 0);
+          }
         }
       }
     }
@@ -118,25 +124,28 @@ TEST_CASE("sum, mean, var, std, amax, amin match brute force over every dim set"
 }
 
 TEST_CASE("max/min/argmax/argmin along one dim match brute force") {
-  for (DType dt : {kFloat64, kFloat32}) {
-    for (auto& [name, x] : inputs(dt)) {
-      for (int64_t d : {0, 1, 2, -1, -2}) {
-        for (bool keep : {false, true}) {
-          INFO(name << " " << dtype_name(dt) << " dim " << d << " keepdim " << keep);
-          Buckets b = bucketize(x, {d}, keep);
-          std::vector<double> imax, imin;
-          for (const auto& v : b.b) {
-            imax.push_back(double(ref_arg(v, true)));
-            imin.push_back(double(ref_arg(v, false)));
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    for (DType dt : {kFloat64, kFloat32}) {
+      for (auto& [name, x] : inputs(dt, dev)) {
+        for (int64_t d : {0, 1, 2, -1, -2}) {
+          for (bool keep : {false, true}) {
+            INFO(name << " " << dtype_name(dt) << " dim " << d << " keepdim " << keep);
+            Buckets b = bucketize(x, {d}, keep);
+            std::vector<double> imax, imin;
+            for (const auto& v : b.b) {
+              imax.push_back(double(ref_arg(v, true)));
+              imin.push_back(double(ref_arg(v, false)));
+            }
+            ValuesIndices mx = mu::max(x, d, keep), mn = mu::min(x, d, keep);
+            check_close_or_nan(mx.values, b.out_shape, reduce_ref(b, ref_max), 0);
+            check_close_or_nan(mn.values, b.out_shape, reduce_ref(b, ref_min), 0);
+            CHECK(mx.indices.dtype() == kInt64);
+            check_close_or_nan(mx.indices, b.out_shape, imax, 0);
+            check_close_or_nan(mn.indices, b.out_shape, imin, 0);
+            check_close_or_nan(argmax(x, d, keep), b.out_shape, imax, 0);
+            check_close_or_nan(argmin(x, d, keep), b.out_shape, imin, 0);
           }
-          ValuesIndices mx = mu::max(x, d, keep), mn = mu::min(x, d, keep);
-          check_close_or_nan(mx.values, b.out_shape, reduce_ref(b, ref_max), 0);
-          check_close_or_nan(mn.values, b.out_shape, reduce_ref(b, ref_min), 0);
-          CHECK(mx.indices.dtype() == kInt64);
-          check_close_or_nan(mx.indices, b.out_shape, imax, 0);
-          check_close_or_nan(mn.indices, b.out_shape, imin, 0);
-          check_close_or_nan(argmax(x, d, keep), b.out_shape, imax, 0);
-          check_close_or_nan(argmin(x, d, keep), b.out_shape, imin, 0);
         }
       }
     }
@@ -144,93 +153,108 @@ TEST_CASE("max/min/argmax/argmin along one dim match brute force") {
 }
 
 TEST_CASE("max()/min()/argmax() over all elements") {
-  for (auto& [name, x] : inputs(kFloat64)) {
-    INFO(name);
-    std::vector<double> v = x.to_vector<double>();
-    check_close_or_nan(mu::max(x), {}, {ref_max(v)}, 0);
-    check_close_or_nan(mu::min(x), {}, {ref_min(v)}, 0);
-    Tensor a = argmax(x);
-    CHECK(a.dtype() == kInt64);
-    check_close_or_nan(a, {}, {double(ref_arg(v, true))}, 0);
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    for (auto& [name, x] : inputs(kFloat64, dev)) {
+      INFO(name);
+      std::vector<double> v = x.to_vector<double>();
+      check_close_or_nan(mu::max(x), {}, {ref_max(v)}, 0);
+      check_close_or_nan(mu::min(x), {}, {ref_min(v)}, 0);
+      Tensor a = argmax(x);
+      CHECK(a.dtype() == kInt64);
+      check_close_or_nan(a, {}, {double(ref_arg(v, true))}, 0);
+    }
+    // A 0-dim tensor is its own max, at index 0.
+    Tensor s = full({}, 2.5, TensorOptions(kFloat64).device(dev));
+    CHECK(mu::max(s).item() == 2.5);
+    CHECK(argmax(s).item() == 0);
+    ValuesIndices m = mu::max(s, 0);
+    CHECK(m.values.dim() == 0);
+    CHECK(m.values.item() == 2.5);
+    CHECK(m.indices.item() == 0);
   }
-  // A 0-dim tensor is its own max, at index 0.
-  Tensor s = full({}, 2.5, kFloat64);
-  CHECK(mu::max(s).item() == 2.5);
-  CHECK(argmax(s).item() == 0);
-  ValuesIndices m = mu::max(s, 0);
-  CHECK(m.values.dim() == 0);
-  CHECK(m.values.item() == 2.5);
-  CHECK(m.indices.item() == 0);
 }
 
 TEST_CASE("ties: indices take the first extremum; gradients follow torch") {
-  Tensor x = tensor({{1, 3, 3, 0}, {2, 2, -1, -1}}, kFloat64);
-  ValuesIndices mx = mu::max(x, 1), mn = mu::min(x, 1);
-  CHECK(mx.indices.to_vector<int64_t>() == std::vector<int64_t>{1, 0});
-  CHECK(mn.indices.to_vector<int64_t>() == std::vector<int64_t>{3, 2});
-  CHECK(argmax(x, 1).to_vector<int64_t>() == std::vector<int64_t>{1, 0});
-  CHECK(argmin(x, 0).to_vector<int64_t>() == std::vector<int64_t>{0, 1, 1, 1});
-  CHECK(argmax(x).item() == 1);
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    Tensor x = on(tensor({{1, 3, 3, 0}, {2, 2, -1, -1}}, kFloat64), dev);
+    ValuesIndices mx = mu::max(x, 1), mn = mu::min(x, 1);
+    CHECK(mx.indices.to_vector<int64_t>() == std::vector<int64_t>{1, 0});
+    CHECK(mn.indices.to_vector<int64_t>() == std::vector<int64_t>{3, 2});
+    CHECK(argmax(x, 1).to_vector<int64_t>() == std::vector<int64_t>{1, 0});
+    CHECK(argmin(x, 0).to_vector<int64_t>() == std::vector<int64_t>{0, 1, 1, 1});
+    CHECK(argmax(x).item() == 1);
 
-  // max(dim) values: the gradient goes to the chosen (first) index only.
-  Tensor xl = x.detach().requires_grad_();
-  mu::max(xl, 1).values.sum().backward();
-  CHECK(xl.grad().to_vector<double>() == std::vector<double>{0, 1, 0, 0, 1, 0, 0, 0});
+    // max(dim) values: the gradient goes to the chosen (first) index only.
+    Tensor xl = x.detach().requires_grad_();
+    mu::max(xl, 1).values.sum().backward();
+    CHECK(xl.grad().to_vector<double>() == std::vector<double>{0, 1, 0, 0, 1, 0, 0, 0});
 
-  // amax: shared evenly among the ties.
-  Tensor xa = x.detach().requires_grad_();
-  amax(xa, {1}).sum().backward();
-  CHECK(xa.grad().to_vector<double>() == std::vector<double>{0, 0.5, 0.5, 0, 0.5, 0.5, 0, 0});
-  Tensor xb = x.detach().requires_grad_();
-  amin(xb, {1}).sum().backward();
-  CHECK(xb.grad().to_vector<double>() == std::vector<double>{0, 0, 0, 1, 0, 0, 0.5, 0.5});
+    // amax: shared evenly among the ties.
+    Tensor xa = x.detach().requires_grad_();
+    amax(xa, {1}).sum().backward();
+    CHECK(xa.grad().to_vector<double>() == std::vector<double>{0, 0.5, 0.5, 0, 0.5, 0.5, 0, 0});
+    Tensor xb = x.detach().requires_grad_();
+    amin(xb, {1}).sum().backward();
+    CHECK(xb.grad().to_vector<double>() == std::vector<double>{0, 0, 0, 1, 0, 0, 0.5, 0.5});
 
-  // max() over everything: the two 3s share the gradient.
-  Tensor xc = x.detach().requires_grad_();
-  (mu::max(xc) * 4.0).backward();
-  CHECK(xc.grad().to_vector<double>() == std::vector<double>{0, 2, 2, 0, 0, 0, 0, 0});
+    // max() over everything: the two 3s share the gradient.
+    Tensor xc = x.detach().requires_grad_();
+    (mu::max(xc) * 4.0).backward();
+    CHECK(xc.grad().to_vector<double>() == std::vector<double>{0, 2, 2, 0, 0, 0, 0, 0});
+  }
 }
 
 TEST_CASE("NaN is the max and the min, and its first position is the index") {
-  Tensor x = tensor({{1, kNaN, 3, kNaN}, {5, 4, 2, 1}}, kFloat32);
-  CHECK(std::isnan(amax(x, {1}).at({0})));
-  CHECK(amax(x, {1}).at({1}) == 5);
-  CHECK(std::isnan(amin(x, {1}).at({0})));
-  CHECK(amin(x, {1}).at({1}) == 1);
-  CHECK(std::isnan(mu::max(x).item()));
-  CHECK(std::isnan(mu::min(x).item()));
-  CHECK(argmax(x, 1).to_vector<int64_t>() == std::vector<int64_t>{1, 0});
-  CHECK(argmin(x, 1).to_vector<int64_t>() == std::vector<int64_t>{1, 3});
-  CHECK(argmax(x).item() == 1);
-  ValuesIndices m = mu::min(x, 1);
-  CHECK(std::isnan(m.values.at({0})));
-  CHECK(m.indices.to_vector<int64_t>() == std::vector<int64_t>{1, 3});
-  // Along dim 0 the NaN column wins wherever it appears, in either row.
-  CHECK(argmax(x, 0).to_vector<int64_t>() == std::vector<int64_t>{1, 0, 0, 0});
-  // The NaNs share amax's gradient when the result is NaN.
-  Tensor xl = x.to(kFloat64).detach().requires_grad_();
-  amax(xl, {1}).sum().backward();
-  CHECK(xl.grad().to_vector<double>() == std::vector<double>{0, 0.5, 0, 0.5, 1, 0, 0, 0});
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    Tensor x = on(tensor({{1, kNaN, 3, kNaN}, {5, 4, 2, 1}}, kFloat32), dev);
+    CHECK(std::isnan(amax(x, {1}).at({0})));
+    CHECK(amax(x, {1}).at({1}) == 5);
+    CHECK(std::isnan(amin(x, {1}).at({0})));
+    CHECK(amin(x, {1}).at({1}) == 1);
+    CHECK(std::isnan(mu::max(x).item()));
+    CHECK(std::isnan(mu::min(x).item()));
+    CHECK(argmax(x, 1).to_vector<int64_t>() == std::vector<int64_t>{1, 0});
+    CHECK(argmin(x, 1).to_vector<int64_t>() == std::vector<int64_t>{1, 3});
+    CHECK(argmax(x).item() == 1);
+    ValuesIndices m = mu::min(x, 1);
+    CHECK(std::isnan(m.values.at({0})));
+    CHECK(m.indices.to_vector<int64_t>() == std::vector<int64_t>{1, 3});
+    // Along dim 0 the NaN column wins wherever it appears, in either row.
+    CHECK(argmax(x, 0).to_vector<int64_t>() == std::vector<int64_t>{1, 0, 0, 0});
+    // The NaNs share amax's gradient when the result is NaN.
+    Tensor xl = x.to(kFloat64).detach().requires_grad_();
+    amax(xl, {1}).sum().backward();
+    CHECK(xl.grad().to_vector<double>() == std::vector<double>{0, 0.5, 0, 0.5, 1, 0, 0, 0});
+  }
 }
 
 TEST_CASE("integer tensors: sum, amax, argmax") {
-  Tensor x = tensor({{3, 7, 7}, {-2, 9, 0}}, kFloat64).to(kInt64);
-  CHECK(sum(x).item() == 24);
-  CHECK(amax(x, {1}).dtype() == kInt64);
-  CHECK(amax(x, {1}).to_vector<int64_t>() == std::vector<int64_t>{7, 9});
-  CHECK(amin(x, {0}).to_vector<int64_t>() == std::vector<int64_t>{-2, 7, 0});
-  CHECK(argmax(x, 1).to_vector<int64_t>() == std::vector<int64_t>{1, 1});
-  CHECK(mu::max(x, 0).indices.to_vector<int64_t>() == std::vector<int64_t>{0, 1, 0});
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    Tensor x = on(tensor({{3, 7, 7}, {-2, 9, 0}}, kFloat64).to(kInt64), dev);
+    CHECK(sum(x).item() == 24);
+    CHECK(amax(x, {1}).dtype() == kInt64);
+    CHECK(amax(x, {1}).to_vector<int64_t>() == std::vector<int64_t>{7, 9});
+    CHECK(amin(x, {0}).to_vector<int64_t>() == std::vector<int64_t>{-2, 7, 0});
+    CHECK(argmax(x, 1).to_vector<int64_t>() == std::vector<int64_t>{1, 1});
+    CHECK(mu::max(x, 0).indices.to_vector<int64_t>() == std::vector<int64_t>{0, 1, 0});
+  }
 }
 
 TEST_CASE("var/std with too few elements follow torch (divide by max(0, n - correction))") {
-  Tensor one = tensor({4.0}, kFloat64).reshape({1, 1});
-  CHECK(std::isnan(var(one, {1}).item()));  // 0 / 0
-  CHECK(var(one, {1}, 0).item() == 0);
-  Tensor two = tensor({1.0, 3.0}, kFloat64);
-  CHECK(var(two).item() == doctest::Approx(2.0));
-  CHECK(mu::std(two, {}, 0).item() == doctest::Approx(1.0));
-  CHECK(std::isinf(var(two, {}, 2).item()));  // 2 / 0
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    Tensor one = on(tensor({4.0}, kFloat64).reshape({1, 1}), dev);
+    CHECK(std::isnan(var(one, {1}).item()));  // 0 / 0
+    CHECK(var(one, {1}, 0).item() == 0);
+    Tensor two = on(tensor({1.0, 3.0}, kFloat64), dev);
+    CHECK(var(two).item() == doctest::Approx(2.0));
+    CHECK(mu::std(two, {}, 0).item() == doctest::Approx(1.0));
+    CHECK(std::isinf(var(two, {}, 2).item()));  // 2 / 0
+  }
 }
 
 TEST_CASE("reduction errors name the op and the problem") {
@@ -248,19 +272,22 @@ TEST_CASE("reduction errors name the op and the problem") {
 }
 
 TEST_CASE("large inputs (split over threads) match brute force") {
-  manual_seed(3);
-  Tensor x = randn({40, 300, 3}, kFloat32);
-  for (Tensor v : {x, x.transpose(0, 1)}) {
-    for (const Shape& dims : std::vector<Shape>{{1}, {0, 2}, {}}) {
-      INFO("shape " << shape_str(v.shape()) << " dims " << shape_str(dims));
-      Buckets b = bucketize(v, dims, false);
-      check_close_or_nan(sum(v, dims), b.out_shape, reduce_ref(b, ref_sum), 1e-5);
-      check_close_or_nan(var(v, dims), b.out_shape, reduce_ref(b, ref_var(1)), 1e-4);
-      check_close_or_nan(amax(v, dims), b.out_shape, reduce_ref(b, ref_max), 0);
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    manual_seed(3);
+    Tensor x = on(randn({40, 300, 3}, kFloat32), dev);
+    for (Tensor v : {x, x.transpose(0, 1)}) {
+      for (const Shape& dims : std::vector<Shape>{{1}, {0, 2}, {}}) {
+        INFO("shape " << shape_str(v.shape()) << " dims " << shape_str(dims));
+        Buckets b = bucketize(v, dims, false);
+        check_close_or_nan(sum(v, dims), b.out_shape, reduce_ref(b, ref_sum), 1e-5);
+        check_close_or_nan(var(v, dims), b.out_shape, reduce_ref(b, ref_var(1)), 1e-4);
+        check_close_or_nan(amax(v, dims), b.out_shape, reduce_ref(b, ref_max), 0);
+      }
+      Buckets b = bucketize(v, {1}, false);
+      std::vector<double> imin;
+      for (const auto& bv : b.b) imin.push_back(double(ref_arg(bv, false)));
+      check_close_or_nan(argmin(v, 1), b.out_shape, imin, 0);
     }
-    Buckets b = bucketize(v, {1}, false);
-    std::vector<double> imin;
-    for (const auto& bv : b.b) imin.push_back(double(ref_arg(bv, false)));
-    check_close_or_nan(argmin(v, 1), b.out_shape, imin, 0);
   }
 }
