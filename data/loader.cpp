@@ -13,7 +13,8 @@ DataLoader::DataLoader(int64_t size, const DataLoaderOptions& options) : size_(s
 
 int64_t DataLoader::batches_per_epoch() const {
   const int64_t b = options_.batch_size();
-  return options_.drop_last() ? size_ / b : (size_ + b - 1) / b;
+  // ceil(size / b) without size + b - 1, which overflows for sizes near 2^63.
+  return options_.drop_last() ? size_ / b : size_ / b + (size_ % b != 0);
 }
 
 std::vector<Tensor> DataLoader::epoch() const {

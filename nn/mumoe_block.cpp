@@ -2,6 +2,7 @@
 
 #include "nn/entmax.h"
 #include "ops/ops.h"
+#include "tensor/checked.h"
 
 namespace mu::nn {
 
@@ -217,19 +218,23 @@ const Tensor& MuMoE::gate(int64_t level) const {
 }
 
 int64_t MuMoE::flops_per_token() const {
+  const char* what = "MuMoE::flops_per_token";
   int64_t n = 0;
-  for (int64_t e : options_.experts()) n += options_.in() * e;
-  for (const auto& l : layers_) n += l->flops_per_token();
+  for (int64_t e : options_.experts()) n = checked_add(n, checked_mul(options_.in(), e, what), what);
+  for (const auto& l : layers_) n = checked_add(n, l->flops_per_token(), what);
   return n;
 }
 
 int64_t MuMoE::count_parameters(const MuMoEOptions& options) {
+  const char* what = "MuMoE::count_parameters";
   options.validate();
   int64_t n = 0;
-  for (int64_t e : options.experts()) n += options.in() * e;  // the gating matrices
+  // The gating matrices.
+  for (int64_t e : options.experts()) n = checked_add(n, checked_mul(options.in(), e, what), what);
   // Gate norms have no affine parameters; the input LayerNorm has a weight and a bias.
-  if (options.input_norm()) n += 2 * options.in();
-  for (int64_t l = 0; l < options.num_layers(); ++l) n += count_layer_parameters(options, options.layer_shape(l));
+  if (options.input_norm()) n = checked_add(n, checked_mul(2, options.in(), what), what);
+  for (int64_t l = 0; l < options.num_layers(); ++l)
+    n = checked_add(n, count_layer_parameters(options, options.layer_shape(l)), what);
   return n;
 }
 

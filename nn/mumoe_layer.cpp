@@ -5,14 +5,37 @@
 
 #include "autograd/grad_mode.h"
 #include "ops/ops.h"
+#include "tensor/checked.h"
 
 namespace mu::nn {
 
 int64_t MoEShape::total_experts() const {
   int64_t n = 1;
-  for (int64_t e : experts) n *= e;
+  for (int64_t e : experts) n = checked_mul(n, e, "MoEShape: the number of experts ", shape_str(experts));
   return n;
 }
+
+namespace {
+
+// A parameter or FLOP count: a sum of products of sizes, each step checked, so a huge
+// configuration is an error naming the layer, never a wrapped (or negative) count.
+struct Count {
+  const char* what;
+  int64_t n = 0;
+  Count& add(std::initializer_list<int64_t> factors) {
+    int64_t p = 1;
+    for (int64_t f : factors) p = checked_mul(p, f, what, ": the count overflows");
+    n = checked_add(n, p, what, ": the count overflows");
+    return *this;
+  }
+};
+
+void check_ranks(const std::vector<int64_t>& r, size_t want, const char* what, const char* layout) {
+  MU_CHECK(r.size() == want, what, ": needs ", want, " ranks (", layout, "), got ", r.size(), ": ", shape_str(r));
+  for (int64_t k : r) MU_CHECK(k > 0, what, ": ranks must be positive, got ", shape_str(r));
+}
+
+}  // namespace
 
 static void check_shape(const MoEShape& s, const char* type) {
   MU_CHECK(s.in > 0 && s.out > 0, type, ": input and output features must be positive, got in=", s.in,
@@ -35,6 +58,11 @@ static Tensor replicate_init(const Shape& shape, double sigma) { return randn(sh
 static double expert_sigma(int64_t level) { return level == 0 ? 1.0 : 0.0; }
 
 // ---------------------------------------------------------------- the shared skeleton
+
+int64_t MuMoELayer::flops(int64_t tokens) const {
+  MU_CHECK(tokens >= 0, type_name(), ".flops: negative token count ", tokens);
+  return checked_mul(tokens, flops_per_token(), type_name(), ".flops: ", tokens, " tokens");
+}
 
 MuMoELayer::MuMoELayer(std::string type, MoEShape shape) : Module(std::move(type)), shape_(std::move(shape)) {
   check_shape(shape_, type_name().c_str());
@@ -200,16 +228,21 @@ CPMuMoE::CPMuMoE(MoEShape s, int64_t rank) : MuMoELayer("CPMuMoE", std::move(s))
 }
 
 int64_t CPMuMoE::count_parameters(const MoEShape& s, int64_t rank) {
-  int64_t n = s.in_rows() + s.out;
-  for (int64_t e : s.experts) n += e;
-  return rank * n;
+  const char* what = "CPMuMoE::count_parameters";
+  check_shape(s, what);
+  MU_CHECK(rank > 0, what, ": rank must be positive, got ", rank);
+  Count c{what};
+  c.add({rank, s.in_rows()}).add({rank, s.out});
+  for (int64_t e : s.experts) c.add({rank, e});
+  return c.n;
 }
 
 // R (Σ N_e + I + O): the factor products; the Hadamard products add E·R more.
 int64_t CPMuMoE::flops_per_token() const {
-  int64_t n = shape_.in_rows() + shape_.out;
-  for (int64_t e : shape_.experts) n += e;
-  return rank_ * n + shape_.levels() * rank_;
+  Count c{"CPMuMoE::flops_per_token"};
+  c.add({rank_, shape_.in_rows()}).add({rank_, shape_.out}).add({shape_.levels(), rank_});
+  for (int64_t e : shape_.experts) c.add({rank_, e});
+  return c.n;
 }
 
 // ---------------------------------------------------------------- TR / TT
@@ -240,11 +273,13 @@ TRMuMoE::TRMuMoE(std::string type, MoEShape s, std::vector<int64_t> ranks)
 }
 
 int64_t TRMuMoE::count_parameters(const MoEShape& s, const std::vector<int64_t>& r) {
-  MU_CHECK(int64_t(r.size()) == s.levels() + 2, "TRMuMoE::count_parameters: needs ", s.levels() + 2, " ranks");
-  int64_t n = 0;
-  for (size_t e = 0; e < s.experts.size(); ++e) n += r[e] * s.experts[e] * r[e + 1];
+  const char* what = "TRMuMoE::count_parameters";
+  check_shape(s, what);
+  check_ranks(r, s.experts.size() + 2, what, "one per expert mode, then the input's and the output's");
+  Count c{what};
+  for (size_t e = 0; e < s.experts.size(); ++e) c.add({r[e], s.experts[e], r[e + 1]});
   size_t K = r.size();
-  return n + r[K - 2] * s.in_rows() * r[K - 1] + r[K - 1] * s.out * r[0];
+  return c.add({r[K - 2], s.in_rows(), r[K - 1]}).add({r[K - 1], s.out, r[0]}).n;
 }
 
 // Σ_e R_e N_e R_{e+1} + R_{E+1} I R_{E+2} (mode-2 products), Σ R_1 R_e R_{e+1} (the chain
@@ -252,11 +287,11 @@ int64_t TRMuMoE::count_parameters(const MoEShape& s, const std::vector<int64_t>&
 int64_t TRMuMoE::flops_per_token() const {
   const auto& r = ranks_;
   size_t K = r.size();
-  int64_t n = 0;
-  for (size_t e = 0; e < shape_.experts.size(); ++e) n += r[e] * shape_.experts[e] * r[e + 1];
-  n += r[K - 2] * shape_.in_rows() * r[K - 1];
-  for (size_t e = 1; e + 1 < K; ++e) n += r[0] * r[e] * r[e + 1];
-  return n + r[0] * shape_.out * r[K - 1];
+  Count c{"TRMuMoE::flops_per_token"};
+  for (size_t e = 0; e < shape_.experts.size(); ++e) c.add({r[e], shape_.experts[e], r[e + 1]});
+  c.add({r[K - 2], shape_.in_rows(), r[K - 1]});
+  for (size_t e = 1; e + 1 < K; ++e) c.add({r[0], r[e], r[e + 1]});
+  return c.add({r[0], shape_.out, r[K - 1]}).n;
 }
 
 static std::vector<int64_t> with_unit_first(std::vector<int64_t> r) {
@@ -290,19 +325,24 @@ TuckerMuMoE::TuckerMuMoE(MoEShape s, std::vector<int64_t> ranks) : MuMoELayer("T
 }
 
 int64_t TuckerMuMoE::count_parameters(const MoEShape& s, const std::vector<int64_t>& r) {
+  const char* what = "TuckerMuMoE::count_parameters";
+  check_shape(s, what);
   size_t E = s.experts.size();
-  MU_CHECK(r.size() == E + 2, "TuckerMuMoE::count_parameters: needs ", E + 2, " ranks");
-  int64_t core = r[E] * r[E + 1], n = 0;
-  for (size_t e = 0; e < E; ++e) core *= r[e], n += s.experts[e] * r[e];
-  return core + n + s.in_rows() * r[E] + s.out * r[E + 1];
+  check_ranks(r, E + 2, what, "one per expert mode, then R_I, R_O");
+  Count c{what}, core{what};
+  core.add({r[E], r[E + 1]});
+  for (size_t e = 0; e < E; ++e) core.n = checked_mul(core.n, r[e], what, ": the core's size overflows"), c.add({s.experts[e], r[e]});
+  return c.add({core.n}).add({s.in_rows(), r[E]}).add({s.out, r[E + 1]}).n;
 }
 
 // Projections Σ N_e R_{N_e} + I R_I, the core contraction R_O R_I Π R_{N_e}, the output O R_O.
 int64_t TuckerMuMoE::flops_per_token() const {
   size_t E = shape_.experts.size();
-  int64_t core = ranks_[E] * ranks_[E + 1], n = 0;
-  for (size_t e = 0; e < E; ++e) core *= ranks_[e], n += shape_.experts[e] * ranks_[e];
-  return n + shape_.in_rows() * ranks_[E] + core + shape_.out * ranks_[E + 1];
+  const char* what = "TuckerMuMoE::flops_per_token";
+  Count c{what};
+  int64_t core = checked_mul(ranks_[E], ranks_[E + 1], what);
+  for (size_t e = 0; e < E; ++e) core = checked_mul(core, ranks_[e], what), c.add({shape_.experts[e], ranks_[e]});
+  return c.add({shape_.in_rows(), ranks_[E]}).add({core}).add({shape_.out, ranks_[E + 1]}).n;
 }
 
 // ---------------------------------------------------------------- Hadamard
@@ -315,15 +355,19 @@ HadamardMoE::HadamardMoE(MoEShape s) : MuMoELayer("HadamardMoE", std::move(s)) {
 }
 
 int64_t HadamardMoE::count_parameters(const MoEShape& s) {
-  int64_t n = s.in_rows();
-  for (int64_t e : s.experts) n += e;
-  return n * s.out;
+  const char* what = "HadamardMoE::count_parameters";
+  check_shape(s, what);
+  Count c{what};
+  c.add({s.in_rows(), s.out});
+  for (int64_t e : s.experts) c.add({e, s.out});
+  return c.n;
 }
 
 int64_t HadamardMoE::flops_per_token() const {
-  int64_t n = shape_.in_rows() + shape_.levels();
-  for (int64_t e : shape_.experts) n += e;
-  return n * shape_.out;
+  Count c{"HadamardMoE::flops_per_token"};
+  c.add({shape_.in_rows(), shape_.out}).add({shape_.levels(), shape_.out});
+  for (int64_t e : shape_.experts) c.add({e, shape_.out});
+  return c.n;
 }
 
 // ---------------------------------------------------------------- dense
@@ -354,7 +398,10 @@ DenseMoE::DenseMoE(MoEShape s, const Tensor& weight) : MuMoELayer("DenseMoE", st
   add_factor("W", weight.detach().clone(), dense_axes(shape_));
 }
 
-int64_t DenseMoE::count_parameters(const MoEShape& s) { return s.total_experts() * s.in_rows() * s.out; }
+int64_t DenseMoE::count_parameters(const MoEShape& s) {
+  check_shape(s, "DenseMoE::count_parameters");
+  return Count{"DenseMoE::count_parameters"}.add({s.total_experts(), s.in_rows(), s.out}).n;
+}
 int64_t DenseMoE::flops_per_token() const { return count_parameters(shape_); }
 
 }  // namespace mu::nn

@@ -54,7 +54,7 @@ class MuMoELayer : public Module {
   const MoEShape& moe_shape() const { return shape_; }
   // Multiply-adds of one token's forward pass, by the paper's formula for this variant.
   virtual int64_t flops_per_token() const = 0;
-  int64_t flops(int64_t tokens) const { return tokens * flops_per_token(); }
+  int64_t flops(int64_t tokens) const;
 
   // A named factor: the parameter and the axis name of each of its modes.
   struct Factor {

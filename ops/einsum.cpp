@@ -15,6 +15,7 @@
 #include "autograd/grad_mode.h"
 #include "autograd/node.h"
 #include "ops/ops.h"
+#include "tensor/checked.h"
 
 namespace mu {
 
@@ -281,9 +282,20 @@ Problem build_problem(const std::string& spec, const std::vector<Shape>& shapes)
 
 // ---------------------------------------------------------------- planning
 
+// The element count of a tensor with these labels; used for the labels of one operand
+// or of a pairwise result that is about to be allocated, which empty() checks as well.
 int64_t labels_size(const Labels& ls, const std::vector<int64_t>& sizes) {
   int64_t n = 1;
-  for (int l : ls) n *= sizes[size_t(l)];
+  for (int l : ls) n = checked_mul(n, sizes[size_t(l)], "einsum: a contraction has too many elements");
+  return n;
+}
+
+// The same count in double, for the planner's costs: the union of every operand's
+// labels may hold more combinations than int64 can count (the naive cost of
+// "ab,cd->" is |a||b||c||d|), and a cost only needs to compare.
+double labels_count(const Labels& ls, const std::vector<int64_t>& sizes) {
+  double n = 1;
+  for (int l : ls) n *= double(sizes[size_t(l)]);
   return n;
 }
 
@@ -346,9 +358,9 @@ Plan plan_contraction(const std::vector<Labels>& ops, const Labels& out, const s
         std::vector<Labels> others;
         for (int k = 0; k < int(cur.size()); ++k)
           if (k != i && k != j) others.push_back(cur[size_t(k)]);
-        double cost = double(labels_size(label_union(cur[size_t(i)], cur[size_t(j)]), sizes));
-        double delta = double(labels_size(pair_result(cur[size_t(i)], cur[size_t(j)], others, out), sizes)) -
-                       double(labels_size(cur[size_t(i)], sizes)) - double(labels_size(cur[size_t(j)], sizes));
+        double cost = labels_count(label_union(cur[size_t(i)], cur[size_t(j)]), sizes);
+        double delta = labels_count(pair_result(cur[size_t(i)], cur[size_t(j)], others, out), sizes) -
+                       labels_count(cur[size_t(i)], sizes) - labels_count(cur[size_t(j)], sizes);
         if (delta < best_delta || (delta == best_delta && cost < best_cost)) best_delta = delta, best_cost = cost, pick = {i, j};
       }
       candidates = {pick};
@@ -360,9 +372,9 @@ Plan plan_contraction(const std::vector<Labels>& ops, const Labels& out, const s
       Labels r = pair_result(cur[size_t(i)], cur[size_t(j)], others, out);
       Plan next = acc;
       next.steps.push_back({i, j});
-      next.flops += double(labels_size(label_union(cur[size_t(i)], cur[size_t(j)]), sizes));
+      next.flops += labels_count(label_union(cur[size_t(i)], cur[size_t(j)]), sizes);
       // The last step's result is the output, not an intermediate.
-      if (!others.empty()) next.largest = std::max(next.largest, double(labels_size(r, sizes)));
+      if (!others.empty()) next.largest = std::max(next.largest, labels_count(r, sizes));
       others.push_back(r);
       search(others, next);
     }
@@ -587,7 +599,7 @@ EinsumPath einsum_path(const std::string& spec, const std::vector<Shape>& shapes
   path.largest_intermediate = plan.largest;
   Labels all;
   for (const Labels& r : p.raw) all = label_union(all, r);
-  path.naive_flops = double(labels_size(all, p.sizes)) * double(std::max<size_t>(1, shapes.size() - 1));
+  path.naive_flops = labels_count(all, p.sizes) * double(std::max<size_t>(1, shapes.size() - 1));
   return path;
 }
 

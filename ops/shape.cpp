@@ -7,6 +7,7 @@
 #include "autograd/node.h"
 #include "ops/ops.h"
 #include "ops/pointwise.h"
+#include "tensor/checked.h"
 
 namespace mu {
 
@@ -30,7 +31,7 @@ static Shape infer_shape(const Shape& req, int64_t numel, const char* op, const 
       infer = int64_t(i);
     } else {
       MU_CHECK(s[i] >= 0, op, ": invalid size ", s[i], " in shape ", shape_str(req));
-      known *= s[i];
+      known = checked_mul(known, s[i], op, ": shape ", shape_str(req), " has too many elements");
     }
   }
   if (infer >= 0) {
@@ -135,8 +136,10 @@ Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const 
   start = std::clamp<int64_t>(start, 0, n);
   end = std::clamp<int64_t>(end, start, n);
   Shape s = shape(), st = strides();
-  s[size_t(d)] = (end - start + step - 1) / step;
-  st[size_t(d)] *= step;
+  // ceil((end - start) / step) without forming end - start + step - 1, which a huge step
+  // would overflow.
+  s[size_t(d)] = (end - start) / step + ((end - start) % step != 0);
+  st[size_t(d)] = checked_mul(st[size_t(d)], step, "slice: stride of dimension ", d, " times step ", step);
   return as_view(*this, s, st, storage_offset() + start * strides()[size_t(d)], "SliceBackward",
                  [from = shape(), d, start, end, step](const Tensor& g) -> TensorList {
                    return {scatter_into_zeros(g, from, [&](const Tensor& z) { return z.slice(d, start, end, step); })};
@@ -147,8 +150,9 @@ Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
   d = wrap_dim(d, dim(), "narrow");
   int64_t n = shape()[size_t(d)];
   if (start < 0 && start >= -n) start += n;
-  MU_CHECK(start >= 0 && length >= 0 && start + length <= n, "narrow: range [", start, ", ", start + length,
-           ") out of bounds for dimension ", d, " of size ", n);
+  // length <= n - start rather than start + length <= n: the sum may overflow.
+  MU_CHECK(start >= 0 && start <= n && length >= 0 && length <= n - start, "narrow: start ", start, " and length ",
+           length, " are out of bounds for dimension ", d, " of size ", n);
   return slice(d, start, start + length);
 }
 
@@ -177,12 +181,14 @@ Tensor Tensor::expand(const Shape& req) const {
     }
     int64_t have = shape()[i - lead];
     int64_t want = req[i] == -1 ? have : req[i];
+    MU_CHECK(want >= 0, "expand: invalid size ", req[i], " for dimension ", i, " in ", shape_str(req));
     MU_CHECK(have == want || have == 1, "expand: the size of dimension ", i - lead, " (", have,
              ") must match the requested ", want, " or be 1 (expanding ", shape_str(shape()), " to ", shape_str(req), ")");
     s[i] = want;
     st[i] = have == want ? strides()[i - lead] : 0;
   }
   if (s == shape()) return *this;
+  numel_of(s, "expand");  // refuses a shape whose element count overflows
   return as_view(*this, s, st, storage_offset(), "ExpandBackward",
                  [from = shape()](const Tensor& g) -> TensorList { return {sum_to(g, from)}; });
 }
@@ -242,7 +248,7 @@ Tensor cat(const std::vector<Tensor>& ts, int64_t dim) {
     for (int64_t k = 0; k < t.dim(); ++k)
       MU_CHECK(k == d || t.shape()[size_t(k)] == first.shape()[size_t(k)], "cat: sizes must match except in dimension ",
                d, ": tensor ", i, " has shape ", shape_str(t.shape()), ", tensor 0 has ", shape_str(first.shape()));
-    out_shape[size_t(d)] += t.shape()[size_t(d)];
+    out_shape[size_t(d)] = checked_add(out_shape[size_t(d)], t.shape()[size_t(d)], "cat: sizes along dimension ", d);
   }
   Tensor out = empty(out_shape, TensorOptions(first.dtype()).device(first.device()));
   std::vector<int64_t> sizes;
@@ -284,7 +290,7 @@ std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, in
   int64_t total = 0;
   for (int64_t s : sizes) {
     MU_CHECK(s >= 0, "split: negative section size ", s);
-    total += s;
+    total = checked_add(total, s, "split: section sizes");
   }
   MU_CHECK(total == x.shape()[size_t(d)], "split: section sizes add up to ", total, " but dimension ", d,
            " has size ", x.shape()[size_t(d)]);
@@ -309,7 +315,8 @@ std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim) {
 std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim) {
   MU_CHECK(chunks > 0, "chunk: number of chunks must be positive, got ", chunks);
   int64_t n = x.shape()[size_t(wrap_dim(dim, x.dim(), "chunk"))];
-  return split(x, std::max<int64_t>(1, (n + chunks - 1) / chunks), dim);
+  // ceil(n / chunks) without n + chunks - 1, which a huge chunk count would overflow.
+  return split(x, std::max<int64_t>(1, n / chunks + (n % chunks != 0)), dim);
 }
 
 // Keeps elements with (col - row) on the kept side of the diagonal k.

@@ -6,6 +6,7 @@
 #include <new>
 #include <vector>
 
+#include "tensor/checked.h"
 #include "tensor/error.h"
 
 namespace mu::cpu_allocator {
@@ -37,6 +38,9 @@ Cache& cache() {
 // Rounds a request up so that blocks of nearby sizes are interchangeable: multiples of
 // 512 bytes below 1 MiB, of 1/8 of the power of two above.
 size_t round_size(size_t n) {
+  // Past the cap the doubling below would wrap to zero and never end.
+  MU_CHECK(n <= size_t(kMaxAllocationBytes), "cannot allocate ", n, " bytes: more than any machine can address (",
+           kMaxAllocationBytes, ")");
   if (n == 0) return 64;
   if (n < (1u << 20)) return (n + 511) / 512 * 512;
   size_t p = 1;

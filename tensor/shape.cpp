@@ -1,12 +1,19 @@
 #include "tensor/shape.h"
 
+#include "tensor/checked.h"
 #include "tensor/error.h"
 
 namespace mu {
 
-int64_t numel_of(const Shape& shape) {
-  int64_t n = 1;
-  for (int64_t s : shape) n *= s;
+int64_t numel_of(const Shape& shape, const char* op) {
+  // The product of the sizes with zeros read as ones must fit too: it is the largest
+  // contiguous stride, which a tensor of zero elements still computes.
+  int64_t n = 1, strides = 1;
+  for (int64_t s : shape) {
+    MU_CHECK(s >= 0, op, ": negative dimension ", s, " in shape ", shape_str(shape));
+    n *= s;  // cannot overflow: |n| <= strides, which is checked
+    strides = checked_mul(strides, s > 0 ? s : 1, op, ": shape ", shape_str(shape), " has too many elements");
+  }
   return n;
 }
 
@@ -15,7 +22,7 @@ Shape contiguous_strides(const Shape& shape) {
   int64_t acc = 1;
   for (size_t i = shape.size(); i-- > 0;) {
     st[i] = acc;
-    acc *= shape[i] > 0 ? shape[i] : 1;
+    acc = checked_mul(acc, shape[i] > 0 ? shape[i] : 1, "shape ", shape_str(shape), " has too many elements");
   }
   return st;
 }

@@ -9,7 +9,9 @@ namespace mu {
 
 using Shape = std::vector<int64_t>;
 
-int64_t numel_of(const Shape& shape);
+// The element count of `shape`; a negative size, or a count (or largest stride) beyond
+// int64, is an error naming `op` and the shape.
+int64_t numel_of(const Shape& shape, const char* op = "shape");
 // Row-major strides (in elements) for a dense tensor of this shape.
 Shape contiguous_strides(const Shape& shape);
 // "[2, 3, 4]"

@@ -7,6 +7,7 @@
 
 #include "autograd/grad_mode.h"
 #include "autograd/node.h"
+#include "tensor/checked.h"
 
 namespace mu {
 
@@ -156,10 +157,12 @@ void check_inplace(const Tensor& t, const char* op) {
 // ---------------------------------------------------------------- factories
 
 Tensor empty(const Shape& shape, TensorOptions opts) {
-  for (int64_t s : shape)
-    MU_CHECK(s >= 0, "empty: negative dimension ", s, " in shape ", shape_str(shape));
-  int64_t n = numel_of(shape);
-  auto storage = std::make_shared<Storage>(size_t(n) * element_size(opts.dtype()), opts.device());
+  const int64_t n = numel_of(shape, "empty");
+  const int64_t nbytes = checked_mul(n, int64_t(element_size(opts.dtype())), "empty: shape ", shape_str(shape), " of ",
+                                     dtype_name(opts.dtype()), " needs too many bytes");
+  MU_CHECK(nbytes <= kMaxAllocationBytes, "empty: shape ", shape_str(shape), " of ", dtype_name(opts.dtype()),
+           " needs ", nbytes, " bytes, more than any machine can address (", kMaxAllocationBytes, ")");
+  auto storage = std::make_shared<Storage>(size_t(nbytes), opts.device());
   Tensor t = make_view(storage, shape, contiguous_strides(shape), 0, opts.dtype());
   if (opts.requires_grad()) t.requires_grad_(true);
   return t;
@@ -206,7 +209,11 @@ Tensor arange(double start, double end, double step, TensorOptions opts) {
   MU_CHECK(step != 0, "arange: step must be nonzero");
   MU_CHECK((end - start) / step >= 0, "arange: the range [", start, ", ", end,
            ") is empty or runs against the step ", step);
-  int64_t n = int64_t(std::ceil((end - start) / step));
+  const double count = std::ceil((end - start) / step);
+  // A NaN or infinite bound, or more elements than int64 holds, has no tensor.
+  MU_CHECK(std::isfinite(count) && count < 9.2e18, "arange: [", start, ", ", end, ") in steps of ", step, " has ",
+           count, " elements");
+  int64_t n = int64_t(count);
   return build_on_host({n}, opts, [&](int64_t i) { return start + double(i) * step; });
 }
 
@@ -228,7 +235,8 @@ template <class T>
 Tensor from_vector(const std::vector<T>& data, const Shape& shape, TensorOptions opts) {
   MU_CHECK(int64_t(data.size()) == numel_of(shape), "from_vector: ", data.size(),
            " values do not fill shape ", shape_str(shape), " (", numel_of(shape), " elements)");
-  return build_on_host(shape, opts, [&](int64_t i) { return double(data[size_t(i)]); });
+  // Each value converted once, to the tensor's dtype: int64 values above 2^53 stay exact.
+  return build_on_host(shape, opts, [&](int64_t i) { return data[size_t(i)]; });
 }
 template Tensor from_vector<float>(const std::vector<float>&, const Shape&, TensorOptions);
 template Tensor from_vector<double>(const std::vector<double>&, const Shape&, TensorOptions);
