@@ -182,6 +182,22 @@ Tensor div(const Tensor& a_in, const Tensor& b_in) {
   });
 }
 
+Tensor div(const Tensor& a_in, const Tensor& b_in, const std::string& rounding_mode) {
+  MU_CHECK(rounding_mode == "trunc" || rounding_mode == "floor", "div: rounding_mode must be \"trunc\" or \"floor\", got \"",
+           rounding_mode, "\"");
+  MU_CHECK(a_in.defined() && b_in.defined(), "div: an operand is an undefined tensor");
+  MU_CHECK(a_in.dtype() != kBool || b_in.dtype() != kBool, "div: rounding division of two bool tensors is not supported");
+  auto [a, b] = promoted(a_in, b_in);
+  if (!is_floating(a.dtype())) {
+    // An integer division by zero has no value (C++ would trap): refused on the host
+    // before any kernel runs, as PyTorch raises ZeroDivisionError.
+    MU_CHECK((b == 0).to(kInt64).sum().item() == 0, "div: integer division by zero (rounding_mode \"", rounding_mode, "\", divisor ",
+             dtype_name(b.dtype()), " ", shape_str(b.shape()), ")");
+  }
+  // Piecewise constant: no gradient flows, as in PyTorch.
+  return map(fn::DivRounded{{}, rounding_mode == "floor"}, {a, b});
+}
+
 Tensor pow(const Tensor& a_in, const Tensor& b_in) {
   auto [a, b] = promoted(a_in, b_in);
   Tensor y = map(fn::Pow{}, {a, b});
@@ -376,11 +392,18 @@ static Tensor& inplace(Tensor& self, const Tensor& other, const F& f) {
 }
 
 Tensor& Tensor::add_(const Tensor& other, double alpha) {
+  MU_CHECK(is_floating(dtype()) || (std::isfinite(alpha) && alpha == std::trunc(alpha) && std::fabs(alpha) < 9.2e18),
+           "add_: alpha ", alpha, " is not an integer but the tensor is ", dtype_name(dtype()));
   return inplace(*this, other, fn::AddScaled{{}, alpha});
 }
 Tensor& Tensor::add_(double value) { return add_(detail::scalar_like(*this, value, "add_")); }
 Tensor& Tensor::mul_(const Tensor& other) { return inplace(*this, other, fn::Mul{}); }
 Tensor& Tensor::mul_(double value) { return mul_(detail::scalar_like(*this, value, "mul_")); }
-Tensor& Tensor::div_(const Tensor& other) { return inplace(*this, other, fn::Div{}); }
+Tensor& Tensor::div_(const Tensor& other) {
+  // True division has a floating-point result, which an integer tensor cannot hold.
+  MU_CHECK(is_floating(dtype()), "div_: the result type of true division is floating point and cannot be written into a "
+           "tensor of dtype ", dtype_name(dtype()), "; use div(a, b, \"trunc\") or \"floor\"");
+  return inplace(*this, other, fn::Div{});
+}
 
 }  // namespace mu

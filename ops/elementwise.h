@@ -33,6 +33,9 @@ Tensor add(const Tensor& a, const Tensor& b);
 Tensor sub(const Tensor& a, const Tensor& b);
 Tensor mul(const Tensor& a, const Tensor& b);
 Tensor div(const Tensor& a, const Tensor& b);
+// Division rounded as torch.div(a, b, rounding_mode=...): "trunc" toward zero, "floor"
+// toward -infinity; integers stay integers (a zero divisor is an error), no gradient.
+Tensor div(const Tensor& a, const Tensor& b, const std::string& rounding_mode);
 Tensor pow(const Tensor& a, const Tensor& b);
 Tensor maximum(const Tensor& a, const Tensor& b);
 Tensor minimum(const Tensor& a, const Tensor& b);

@@ -17,6 +17,7 @@
 #include <math.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #if defined(__CUDACC__)
 #define MU_HOST_DEVICE __host__ __device__
@@ -50,6 +51,44 @@ MU_HOST_DEVICE inline float m_erf(float x) { return ::erff(x); }
 MU_HOST_DEVICE inline double m_erf(double x) { return ::erf(x); }
 MU_HOST_DEVICE inline float m_pow(float x, float y) { return ::powf(x, y); }
 MU_HOST_DEVICE inline double m_pow(double x, double y) { return ::pow(x, y); }
+MU_HOST_DEVICE inline float m_floor(float x) { return ::floorf(x); }
+MU_HOST_DEVICE inline double m_floor(double x) { return ::floor(x); }
+MU_HOST_DEVICE inline float m_trunc(float x) { return ::truncf(x); }
+MU_HOST_DEVICE inline double m_trunc(double x) { return ::trunc(x); }
+
+// ---- integer arithmetic that wraps around as two's complement, as PyTorch's does:
+// signed overflow is undefined in C++, so signed integers go through their unsigned
+// twins (whose arithmetic is modular); floats and bool are left as they are.
+template <class T>
+inline constexpr bool is_integer_v = std::is_integral<T>::value && !std::is_same<T, bool>::value;
+
+template <class T>
+MU_HOST_DEVICE T wrapping_add(T u, T v) {
+  if constexpr (is_integer_v<T>) {
+    using U = typename std::make_unsigned<T>::type;
+    return T(U(u) + U(v));
+  } else {
+    return u + v;
+  }
+}
+template <class T>
+MU_HOST_DEVICE T wrapping_sub(T u, T v) {
+  if constexpr (is_integer_v<T>) {
+    using U = typename std::make_unsigned<T>::type;
+    return T(U(u) - U(v));
+  } else {
+    return u - v;
+  }
+}
+template <class T>
+MU_HOST_DEVICE T wrapping_mul(T u, T v) {
+  if constexpr (is_integer_v<T>) {
+    using U = typename std::make_unsigned<T>::type;
+    return T(U(u) * U(v));
+  } else {
+    return u * v;
+  }
+}
 
 inline constexpr double kSqrt1_2 = 0.70710678118654752440;     // 1/sqrt(2)
 inline constexpr double kInvSqrt2Pi = 0.39894228040143267794;  // 1/sqrt(2 pi)
@@ -60,7 +99,7 @@ inline constexpr double kGeluC = 0.044715;
 
 struct Neg : Functor<1, Types::Numeric> {
   static constexpr const char* name = "neg";
-  template <class T> MU_HOST_DEVICE T operator()(T v) const { return -v; }
+  template <class T> MU_HOST_DEVICE T operator()(T v) const { return wrapping_sub(T(0), v); }
 };
 struct Exp : Functor<1> {
   static constexpr const char* name = "exp";
@@ -80,7 +119,7 @@ struct Rsqrt : Functor<1> {
 };
 struct Abs : Functor<1, Types::Numeric> {
   static constexpr const char* name = "abs";
-  template <class T> MU_HOST_DEVICE T operator()(T v) const { return v < 0 ? -v : v; }
+  template <class T> MU_HOST_DEVICE T operator()(T v) const { return v < 0 ? wrapping_sub(T(0), v) : v; }
 };
 struct Sign : Functor<1, Types::Numeric> {
   static constexpr const char* name = "sign";
@@ -96,7 +135,8 @@ struct Sigmoid : Functor<1> {
 };
 struct Relu : Functor<1, Types::Numeric> {
   static constexpr const char* name = "relu";
-  template <class T> MU_HOST_DEVICE T operator()(T v) const { return v > 0 ? v : T(0); }
+  // NaN is not below zero, so it passes through, as in PyTorch.
+  template <class T> MU_HOST_DEVICE T operator()(T v) const { return v < 0 ? T(0) : v; }
 };
 // x * Phi(x), Phi the standard normal CDF (torch's approximate="none").
 struct Gelu : Functor<1> {
@@ -158,7 +198,8 @@ struct SigmoidGrad : Functor<2> {  // (g, y)
 };
 struct ReluGrad : Functor<2> {  // (g, y)
   static constexpr const char* name = "relu_backward";
-  template <class T> MU_HOST_DEVICE T operator()(T g, T y) const { return y > 0 ? g : T(0); }
+  // As torch's threshold_backward: zero where y <= 0, so a NaN output passes its gradient.
+  template <class T> MU_HOST_DEVICE T operator()(T g, T y) const { return y <= 0 ? T(0) : g; }
 };
 struct GeluGrad : Functor<2> {  // (g, x): Phi(x) + x phi(x)
   static constexpr const char* name = "gelu_backward";
@@ -194,25 +235,50 @@ struct ClampGrad : Functor<2> {
 
 struct Add : Functor<2, Types::Numeric> {
   static constexpr const char* name = "add";
-  template <class T> MU_HOST_DEVICE T operator()(T u, T v) const { return u + v; }
+  template <class T> MU_HOST_DEVICE T operator()(T u, T v) const { return wrapping_add(u, v); }
 };
 struct Sub : Functor<2, Types::Numeric> {
   static constexpr const char* name = "sub";
-  template <class T> MU_HOST_DEVICE T operator()(T u, T v) const { return u - v; }
+  template <class T> MU_HOST_DEVICE T operator()(T u, T v) const { return wrapping_sub(u, v); }
 };
 struct Mul : Functor<2, Types::Numeric> {
   static constexpr const char* name = "mul";
-  template <class T> MU_HOST_DEVICE T operator()(T u, T v) const { return u * v; }
+  template <class T> MU_HOST_DEVICE T operator()(T u, T v) const { return wrapping_mul(u, v); }
 };
-struct Div : Functor<2, Types::Numeric> {
+// True division: floating point only (integers are promoted to float32 before it).
+struct Div : Functor<2, Types::Float> {
   static constexpr const char* name = "div";
   template <class T> MU_HOST_DEVICE T operator()(T u, T v) const { return u / v; }
+};
+// Division rounded toward zero (trunc) or toward -infinity (floor), as torch.div's
+// rounding_mode. For integers the op refuses a zero divisor before the kernel runs;
+// INT64_MIN / -1 wraps to INT64_MIN as in PyTorch (C++'s division would trap).
+struct DivRounded : Functor<2, Types::Numeric> {
+  static constexpr const char* name = "div";
+  bool floor = false;
+  template <class T> MU_HOST_DEVICE T operator()(T u, T v) const {
+    if constexpr (is_integer_v<T>) {
+      if (v == T(-1)) return wrapping_sub(T(0), u);
+      T q = u / v;
+      // C++ truncates; floor moves a negative inexact quotient down by one.
+      if (floor && (u % v != 0) && ((u < 0) != (v < 0))) q = q - 1;
+      return q;
+    } else {
+      T q = u / v;
+      return floor ? m_floor(q) : m_trunc(q);
+    }
+  }
 };
 // u + alpha v, the in-place add_(other, alpha).
 struct AddScaled : Functor<2, Types::Numeric> {
   static constexpr const char* name = "add_";
   double alpha;
-  template <class T> MU_HOST_DEVICE T operator()(T u, T v) const { return T(u + alpha * v); }
+  template <class T> MU_HOST_DEVICE T operator()(T u, T v) const {
+    // Integers stay exact (never through double) when alpha is an integer, which the op
+    // requires for integer tensors.
+    if constexpr (is_integer_v<T>) return wrapping_add(u, wrapping_mul(T(alpha), v));
+    else return T(u + alpha * v);
+  }
 };
 struct Pow : Functor<2> {
   static constexpr const char* name = "pow";
@@ -314,7 +380,7 @@ struct FunctorList {};
 using AllFunctors =
     FunctorList<Neg, Exp, Log, Sqrt, Rsqrt, Abs, Sign, Tanh, Sigmoid, Relu, Gelu, GeluTanh, PowScalar, Clamp, DropoutMask,
                 SqrtGrad, RsqrtGrad, AbsGrad, TanhGrad, SigmoidGrad, ReluGrad, GeluGrad, GeluTanhGrad, PowScalarGrad,
-                ClampGrad, Add, Sub, Mul, Div, AddScaled, Pow, Maximum, Minimum, EqualOrBothNaN, Eq, Ne, Lt, Le, Gt, Ge,
+                ClampGrad, Add, Sub, Mul, Div, DivRounded, AddScaled, Pow, Maximum, Minimum, EqualOrBothNaN, Eq, Ne, Lt, Le, Gt, Ge,
                 LogicalNot, LogicalAnd, LogicalOr, Where, PowGradBase, PowGradExponent, ExtremumShare>;
 
 }  // namespace mu::fn

@@ -128,7 +128,7 @@ static Tensor scatter_into_zeros(const Tensor& g, const Shape& shape, const std:
 }
 
 Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const {
-  d = wrap_dim(d, dim(), "slice");
+  d = wrap_sized_dim(d, dim(), "slice");
   MU_CHECK(step > 0, "slice: step must be positive, got ", step);
   int64_t n = shape()[size_t(d)];
   if (start < 0) start += n;
@@ -147,7 +147,7 @@ Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const 
 }
 
 Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
-  d = wrap_dim(d, dim(), "narrow");
+  d = wrap_sized_dim(d, dim(), "narrow");
   int64_t n = shape()[size_t(d)];
   if (start < 0 && start >= -n) start += n;
   // length <= n - start rather than start + length <= n: the sum may overflow.
@@ -157,7 +157,7 @@ Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
 }
 
 Tensor Tensor::select(int64_t d, int64_t index) const {
-  d = wrap_dim(d, dim(), "select");
+  d = wrap_sized_dim(d, dim(), "select");
   int64_t i = wrap_index(index, shape()[size_t(d)], "select");
   Shape s = shape(), st = strides();
   s.erase(s.begin() + d);
@@ -237,7 +237,7 @@ Tensor Tensor::flatten(int64_t start, int64_t end) const {
 Tensor cat(const std::vector<Tensor>& ts, int64_t dim) {
   MU_CHECK(!ts.empty(), "cat: expects a non-empty list of tensors");
   const Tensor& first = ts[0];
-  int64_t d = wrap_dim(dim, first.dim(), "cat");
+  int64_t d = wrap_sized_dim(dim, first.dim(), "cat");
   Shape out_shape = first.shape();
   out_shape[size_t(d)] = 0;
   for (size_t i = 0; i < ts.size(); ++i) {
@@ -286,7 +286,7 @@ Tensor stack(const std::vector<Tensor>& ts, int64_t dim) {
 }
 
 std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, int64_t dim) {
-  int64_t d = wrap_dim(dim, x.dim(), "split");
+  int64_t d = wrap_sized_dim(dim, x.dim(), "split");
   int64_t total = 0;
   for (int64_t s : sizes) {
     MU_CHECK(s >= 0, "split: negative section size ", s);
@@ -304,17 +304,18 @@ std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, in
 }
 
 std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim) {
-  int64_t d = wrap_dim(dim, x.dim(), "split");
+  int64_t d = wrap_sized_dim(dim, x.dim(), "split");
   MU_CHECK(split_size > 0, "split: split_size must be positive, got ", split_size);
   int64_t n = x.shape()[size_t(d)];
   std::vector<int64_t> sizes;
   for (int64_t at = 0; at < n; at += split_size) sizes.push_back(std::min(split_size, n - at));
+  if (n == 0) sizes.push_back(0);  // an empty dimension splits into one empty piece, as in PyTorch
   return split(x, sizes, d);
 }
 
 std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim) {
   MU_CHECK(chunks > 0, "chunk: number of chunks must be positive, got ", chunks);
-  int64_t n = x.shape()[size_t(wrap_dim(dim, x.dim(), "chunk"))];
+  int64_t n = x.shape()[size_t(wrap_sized_dim(dim, x.dim(), "chunk"))];
   // ceil(n / chunks) without n + chunks - 1, which a huge chunk count would overflow.
   return split(x, std::max<int64_t>(1, n / chunks + (n % chunks != 0)), dim);
 }

@@ -54,7 +54,7 @@ void check_matrix(const Tensor& m, const char* op, const char* what) {
 
 Tensor unfold(const Tensor& x, int64_t mode) {
   MU_CHECK(x.dim() >= 1, "unfold: needs a tensor with at least one mode, got a scalar");
-  const int64_t n = wrap_dim(mode, x.dim(), "unfold");
+  const int64_t n = wrap_sized_dim(mode, x.dim(), "unfold");
   // Π_{k≠n} I_k counted explicitly: reshape's -1 is ambiguous when some size is 0.
   int64_t rest = 1;
   for (int64_t d = 0; d < x.dim(); ++d)
@@ -66,7 +66,7 @@ Tensor fold(const Tensor& m, int64_t mode, const Shape& shape) {
   check_matrix(m, "fold", "the unfolded tensor");
   MU_CHECK(!shape.empty(), "fold: the target shape must have at least one mode");
   const int64_t ndim = int64_t(shape.size());
-  const int64_t n = wrap_dim(mode, ndim, "fold");
+  const int64_t n = wrap_sized_dim(mode, ndim, "fold");
   int64_t rest = 1;
   for (int64_t d = 0; d < ndim; ++d)
     if (d != n) rest *= shape[size_t(d)];
@@ -88,7 +88,7 @@ Tensor fold(const Tensor& m, int64_t mode, const Shape& shape) {
 Tensor mode_n_product(const Tensor& x, const Tensor& m, int64_t mode) {
   MU_CHECK(x.dim() >= 1, "mode_n_product: needs a tensor with at least one mode, got a scalar");
   check_matrix(m, "mode_n_product", "the matrix");
-  const int64_t n = wrap_dim(mode, x.dim(), "mode_n_product");
+  const int64_t n = wrap_sized_dim(mode, x.dim(), "mode_n_product");
   MU_CHECK(m.size(1) == x.size(n), "mode_n_product: the matrix ", shape_str(m.shape()), " must have ", x.size(n),
            " columns to multiply mode ", n, " of a tensor of shape ", shape_str(x.shape()));
   // With mode n last, every mode-n fibre is a row: right-multiplying by Mᵀ maps each
@@ -100,7 +100,7 @@ Tensor mode_n_product(const Tensor& x, const Tensor& m, int64_t mode) {
 Tensor mode_n_product_vec(const Tensor& x, const Tensor& v, int64_t mode) {
   MU_CHECK(x.dim() >= 1, "mode_n_product_vec: needs a tensor with at least one mode, got a scalar");
   MU_CHECK(v.dim() == 1, "mode_n_product_vec: the vector must be 1-D, got shape ", shape_str(v.shape()));
-  const int64_t n = wrap_dim(mode, x.dim(), "mode_n_product_vec");
+  const int64_t n = wrap_sized_dim(mode, x.dim(), "mode_n_product_vec");
   MU_CHECK(v.size(0) == x.size(n), "mode_n_product_vec: a vector of length ", v.size(0), " cannot contract mode ", n,
            " (size ", x.size(n), ") of a tensor of shape ", shape_str(x.shape()));
   // matmul of (…, I_n) by a vector contracts the last dim and drops it; the other modes
@@ -117,7 +117,7 @@ Tensor multi_mode_product(const Tensor& x, const std::vector<Tensor>& factors, c
   std::vector<std::pair<int64_t, size_t>> order;  // (mode of x, which factor)
   std::vector<bool> used(size_t(std::max<int64_t>(x.dim(), 0)), false);
   for (size_t k = 0; k < modes.size(); ++k) {
-    const int64_t n = wrap_dim(modes[k], x.dim(), "multi_mode_product");
+    const int64_t n = wrap_sized_dim(modes[k], x.dim(), "multi_mode_product");
     MU_CHECK(!used[size_t(n)], "multi_mode_product: mode ", n, " appears twice");
     used[size_t(n)] = true;
     order.push_back({n, k});

@@ -43,6 +43,11 @@ int64_t wrap_dim(int64_t dim, int64_t ndim, const char* op) {
   return dim < 0 ? dim + n : dim;
 }
 
+int64_t wrap_sized_dim(int64_t dim, int64_t ndim, const char* op) {
+  MU_CHECK(ndim > 0, op, ": dimension ", dim, " was given but the tensor is 0-dimensional (it has no dimensions)");
+  return wrap_dim(dim, ndim, op);
+}
+
 int64_t wrap_index(int64_t index, int64_t size, const char* op) {
   MU_CHECK(index >= -size && index < size, op, ": index ", index,
            " out of range for dimension of size ", size);

@@ -18,6 +18,10 @@ Shape contiguous_strides(const Shape& shape);
 std::string shape_str(const Shape& shape);
 // Maps a possibly negative dim into [0, ndim); throws naming `op`, the dim and the rank.
 int64_t wrap_dim(int64_t dim, int64_t ndim, const char* op);
+// wrap_dim for ops that read or cut a dimension (size, select, narrow, cat, split...): a
+// 0-dim tensor has no dimension to read, which is an error naming `op` (PyTorch's
+// "dimension specified as 0 but tensor has no dimensions"), not a read past the shape.
+int64_t wrap_sized_dim(int64_t dim, int64_t ndim, const char* op);
 // Maps a possibly negative index into [0, size); throws naming `op`, index and size.
 int64_t wrap_index(int64_t index, int64_t size, const char* op);
 // NumPy/PyTorch broadcasting of two shapes; throws with both shapes when incompatible.

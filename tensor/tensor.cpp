@@ -17,8 +17,8 @@ TensorImpl* Tensor::checked() const {
   return impl_.get();
 }
 
-int64_t Tensor::size(int64_t d) const { return shape()[wrap_dim(d, dim(), "size")]; }
-int64_t Tensor::stride(int64_t d) const { return strides()[wrap_dim(d, dim(), "stride")]; }
+int64_t Tensor::size(int64_t d) const { return shape()[size_t(wrap_sized_dim(d, dim(), "size"))]; }
+int64_t Tensor::stride(int64_t d) const { return strides()[size_t(wrap_sized_dim(d, dim(), "stride"))]; }
 
 bool Tensor::is_contiguous() const {
   const TensorImpl* i = checked();

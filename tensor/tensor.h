@@ -65,7 +65,7 @@ class Tensor {
   bool is_same(const Tensor& o) const { return impl_ == o.impl_; }
 
   // ---- metadata
-  int64_t dim() const { return int64_t(impl()->shape.size()); }
+  int64_t dim() const { return int64_t(checked()->shape.size()); }
   const Shape& shape() const { return checked()->shape; }
   const Shape& sizes() const { return checked()->shape; }
   int64_t size(int64_t d) const;

@@ -1,0 +1,207 @@
+// Hostile input, each case in a forked child (tests/isolated.h): a crash, a hang or an
+// exception that is not a mu::Error is a failure naming the case. Cases are generated per
+// class of input (undefined and 0-dim operands for every op below, special values,
+// integer edge cases, values near the float range's ends) and each asserts either the
+// error (by a substring of its message) or the exact result, derived by hand.
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <map>
+
+#include "helpers.h"
+#include "isolated.h"
+
+using namespace mu;
+
+namespace {
+
+// "shape=[2]; 1 nan -inf": a result's shape and values, as the child reports them.
+std::string show(const Tensor& t) {
+  std::string s = "shape=" + shape_str(t.shape()) + ";";
+  for (double v : t.to_vector<double>()) {
+    char buf[40];
+    std::snprintf(buf, sizeof buf, " %.9g", std::isnan(v) ? std::fabs(v) : v);  // NaN's sign means nothing
+    s += buf;
+  }
+  return s;
+}
+
+// Every op below, as a function of one tensor (the others made to fit it).
+using UnaryCase = std::function<Tensor(const Tensor&)>;
+std::map<std::string, UnaryCase> ops_of_one_tensor() {
+  return {
+      {"neg", [](const Tensor& x) { return neg(x); }},
+      {"exp", [](const Tensor& x) { return exp(x); }},
+      {"relu", [](const Tensor& x) { return relu(x); }},
+      {"gelu", [](const Tensor& x) { return gelu(x); }},
+      {"add", [](const Tensor& x) { return x + x; }},
+      {"mul_scalar", [](const Tensor& x) { return x * 2.0; }},
+      {"lt", [](const Tensor& x) { return x < 0.5; }},
+      {"where", [](const Tensor& x) { return where(x > 0.0, x, 1.0); }},
+      {"softmax", [](const Tensor& x) { return softmax(x, -1); }},
+      {"log_softmax", [](const Tensor& x) { return log_softmax(x, 0); }},
+      {"sum", [](const Tensor& x) { return x.sum(); }},
+      {"sum_dim", [](const Tensor& x) { return x.sum({0}); }},
+      {"mean", [](const Tensor& x) { return x.mean(); }},
+      {"amax", [](const Tensor& x) { return amax(x, {0}); }},
+      {"argmax", [](const Tensor& x) { return argmax(x, 0); }},
+      {"cumsum", [](const Tensor& x) { return cumsum(x, 0); }},
+      {"size0", [](const Tensor& x) { return scalar_tensor(double(x.size(0))); }},
+      {"stride0", [](const Tensor& x) { return scalar_tensor(double(x.stride(0))); }},
+      {"select", [](const Tensor& x) { return x.select(0, 0); }},
+      {"narrow", [](const Tensor& x) { return x.narrow(0, 0, 1); }},
+      {"slice", [](const Tensor& x) { return x.slice(0, 0, 1); }},
+      {"cat", [](const Tensor& x) { return cat({x, x}, 0); }},
+      {"stack", [](const Tensor& x) { return stack({x, x}, 0); }},
+      {"split", [](const Tensor& x) { return split(x, 1, 0)[0]; }},
+      {"chunk", [](const Tensor& x) { return chunk(x, 2, 0)[0]; }},
+      {"unsqueeze", [](const Tensor& x) { return x.unsqueeze(0); }},
+      {"squeeze", [](const Tensor& x) { return x.squeeze(0); }},
+      {"flatten", [](const Tensor& x) { return x.flatten(); }},
+      {"transpose", [](const Tensor& x) { return x.transpose(0, -1); }},
+      {"t", [](const Tensor& x) { return x.t(); }},
+      {"reshape", [](const Tensor& x) { return x.reshape({-1}); }},
+      {"expand", [](const Tensor& x) { return x.expand({2}); }},
+      {"matmul", [](const Tensor& x) { return matmul(x, x); }},
+      {"mm", [](const Tensor& x) { return mm(x, x); }},
+      {"embedding", [](const Tensor& x) { return embedding(ones({3, 2}), x.to(kInt64)); }},
+      {"gather", [](const Tensor& x) { return gather(x, 0, zeros_like(x).to(kInt64)); }},
+      {"index_select", [](const Tensor& x) { return index_select(x, 0, zeros({1}, kInt64)); }},
+      {"cross_entropy", [](const Tensor& x) { return cross_entropy(x, zeros({}, kInt64)); }},
+      {"mse_loss", [](const Tensor& x) { return mse_loss(x, x); }},
+      {"layer_norm", [](const Tensor& x) { return layer_norm(x, x.shape()); }},
+      {"to_f64", [](const Tensor& x) { return x.to(kFloat64); }},
+      {"clone", [](const Tensor& x) { return x.clone(); }},
+      {"item", [](const Tensor& x) { return scalar_tensor(x.item()); }},
+      {"backward", [](const Tensor& x) {
+         Tensor l = x.detach().requires_grad_();
+         (l * l).sum().backward();
+         return l.grad();
+       }},
+  };
+}
+
+void expect_error(const std::string& what, const std::function<std::string()>& body, const std::string& substring) {
+  isolated::Outcome o = isolated::run(body);
+  INFO(what << ": " << o.describe());
+  CHECK(o.kind == isolated::Outcome::MuError);
+  CHECK(o.text.find(substring) != std::string::npos);
+}
+
+void expect_result(const std::string& what, const std::function<std::string()>& body, const std::string& want) {
+  isolated::Outcome o = isolated::run(body);
+  INFO(what << ": " << o.describe() << "; expected \"" << want << "\"");
+  CHECK(o.kind == isolated::Outcome::Returned);
+  CHECK(o.text == want);
+}
+
+}  // namespace
+
+TEST_CASE("every op refuses an undefined tensor with a mu::Error, in a child that survives") {
+  for (const auto& [name, op] : ops_of_one_tensor()) {
+    isolated::Outcome o = isolated::run([op = op] { return show(op(Tensor())); });
+    INFO(name << "(undefined): " << o.describe());
+    CHECK(o.kind == isolated::Outcome::MuError);
+  }
+}
+
+TEST_CASE("every op takes a 0-dim tensor or refuses it with a mu::Error; the known ones as PyTorch") {
+  // What PyTorch does with torch.tensor(1.5) (each checked by hand in torch 1.13).
+  const std::map<std::string, std::string> want_result = {
+      {"neg", "shape=[]; -1.5"},       {"relu", "shape=[]; 1.5"},       {"add", "shape=[]; 3"},
+      {"softmax", "shape=[]; 1"},      {"log_softmax", "shape=[]; 0"},  {"sum", "shape=[]; 1.5"},
+      {"sum_dim", "shape=[]; 1.5"},    {"amax", "shape=[]; 1.5"},       {"argmax", "shape=[]; 0"},
+      {"cumsum", "shape=[]; 1.5"},     {"stack", "shape=[2]; 1.5 1.5"}, {"unsqueeze", "shape=[1]; 1.5"},
+      {"squeeze", "shape=[]; 1.5"},    {"flatten", "shape=[1]; 1.5"},   {"transpose", "shape=[]; 1.5"},
+      {"t", "shape=[]; 1.5"},          {"reshape", "shape=[1]; 1.5"},   {"expand", "shape=[2]; 1.5 1.5"},
+      {"mse_loss", "shape=[]; 0"},     {"item", "shape=[]; 1.5"},       {"backward", "shape=[]; 3"},
+      {"clone", "shape=[]; 1.5"},      {"to_f64", "shape=[]; 1.5"},     {"mean", "shape=[]; 1.5"},
+  };
+  const std::map<std::string, std::string> want_error = {
+      {"size0", "size: dimension 0 was given but the tensor is 0-dimensional"},
+      {"stride0", "stride: dimension 0 was given but the tensor is 0-dimensional"},
+      {"select", "select: dimension 0 was given but the tensor is 0-dimensional"},
+      {"narrow", "narrow: dimension 0 was given but the tensor is 0-dimensional"},
+      {"slice", "slice: dimension 0 was given but the tensor is 0-dimensional"},
+      {"cat", "cat: dimension 0 was given but the tensor is 0-dimensional"},
+      {"split", "split: dimension 0 was given but the tensor is 0-dimensional"},
+      {"chunk", "chunk: dimension 0 was given but the tensor is 0-dimensional"},
+  };
+  for (const auto& [name, op] : ops_of_one_tensor()) {
+    auto body = [op = op] { return show(op(scalar_tensor(1.5))); };
+    if (auto it = want_result.find(name); it != want_result.end()) {
+      expect_result(name + "(0-dim)", body, it->second);
+    } else if (auto e = want_error.find(name); e != want_error.end()) {
+      expect_error(name + "(0-dim)", body, e->second);
+    } else {
+      isolated::Outcome o = isolated::run(body);
+      INFO(name << "(0-dim): " << o.describe());
+      CHECK((o.kind == isolated::Outcome::Returned || o.kind == isolated::Outcome::MuError));
+    }
+  }
+}
+
+TEST_CASE("every op on empty tensors of shapes [0] and [0, 3] answers or refuses, never crashes") {
+  for (const Shape& s : {Shape{0}, Shape{0, 3}})
+    for (const auto& [name, op] : ops_of_one_tensor()) {
+      isolated::Outcome o = isolated::run([op = op, s] { return show(op(zeros(s))); });
+      INFO(name << "(zeros " << shape_str(s) << "): " << o.describe());
+      CHECK((o.kind == isolated::Outcome::Returned || o.kind == isolated::Outcome::MuError));
+    }
+}
+
+TEST_CASE("NaN propagates through activations, extrema, clamps and the softmax family") {
+  auto x = [] { return tensor({NAN, 1.0, -2.0}); };
+  expect_result("relu", [&] { return show(relu(x())); }, "shape=[3]; nan 1 0");
+  expect_result("gelu", [&] { return show(gelu(x()).narrow(0, 0, 1)); }, "shape=[1]; nan");
+  expect_result("sigmoid", [&] { return show(sigmoid(x()).narrow(0, 0, 1)); }, "shape=[1]; nan");
+  expect_result("maximum", [&] { return show(maximum(x(), zeros({3}))); }, "shape=[3]; nan 1 0");
+  expect_result("minimum", [&] { return show(minimum(zeros({3}), x())); }, "shape=[3]; nan 0 -2");
+  expect_result("clamp", [&] { return show(clamp(x(), -1.0, 0.5)); }, "shape=[3]; nan 0.5 -1");
+  expect_result("amax", [&] { return show(amax(x(), {0})); }, "shape=[]; nan");
+  expect_result("amin", [&] { return show(amin(x(), {0})); }, "shape=[]; nan");
+  expect_result("softmax", [&] { return show(softmax(x(), 0)); }, "shape=[3]; nan nan nan");
+  expect_result("log_softmax", [&] { return show(log_softmax(x(), 0)); }, "shape=[3]; nan nan nan");
+}
+
+TEST_CASE("integers: wrap-around, rounding division, division by zero and exact int64 values") {
+  const int64_t kMax = std::numeric_limits<int64_t>::max(), kMin = std::numeric_limits<int64_t>::min();
+  auto big = [=] { return from_vector(std::vector<int64_t>{kMax, kMin, 7, -7}, {4}); };
+  // Two's complement wrap-around, as PyTorch's int64 arithmetic.
+  expect_result("add wraps", [&] { return show((big() + 1).to(kFloat64).narrow(0, 0, 1)); }, "shape=[1]; -9.22337204e+18");
+  expect_result("neg of INT64_MIN", [&] { return std::to_string(neg(big()).to_vector<int64_t>()[1]); }, std::to_string(kMin));
+  expect_result("mul wraps", [&] { return std::to_string((big() * 2).to_vector<int64_t>()[0]); }, "-2");
+  // int64 values survive arithmetic exactly (no detour through double).
+  expect_result("exact above 2^53", [&] { return std::to_string((big() - 1).to_vector<int64_t>()[0]); },
+                std::to_string(kMax - 1));
+  // True division gives float; rounding modes keep integers; zero divisors refused.
+  expect_result("true division", [&] { return show(big().narrow(0, 2, 2) / 2); }, "shape=[2]; 3.5 -3.5");
+  expect_result("trunc", [&] { return show(div(big().narrow(0, 2, 2), full({2}, 2, kInt64), "trunc")); },
+                "shape=[2]; 3 -3");
+  expect_result("floor", [&] { return show(div(big().narrow(0, 2, 2), full({2}, 2, kInt64), "floor")); },
+                "shape=[2]; 3 -4");
+  expect_result("INT64_MIN / -1", [&] {
+    return std::to_string(div(big().narrow(0, 1, 1), full({1}, -1, kInt64), "trunc").to_vector<int64_t>()[0]);
+  }, std::to_string(kMin));
+  expect_error("integer division by zero", [&] { return show(div(big(), zeros({4}, kInt64), "floor")); },
+               "div: integer division by zero");
+  expect_result("float floor division by zero", [&] { return show(div(tensor({1.0, -1.0}), zeros({2}), "floor")); },
+                "shape=[2]; inf -inf");
+  expect_error("in-place true division of integers", [&] {
+    Tensor i = big();
+    i.div_(full({4}, 2, kInt64));
+    return show(i);
+  }, "div_: the result type of true division is floating point");
+}
+
+TEST_CASE("softmax, log_softmax and layer_norm stay finite and exact near the float range's ends") {
+  expect_result("softmax of 3e38", [] { return show(softmax(tensor({3e38, 3e38}), 0)); }, "shape=[2]; 0.5 0.5");
+  expect_result("log_softmax of +-3e38", [] { return show(log_softmax(tensor({3e38, -3e38}), 0)); },
+                "shape=[2]; 0 -inf");
+  expect_result("softmax of -3e38", [] { return show(softmax(tensor({-3e38, -3e38}), 0)); }, "shape=[2]; 0.5 0.5");
+  // mean 0 and variance 1e76 overflow float but not the double sums: the output is +-1.
+  expect_result("layer_norm of +-1e38", [] { return show(layer_norm(tensor({1e38, -1e38, 1e38, -1e38}), {4})); },
+                "shape=[4]; 1 -1 1 -1");
+  expect_result("layer_norm of tiny values", [] { return show(layer_norm(tensor({1e-30, -1e-30}), {2}, Tensor(), Tensor(), 0)); },
+                "shape=[2]; 1 -1");
+}
