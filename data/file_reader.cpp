@@ -31,8 +31,13 @@ uint32_t le32(const uint8_t* p) { return uint32_t(p[0]) | uint32_t(p[1]) << 8 | 
 
 FileReader::FileReader(const std::string& path) : path_(path), buf_(kBufferBytes) {
   fd_ = open_regular_file(path);
-  // The gzip magic decides; an IDX file starts with two zero bytes, never with it.
-  gzip_ = ensure(2) >= 2 && buf_[pos_] == 0x1f && buf_[pos_ + 1] == 0x8b;
+  try {
+    // The gzip magic decides; an IDX file starts with two zero bytes, never with it.
+    gzip_ = ensure(2) >= 2 && buf_[pos_] == 0x1f && buf_[pos_ + 1] == 0x8b;
+  } catch (...) {
+    ::close(fd_);  // no destructor runs for a constructor that throws
+    throw;
+  }
   if (!gzip_) return;
   // Raw deflate (negative window bits): the gzip framing is read here, so that its
   // checks and messages are ours.
