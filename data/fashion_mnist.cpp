@@ -19,11 +19,13 @@ constexpr const char* kDefaultDir = "/usr/share/datasets/fashion-mnist";
 constexpr const char* kHowToGet = "install Debian's dataset-fashion-mnist, or set MUMOE_FASHION_MNIST_DIR";
 
 // `dir/stem.gz` when present, else the plain `dir/stem`; empty when neither exists.
+// Whatever is there is taken, so that a FIFO or a directory of that name is refused by
+// read_idx as what it is, not reported missing.
 std::string find_file(const std::string& dir, const std::string& stem) {
   std::error_code ec;
   for (const std::string& name : {stem + ".gz", stem}) {
     fs::path p = fs::path(dir) / name;
-    if (fs::is_regular_file(p, ec)) return p.string();
+    if (fs::exists(p, ec)) return p.string();
   }
   return "";
 }

@@ -1,87 +1,27 @@
 #include "data/idx.h"
 
-#include <zlib.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cstdio>
-#include <cstring>
-#include <filesystem>
 
+#include "data/file_reader.h"
 #include "tensor/error.h"
 
 namespace mu::data {
 
 namespace {
 
-// An open gzFile that remembers how many (uncompressed) bytes were consumed, so that
-// every error can say where in the file it happened. zlib reads plain files unchanged.
-class GzReader {
- public:
-  GzReader(const std::string& path) : path_(path) {
-    std::error_code ec;
-    // gzopen would open a directory and fail only on the first read, with a vaguer message.
-    MU_CHECK(!std::filesystem::is_directory(path, ec), path, ": is a directory, not an IDX file");
-    errno = 0;
-    file_ = gzopen(path.c_str(), "rb");
-    if (file_ == nullptr) {
-      // errno is 0 when zlib itself failed (out of memory), not the open.
-      MU_FAIL(path, ": cannot open: ", errno != 0 ? std::strerror(errno) : "zlib could not allocate its state");
-    }
-    gzbuffer(file_, 1 << 17);  // larger than the 8 KiB default: fewer system calls on 30 MB files
-  }
-  ~GzReader() {
-    if (file_ != nullptr) gzclose(file_);
-  }
-  GzReader(const GzReader&) = delete;
-  GzReader& operator=(const GzReader&) = delete;
-
-  int64_t offset() const { return offset_; }
-
-  // Reads up to n bytes into out; returns how many came (fewer only at the end of the
-  // data). A damaged gzip stream is an error; a gzip stream cut short reads as an early end.
-  int64_t read(uint8_t* out, int64_t n) {
-    int64_t got = 0;
-    while (got < n) {
-      // gzread takes an unsigned int count: read in chunks well below its limit.
-      unsigned chunk = unsigned(std::min<int64_t>(n - got, int64_t(1) << 24));
-      int r = gzread(file_, out + got, chunk);
-      if (r < 0) fail_on_stream_error(offset_ + got);
-      got += r;
-      if (unsigned(r) < chunk) {
-        // A short read is the end of the data, or a stream error zlib reports only now.
-        fail_on_stream_error(offset_ + got);
-        break;
-      }
-    }
-    offset_ += got;
-    return got;
-  }
-
- private:
-  // Z_BUF_ERROR means the gzip stream ended early: the caller reports that as truncation
-  // with the byte counts. Anything else (corrupt deflate data, an I/O error) is fatal here.
-  // `at` is the uncompressed offset reached so far.
-  void fail_on_stream_error(int64_t at) {
-    int code = Z_OK;
-    std::string msg = gzerror(file_, &code);
-    if (code == Z_OK || code == Z_BUF_ERROR) return;
-    if (code == Z_ERRNO) MU_FAIL(path_, ": read error near byte ", at, ": ", std::strerror(errno));
-    // zlib prefixes its message with the path, which ours already starts with.
-    if (msg.rfind(path_ + ": ", 0) == 0) msg = msg.substr(path_.size() + 2);
-    MU_FAIL(path_, ": corrupt gzip data near byte ", at, ": ", msg);
-  }
-
-  std::string path_;
-  gzFile file_ = nullptr;
-  int64_t offset_ = 0;
-};
+// " (the gzip data is cut short: ...)" when that is why the data ended early.
+std::string why_short(const FileReader& in) {
+  std::string cut = in.cut_short();
+  return cut.empty() ? "" : " (" + cut + ")";
+}
 
 // Fails unless exactly n bytes could be read: "truncated at byte B: expected n bytes of <what>, got g".
-void read_exact(GzReader& in, uint8_t* out, int64_t n, const std::string& path, const std::string& what) {
+void read_exact(FileReader& in, uint8_t* out, int64_t n, const std::string& path, const std::string& what) {
   int64_t start = in.offset();
   int64_t got = in.read(out, n);
-  MU_CHECK(got == n, path, ": truncated at byte ", start, ": expected ", n, " bytes of ", what, ", got ", got);
+  MU_CHECK(got == n, path, ": truncated at byte ", start, ": expected ", n, " bytes of ", what, ", got ", got,
+           why_short(in));
 }
 
 std::string hex(uint32_t v, int digits) {
@@ -107,7 +47,8 @@ constexpr int64_t kReserveLimit = int64_t(1) << 26;
 IdxArray read_idx(const std::string& path, int64_t expected_rank, const std::string& what) {
   MU_CHECK(expected_rank == -1 || (expected_rank >= 1 && expected_rank <= 255),
            "read_idx: expected_rank must be -1 (any) or in [1, 255], got ", expected_rank);
-  GzReader in(path);
+  // A FIFO or a device is refused here, before any read could block on it.
+  FileReader in(path);
 
   // ---- magic: 0x00, 0x00, element type, rank
   uint8_t magic[4];
@@ -156,12 +97,14 @@ IdxArray read_idx(const std::string& path, int64_t expected_rank, const std::str
   }
   out.data.resize(size_t(got));
   MU_CHECK(got == numel, path, ": truncated at byte ", payload_start, ": expected ", numel, " bytes of ", what,
-           ", got ", got);
+           ", got ", got, why_short(in));
   uint8_t extra[64];
   int64_t tail_start = in.offset();
   int64_t tail = in.read(extra, sizeof extra);
   MU_CHECK(tail == 0, path, ": unexpected data at byte ", tail_start, ": the dims ", shape_str(out.dims),
            " describe ", numel, " bytes of ", what, ", but the file goes on");
+  // All the data came, but a gzip'd file may still end inside its last trailer.
+  in.finish();
   return out;
 }
 

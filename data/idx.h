@@ -6,8 +6,11 @@
 //   data::IdxArray images = data::read_idx("train-images-idx3-ubyte.gz", 3);  // magic 0x00000803
 //
 // Only unsigned-byte elements (type code 0x08) are read: every dataset stored this way
-// uses them. Each failure is a mu::Error naming the file and the byte offset at which it
-// was found, e.g. "...: truncated at byte 16: expected 47040000 bytes of image data, got 1200".
+// uses them. gzip'd data is verified (data/file_reader.h: each member's CRC-32 and length
+// against the bytes decompressed), and a path that is not a regular file (a FIFO, a
+// directory, a device) is refused before anything could block. Each failure is a
+// mu::Error naming the file and the byte offset at which it was found, e.g.
+// "...: truncated at byte 16: expected 47040000 bytes of image data, got 1200".
 #pragma once
 #include <cstdint>
 #include <string>

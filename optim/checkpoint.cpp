@@ -26,9 +26,11 @@ const std::string& meta(const SafetensorsFile& f, const std::string& key) {
 
 int64_t parse_step(const SafetensorsFile& f) {
   const std::string& s = meta(f, "step");
-  // Digits only (stoll alone would take " 12" or "12abc"); 18 of them cannot overflow.
-  bool ok = !s.empty() && s.size() <= 18 && std::all_of(s.begin(), s.end(), is_digit);
-  MU_CHECK(ok, "checkpoint ", f.path, ": step \"", s, "\" is not a whole number >= 0");
+  // Digits only (stoll alone would take " 12" or "12abc"), as std::to_string writes them
+  // (no leading zero); 18 of them cannot overflow.
+  bool ok = !s.empty() && s.size() <= 18 && std::all_of(s.begin(), s.end(), is_digit) && (s[0] != '0' || s == "0");
+  MU_CHECK(ok, "checkpoint ", f.path, ": step \"", s, "\" is not a whole number in [0, 10^18) as save_checkpoint "
+           "writes it");
   return std::stoll(s);
 }
 

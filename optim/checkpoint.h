@@ -10,8 +10,11 @@
 //   model.<name>    model.state_dict() entries (parameters and buffers)
 //   optim.<name>    opt.state_dict() entries (see optim/optimizer.h)
 //   __metadata__    checkpoint_version "1", step, optimizer (its name, e.g. "AdamW"),
-//                   rng_state (default_generator().state()), and the header checksum
-// The write is atomic (temporary file + rename), as every save_safetensors is.
+//                   rng_state (default_generator().state()), and the checksums of the
+//                   header and of every tensor's bytes (tensor/safetensors.h)
+// The write is atomic (temporary file + rename), as every save_safetensors is. On load a
+// damaged file is refused (a flipped bit anywhere, by the checksums), and the step and
+// generator state are parsed strictly and range-checked, as are the optimizer's scalars.
 #pragma once
 #include <cstdint>
 #include <string>

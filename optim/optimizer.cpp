@@ -153,7 +153,10 @@ nn::StateDict Optimizer::state_dict() const {
 static double scalar_value(const std::string& opt, const std::string& key, const Tensor& t) {
   MU_CHECK(t.defined() && t.numel() == 1, opt, "::load_state_dict: entry \"", key,
            "\" must hold one number, got ", t.defined() ? t.describe() : std::string("an undefined tensor"));
-  return t.item();
+  // Every scalar of the state (counts, rates, options) is finite; inf or NaN is damage.
+  const double v = t.item();
+  MU_CHECK(std::isfinite(v), opt, "::load_state_dict: entry \"", key, "\" holds ", v, ", not a finite number");
+  return v;
 }
 
 void Optimizer::load_state_dict(const nn::StateDict& sd) {
@@ -190,8 +193,9 @@ void Optimizer::load_state_dict(const nn::StateDict& sd) {
     group.initial_lr = scalar_value(who, group_key(g, "initial_lr"), need(group_key(g, "initial_lr")));
     group.weight_decay = scalar_value(who, group_key(g, "weight_decay"), need(group_key(g, "weight_decay")));
     for (auto& [k, v] : group.options) v = scalar_value(who, group_key(g, k), need(group_key(g, k)));
-    MU_CHECK(*group.lr >= 0.0 && *group.weight_decay >= 0.0, who, ": group ", g, " has lr ", *group.lr,
-             " and weight_decay ", *group.weight_decay, "; both must be >= 0");
+    MU_CHECK(*group.lr >= 0.0 && *group.weight_decay >= 0.0 && group.initial_lr >= 0.0, who, ": group ", g,
+             " has lr ", *group.lr, ", initial_lr ", group.initial_lr, " and weight_decay ", *group.weight_decay,
+             "; all must be >= 0");
     check_group(group);
 
     state[g].resize(group.params.size());
@@ -218,8 +222,9 @@ void Optimizer::load_state_dict(const nn::StateDict& sd) {
         if (b == "step") {
           // Step counters are whole numbers; float tensors holding one are accepted.
           double s = scalar_value(who, key, src);
-          MU_CHECK(s >= 0 && s == std::floor(s), who, ": entry \"", key, "\" holds ", s,
-                   "; a step count must be a whole number >= 0");
+          // At most 2^53: every whole number up to there is exact in the double it was read as.
+          MU_CHECK(s >= 0 && s == std::floor(s) && s <= 9007199254740992.0, who, ": entry \"", key, "\" holds ", s,
+                   "; a step count must be a whole number in [0, 2^53]");
           state[g][i][b] = scalar_i64(int64_t(s));
           continue;
         }

@@ -1,5 +1,6 @@
 #include "tensor/random.h"
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 
@@ -29,10 +30,39 @@ std::string Generator::state() const {
 }
 
 void Generator::set_state(const std::string& s) {
+  const std::string what = "Generator::set_state: malformed generator state (" + std::to_string(s.size()) + " bytes)";
   std::istringstream is(s);
   Generator g;
   is >> g.seed_ >> g.has_spare_ >> g.spare_ >> g.engine_;
-  MU_CHECK(!is.fail(), "Generator::set_state: malformed generator state (", s.size(), " bytes)");
+  MU_CHECK(!is.fail(), what, ": not \"seed has_spare spare engine\" as state() writes it");
+  // The stream extractors are lenient (a leading '-' wraps an unsigned value, any run of
+  // spaces separates, text may follow); only the exact text state() writes for what
+  // was read is taken.
+  MU_CHECK(g.state() == s, what, ": not in the exact form state() writes (extra text, signs, leading zeros or "
+           "other spacing)");
+  // A pending Box-Muller value is sqrt(-2 ln u1) * sin(.) with u1 >= 1e-300: below 37.2.
+  MU_CHECK(std::isfinite(g.spare_) && std::abs(g.spare_) <= 38.0, what, ": the pending normal value ", g.spare_,
+           " is not one the generator can produce");
+  // The engine's text is its words and then its position in them (libstdc++), which
+  // never exceeds the word count.
+  constexpr size_t n = std::mt19937_64::state_size;
+  const size_t tokens = size_t(std::count(s.begin(), s.end(), ' ')) + 1;
+  if (tokens == 3 + n + 1) {
+    const std::string last = s.substr(s.rfind(' ') + 1);
+    MU_CHECK(last.size() <= 3 && std::stoul(last) <= n, what, ": the engine position ", last, " is past its ", n,
+             " words");
+    // All words zero: the twister would draw zeros forever (no seed leads there).
+    std::istringstream words(s);
+    std::string skip;
+    words >> skip >> skip >> skip;
+    bool all_zero = true;
+    for (size_t i = 0; i < n && all_zero; ++i) {
+      uint64_t w = 0;
+      words >> w;
+      all_zero = w == 0;
+    }
+    MU_CHECK(!all_zero, what, ": the engine's words are all zero");
+  }
   *this = g;
 }
 

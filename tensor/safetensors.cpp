@@ -1,6 +1,7 @@
 #include "tensor/safetensors.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -13,6 +14,8 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "tensor/regular_file.h"
+
 namespace mu {
 
 // Tensor memory is written and read as is, and the format is little-endian.
@@ -24,6 +27,10 @@ namespace {
 using json = nlohmann::ordered_json;
 
 constexpr size_t kChecksumDigits = 16;
+constexpr uint64_t kFnvOffset = 0xcbf29ce484222325ull;
+// The data hash's multiplier: odd (so multiplying is a bijection) with bits spread over
+// the whole word (2^64 divided by the golden ratio).
+constexpr uint64_t kDataMul = 0x9e3779b97f4a7c15ull;
 // The reference implementation refuses larger headers; so a corrupt length cannot make
 // us allocate gigabytes before the JSON is even looked at.
 constexpr uint64_t kMaxHeaderBytes = 100'000'000;
@@ -33,11 +40,47 @@ std::string errno_text() { return std::strerror(errno); }
 // 64-bit FNV-1a. Every step is a bijection of the running state, so two headers that
 // differ in a single byte always hash differently.
 uint64_t fnv1a(const std::string& s) {
-  uint64_t h = 0xcbf29ce484222325ull;
+  uint64_t h = kFnvOffset;
   for (unsigned char c : s) {
     h ^= c;
     h *= 0x100000001b3ull;
   }
+  return h;
+}
+
+// One step of the data hash: for every word w a bijection of h (xor, an odd multiplier,
+// and an xorshift, each invertible), and for every h an injection of w. The xorshift
+// carries high bits down, so that flips of the top bit of two words of a lane (which
+// the multiplication alone would let cancel) change the result.
+inline uint64_t data_step(uint64_t h, uint64_t w) {
+  h = (h ^ w) * kDataMul;
+  return h ^ (h >> 32);
+}
+
+// The data hash of the n bytes at p (its definition is in tensor/safetensors.h).
+uint64_t data_hash(const void* p, size_t n) {
+  const unsigned char* b = static_cast<const unsigned char*>(p);
+  uint64_t lane[4] = {kFnvOffset, kFnvOffset + 1, kFnvOffset + 2, kFnvOffset + 3};
+  const size_t words = n / 8;
+  size_t i = 0;
+  // Four independent chains run side by side: the hash keeps up with the disk.
+  for (; i + 4 <= words; i += 4) {
+    uint64_t w[4];
+    std::memcpy(w, b + 8 * i, sizeof w);  // any alignment; little-endian (asserted above)
+    for (int k = 0; k < 4; ++k) lane[k] = data_step(lane[k], w[k]);
+  }
+  for (; i < words; ++i) {
+    uint64_t w;
+    std::memcpy(&w, b + 8 * i, 8);
+    lane[i % 4] = data_step(lane[i % 4], w);
+  }
+  if (n % 8 != 0) {
+    uint64_t w = 0;  // the tail, padded with zero bytes
+    std::memcpy(&w, b + 8 * words, n % 8);
+    lane[words % 4] = data_step(lane[words % 4], w);
+  }
+  uint64_t h = kFnvOffset ^ uint64_t(n);
+  for (uint64_t l : lane) h = data_step(h, l);
   return h;
 }
 
@@ -47,9 +90,38 @@ std::string hex16(uint64_t v) {
   return buf;
 }
 
-// `"mumoe.header_checksum":"` as nlohmann's compact dump writes it. Inside any other
+// `"<key>":"` as nlohmann's compact dump writes it, for a checksum key. Inside any other
 // JSON string its quotes would be escaped, so this text occurs only as the real key.
-std::string checksum_prefix() { return std::string("\"") + kSafetensorsChecksumKey + "\":\""; }
+std::string value_prefix(const char* key) { return std::string("\"") + key + "\":\""; }
+std::string checksum_prefix() { return value_prefix(kSafetensorsChecksumKey); }
+
+bool starts_with(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
+
+// "mumoe.data_checksum" for `n` tensors: n groups of 16 digits, single spaces between.
+constexpr size_t data_checksums_size(size_t n) { return n == 0 ? 0 : n * (kChecksumDigits + 1) - 1; }
+
+// The hashes "mumoe.data_checksum" lists, one per tensor in header order; a value of
+// the wrong form throws (mumoe writes none such; under a matching header checksum it
+// comes from another writer).
+std::vector<uint64_t> parse_data_checksums(const std::string& file, const std::string& v, size_t n) {
+  std::string where = file + ": \"" + kSafetensorsDataChecksumKey + "\"";
+  MU_CHECK(v.size() == data_checksums_size(n), where, " is ", v.size(), " characters long, but ", n,
+           " tensors need ", data_checksums_size(n), " (16 hex digits each, separated by spaces)");
+  std::vector<uint64_t> out(n);
+  for (size_t i = 0; i < n; ++i) {
+    const size_t at = i * (kChecksumDigits + 1);
+    MU_CHECK(i == 0 || v[at - 1] == ' ', where, ": character ", at - 1, " is '", v[at - 1], "', not a space");
+    uint64_t h = 0;
+    for (size_t k = at; k < at + kChecksumDigits; ++k) {
+      const char c = v[k];
+      const bool digit = c >= '0' && c <= '9', letter = c >= 'a' && c <= 'f';
+      MU_CHECK(digit || letter, where, ": character ", k, " is '", c, "', not a lowercase hex digit");
+      h = h << 4 | uint64_t(digit ? c - '0' : c - 'a' + 10);
+    }
+    out[i] = h;
+  }
+  return out;
+}
 
 // The hash of `header` with the checksum's digits (starting at `at`) read as zeros:
 // the writer hashes with zeros there, then writes the digits in.
@@ -100,6 +172,19 @@ void write_all(int fd, const void* data, size_t n, const std::string& file) {
   }
 }
 
+// Writes n bytes at `offset` (the file position is left where it was).
+void pwrite_all(int fd, const void* data, size_t n, uint64_t offset, const std::string& file) {
+  const char* p = static_cast<const char*>(data);
+  while (n > 0) {
+    ssize_t k = ::pwrite(fd, p, n, off_t(offset));
+    if (k < 0 && errno == EINTR) continue;
+    MU_CHECK(k > 0, "cannot write ", file, ": ", errno_text());
+    p += k;
+    n -= size_t(k);
+    offset += uint64_t(k);
+  }
+}
+
 // Reads exactly n bytes at `offset`; a short read means the file shrank under us.
 void read_all(int fd, void* data, size_t n, uint64_t offset, const std::string& file) {
   char* p = static_cast<char*>(data);
@@ -124,20 +209,64 @@ struct TempFile {
   }
 };
 
-// Writes one tensor's elements, dense and row-major.
-void write_tensor(int fd, const Tensor& t, const std::string& file) {
+// Writes one tensor's elements, dense and row-major; returns the data hash of the bytes
+// written (hashed from the very buffer that went to the file).
+uint64_t write_tensor(int fd, const Tensor& t, const std::string& file) {
   // detach: no autograd node for this copy; contiguous: no copy when already dense.
   Tensor d = t.detach().contiguous();
   size_t nbytes = size_t(d.numel()) * element_size(d.dtype());
-  if (nbytes == 0) return;
+  if (nbytes == 0) return data_hash(nullptr, 0);
   if (d.device().is_cpu()) {
     write_all(fd, d.raw_data(), nbytes, file);
-    return;
+    return data_hash(d.raw_data(), nbytes);
   }
   // Device memory goes through a host buffer, as raw bytes.
   std::vector<char> host(nbytes);
   cuda::memcpy(host.data(), Device::cpu(), d.raw_data(), d.device(), nbytes);
   write_all(fd, host.data(), nbytes, file);
+  return data_hash(host.data(), nbytes);
+}
+
+// The pid in the name of a temporary "<prefix><pid>" of a save of the same file, or 0
+// when `name` is not one: digits only, no leading zero, a positive pid_t.
+pid_t temporary_pid(const std::string& name, const std::string& prefix) {
+  if (!starts_with(name, prefix.c_str())) return 0;
+  const std::string digits = name.substr(prefix.size());
+  if (digits.empty() || digits.size() > 9 || digits[0] == '0') return 0;
+  long pid = 0;
+  for (char c : digits) {
+    if (c < '0' || c > '9') return 0;
+    pid = pid * 10 + (c - '0');
+  }
+  return pid_t(pid);
+}
+
+// Removes the temporaries "<path>.tmp.<pid>" that saves of `path` left when their
+// process died before the rename (a crash, a kill): those whose pid names no process
+// (kill(pid, 0) fails with ESRCH). A live process's temporary may be being written right
+// now and is never touched, nor is this process's own (the save below truncates it).
+// A dead writer's pid taken by a new process keeps its file until that one ends; a
+// writer on another machine or in another pid namespace cannot be seen from here, and
+// its temporary in a shared directory looks stale. Best effort: what cannot be listed
+// or removed stays.
+void remove_stale_temporaries(const std::string& path) {
+  namespace fs = std::filesystem;
+  const fs::path target(path);
+  const std::string prefix = target.filename().string() + ".tmp.";
+  if (prefix == ".tmp.") return;  // a path ending in '/': the save itself will fail
+  fs::path dir = target.parent_path();
+  if (dir.empty()) dir = ".";
+  std::vector<fs::path> stale;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const pid_t pid = temporary_pid(it->path().filename().string(), prefix);
+    if (pid <= 0 || pid == ::getpid()) continue;  // kill(0 or less) would mean process groups
+    if (::kill(pid, 0) == 0 || errno != ESRCH) continue;  // alive (EPERM: alive, another user's)
+    std::error_code type_ec;
+    // Only files: a directory or a link of that name is not a temporary of ours.
+    if (it->symlink_status(type_ec).type() == fs::file_type::regular) stale.push_back(it->path());
+  }
+  for (const fs::path& p : stale) fs::remove(p, ec);
 }
 
 // Durability of the rename itself: flush the directory entry. Best effort, since the
@@ -157,6 +286,7 @@ struct Entry {
   DType dtype;
   Shape shape;
   uint64_t begin, end;
+  size_t header_index = 0;  // its place among the entries in the header
 };
 
 uint64_t to_u64(const json& v) { return v.get<uint64_t>(); }
@@ -208,12 +338,19 @@ Entry parse_entry(const std::string& file, const std::string& name, const json& 
   return e;
 }
 
-// Reads an entry's elements into a new CPU tensor.
-Tensor read_entry(int fd, const Entry& e, uint64_t data_start, const std::string& file) {
+// Reads an entry's elements into a new CPU tensor, checking them against `hash` (the data
+// hash the header records for them) unless it is null.
+Tensor read_entry(int fd, const Entry& e, uint64_t data_start, const std::string& file, const uint64_t* hash) {
   uint64_t at = data_start + e.begin;
   size_t nbytes = size_t(e.end - e.begin);
   Tensor t = empty(e.shape, e.dtype);
   if (nbytes > 0) read_all(fd, t.raw_data(), nbytes, at, file);
+  if (hash != nullptr) {
+    const uint64_t got = data_hash(nbytes > 0 ? t.raw_data() : nullptr, nbytes);
+    MU_CHECK(got == *hash, file, ": tensor \"", e.name, "\" (file bytes [", at, ", ", at + nbytes,
+             ")): data checksum mismatch: the header records ", hex16(*hash), " but the bytes hash to ", hex16(got),
+             ": the data was altered after it was written (a flipped bit?)");
+  }
   if (e.dtype == kBool) {
     // Any byte but 0 and 1 is not a bool; as a C++ bool it would be undefined behaviour.
     const unsigned char* b = static_cast<const unsigned char*>(t.raw_data());
@@ -255,13 +392,18 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
     MU_CHECK(seen.insert(name).second, what, ": two tensors are named \"", name, "\"");
     MU_CHECK(t.defined(), what, ": tensor \"", name, "\" is undefined");
   }
-  MU_CHECK(!metadata.count(kSafetensorsChecksumKey), what, ": metadata key \"", kSafetensorsChecksumKey,
-           "\" is reserved for the header checksum");
+  for (const auto& [k, v] : metadata)
+    MU_CHECK(!starts_with(k, kSafetensorsReservedPrefix), what, ": metadata key \"", k, "\" starts with \"",
+             kSafetensorsReservedPrefix, "\", which is reserved for mumoe's own entries (the checksums)");
 
   json header = json::object();
   json meta = json::object();
   for (const auto& [k, v] : metadata) meta[k] = v;
-  meta[kSafetensorsChecksumKey] = std::string(kChecksumDigits, '0');  // placeholder, filled in below
+  // Placeholders of the final length, filled in once the data has been written and hashed.
+  std::string data_sums;
+  for (size_t i = 0; i < tensors.size(); ++i) data_sums += (i ? " " : "") + std::string(kChecksumDigits, '0');
+  meta[kSafetensorsDataChecksumKey] = data_sums;
+  meta[kSafetensorsChecksumKey] = std::string(kChecksumDigits, '0');
   header["__metadata__"] = meta;
   uint64_t offset = 0;
   for (const auto& [name, t] : tensors) {
@@ -279,9 +421,11 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
   }
   // Padding makes the data region start 8-byte aligned, as the format asks.
   text.append((8 - text.size() % 8) % 8, ' ');
-  size_t at = text.find(checksum_prefix()) + checksum_prefix().size();
-  text.replace(at, kChecksumDigits, header_hash(text, at));
+  const std::string data_prefix = value_prefix(kSafetensorsDataChecksumKey);
+  const size_t data_at = text.find(data_prefix) + data_prefix.size();
+  const size_t header_at = text.find(checksum_prefix()) + checksum_prefix().size();
 
+  remove_stale_temporaries(path);
   TempFile tmp(path + ".tmp." + std::to_string(::getpid()));
   {
     Fd fd(::open(tmp.path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
@@ -289,15 +433,19 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
     unsigned char len[8];
     for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(uint64_t(text.size()) >> (8 * i));
     write_all(fd.fd, len, 8, tmp.path);
-    write_all(fd.fd, text.data(), text.size(), tmp.path);
-    for (const auto& [name, t] : tensors) {
+    write_all(fd.fd, text.data(), text.size(), tmp.path);  // with placeholders, rewritten below
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      const auto& [name, t] = tensors[i];
       try {
-        write_tensor(fd.fd, t, tmp.path);
+        text.replace(data_at + i * (kChecksumDigits + 1), kChecksumDigits, hex16(write_tensor(fd.fd, t, tmp.path)));
       } catch (const Error& e) {
         // Say which tensor failed (a CUDA copy, the disk filling up); the temporary goes.
         MU_FAIL(what, ": tensor \"", name, "\": ", e.what());
       }
     }
+    // The header hash covers the data hashes just filled in; same length as the placeholders.
+    text.replace(header_at, kChecksumDigits, header_hash(text, header_at));
+    pwrite_all(fd.fd, text.data(), text.size(), 8, tmp.path);
     // The data must be on disk before the rename makes it the file at `path`.
     MU_CHECK(::fsync(fd.fd) == 0, what, ": cannot flush ", tmp.path, ": ", errno_text());
     int f = fd.fd;
@@ -311,11 +459,9 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
 }
 
 SafetensorsFile load_safetensors(const std::string& path) {
-  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  MU_CHECK(fd.fd >= 0, "cannot open ", path, ": ", errno_text());
+  Fd fd(open_regular_file(path));
   struct stat st;
   MU_CHECK(::fstat(fd.fd, &st) == 0, "cannot stat ", path, ": ", errno_text());
-  MU_CHECK(S_ISREG(st.st_mode), "cannot load ", path, ": not a regular file");
   const uint64_t size = uint64_t(st.st_size);
   MU_CHECK(size >= 8, path, ": the file is ", size,
            " bytes long, shorter than the 8-byte header length (truncated, or not a safetensors file)");
@@ -363,11 +509,32 @@ SafetensorsFile load_safetensors(const std::string& path) {
     out.metadata.erase(it);
     out.checksummed = true;
   }
+  // The header checksum covers every key but cannot vouch for its own: a damaged name of
+  // it leaves a file that looks unchecked. mumoe writes the data checksums with it, so
+  // they betray it; and no other key may claim mumoe's prefix.
+  for (const auto& [k, v] : out.metadata)
+    MU_CHECK(!starts_with(k, kSafetensorsReservedPrefix) || k == kSafetensorsDataChecksumKey, path,
+             ": unknown metadata key \"", k, "\": keys starting with \"", kSafetensorsReservedPrefix,
+             "\" are mumoe's own (a damaged header, or a file from a newer mumoe)");
+  std::string data_sums;
+  if (auto it = out.metadata.find(kSafetensorsDataChecksumKey); it != out.metadata.end()) {
+    MU_CHECK(out.checksummed, path, ": the metadata holds \"", kSafetensorsDataChecksumKey, "\" but no \"",
+             kSafetensorsChecksumKey, "\", which mumoe always writes with it: the header is damaged (the name of "
+             "the header checksum's key altered?)");
+    data_sums = it->second;
+    out.metadata.erase(it);
+    out.data_checksummed = true;
+  }
 
   const uint64_t data_start = 8 + n, data_size = size - data_start;
   std::vector<Entry> entries;
   for (const auto& [name, v] : header.items())
-    if (name != "__metadata__") entries.push_back(parse_entry(path, name, v, data_size, data_start));
+    if (name != "__metadata__") {
+      entries.push_back(parse_entry(path, name, v, data_size, data_start));
+      entries.back().header_index = entries.size() - 1;
+    }
+  std::vector<uint64_t> hashes;
+  if (out.data_checksummed) hashes = parse_data_checksums(path, data_sums, entries.size());
   // Data order. An empty tensor shares its offset with the next one and goes first (by
   // end); equal entries (several empty ones) keep header order.
   std::stable_sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
@@ -387,7 +554,8 @@ SafetensorsFile load_safetensors(const std::string& path) {
            data_start + covered, ") belong to no entry");
 
   for (const Entry& e : entries) {
-    out.tensors.emplace_back(e.name, read_entry(fd.fd, e, data_start, path));
+    const uint64_t* hash = out.data_checksummed ? &hashes[e.header_index] : nullptr;
+    out.tensors.emplace_back(e.name, read_entry(fd.fd, e, data_start, path, hash));
     out.dtypes[e.name] = e.dtype_str;
   }
   return out;

@@ -12,10 +12,27 @@
 // Reads check everything (lengths, JSON, dtypes, shapes, offsets, coverage of the data
 // region) and throw a mu::Error naming the file and the entry or byte at fault.
 //
-// Files written here also carry "mumoe.header_checksum" in __metadata__: a hash of the
-// header bytes, so a flipped bit in a name or a metadata value (the step, the RNG state
-// of a checkpoint) is caught instead of loading silently. Other readers ignore it; files
-// without it (written by PyTorch tools) load unchecked.
+// Files written here also carry two checksums in __metadata__ (other readers ignore them):
+//   "mumoe.data_checksum"    one 16-hex-digit hash per tensor, in header order, separated
+//                            by single spaces: the hash of that tensor's bytes (below)
+//   "mumoe.header_checksum"  64-bit FNV-1a of the padded header bytes with these 16 hex
+//                            digits read as '0', so it covers the data checksums too
+// On load a flipped bit anywhere is caught: in the header (names, shapes, the step or RNG
+// state of a checkpoint, the data checksums) by the header checksum, in a tensor's bytes
+// by its data checksum, and in the name of the header checksum's own key by the rule
+// that a file carrying "mumoe.data_checksum" must carry "mumoe.header_checksum" too.
+// Metadata keys starting with "mumoe." are reserved: a save refuses them, a load refuses
+// any but these two. Files with neither (written by PyTorch tools) load unchecked; files
+// with only the header checksum (mumoe before data checksums) load with the header checked.
+//
+// The data hash of n bytes: the bytes as 64-bit little-endian words (the last one padded
+// with zero bytes), word i going to lane i % 4; each lane starts at 0xcbf29ce484222325 + lane
+// and takes a word w as h = (h ^ w) * 0x9e3779b97f4a7c15, h ^= h >> 32; the result starts
+// at 0xcbf29ce484222325 ^ n and takes lanes 0..3 in that order the same way. Each step is
+// a bijection of the running value, so a file with one word changed always hashes differently.
+//
+// Saving to P first removes the temporaries "P.tmp.<pid>" of saves that died before their
+// rename (their process no longer exists); another live process's temporary is left alone.
 #pragma once
 #include <map>
 #include <string>
@@ -26,8 +43,11 @@
 
 namespace mu {
 
-// The metadata key holding the header hash; reserved, and dropped from what loads return.
+// The metadata keys holding the checksums; reserved, and dropped from what loads return.
 inline constexpr const char* kSafetensorsChecksumKey = "mumoe.header_checksum";
+inline constexpr const char* kSafetensorsDataChecksumKey = "mumoe.data_checksum";
+// Metadata keys with this prefix are mumoe's own (a save refuses them from callers).
+inline constexpr const char* kSafetensorsReservedPrefix = "mumoe.";
 
 struct SafetensorsFile {
   std::string path;
@@ -37,8 +57,10 @@ struct SafetensorsFile {
   std::vector<std::pair<std::string, Tensor>> tensors;
   std::map<std::string, std::string> metadata;  // the "__metadata__" object
   std::map<std::string, std::string> dtypes;    // name -> dtype as stored ("F32", "BF16", ...)
-  // True when the header carried mumoe's checksum (and it matched: a mismatch throws).
+  // True when the header carried mumoe's header checksum, and when it carried the data
+  // checksums; each matched (a mismatch throws).
   bool checksummed = false;
+  bool data_checksummed = false;
 
   bool contains(const std::string& name) const;
   // The tensor named `name`; throws naming the file when there is none.
@@ -46,10 +68,13 @@ struct SafetensorsFile {
 };
 
 // Writes `tensors` (any device, any strides; stored dense from the host) in the given
-// order. Names must be unique, non-empty and not "__metadata__".
+// order. Names must be unique, non-empty and not "__metadata__"; metadata keys must not
+// start with "mumoe.".
 void save_safetensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
                       const std::map<std::string, std::string>& metadata = {});
 
+// Refuses anything but a regular file (a FIFO, a directory, a device) before it could
+// block on it, and any damage, with a mu::Error naming the file and the byte at fault.
 SafetensorsFile load_safetensors(const std::string& path);
 
 // The safetensors name of a dtype: "F16", "BF16", "F32", "F64", "I8", "I16", "I32", "I64",

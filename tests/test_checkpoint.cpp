@@ -1,7 +1,11 @@
 // Training checkpoints: a run stopped, saved, loaded into fresh objects and continued is
 // bit-identical to a run that never stopped; damaged or mismatched checkpoints are refused
 // with errors naming the file and the entry, and leave everything as it was.
+#include <sys/stat.h>
+
+#include <cmath>
 #include <filesystem>
+#include <sstream>
 
 #include "file_helpers.h"
 #include "helpers.h"
@@ -241,8 +245,83 @@ TEST_CASE("refused checkpoints name what is wrong and change nothing") {
   CHECK_THROWS_MU(optim::load_checkpoint(bad, *model, *opt), "no \"step\" in the metadata");
   variant(keep, with("step", "-3"));
   CHECK_THROWS_MU(optim::load_checkpoint(bad, *model, *opt), "step \"-3\" is not a whole number");
+  variant(keep, with("step", "007"));
+  CHECK_THROWS_MU(optim::load_checkpoint(bad, *model, *opt), "step \"007\" is not a whole number");
+  variant(keep, with("step", "1000000000000000000"));
+  CHECK_THROWS_MU(optim::load_checkpoint(bad, *model, *opt), "is not a whole number in [0, 10^18)");
   variant(keep, with("rng_state", "garbage"));
   CHECK_THROWS_MU(optim::load_checkpoint(bad, *model, *opt), "the rng_state in the metadata is malformed");
+  unchanged();
+
+  // The generator state, parsed strictly and range-checked: each variant below is read
+  // without complaint by the stream extractors alone.
+  const std::string rng = meta.at("rng_state");
+  auto rng_tokens = [&] {
+    std::vector<std::string> t;
+    std::istringstream is(rng);
+    for (std::string w; is >> w;) t.push_back(w);
+    return t;
+  };
+  auto join = [](const std::vector<std::string>& t) {
+    std::string out;
+    for (const auto& w : t) out += (out.empty() ? "" : " ") + w;
+    return out;
+  };
+  auto token_set = [&](size_t i, const std::string& v) {
+    auto t = rng_tokens();
+    t.at(i) = v;
+    return join(t);
+  };
+  const size_t n_tokens = rng_tokens().size();
+  REQUIRE(n_tokens == 3 + 312 + 1);  // seed, has_spare, spare, 312 engine words, position
+  auto refused = [&](const std::string& state, const std::string& why) {
+    INFO("rng_state variant: " << why);
+    variant(keep, with("rng_state", state));
+    CHECK_THROWS_MU(optim::load_checkpoint(bad, *model, *opt), "checkpoint " + bad + ": the rng_state in the metadata is malformed");
+    CHECK_THROWS_MU(optim::load_checkpoint(bad, *model, *opt), why);
+    unchanged();
+  };
+  refused(rng + " 5", "not in the exact form");
+  refused(" " + rng, "not in the exact form");
+  refused(token_set(0, "-1"), "not in the exact form");          // wraps to 2^64 - 1 when streamed
+  refused(token_set(0, "0" + rng_tokens()[0]), "not in the exact form");
+  refused(token_set(0, "18446744073709551616"), "not \"seed has_spare spare engine\"");  // 2^64
+  refused(token_set(1, "2"), "not \"seed has_spare spare engine\"");
+  refused(token_set(2, "100"), "the pending normal value 100 is not one the generator can produce");
+  refused(token_set(n_tokens - 1, "313"), "the engine position 313 is past its 312 words");
+  {
+    auto t = rng_tokens();
+    for (size_t i = 3; i < 3 + 312; ++i) t[i] = "0";
+    refused(join(t), "the engine's words are all zero");
+  }
+  // The same state written back unchanged loads (the checks refuse only what is wrong).
+  variant(keep, with("rng_state", join(rng_tokens())));
+  CHECK_NOTHROW(load_safetensors(bad));
+
+  // Optimizer scalars: a step counter that is not a whole number in range, a rate that is
+  // not finite.
+  auto set_optim = [&](const std::string& name, Tensor v) {
+    variant([&](auto& e) {
+      bool found = false;
+      for (auto& [n, t] : e)
+        if (n == name) t = v, found = true;
+      REQUIRE(found);
+    }, meta);
+  };
+  set_optim("optim.state.0.0.step", scalar_tensor(INFINITY, kFloat64));
+  CHECK_THROWS_MU(optim::load_checkpoint(bad, *model, *opt), "entry \"state.0.0.step\" holds inf, not a finite number");
+  unchanged();
+  set_optim("optim.state.0.0.step", scalar_tensor(int64_t(1) << 60, kInt64));
+  CHECK_THROWS_MU(optim::load_checkpoint(bad, *model, *opt), "a step count must be a whole number in [0, 2^53]");
+  unchanged();
+  set_optim("optim.state.0.0.step", scalar_tensor(-1, kInt64));
+  CHECK_THROWS_MU(optim::load_checkpoint(bad, *model, *opt), "a step count must be a whole number");
+  unchanged();
+  set_optim("optim.group.0.lr", scalar_tensor(INFINITY, kFloat64));
+  CHECK_THROWS_MU(optim::load_checkpoint(bad, *model, *opt), "entry \"group.0.lr\" holds inf, not a finite number");
+  unchanged();
+  set_optim("optim.group.0.initial_lr", scalar_tensor(-1e-3, kFloat64));
+  CHECK_THROWS_MU(optim::load_checkpoint(bad, *model, *opt), "initial_lr -0.001");
   unchanged();
 
   // The good file still loads into these objects, and the generator follows it.
@@ -251,7 +330,7 @@ TEST_CASE("refused checkpoints name what is wrong and change nothing") {
   CHECK((default_generator().state() == good.metadata.at("rng_state")));
 }
 
-TEST_CASE("a damaged checkpoint header is always caught") {
+TEST_CASE("a damaged checkpoint is always caught, header or data") {
   TempDir dir("checkpoint");
   std::string path = dir.file("ckpt.safetensors");
   train_and_save(path, 1);
@@ -261,12 +340,15 @@ TEST_CASE("a damaged checkpoint header is always caught") {
   manual_seed(5);
   auto model = make_model();
   auto opt = make_adamw(*model);
-  // Bit i % 8 of every fifth byte i (the header is ~8 kB, most of it the generator state;
-  // the stride cycles through all eight bit positions), each file under a new name.
-  int caught = 0, tried = 0;
-  for (size_t byte = 0; byte < 8 + n; byte += 5, ++tried) {
+  // Bit i % 8 of every fifth byte i of the whole file (the header is ~8 kB, most of it the
+  // generator state, then ~2 kB of tensors; the stride cycles through all eight bit
+  // positions), each file under a new name.
+  REQUIRE(bytes.size() > 8 + n + 1000);
+  int caught = 0, tried = 0, tried_data = 0, in_data = 0;
+  for (size_t byte = 0; byte < bytes.size(); byte += 5, ++tried) {
     std::string b = bytes;
     b[byte] = char(uint8_t(b[byte]) ^ (1u << (byte % 8)));
+    tried_data += byte >= 8 + n;
     std::string p = dir.file("flip_" + std::to_string(byte) + ".safetensors");
     write_bytes(p, b);
     try {
@@ -274,11 +356,15 @@ TEST_CASE("a damaged checkpoint header is always caught") {
       FAIL("flip in byte " << byte << " was not caught");
     } catch (const Error& e) {
       ++caught;
+      CHECK(std::string(e.what()).find(p) != std::string::npos);  // names the file
+      if (byte >= 8 + n) in_data += std::string(e.what()).find("data checksum mismatch") != std::string::npos;
     }
     fs::remove(p);
   }
   CHECK(tried > 1000);
   CHECK(caught == tried);
+  CHECK(tried_data > 200);
+  CHECK(in_data == tried_data);  // every flip in the data, caught by its tensor's checksum
 }
 
 TEST_CASE("save_checkpoint refuses a negative step") {
@@ -287,4 +373,29 @@ TEST_CASE("save_checkpoint refuses a negative step") {
   auto opt = make_adamw(*model);
   CHECK_THROWS_MU(optim::save_checkpoint(dir.file("x.safetensors"), *model, *opt, -1), "step -1 is negative");
   CHECK(fs::is_empty(dir.path));
+}
+
+TEST_CASE("loading a checkpoint from a FIFO, a directory or a device fails at once") {
+  TempDir dir("checkpoint");
+  auto model = make_model();
+  auto opt = make_adamw(*model);
+  CHECK_THROWS_MU(optim::load_checkpoint(dir.path.string(), *model, *opt), "it is a directory, not a regular file");
+  CHECK_THROWS_MU(optim::load_checkpoint("/dev/null", *model, *opt), "cannot read /dev/null: it is a character device");
+  std::string fifo = dir.file("ckpt.safetensors");
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  Outcome o = outcome_within([&] { optim::load_checkpoint(fifo, *model, *opt); }, 2.0, fifo);
+  CHECK(o.returned);  // an open that waited for a writer would not have
+  CHECK(o.threw_mu);
+  CHECK(o.message == "cannot read " + fifo + ": it is a FIFO (named pipe), not a regular file");
+}
+
+TEST_CASE("save_checkpoint removes a dead save's temporary") {
+  TempDir dir("checkpoint");
+  std::string path = dir.file("ckpt.safetensors");
+  // pid_max on Linux is at most 2^22, so this pid names no process.
+  std::string stale = path + ".tmp.999999999";
+  write_bytes(stale, "half a checkpoint");
+  train_and_save(path, 1);
+  CHECK_FALSE(fs::exists(stale));
+  CHECK(fs::exists(path));
 }

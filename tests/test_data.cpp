@@ -1,6 +1,7 @@
 // The data layer: IDX files (gzip'd and plain) read back exactly, a mu::Error naming the
 // file and byte offset for every kind of damage, the Fashion-MNIST loader on small fake
 // files and (when installed) the real dataset, and the DataLoader's epochs.
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -11,6 +12,7 @@
 #include <set>
 
 #include "data/fashion_mnist.h"
+#include "data/file_reader.h"
 #include "data/idx.h"
 #include "data/loader.h"
 #include "file_helpers.h"
@@ -35,6 +37,29 @@ void write_gz(const std::string& path, const Bytes& bytes) {
   // gzwrite of 0 bytes returns 0, which is not a failure.
   REQUIRE(gzwrite(f, bytes.data(), unsigned(bytes.size())) == int(bytes.size()));
   REQUIRE(gzclose(f) == Z_OK);
+}
+
+// `bytes` gzip'd in memory at compression `level` (0: stored blocks, the bytes verbatim),
+// with the optional header fields of `header` (name, comment, extra field, header CRC).
+Bytes gzip_bytes(const Bytes& bytes, int level = Z_DEFAULT_COMPRESSION, gz_header* header = nullptr) {
+  z_stream zs{};
+  REQUIRE(deflateInit2(&zs, level, Z_DEFLATED, MAX_WBITS + 16, 8, Z_DEFAULT_STRATEGY) == Z_OK);  // +16: gzip
+  if (header != nullptr) REQUIRE(deflateSetHeader(&zs, header) == Z_OK);
+  Bytes out(deflateBound(&zs, uLong(bytes.size())) + 1024);
+  zs.next_in = const_cast<Bytef*>(bytes.data());
+  zs.avail_in = uInt(bytes.size());
+  zs.next_out = out.data();
+  zs.avail_out = uInt(out.size());
+  REQUIRE(deflate(&zs, Z_FINISH) == Z_STREAM_END);
+  out.resize(zs.total_out);
+  deflateEnd(&zs);
+  return out;
+}
+
+// The little-endian uint32 at `at` replaced by v.
+Bytes with_le32(Bytes b, size_t at, uint32_t v) {
+  for (int i = 0; i < 4; ++i) b[at + size_t(i)] = uint8_t(v >> (8 * i));
+  return b;
 }
 
 Bytes read_plain(const std::string& path) {
@@ -117,10 +142,19 @@ TEST_CASE("a payload larger than one zlib read chunk (16 MiB) reads back intact"
   CHECK(a.data == big);
 }
 
-TEST_CASE("a missing file or a directory is an error naming the path") {
+TEST_CASE("a missing file, a directory, a device or a FIFO is an error naming the path, at once") {
   TempDir dir("data");
-  CHECK_THROWS_MU(data::read_idx(dir.file("nope.gz")), dir.file("nope.gz") + ": cannot open: No such file or directory");
-  CHECK_THROWS_MU(data::read_idx(dir.path.string()), "is a directory");
+  CHECK_THROWS_MU(data::read_idx(dir.file("nope.gz")), "cannot open " + dir.file("nope.gz") + ": No such file or directory");
+  CHECK_THROWS_MU(data::read_idx(dir.path.string()), "cannot read " + dir.path.string() + ": it is a directory, not a regular file");
+  CHECK_THROWS_MU(data::read_idx("/dev/null"), "cannot read /dev/null: it is a character device, not a regular file");
+  // Opening a FIFO for reading waits for a writer: the read runs on another thread so
+  // that a hang fails the test instead of stalling it.
+  std::string fifo = dir.file("labels.gz");
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  Outcome o = outcome_within([&] { data::read_idx(fifo, 1); }, 2.0, fifo);
+  CHECK(o.returned);
+  CHECK(o.threw_mu);
+  CHECK(o.message == "cannot read " + fifo + ": it is a FIFO (named pipe), not a regular file");
 }
 
 TEST_CASE("a bad magic number is refused at byte 0") {
@@ -183,6 +217,164 @@ TEST_CASE("a gzip stream cut short reads as truncated; damaged deflate data is r
   for (size_t i = 20; i < 60; ++i) bad[i] = uint8_t(0xff);
   write_plain(dir.file("bad.gz"), bad);
   CHECK_THROWS_MU(data::read_idx(dir.file("bad.gz"), 1), "bad.gz: corrupt gzip data near byte ");
+}
+
+TEST_CASE("gzip: the trailer's CRC-32 and length are checked against the decompressed bytes") {
+  TempDir dir("data");
+  const Bytes file = idx({300}, ramp(300));
+  const Bytes gz = gzip_bytes(file);
+  REQUIRE(gz.size() > 18);
+  const size_t trailer = gz.size() - 8;
+  const uint32_t crc = uint32_t(crc32(0L, file.data(), uInt(file.size())));
+  // The reference values zlib wrote are what the trailer holds.
+  REQUIRE(with_le32(with_le32(gz, trailer, crc), trailer + 4, uint32_t(file.size())) == gz);
+  const std::string p = dir.file("t.gz");
+  write_plain(p, gz);
+  CHECK(data::read_idx(p, 1).data == ramp(300));
+
+  char want[16];
+  std::snprintf(want, sizeof want, "0x%08x", crc);
+  write_plain(p, with_le32(gz, trailer, crc ^ 0x00010000u));
+  CHECK_THROWS_MU(data::read_idx(p, 1), p + ": corrupt gzip data: the CRC-32 in the trailer at file byte " +
+                                            std::to_string(trailer) + " is ");
+  CHECK_THROWS_MU(data::read_idx(p, 1), "but the 308 bytes decompressed from the member at byte 0 have CRC-32 " +
+                                            std::string(want));
+  write_plain(p, with_le32(gz, trailer + 4, uint32_t(file.size()) + 1));
+  CHECK_THROWS_MU(data::read_idx(p, 1), p + ": corrupt gzip data: the length in the trailer at file byte " +
+                                            std::to_string(trailer + 4) +
+                                            " is 309, but the member at byte 0 decompressed to 308 bytes");
+
+  // A byte of the payload changed where deflate cannot notice: in a stored block (level
+  // 0) the bytes stand verbatim, so only the CRC tells.
+  const Bytes stored = gzip_bytes(file, 0);
+  Bytes changed = stored;
+  const size_t at = stored.size() - 8 - 100;  // inside the payload, 100 bytes before the trailer
+  REQUIRE(stored[at] == file[file.size() - 100]);
+  changed[at] ^= 0x04;
+  write_plain(p, changed);
+  CHECK_THROWS_MU(data::read_idx(p, 1), "the CRC-32 in the trailer at file byte " + std::to_string(stored.size() - 8));
+}
+
+TEST_CASE("gzip: a file cut at any length is refused, naming where it ends") {
+  TempDir dir("data");
+  const Bytes gz = gzip_bytes(idx({2000}, ramp(2000)));
+  for (size_t len = 0; len < gz.size(); ++len) {
+    INFO("cut to " << len << " of " << gz.size() << " bytes");
+    std::string p = dir.file("cut_" + std::to_string(len) + ".gz");
+    write_plain(p, Bytes(gz.begin(), gz.begin() + long(len)));
+    CHECK_THROWS_MU(data::read_idx(p, 1), p + ": ");
+    if (len >= 10 && len < gz.size() - 8)
+      CHECK_THROWS_MU(data::read_idx(p, 1), ", inside the deflate data of the member at byte 0 (truncated file?)");
+    if (len >= gz.size() - 8)  // all the data is there; the trailer is not
+      CHECK_THROWS_MU(data::read_idx(p, 1), p + ": the gzip data is cut short: the file ends at byte " +
+                                                std::to_string(len) + ", inside the trailer of the member at byte 0");
+    fs::remove(p);
+  }
+}
+
+TEST_CASE("gzip: every single-bit flip is refused or leaves the data exactly as written") {
+  // Bytes 4-9 (modification time, extra flags, OS) are covered by no check in the format
+  // and are left out; a few flips elsewhere cannot change the data either (the unused
+  // bits that pad a deflate block header or the last byte to a whole byte), and those
+  // load the original bytes. Any other outcome (different data without an error) fails.
+  TempDir dir("data");
+  const Bytes file = idx({64}, ramp(64));
+  for (int level : {0, Z_DEFAULT_COMPRESSION}) {
+    const Bytes gz = gzip_bytes(file, level);
+    int refused = 0, same = 0, trailer_refused = 0;
+    for (size_t byte = 0; byte < gz.size(); ++byte) {
+      if (byte >= 4 && byte < 10) continue;
+      for (int bit = 0; bit < 8; ++bit) {
+        Bytes b = gz;
+        b[byte] ^= uint8_t(1u << bit);
+        // A new name each time: truncating a file in place is slow on some file systems.
+        std::string p = dir.file("flip_" + std::to_string(level) + "_" + std::to_string(byte) + "_" +
+                                 std::to_string(bit) + ".gz");
+        write_plain(p, b);
+        try {
+          data::IdxArray a = data::read_idx(p);
+          INFO("level " << level << ", bit " << bit << " of byte " << byte << " of " << gz.size());
+          CHECK(a.data == ramp(64));
+          CHECK(a.dims == Shape{64});
+          ++same;
+        } catch (const Error& e) {
+          CHECK(std::string(e.what()).find(p) != std::string::npos);
+          ++refused;
+          trailer_refused += byte >= gz.size() - 8;
+        }
+        fs::remove(p);
+      }
+    }
+    INFO("level " << level << ": " << same << " flips left the data as written");
+    CHECK(trailer_refused == 64);  // every bit of the CRC-32 and the length
+    CHECK(same <= 16);
+    CHECK(refused + same == int(8 * (gz.size() - 6)));
+  }
+}
+
+TEST_CASE("gzip: header fields, members back to back, and what may not follow") {
+  TempDir dir("data");
+  const Bytes file = idx({50}, ramp(50));
+  const std::string p = dir.file("h.gz");
+  // Every optional header field, the header CRC included.
+  std::string name = "labels.idx", comment = "made by the test";
+  Bytes extra = {'A', 'B', 4, 0, 1, 2, 3, 4};
+  gz_header h{};
+  h.name = reinterpret_cast<Bytef*>(name.data());
+  h.comment = reinterpret_cast<Bytef*>(comment.data());
+  h.extra = extra.data();
+  h.extra_len = uInt(extra.size());
+  h.hcrc = 1;
+  const Bytes full = gzip_bytes(file, Z_DEFAULT_COMPRESSION, &h);
+  REQUIRE(full[3] == 0x1e);  // FHCRC | FEXTRA | FNAME | FCOMMENT
+  write_plain(p, full);
+  CHECK(data::read_idx(p, 1).data == ramp(50));
+  // A changed name byte: the header CRC no longer matches.
+  Bytes b = full;
+  b[10 + 2 + extra.size() + 1] ^= 0x20;
+  write_plain(p, b);
+  CHECK_THROWS_MU(data::read_idx(p, 1), p + ": gzip member at byte 0: the header CRC at byte ");
+  CHECK_THROWS_MU(data::read_idx(p, 1), "the header is corrupt");
+  // Method and flags.
+  b = gzip_bytes(file);
+  b[2] = 7;
+  write_plain(p, b);
+  CHECK_THROWS_MU(data::read_idx(p, 1), p + ": gzip member at byte 0: compression method 7 at byte 2 is not deflate (8)");
+  b = gzip_bytes(file);
+  b[3] |= 0x40;
+  write_plain(p, b);
+  CHECK_THROWS_MU(data::read_idx(p, 1), "reserved flag bits set in 0x00000040 at byte 3");
+
+  // Two members back to back are one stream (gzip a b > c); each is checked.
+  Bytes first(file.begin(), file.begin() + 20), second(file.begin() + 20, file.end());
+  Bytes two = gzip_bytes(first);
+  const size_t second_at = two.size();
+  Bytes g2 = gzip_bytes(second);
+  two.insert(two.end(), g2.begin(), g2.end());
+  write_plain(p, two);
+  CHECK(data::read_idx(p, 1).data == ramp(50));
+  Bytes bad_second = with_le32(two, two.size() - 8, 0);
+  write_plain(p, bad_second);
+  CHECK_THROWS_MU(data::read_idx(p, 1), "have CRC-32");
+  CHECK_THROWS_MU(data::read_idx(p, 1), "from the member at byte " + std::to_string(second_at));
+
+  // Bytes after the last member that are not another member.
+  Bytes junk = gzip_bytes(file);
+  const size_t end = junk.size();
+  junk.push_back(0);
+  write_plain(p, junk);
+  CHECK_THROWS_MU(data::read_idx(p, 1), p + ": unexpected bytes after the gzip data at file byte " + std::to_string(end));
+
+  // The reader on its own: offsets, and finish() once the data has ended.
+  write_plain(p, gzip_bytes(file));
+  data::FileReader in(p);
+  CHECK(in.gzipped());
+  uint8_t buf[100];
+  CHECK(in.read(buf, 30) == 30);
+  CHECK(in.offset() == 30);
+  CHECK(in.read(buf, 100) == 28);
+  CHECK(in.cut_short().empty());
+  CHECK_NOTHROW(in.finish());
 }
 
 TEST_CASE("wrong dims: zero, absurdly large, or more payload than they describe") {
@@ -264,6 +456,17 @@ TEST_CASE("Fashion-MNIST refuses wrong image size, mismatched counts and labels 
   l[6] = 10;
   write_gz(labels, idx({10}, l));
   CHECK_THROWS_MU(load(), labels + ": label 10 at byte 14 is outside 0..9");
+
+  // A FIFO in place of a file is refused at once, not waited on.
+  write_gz(images, idx({10, 28, 28}, ramp(10 * 784)));
+  write_gz(labels, idx({10}, Bytes(10, 1)));
+  fs::remove(labels);
+  REQUIRE(::mkfifo(labels.c_str(), 0600) == 0);
+  Outcome o = outcome_within([&] { load(); }, 2.0, labels);
+  CHECK(o.returned);
+  CHECK(o.message == "cannot read " + labels + ": it is a FIFO (named pipe), not a regular file");
+  fs::remove(labels);
+  write_gz(labels, idx({10}, Bytes(10, 1)));
 
   // A truncated image file under the loader still names the file and offset.
   Bytes cut = idx({10, 28, 28}, ramp(1200));

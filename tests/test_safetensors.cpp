@@ -1,5 +1,11 @@
 // safetensors files: round trips, the exact byte layout, atomic writes, and a clear
 // mu::Error for every kind of damaged or malformed file.
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cctype>
 #include <cstring>
 #include <filesystem>
 
@@ -89,6 +95,46 @@ uint64_t fnv1a(const std::string& s) {
   return h;
 }
 
+std::string hex16(uint64_t v) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+// The data checksum of `bytes`, as tensor/safetensors.h defines it, written out from that
+// definition: words assembled byte by byte, one lane at a time.
+uint64_t data_hash(const std::string& bytes) {
+  auto step = [](uint64_t h, uint64_t w) {
+    h = (h ^ w) * 0x9e3779b97f4a7c15ull;
+    return h ^ (h >> 32);
+  };
+  const size_t words = (bytes.size() + 7) / 8;
+  auto word = [&](size_t i) {
+    uint64_t w = 0;
+    for (size_t k = 0; k < 8 && 8 * i + k < bytes.size(); ++k) w |= uint64_t(uint8_t(bytes[8 * i + k])) << (8 * k);
+    return w;
+  };
+  uint64_t out = 0xcbf29ce484222325ull ^ bytes.size();
+  for (uint64_t lane = 0; lane < 4; ++lane) {
+    uint64_t h = 0xcbf29ce484222325ull + lane;
+    for (size_t i = lane; i < words; i += 4) h = step(h, word(i));
+    out = step(out, h);
+  }
+  return out;
+}
+
+// A hand-written header made into what save_safetensors would write: padded, and its
+// "mumoe.header_checksum" (written as 16 '0's) filled in.
+std::string assemble_sealed(std::string header, const std::string& data) {
+  header.append((8 - header.size() % 8) % 8, ' ');
+  const std::string key = "\"mumoe.header_checksum\":\"";
+  size_t at = header.find(key);
+  REQUIRE(at != std::string::npos);
+  at += key.size();
+  header.replace(at, 16, hex16(fnv1a(header)));
+  return le64(header.size()) + header + data;
+}
+
 }  // namespace
 
 TEST_CASE("round trip of every CPU dtype, 0-dim, empty and non-contiguous tensors") {
@@ -159,16 +205,18 @@ TEST_CASE("the byte layout matches one assembled by hand") {
   // Compact JSON, metadata first, entries in the order given, offsets from the end of the
   // header; padded with spaces to a multiple of 8; the checksum is FNV-1a 64 of the padded
   // header with the checksum's 16 digits read as '0'.
+  // The data checksum lists each tensor's data hash in header order.
+  std::string a_bytes = bytes_of(std::vector<float>{1.5f, -2.0f}), b_bytes = bytes_of(std::vector<int64_t>{7});
   std::string header =
-      "{\"__metadata__\":{\"k\":\"v\",\"mumoe.header_checksum\":\"0000000000000000\"},"
+      "{\"__metadata__\":{\"k\":\"v\",\"mumoe.data_checksum\":\"" + hex16(data_hash(a_bytes)) + " " +
+      hex16(data_hash(b_bytes)) +
+      "\",\"mumoe.header_checksum\":\"0000000000000000\"},"
       "\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
       "\"b\":{\"dtype\":\"I64\",\"shape\":[],\"data_offsets\":[8,16]}}";
   header.append((8 - header.size() % 8) % 8, ' ');
-  char hex[17];
-  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(fnv1a(header)));
   size_t at = header.find("0000000000000000");
-  header.replace(at, 16, hex);
-  std::string data = bytes_of(std::vector<float>{1.5f, -2.0f}) + bytes_of(std::vector<int64_t>{7});
+  header.replace(at, 16, hex16(fnv1a(header)));
+  std::string data = a_bytes + b_bytes;
   // The little-endian encodings spelled out, so the test does not lean on this host's order.
   CHECK(data == std::string("\x00\x00\xc0\x3f\x00\x00\x00\xc0\x07\x00\x00\x00\x00\x00\x00\x00", 16));
   std::string expected = le64(header.size()) + header + data;
@@ -194,6 +242,9 @@ TEST_CASE("writes are atomic: a failed save leaves the old file and no temporary
   CHECK_THROWS_MU(save_safetensors(path, {{"", zeros({3})}}), "empty name");
   CHECK_THROWS_MU(save_safetensors(path, {{"__metadata__", zeros({3})}}), "reserved");
   CHECK_THROWS_MU(save_safetensors(path, {{"w", zeros({3})}}, {{"mumoe.header_checksum", "x"}}), "reserved");
+  CHECK_THROWS_MU(save_safetensors(path, {{"w", zeros({3})}}, {{"mumoe.data_checksum", "x"}}), "reserved");
+  CHECK_THROWS_MU(save_safetensors(path, {{"w", zeros({3})}}, {{"mumoe.note", "x"}}),
+                  "metadata key \"mumoe.note\" starts with \"mumoe.\", which is reserved");
   CHECK_THROWS_MU(save_safetensors(path, {{"w\xff", zeros({3})}}), "valid UTF-8");
   CHECK(read_bytes(path) == before);
   CHECK(temp_files_in(dir.path) == 0);
@@ -209,11 +260,27 @@ TEST_CASE("writes are atomic: a failed save leaves the old file and no temporary
   CHECK(load_safetensors(path).metadata.at("version") == "1");
 }
 
-TEST_CASE("missing files and non-files are named") {
+TEST_CASE("missing files and non-files are named, and a FIFO never blocks the load") {
   TempDir dir("safetensors");
   CHECK_THROWS_MU(load_safetensors(dir.file("absent.safetensors")),
                   "cannot open " + dir.file("absent.safetensors") + ": No such file");
-  CHECK_THROWS_MU(load_safetensors(dir.path.string()), "not a regular file");
+  CHECK_THROWS_MU(load_safetensors(dir.path.string()),
+                  "cannot read " + dir.path.string() + ": it is a directory, not a regular file");
+  CHECK_THROWS_MU(load_safetensors("/dev/null"), "cannot read /dev/null: it is a character device, not a regular file");
+  // A FIFO with no writer: opening it for reading would wait for one. The load runs on
+  // another thread so that a hang fails the test; it takes microseconds.
+  std::string fifo = dir.file("pipe.safetensors");
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  Outcome o = outcome_within([&] { load_safetensors(fifo); }, 2.0, fifo);
+  CHECK(o.returned);
+  CHECK(o.threw_mu);
+  CHECK(o.message == "cannot read " + fifo + ": it is a FIFO (named pipe), not a regular file");
+  // A link to the FIFO is followed, and refused as well.
+  std::string link = dir.file("link.safetensors");
+  fs::create_symlink(fifo, link);
+  o = outcome_within([&] { load_safetensors(link); }, 2.0, fifo);
+  CHECK(o.returned);
+  CHECK(o.message == "cannot read " + link + ": it is a FIFO (named pipe), not a regular file");
 }
 
 TEST_CASE("a truncated file is refused at every length") {
@@ -236,36 +303,61 @@ TEST_CASE("a truncated file is refused at every length") {
   }
 }
 
-TEST_CASE("every single-bit flip in the length or the header is caught") {
+TEST_CASE("every single-bit flip anywhere in the file is caught") {
   TempDir dir("safetensors");
   Sample s = write_sample(dir.file("full.safetensors"));
-  // The one place a flip cannot be told from a genuine file: the name of the checksum
-  // key itself (the file then reads as a foreign one with an extra metadata entry, and
-  // its tensors are intact). Everything else must throw.
-  const size_t key_at = s.bytes.find("\"mumoe.header_checksum\"") + 1;
-  const size_t key_end = key_at + std::strlen(kSafetensorsChecksumKey);
-  int thrown = 0, benign = 0;
-  for (size_t byte = 0; byte < 8 + s.header_len; ++byte) {
-    for (int bit = 0; bit < 8; ++bit) {
+  const size_t data_start = 8 + s.header_len;
+  REQUIRE(s.bytes.size() > data_start + 100);
+  // Where a flip lands decides which check catches it; each region must be hit.
+  const size_t header_key = s.bytes.find("\"mumoe.header_checksum\"") + 1;
+  const size_t data_key = s.bytes.find("\"mumoe.data_checksum\"") + 1;
+  REQUIRE(header_key > 8);
+  REQUIRE(data_key > 8);
+  std::map<std::string, int> by_check;
+  int tried = 0, loaded = 0, other = 0;
+  for (size_t byte = 0; byte < s.bytes.size(); ++byte) {
+    for (int bit = 0; bit < 8; ++bit, ++tried) {
       std::string b = s.bytes;
       b[byte] = char(uint8_t(b[byte]) ^ (1u << bit));
       std::string bad = write_fresh(dir.path, b);
       try {
-        SafetensorsFile f = load_safetensors(bad);
-        INFO("flip of bit " << bit << " of byte " << byte << " loaded without error");
-        CHECK((byte >= key_at && byte < key_end));
-        REQUIRE(f.tensors.size() == s.tensors.size());
-        for (size_t i = 0; i < s.tensors.size(); ++i) check_same(f.tensors[i].second, s.tensors[i].second);
-        ++benign;
+        load_safetensors(bad);
+        ++loaded;
+        FAIL_CHECK("flip of bit " << bit << " of byte " << byte << " loaded without error");
       } catch (const Error& e) {
-        CHECK(std::string(e.what()).find(bad) != std::string::npos);  // names the file
-        ++thrown;
+        std::string m = e.what();
+        CHECK(m.find(bad) != std::string::npos);  // names the file
+        for (const char* what : {"data checksum mismatch", "header was altered", "but no \"mumoe.header_checksum\"",
+                                 "unknown metadata key"})
+          if (m.find(what) != std::string::npos) ++by_check[what];
+      } catch (...) {
+        ++other;
       }
       fs::remove(bad);
     }
   }
-  CHECK(benign <= int(8 * (key_end - key_at)));
-  CHECK(thrown == int(8 * (8 + s.header_len)) - benign);
+  CHECK(tried == int(8 * s.bytes.size()));
+  CHECK(loaded == 0);
+  CHECK(other == 0);
+  // Every data byte's flips are caught by the data checksums.
+  CHECK(by_check["data checksum mismatch"] == int(8 * (s.bytes.size() - data_start)));
+  CHECK(by_check["header was altered"] > 1000);
+  // Flips in the name of the header checksum's key: the data checksums give it away.
+  CHECK(by_check["but no \"mumoe.header_checksum\""] > 0);
+}
+
+TEST_CASE("a data checksum mismatch names the tensor and its file bytes") {
+  TempDir dir("safetensors");
+  std::string path = dir.file("d.safetensors");
+  save_safetensors(path, {{"first", zeros({2})}, {"w", arange(4)}, {"last", ones({3})}});
+  std::string b = read_bytes(path);
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | uint8_t(b[size_t(i)]);
+  const size_t w_begin = 8 + n + 8, w_end = w_begin + 32;  // after "first" (2 float32)
+  b[w_begin + 17] = char(b[w_begin + 17] ^ 0x10);
+  write_bytes(path, b);
+  CHECK_THROWS_MU(load_safetensors(path), path + ": tensor \"w\" (file bytes [" + std::to_string(w_begin) + ", " +
+                                              std::to_string(w_end) + ")): data checksum mismatch");
 }
 
 TEST_CASE("damaged headers give messages that say what is wrong") {
@@ -364,6 +456,49 @@ TEST_CASE("hand-written headers: each malformation is named") {
   check("{\"__metadata__\":[]}", "", "\"__metadata__\" is not a JSON object");
   check("{\"__metadata__\":{\"mumoe.header_checksum\":\"0123456789abcdef\"}}", "",
         "the header checksum is 0123456789abcdef");
+  // mumoe's keys: the data checksums only with the header checksum, no other "mumoe." key.
+  check("{\"__metadata__\":{\"mumoe.data_checksum\":\"\"}}", "",
+        "the metadata holds \"mumoe.data_checksum\" but no \"mumoe.header_checksum\"");
+  check("{\"__metadata__\":{\"mumoe.header_checksun\":\"0123456789abcdef\"}}", "",
+        "unknown metadata key \"mumoe.header_checksun\": keys starting with \"mumoe.\" are mumoe's own");
+  auto check_sealed = [&](const std::string& header, const std::string& data, const std::string& needle) {
+    INFO("header " << header);
+    write_bytes(p, assemble_sealed(header, data));
+    CHECK_THROWS_MU(load_safetensors(p), needle);
+  };
+  const std::string x_entry = "\"x\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}";
+  const std::string x_hash = hex16(data_hash(f32x2));
+  auto meta = [](const std::string& data_sums, const std::string& extra = "") {
+    return "{\"__metadata__\":{" + extra + "\"mumoe.data_checksum\":\"" + data_sums +
+           "\",\"mumoe.header_checksum\":\"0000000000000000\"},";
+  };
+  // Sealed by hand, the reference data hash: loads.
+  write_bytes(p, assemble_sealed(meta(x_hash) + x_entry, f32x2));
+  SafetensorsFile sealed = load_safetensors(p);
+  CHECK(sealed.checksummed);
+  CHECK(sealed.data_checksummed);
+  CHECK(sealed.metadata.empty());
+  check_same(sealed.get("x"), tensor({1.0, 2.0}));
+  check_sealed(meta(x_hash, "\"mumoe.extra\":\"1\",") + x_entry, f32x2, "unknown metadata key \"mumoe.extra\"");
+  check_sealed(meta(x_hash + " " + x_hash) + x_entry, f32x2,
+               "\"mumoe.data_checksum\" is 33 characters long, but 1 tensors need 16");
+  check_sealed(meta("") + x_entry, f32x2, "is 0 characters long, but 1 tensors need 16");
+  std::string upper = x_hash;
+  for (char& c : upper) c = char(std::toupper(c));
+  if (upper != x_hash)
+    check_sealed(meta(upper) + x_entry, f32x2, "is '" + std::string(1, upper[upper.find_first_of("ABCDEF")]) +
+                                                   "', not a lowercase hex digit");
+  std::string wrong = x_hash;
+  wrong[15] = wrong[15] == '0' ? '1' : '0';
+  check_sealed(meta(wrong) + x_entry, f32x2, "tensor \"x\" (file bytes [");
+  check_sealed(meta(wrong) + x_entry, f32x2, "data checksum mismatch: the header records " + wrong);
+  // Written by mumoe before data checksums (header checksum only): the header is checked.
+  write_bytes(p, assemble_sealed("{\"__metadata__\":{\"mumoe.header_checksum\":\"0000000000000000\"}," + x_entry,
+                                 f32x2));
+  SafetensorsFile legacy = load_safetensors(p);
+  CHECK(legacy.checksummed);
+  CHECK_FALSE(legacy.data_checksummed);
+  check_same(legacy.get("x"), tensor({1.0, 2.0}));
   // Element values that are not of the type.
   check("{\"m\":{\"dtype\":\"BOOL\",\"shape\":[2],\"data_offsets\":[0,2]}}", std::string("\x01\x02", 2),
         "entry \"m\" (BOOL) holds byte 2");
@@ -426,4 +561,55 @@ TEST_CASE("loading into a module refuses a shape mismatch") {
   save_safetensors(p, {{"w", ones({2, 3})}});
   net.load_state_dict(load_safetensors(p).tensors);
   CHECK(net.w.sum().item() == 6.0);
+}
+
+TEST_CASE("a save removes the temporaries of dead saves of the same file, never a live one's") {
+  TempDir dir("safetensors");
+  const std::string path = dir.file("ckpt.safetensors");
+  // A dead process's pid: a child that has exited and been reaped.
+  pid_t dead = ::fork();
+  REQUIRE(dead >= 0);
+  if (dead == 0) ::_exit(0);
+  REQUIRE(::waitpid(dead, nullptr, 0) == dead);
+  REQUIRE((::kill(dead, 0) == -1 && errno == ESRCH));
+  // A live one: a child that waits until it is killed (by the guard, however the test ends).
+  struct Child {
+    pid_t pid = ::fork();
+    ~Child() {
+      if (pid > 0 && ::kill(pid, SIGKILL) == 0) ::waitpid(pid, nullptr, 0);
+    }
+  } child;
+  if (child.pid == 0) {
+    for (;;) ::pause();
+  }
+  REQUIRE(child.pid > 0);
+  const pid_t live = child.pid;
+  const std::string stale = path + ".tmp." + std::to_string(dead);
+  const std::string writing = path + ".tmp." + std::to_string(live);
+  // Names that are not temporaries of this file's saves, or not of a dead process.
+  const std::vector<std::string> kept = {writing,
+                                         dir.file("other.safetensors.tmp." + std::to_string(dead)),
+                                         path + ".tmp.0" + std::to_string(dead),
+                                         path + ".tmp." + std::to_string(dead) + "x",
+                                         path + ".tmp.",
+                                         path + ".tmp.0"};
+  write_bytes(stale, "half a file");
+  for (const std::string& k : kept) write_bytes(k, "keep");
+  fs::create_directory(path + ".tmp.999999999");  // a directory of that form is not ours
+
+  save_safetensors(path, {{"w", ones({2})}});
+  CHECK_FALSE(fs::exists(stale));
+  for (const std::string& k : kept) {
+    INFO(k);
+    CHECK(read_bytes(k) == "keep");
+  }
+  CHECK(fs::is_directory(path + ".tmp.999999999"));
+  CHECK(load_safetensors(path).get("w").to_vector<float>() == std::vector<float>{1, 1});
+
+  // Once the live writer is gone its temporary is stale too, and the next save removes it.
+  REQUIRE(::kill(live, SIGKILL) == 0);
+  REQUIRE(::waitpid(live, nullptr, 0) == live);
+  child.pid = -1;
+  save_safetensors(path, {{"w", zeros({2})}});
+  CHECK_FALSE(fs::exists(writing));
 }

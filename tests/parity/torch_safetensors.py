@@ -6,7 +6,7 @@ Usage: torch_safetensors.py DIR
 
 (a) Reads DIR/mumoe.safetensors, written by mumoe, checks its layout (length prefix,
     header padded to 8 bytes, offsets covering the data region back to back, the
-    mumoe.header_checksum), turns every entry into a torch tensor and compares it, bit
+    mumoe.header_checksum and each tensor's hash in mumoe.data_checksum), turns every entry into a torch tensor and compares it, bit
     for bit, with the raw dump DIR/mumoe_raw/NAME.bin listed in DIR/mumoe_manifest.txt
     ("NAME DTYPE SHAPE" lines, SHAPE like 2x3, "scalar" or 0x4). Metadata must hold
     the pairs listed in DIR/mumoe_metadata.txt ("KEY VALUE" lines).
@@ -41,6 +41,8 @@ def raw_bytes(t):
     t = t.contiguous()
     return (t.view(torch.int16) if t.dtype == torch.bfloat16 else t).numpy().tobytes()
 CHECKSUM_KEY = 'mumoe.header_checksum'
+DATA_CHECKSUM_KEY = 'mumoe.data_checksum'
+MASK64 = 0xFFFFFFFFFFFFFFFF
 
 
 def fail(msg):
@@ -57,6 +59,23 @@ def fnv1a64(data):
     for b in data:
         h = ((h ^ b) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
     return h
+
+
+def data_hash(data):
+    """mumoe's data checksum (tensor/safetensors.h): 64-bit little-endian words, the last
+    one zero-padded, word i into lane i % 4, each step h = (h ^ w) * M; h ^= h >> 32."""
+    def step(h, w):
+        h = ((h ^ w) * 0x9e3779b97f4a7c15) & MASK64
+        return h ^ (h >> 32)
+    padded = data + b'\0' * ((8 - len(data) % 8) % 8)
+    words = struct.unpack(f'<{len(padded) // 8}Q', padded)
+    out = 0xcbf29ce484222325 ^ len(data)
+    for lane in range(4):
+        h = 0xcbf29ce484222325 + lane
+        for w in words[lane::4]:
+            h = step(h, w)
+        out = step(out, h)
+    return out
 
 
 def read_mumoe(d):
@@ -78,6 +97,17 @@ def read_mumoe(d):
     zeroed = raw_header[:at] + b'0' * 16 + raw_header[at + 16:]
     if f'{fnv1a64(zeroed):016x}' != stored:
         fail(f'header checksum {stored} does not match {fnv1a64(zeroed):016x}')
+
+    sums = meta.pop(DATA_CHECKSUM_KEY, None)
+    if sums is None:
+        fail('no mumoe.data_checksum in the metadata')
+    sums = sums.split(' ') if sums else []
+    if len(sums) != len(header):
+        fail(f'{len(sums)} data checksums for {len(header)} tensors')
+    for (name, entry), stored in zip(header.items(), sums):
+        begin, end = entry['data_offsets']
+        if f'{data_hash(data[begin:end]):016x}' != stored:
+            fail(f'{name}: data checksum {stored} does not match {data_hash(data[begin:end]):016x}')
 
     expected_meta = {}
     for line in open(f'{d}/mumoe_metadata.txt', encoding='utf-8'):
