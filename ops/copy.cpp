@@ -51,6 +51,7 @@ Tensor Tensor::to(Device d) const {
 
 Tensor& Tensor::fill_(double value) {
   check_inplace(*this, "fill_");
+  check_value_fits(value, dtype(), "fill_");
   kernels::fill(device(), *this, value);
   bump_version();
   return *this;

@@ -1,5 +1,6 @@
 // Element types and the switch that turns a runtime DType into a C++ scalar type.
 #pragma once
+#include <cmath>
 #include <cstdint>
 #include <string>
 
@@ -80,6 +81,29 @@ inline bool is_compute_dtype(DType t) {
 inline DType compute_dtype(DType t) {
   if (is_compute_dtype(t)) return t;
   return is_floating(t) ? DType::Float32 : DType::Int64;
+}
+
+// Refuses a number that an integer (or bool) dtype cannot hold exactly: a fraction, NaN,
+// an infinity, or a value outside the dtype's range. Used where a number becomes an
+// element (full, fill_, set, from_vector), where a silent truncation or wrap would be a
+// wrong answer. Floating dtypes take any number (rounding is their nature).
+inline void check_value_fits(double v, DType t, const char* op) {
+  if (is_floating(t)) return;
+  if (t == DType::Bool) {
+    MU_CHECK(v == 0 || v == 1, op, ": value ", v, " is not a bool (0 or 1)");
+    return;
+  }
+  double lo = -9223372036854775808.0, hi = 9223372036854775808.0;  // [-2^63, 2^63)
+  switch (t) {
+    case DType::Int8: lo = -128, hi = 128; break;
+    case DType::Int16: lo = -32768, hi = 32768; break;
+    case DType::Int32: lo = -2147483648.0, hi = 2147483648.0; break;
+    case DType::UInt8: lo = 0, hi = 256; break;
+    default: break;
+  }
+  MU_CHECK(v == std::trunc(v), op, ": value ", v, " is not an integer but the dtype is ", dtype_name(t));
+  MU_CHECK(v >= lo && v < hi, op, ": value ", v, " does not fit in ", dtype_name(t), " (range [", lo, ", ", hi - 1,
+           "])");
 }
 
 // C++ type -> DType, for templated factories and data_ptr<T>() checks.

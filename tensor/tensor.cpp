@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "autograd/grad_mode.h"
 #include "autograd/node.h"
@@ -94,6 +95,7 @@ void Tensor::set(const std::vector<int64_t>& idx, double value) const {
   MU_CHECK(device().is_cpu(), "set: element writes need a CPU tensor, this one is on ", device().str());
   check_inplace(*this, "set");
   int64_t off = element_offset(*this, idx, "set");
+  check_value_fits(value, dtype(), "set");
   char* base = static_cast<char*>(storage()->data);
   MU_DISPATCH_STORAGE(dtype(), "set",
                       [&] { reinterpret_cast<scalar_t*>(base)[off] = convert_element<scalar_t>(value); });
@@ -235,6 +237,9 @@ template <class T>
 Tensor from_vector(const std::vector<T>& data, const Shape& shape, TensorOptions opts) {
   MU_CHECK(int64_t(data.size()) == numel_of(shape), "from_vector: ", data.size(),
            " values do not fill shape ", shape_str(shape), " (", numel_of(shape), " elements)");
+  // An integer dtype takes only values it holds exactly (int64 into int64 always does).
+  if (!is_floating(opts.dtype()) && !(std::is_integral_v<T> && opts.dtype() == kInt64))
+    for (const T& v : data) check_value_fits(double(v), opts.dtype(), "from_vector");
   // Each value converted once, to the tensor's dtype: int64 values above 2^53 stay exact.
   return build_on_host(shape, opts, [&](int64_t i) { return data[size_t(i)]; });
 }

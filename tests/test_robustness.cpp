@@ -205,3 +205,27 @@ TEST_CASE("softmax, log_softmax and layer_norm stay finite and exact near the fl
   expect_result("layer_norm of tiny values", [] { return show(layer_norm(tensor({1e-30, -1e-30}), {2}, Tensor(), Tensor(), 0)); },
                 "shape=[2]; 1 -1");
 }
+
+TEST_CASE("construction refuses values an integer or bool dtype cannot hold") {
+  expect_error("full 0.5 int64", [] { return show(full({2}, 0.5, kInt64)); },
+               "fill_: value 0.5 is not an integer but the dtype is int64");
+  expect_error("full NaN int32", [] { return show(full({2}, NAN, kInt32)); }, "is not an integer");
+  expect_error("full 300 uint8", [] { return show(full({1}, 300, kUInt8)); },
+               "fill_: value 300 does not fit in uint8 (range [0, 255])");
+  expect_error("full -1 uint8", [] { return show(full({1}, -1, kUInt8)); }, "does not fit in uint8");
+  expect_error("full 2^63 int64", [] { return show(full({1}, 9223372036854775808.0, kInt64)); },
+               "does not fit in int64");
+  expect_error("full 2 bool", [] { return show(full({1}, 2, kBool)); }, "value 2 is not a bool");
+  expect_error("tensor 1.5 int64", [] { return show(tensor({1.5}, kInt64)); },
+               "from_vector: value 1.5 is not an integer but the dtype is int64");
+  expect_error("from_vector 200 int8", [] { return show(from_vector(std::vector<int64_t>{200}, {1}, kInt8)); },
+               "value 200 does not fit in int8");
+  expect_error("set 0.25 int64", [] {
+    Tensor t = zeros({2}, kInt64);
+    t.set({0}, 0.25);
+    return show(t);
+  }, "set: value 0.25 is not an integer");
+  expect_result("full -128 int8", [] { return show(full({1}, -128, kInt8)); }, "shape=[1]; -128");
+  expect_result("full 2^62 int64", [] { return std::to_string(full({1}, 4611686018427387904.0, kInt64).to_vector<int64_t>()[0]); },
+                "4611686018427387904");
+}
