@@ -64,6 +64,13 @@ std::vector<int64_t> MuMoEOptions::resolved_ranks() const {
 }
 
 void MuMoEOptions::validate() const {
+  // An enum read from a file or cast from an integer may hold a value no enumerator has.
+  MU_CHECK(int(kind_) >= int(MoEKind::CP) && int(kind_) <= int(MoEKind::Dense), "MuMoE: kind ", int(kind_),
+           " is not a MoEKind (CP, TR, TT, Tucker, Hadamard, Dense)");
+  MU_CHECK(int(gate_norm_) >= int(GateNorm::None) && int(gate_norm_) <= int(GateNorm::LayerNorm), "MuMoE: gate_norm ",
+           int(gate_norm_), " is not a GateNorm (None, BatchNorm, LayerNorm)");
+  MU_CHECK(int(activation_) >= int(GateActivation::Entmax15) && int(activation_) <= int(GateActivation::Sparsemax),
+           "MuMoE: activation ", int(activation_), " is not a GateActivation (Entmax15, Softmax, Sparsemax)");
   MU_CHECK(in_ > 0 && out_ > 0, "MuMoE: input and output features must be positive, got in=", in_, ", out=", out_);
   MU_CHECK(!experts_.empty(), "MuMoE: set the experts per level, e.g. .experts({128})");
   for (size_t e = 0; e < experts_.size(); ++e)

@@ -10,6 +10,9 @@
 
 #include "helpers.h"
 #include "isolated.h"
+#include "nn/mumoe_block.h"
+#include "optim/adamw.h"
+#include "optim/sgd.h"
 
 using namespace mu;
 
@@ -228,4 +231,31 @@ TEST_CASE("construction refuses values an integer or bool dtype cannot hold") {
   expect_result("full -128 int8", [] { return show(full({1}, -128, kInt8)); }, "shape=[1]; -128");
   expect_result("full 2^62 int64", [] { return std::to_string(full({1}, 4611686018427387904.0, kInt64).to_vector<int64_t>()[0]); },
                 "4611686018427387904");
+}
+
+TEST_CASE("options: NaN or out-of-range hyper-parameters and enums are refused at construction and in counts") {
+  expect_error("AdamW lr NaN", [] {
+    optim::AdamW opt(std::vector<Tensor>{ones({2}).requires_grad_()}, optim::AdamWOptions().lr(NAN));
+    return std::string("constructed");
+  }, "invalid learning rate nan");
+  expect_error("AdamW eps NaN", [] {
+    optim::AdamW opt(std::vector<Tensor>{ones({2}).requires_grad_()}, optim::AdamWOptions().eps(NAN));
+    return std::string("constructed");
+  }, "invalid eps nan");
+  expect_error("SGD momentum NaN", [] {
+    optim::SGD opt(std::vector<Tensor>{ones({2}).requires_grad_()}, optim::SGDOptions(0.1).momentum(NAN));
+    return std::string("constructed");
+  }, "invalid momentum nan");
+  auto bad_kind = [] { return nn::MuMoEOptions(8, 4).experts({4}).rank(2).kind(static_cast<nn::MoEKind>(17)); };
+  expect_error("MuMoE bad kind", [&] { return std::to_string(nn::MuMoE(bad_kind()).num_parameters()); },
+               "MuMoE: kind 17 is not a MoEKind");
+  expect_error("MuMoE count bad kind", [&] { return std::to_string(nn::MuMoE::count_parameters(bad_kind())); },
+               "MuMoE: kind 17 is not a MoEKind");
+  expect_error("MuMoE bad gate norm", [] {
+    return std::to_string(nn::MuMoE::count_parameters(
+        nn::MuMoEOptions(8, 4).experts({4}).rank(2).gate_norm(static_cast<nn::GateNorm>(-1))));
+  }, "MuMoE: gate_norm -1 is not a GateNorm");
+  expect_error("MuMoE NaN gate_eps", [] {
+    return std::to_string(nn::MuMoE::count_parameters(nn::MuMoEOptions(8, 4).experts({4}).rank(2).gate_eps(NAN)));
+  }, "gate_eps must be non-negative, got nan");
 }
