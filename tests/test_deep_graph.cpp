@@ -1,8 +1,8 @@
 // Graphs of any depth: a chain of 10^6 recorded ops is built, run backward and freed
 // on a thread with a 256 KiB stack, where a recursive traversal or a recursive release
-// (one nest of frames per op, tens of bytes each) would overflow at once. Releasing a
-// chain allocates nothing. Gradients are checked exactly against the closed form,
-// evaluated in the same double arithmetic.
+// (one nest of frames per op, a hundred bytes or more each) would overflow at once.
+// Releasing a chain allocates nothing. Gradients are checked exactly against the closed
+// form, evaluated in the same double arithmetic.
 #include <pthread.h>
 
 #include <atomic>
