@@ -53,12 +53,11 @@ GradcheckResult gradcheck(const GradcheckFn& fn, const TensorList& inputs, const
   Tensor y = fn(x);
   MU_CHECK(y.defined() && y.dtype() == kFloat64, "gradcheck: the function must return a float64 tensor, got ",
            y.describe());
-  // The projection vector v, fixed by the seed so failures reproduce.
-  Generator saved = default_generator();
-  manual_seed(opt.seed);
+  // The projection vector v, fixed by the seed so failures reproduce; drawn from a
+  // generator of its own, so the global stream (and any thread drawing from it) is untouched.
+  Generator projection(opt.seed);
   // Drawn on the host (the same numbers on every device), then moved to y's device.
-  Tensor v = randn(y.shape(), kFloat64).to(y.device());
-  default_generator() = saved;
+  Tensor v = randn(y.shape(), kFloat64, &projection).to(y.device());
 
   // Analytic: one backward pass of v.
   bool any = false;

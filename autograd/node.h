@@ -25,7 +25,9 @@ struct Node {
   std::vector<Shape> input_shapes;  // to check what backward returns
   uint32_t num_outputs = 1;
 
-  virtual ~Node() = default;
+  // Frees the part of the graph that only this node keeps alive without recursing, so a
+  // chain of a million ops is released in constant stack depth (autograd/node.cpp).
+  virtual ~Node();
   virtual std::string name() const = 0;
   // Gradients w.r.t. the outputs in, one gradient per input out (undefined = none).
   virtual TensorList apply(const TensorList& grad_outputs) = 0;

@@ -18,7 +18,7 @@ int64_t DataLoader::batches_per_epoch() const {
 }
 
 std::vector<Tensor> DataLoader::epoch() const {
-  Tensor order = options_.shuffle() ? randperm(size_) : arange(size_);
+  Tensor order = options_.shuffle() ? randperm(size_, kInt64, options_.generator()) : arange(size_);
   std::vector<Tensor> batches;
   const int64_t b = options_.batch_size();
   for (int64_t k = 0, n = batches_per_epoch(); k < n; ++k) {

@@ -1,5 +1,6 @@
 // DataLoader: the mini-batches of one epoch as int64 index tensors, in a fresh random
-// order each epoch (drawn from the global generator, so manual_seed makes it repeat).
+// order each epoch (drawn from the global generator, so manual_seed makes it repeat, or
+// from the Generator given in the options, a stream of the loader's own).
 //
 //   data::DataLoader loader(ds.train.size(), data::DataLoaderOptions(128).drop_last(true));
 //   for (int epoch = 0; epoch < epochs; ++epoch)
@@ -22,14 +23,20 @@ struct DataLoaderOptions {
   // Leave out the last batch when it is smaller than batch_size (keeps batch statistics,
   // as in batch-norm gating, from resting on a handful of samples).
   DataLoaderOptions& drop_last(bool d) { drop_last_ = d; return *this; }
+  // The generator the shuffles draw from (null: the global one). It must outlive the
+  // loader; with one of its own, a loader on a prefetch thread repeats its order whatever
+  // other threads draw.
+  DataLoaderOptions& generator(Generator* g) { generator_ = g; return *this; }
   int64_t batch_size() const { return batch_size_; }
   bool shuffle() const { return shuffle_; }
   bool drop_last() const { return drop_last_; }
+  Generator* generator() const { return generator_; }
 
  private:
   int64_t batch_size_;
   bool shuffle_ = true;
   bool drop_last_ = false;
+  Generator* generator_ = nullptr;
 };
 
 class DataLoader {

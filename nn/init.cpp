@@ -20,9 +20,12 @@ void check_float(const Tensor& t, const char* op) {
 template <class Draw>
 Tensor fill_from(Tensor t, const char* op, Draw draw) {
   check_float(t, op);
-  Generator& gen = default_generator();
   std::vector<double> v(size_t(t.numel()));
-  for (double& x : v) x = draw(gen);
+  {
+    // One hold of the lock for the whole tensor: another thread's draws come before or after.
+    Generator::Draws gen = default_generator().lock();
+    for (double& x : v) x = draw(gen);
+  }
   Tensor host = from_vector(v, t.shape());
   NoGradGuard no_grad;  // an initialisation is not part of any graph
   if (t.device().is_cpu()) {
@@ -103,12 +106,12 @@ std::pair<int64_t, int64_t> calculate_fan_in_and_fan_out(const Tensor& t) {
 
 Tensor uniform_(Tensor t, double a, double b) {
   MU_CHECK(a <= b, "uniform_: expects a <= b, got a = ", a, ", b = ", b);
-  return fill_from(t, "uniform_", [a, b](Generator& g) { return a + (b - a) * g.uniform(); });
+  return fill_from(t, "uniform_", [a, b](Generator::Draws& g) { return a + (b - a) * g.uniform(); });
 }
 
 Tensor normal_(Tensor t, double mean, double std) {
   MU_CHECK(std >= 0, "normal_: std must be non-negative, got ", std);
-  return fill_from(t, "normal_", [mean, std](Generator& g) { return mean + std * g.normal(); });
+  return fill_from(t, "normal_", [mean, std](Generator::Draws& g) { return mean + std * g.normal(); });
 }
 
 Tensor constant_(Tensor t, double value) {
@@ -155,7 +158,7 @@ Tensor trunc_normal_(Tensor t, double mean, double std, double a, double b) {
   // Uniform on the CDF values of the bounds, mapped back through the inverse CDF:
   // Phi^-1(p) = sqrt(2) * erfinv(2p - 1), so draw 2p - 1 directly.
   double lo = 2 * norm_cdf((a - mean) / std) - 1, hi = 2 * norm_cdf((b - mean) / std) - 1;
-  return fill_from(t, "trunc_normal_", [=](Generator& g) {
+  return fill_from(t, "trunc_normal_", [=](Generator::Draws& g) {
     double v = mean + std * std::sqrt(2.0) * erfinv(lo + (hi - lo) * g.uniform());
     // Rounding in the tails may step just outside: clamp as torch does.
     return std::min(std::max(v, a), b);

@@ -40,7 +40,7 @@ Tensor log_softmax(const Tensor& x, int64_t dim) { return softmax_impl(x, dim, t
 
 // ---------------------------------------------------------------- dropout
 
-Tensor dropout(const Tensor& x, double p, bool training) {
+Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
   MU_CHECK(p >= 0 && p <= 1, "dropout: probability has to be between 0 and 1, got ", p);
   if (!training || p == 0) return x;
   MU_CHECK(x.is_floating_point(), "dropout: needs a floating-point tensor, got ", dtype_name(x.dtype()));
@@ -48,7 +48,7 @@ Tensor dropout(const Tensor& x, double p, bool training) {
   if (p == 1) return x * 0.0;
   // Keep each element with probability 1 - p and scale the kept ones so the mean holds.
   double q = 1 - p, scale = 1 / q;
-  Tensor u = rand(x.shape(), TensorOptions(x.dtype()).device(x.device()));
+  Tensor u = rand(x.shape(), TensorOptions(x.dtype()).device(x.device()), gen);
   Tensor mask = detail::map(fn::DropoutMask{{}, q, scale}, {u});
   return x * mask;
 }

@@ -8,32 +8,57 @@
 
 namespace mu {
 
-double Generator::normal() {
-  if (has_spare_) {
-    has_spare_ = false;
-    return spare_;
+double Generator::Engine::normal() {
+  if (has_spare) {
+    has_spare = false;
+    return spare;
   }
   double u1 = uniform(), u2 = uniform();
   if (u1 < 1e-300) u1 = 1e-300;  // log(0) guard
   double r = std::sqrt(-2.0 * std::log(u1)), th = 2.0 * M_PI * u2;
-  spare_ = r * std::sin(th);
-  has_spare_ = true;
+  spare = r * std::sin(th);
+  has_spare = true;
   return r * std::cos(th);
+}
+
+Generator::Generator(const Generator& other) {
+  std::lock_guard<std::mutex> lock(other.m_);
+  e_ = other.e_;
+}
+
+Generator& Generator::operator=(const Generator& other) {
+  if (this == &other) return *this;
+  // Both locks at once, in a deadlock-free order (two threads may assign a <-> b).
+  std::scoped_lock lock(m_, other.m_);
+  e_ = other.e_;
+  return *this;
+}
+
+void Generator::manual_seed(uint64_t seed) {
+  std::lock_guard<std::mutex> lock(m_);
+  e_.reseed(seed);
+}
+
+uint64_t Generator::seed() const {
+  std::lock_guard<std::mutex> lock(m_);
+  return e_.seed;
 }
 
 std::string Generator::state() const {
   std::ostringstream os;
-  os << seed_ << ' ' << has_spare_ << ' ';
   os.precision(17);
-  os << spare_ << ' ' << engine_;
+  std::lock_guard<std::mutex> lock(m_);
+  os << e_.seed << ' ' << e_.has_spare << ' ' << e_.spare << ' ' << e_.bits;
   return os.str();
 }
 
 void Generator::set_state(const std::string& s) {
   const std::string what = "Generator::set_state: malformed generator state (" + std::to_string(s.size()) + " bytes)";
+  // Parsed into a spare generator first (no other thread sees it, so no lock), so that a
+  // malformed state leaves this one unchanged.
   std::istringstream is(s);
   Generator g;
-  is >> g.seed_ >> g.has_spare_ >> g.spare_ >> g.engine_;
+  is >> g.e_.seed >> g.e_.has_spare >> g.e_.spare >> g.e_.bits;
   MU_CHECK(!is.fail(), what, ": not \"seed has_spare spare engine\" as state() writes it");
   // The stream extractors are lenient (a leading '-' wraps an unsigned value, any run of
   // spaces separates, text may follow); only the exact text state() writes for what
@@ -41,7 +66,7 @@ void Generator::set_state(const std::string& s) {
   MU_CHECK(g.state() == s, what, ": not in the exact form state() writes (extra text, signs, leading zeros or "
            "other spacing)");
   // A pending Box-Muller value is sqrt(-2 ln u1) * sin(.) with u1 >= 1e-300: below 37.2.
-  MU_CHECK(std::isfinite(g.spare_) && std::abs(g.spare_) <= 38.0, what, ": the pending normal value ", g.spare_,
+  MU_CHECK(std::isfinite(g.e_.spare) && std::abs(g.e_.spare) <= 38.0, what, ": the pending normal value ", g.e_.spare,
            " is not one the generator can produce");
   // The engine's text is its words and then its position in them (libstdc++), which
   // never exceeds the word count.
@@ -63,7 +88,7 @@ void Generator::set_state(const std::string& s) {
     }
     MU_CHECK(!all_zero, what, ": the engine's words are all zero");
   }
-  *this = g;
+  *this = g;  // under both locks
 }
 
 Generator& default_generator() {
@@ -74,13 +99,15 @@ Generator& default_generator() {
 void manual_seed(uint64_t seed) { default_generator().manual_seed(seed); }
 
 // Draws on the host in row-major order (so results do not depend on threads), then
-// moves to the requested device.
+// moves to the requested device. The whole tensor is drawn under one hold of the
+// generator's lock, so a call made at the same time from another thread takes its values
+// from before or after this block, never from the middle of it.
 template <class Draw>
-static Tensor draw(const Shape& shape, TensorOptions opts, Draw d) {
+static Tensor draw(const Shape& shape, TensorOptions opts, Generator* gen, Draw d) {
   Tensor t = empty(shape, TensorOptions(opts.dtype()));
-  Generator& g = default_generator();
   MU_DISPATCH_NUMERIC(opts.dtype(), "random", [&] {
     scalar_t* p = t.data_ptr<scalar_t>();
+    Generator::Draws g = (gen ? *gen : default_generator()).lock();
     for (int64_t i = 0, n = t.numel(); i < n; ++i) p[i] = scalar_t(d(g));
   });
   if (!opts.device().is_cpu()) t = t.to(opts.device());
@@ -88,36 +115,38 @@ static Tensor draw(const Shape& shape, TensorOptions opts, Draw d) {
   return t;
 }
 
-Tensor rand(const Shape& shape, TensorOptions opts) {
+Tensor rand(const Shape& shape, TensorOptions opts, Generator* gen) {
   MU_CHECK(is_floating(opts.dtype()), "rand: needs a floating-point dtype, got ", dtype_name(opts.dtype()));
   if (opts.dtype() == kFloat32)  // 24 random bits, so the value is exactly representable and < 1
-    return draw(shape, opts, [](Generator& g) { return double(g.next_u64() >> 40) * 0x1.0p-24; });
-  return draw(shape, opts, [](Generator& g) { return g.uniform(); });
+    return draw(shape, opts, gen, [](Generator::Draws& g) { return double(g.next_u64() >> 40) * 0x1.0p-24; });
+  return draw(shape, opts, gen, [](Generator::Draws& g) { return g.uniform(); });
 }
 
-Tensor randn(const Shape& shape, TensorOptions opts) {
+Tensor randn(const Shape& shape, TensorOptions opts, Generator* gen) {
   MU_CHECK(is_floating(opts.dtype()), "randn: needs a floating-point dtype, got ", dtype_name(opts.dtype()));
-  return draw(shape, opts, [](Generator& g) { return g.normal(); });
+  return draw(shape, opts, gen, [](Generator::Draws& g) { return g.normal(); });
 }
 
-Tensor randint(int64_t low, int64_t high, const Shape& shape, TensorOptions opts) {
+Tensor randint(int64_t low, int64_t high, const Shape& shape, TensorOptions opts, Generator* gen) {
   MU_CHECK(high > low, "randint: empty range [", low, ", ", high, ")");
   uint64_t span = uint64_t(high - low);
   // Rejection sampling: no modulo bias even for spans that do not divide 2^64.
   uint64_t limit = UINT64_MAX - UINT64_MAX % span;
-  return draw(shape, opts, [=](Generator& g) {
+  return draw(shape, opts, gen, [=](Generator::Draws& g) {
     uint64_t v;
     do v = g.next_u64(); while (v >= limit);
     return double(low + int64_t(v % span));
   });
 }
 
-Tensor randperm(int64_t n, TensorOptions opts) {
+Tensor randperm(int64_t n, TensorOptions opts, Generator* gen) {
   MU_CHECK(n >= 0, "randperm: negative n ", n);
   std::vector<int64_t> p(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) p[size_t(i)] = i;
-  Generator& g = default_generator();
-  for (int64_t i = n - 1; i > 0; --i) std::swap(p[size_t(i)], p[size_t(g.next_u64() % uint64_t(i + 1))]);
+  {
+    Generator::Draws g = (gen ? *gen : default_generator()).lock();  // one shuffle, one hold
+    for (int64_t i = n - 1; i > 0; --i) std::swap(p[size_t(i)], p[size_t(g.next_u64() % uint64_t(i + 1))]);
+  }
   return from_vector(p, {n}, opts);
 }
 

@@ -17,6 +17,7 @@ namespace mu {
 namespace autograd {
 struct Node;
 }
+class Generator;  // tensor/random.h
 
 // Options for factories, libtorch style: zeros({2, 3}, TensorOptions().dtype(kFloat64)).
 // A DType or Device converts implicitly: zeros({2, 3}, kFloat64).
@@ -208,12 +209,15 @@ Tensor tensor(std::initializer_list<int> values, TensorOptions opts = TensorOpti
 // 2-D from nested lists: tensor({{1, 2}, {3, 4}}).
 Tensor tensor(std::initializer_list<std::initializer_list<double>> rows, TensorOptions opts = {});
 
-// ---- random (tensor/random.cpp): one generator per device, seeded by manual_seed
+// ---- random (tensor/random.cpp): drawn from `gen`, or from default_generator() (seeded
+// by manual_seed) when it is null; each call draws its whole tensor under the
+// generator's lock (thread-safe; see tensor/random.h)
 void manual_seed(uint64_t seed);
-Tensor rand(const Shape& shape, TensorOptions opts = {});   // U[0, 1)
-Tensor randn(const Shape& shape, TensorOptions opts = {});  // N(0, 1)
-Tensor randint(int64_t low, int64_t high, const Shape& shape, TensorOptions opts = TensorOptions(kInt64));
-Tensor randperm(int64_t n, TensorOptions opts = TensorOptions(kInt64));
+Tensor rand(const Shape& shape, TensorOptions opts = {}, Generator* gen = nullptr);   // U[0, 1)
+Tensor randn(const Shape& shape, TensorOptions opts = {}, Generator* gen = nullptr);  // N(0, 1)
+Tensor randint(int64_t low, int64_t high, const Shape& shape, TensorOptions opts = TensorOptions(kInt64),
+               Generator* gen = nullptr);
+Tensor randperm(int64_t n, TensorOptions opts = TensorOptions(kInt64), Generator* gen = nullptr);
 
 // ---- printing options (PyTorch's defaults)
 struct PrintOptions {
