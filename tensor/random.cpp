@@ -129,13 +129,16 @@ Tensor randn(const Shape& shape, TensorOptions opts, Generator* gen) {
 
 Tensor randint(int64_t low, int64_t high, const Shape& shape, TensorOptions opts, Generator* gen) {
   MU_CHECK(high > low, "randint: empty range [", low, ", ", high, ")");
-  uint64_t span = uint64_t(high - low);
+  // In unsigned arithmetic: high - low may exceed INT64_MAX (a signed overflow), and the
+  // modular sum below lands back in [low, high) exactly.
+  uint64_t span = uint64_t(high) - uint64_t(low);
   // Rejection sampling: no modulo bias even for spans that do not divide 2^64.
   uint64_t limit = UINT64_MAX - UINT64_MAX % span;
   return draw(shape, opts, gen, [=](Generator::Draws& g) {
     uint64_t v;
     do v = g.next_u64(); while (v >= limit);
-    return double(low + int64_t(v % span));
+    // An int64, never a double: values above 2^53 stay exact in an int64 tensor.
+    return int64_t(uint64_t(low) + v % span);
   });
 }
 

@@ -259,3 +259,23 @@ TEST_CASE("options: NaN or out-of-range hyper-parameters and enums are refused a
     return std::to_string(nn::MuMoE::count_parameters(nn::MuMoEOptions(8, 4).experts({4}).rank(2).gate_eps(NAN)));
   }, "gate_eps must be non-negative, got nan");
 }
+
+TEST_CASE("randint covers int64's whole range without overflow and keeps values exact") {
+  const int64_t kMin = std::numeric_limits<int64_t>::min(), kMax = std::numeric_limits<int64_t>::max();
+  // [2^62 + 1, 2^62 + 3): every draw is one of two odd values above 2^53, exactly.
+  expect_result("exact above 2^53", [] {
+    manual_seed(5);
+    std::vector<int64_t> v = randint((int64_t(1) << 62) + 1, (int64_t(1) << 62) + 3, {64}).to_vector<int64_t>();
+    for (int64_t x : v)
+      if (x != (int64_t(1) << 62) + 1 && x != (int64_t(1) << 62) + 2) return "drew " + std::to_string(x);
+    return std::string("ok");
+  }, "ok");
+  // The full range: high - low does not fit in int64; draws land in range on both sides.
+  expect_result("full range", [=] {
+    manual_seed(6);
+    std::vector<int64_t> v = randint(kMin, kMax, {256}).to_vector<int64_t>();
+    bool neg = false, pos = false;
+    for (int64_t x : v) neg = neg || x < 0, pos = pos || x > 0;
+    return std::string(neg && pos ? "both signs" : "one sign");
+  }, "both signs");
+}
