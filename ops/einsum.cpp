@@ -583,15 +583,17 @@ EinsumPath einsum_path(const std::string& spec, const std::vector<Shape>& shapes
   // diagonal view once.
   for (size_t k = 0; k < shapes.size(); ++k) {
     Labels unique;
-    int64_t summed = 1, n = 1;
+    // Counted in double: einsum_path takes shapes, not tensors, so an operand's element
+    // count may exceed int64.
+    double summed = 1, n = 1;
     for (size_t d = 0; d < p.raw[k].size(); ++d) {
       int l = p.raw[k][d];
       if (std::count(unique.begin(), unique.end(), l)) continue;  // a diagonal: counted once
       unique.push_back(l);
-      n *= shapes[k][d];
-      if (!std::count(p.prepared[k].begin(), p.prepared[k].end(), l)) summed *= shapes[k][d];
+      n *= double(shapes[k][d]);
+      if (!std::count(p.prepared[k].begin(), p.prepared[k].end(), l)) summed *= double(shapes[k][d]);
     }
-    if (summed > 1) path.flops += double(n);
+    if (summed > 1) path.flops += n;
   }
   Plan plan = plan_contraction(p.prepared, p.output, p.sizes, &path.exhaustive);
   path.steps = plan.steps;

@@ -11,8 +11,8 @@ int64_t numel_of(const Shape& shape, const char* op) {
   int64_t n = 1, strides = 1;
   for (int64_t s : shape) {
     MU_CHECK(s >= 0, op, ": negative dimension ", s, " in shape ", shape_str(shape));
-    n *= s;  // cannot overflow: |n| <= strides, which is checked
     strides = checked_mul(strides, s > 0 ? s : 1, op, ": shape ", shape_str(shape), " has too many elements");
+    n *= s;  // cannot overflow: n <= strides, checked just above
   }
   return n;
 }
