@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <new>
 #include <sstream>
 
+#include "tensor/checked.h"
 #include "tensor/tensor.h"
 
 namespace mu {
@@ -144,7 +146,16 @@ Tensor randint(int64_t low, int64_t high, const Shape& shape, TensorOptions opts
 
 Tensor randperm(int64_t n, TensorOptions opts, Generator* gen) {
   MU_CHECK(n >= 0, "randperm: negative n ", n);
-  std::vector<int64_t> p(static_cast<size_t>(n));
+  // The host buffer is checked like a tensor's bytes, so a huge n is a mu::Error here,
+  // not a std::length_error or bad_alloc from the vector.
+  MU_CHECK(n <= kMaxAllocationBytes / int64_t(sizeof(int64_t)), "randperm: n = ", n, " needs more than ",
+           kMaxAllocationBytes, " bytes");
+  std::vector<int64_t> p;
+  try {
+    p.resize(static_cast<size_t>(n));
+  } catch (const std::bad_alloc&) {
+    MU_FAIL("randperm: out of host memory for n = ", n);
+  }
   for (int64_t i = 0; i < n; ++i) p[size_t(i)] = i;
   {
     Generator::Draws g = (gen ? *gen : default_generator()).lock();  // one shuffle, one hold

@@ -110,3 +110,8 @@ TEST_CASE("the loader's batch count near int64's end, and int64 values exact abo
   Tensor t = from_vector(std::vector<int64_t>{odd, -odd, kMax}, {3});
   CHECK(t.to_vector<int64_t>() == std::vector<int64_t>{odd, -odd, kMax});
 }
+
+TEST_CASE("randperm of a size no buffer can hold is a mu::Error, not a std:: exception") {
+  CHECK_THROWS_MU(randperm(int64_t(1) << 62), "randperm: n = 4611686018427387904 needs more than 281474976710656 bytes");
+  CHECK_THROWS_MU(randperm(-3), "randperm: negative n -3");
+}
