@@ -93,6 +93,12 @@ inline void check_close_or_nan(const mu::Tensor& got, const mu::Shape& shape, co
   check_elements_close(got, want, tol, /*nan_matches=*/true);
 }
 
+// Random float64 inputs for gradchecks, seeded so a failure reproduces.
+inline mu::Tensor rnd(const mu::Shape& s, uint64_t seed) {
+  mu::manual_seed(seed);
+  return mu::randn(s, mu::kFloat64);
+}
+
 // The devices every op test runs on: the CPU always, and the first CUDA device when one
 // is present. Without one, the first call prints why CUDA cases are skipped. A test body
 // runs the op on each device and compares the CUDA result with the CPU one.

@@ -72,4 +72,27 @@ inline void run_torch_script(const std::string& script, const std::filesystem::p
                                "scripts/setup.sh installs it");
 }
 
+// One case of a layer manifest (tests/parity/layer_manifest.py): its line, the input
+// files it names, and our values to compare with the Python side's afterwards.
+struct CaseWriter {
+  std::filesystem::path dir;
+  std::ofstream& manifest;
+  std::string name;
+  std::vector<std::pair<std::string, mu::Tensor>>& expected;  // (file stem, our value)
+
+  void begin(const std::string& kind, const std::string& args) {
+    manifest << name << ' ' << kind << ' ' << args << " |";
+  }
+  void input(const std::string& role, const mu::Tensor& t) {
+    std::string file = name + "." + role + ".bin";
+    write_raw(dir / file, t.cpu());
+    manifest << ' ' << role << '=' << file << ':' << shape_arg(t);
+  }
+  void expect(const std::string& what, const mu::Tensor& ours) {
+    REQUIRE(ours.defined());
+    expected.emplace_back(name + "." + what, ours.detach().cpu().clone());
+  }
+  void end() { manifest << '\n'; }
+};
+
 }  // namespace parity

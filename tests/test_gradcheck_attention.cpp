@@ -8,11 +8,6 @@ using autograd::TensorList;
 
 namespace {
 
-Tensor rnd(const Shape& s, uint64_t seed) {
-  manual_seed(seed);
-  return randn(s, kFloat64);
-}
-
 void check_grad(const autograd::GradcheckFn& fn, const TensorList& inputs) {
   auto r = autograd::gradcheck(fn, inputs);
   CHECK_MESSAGE(r.ok, r.message);

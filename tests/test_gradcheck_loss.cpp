@@ -9,11 +9,6 @@ using autograd::TensorList;
 
 namespace {
 
-Tensor rnd(const Shape& s, uint64_t seed) {
-  manual_seed(seed);
-  return randn(s, kFloat64);
-}
-
 // gradcheck of fn on `inputs` moved to dev.
 void check_grad(Device dev, const autograd::GradcheckFn& fn, const TensorList& inputs) {
   TensorList moved;

@@ -9,12 +9,6 @@ using autograd::TensorList;
 
 namespace {
 
-// Random float64 inputs; seeded so a failure reproduces.
-Tensor rnd(const Shape& s, uint64_t seed) {
-  manual_seed(seed);
-  return randn(s, kFloat64);
-}
-
 // An int64 index tensor of shape s holding v, on dev.
 Tensor idx(const std::vector<int64_t>& v, const Shape& s, Device dev) { return on(from_vector(v, s), dev); }
 

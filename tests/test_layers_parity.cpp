@@ -12,27 +12,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// One case's line of the manifest, the files it names, and what to compare afterwards.
-struct CaseWriter {
-  fs::path dir;
-  std::ofstream& manifest;
-  std::string name;
-  // (what the Python side calls it, our value) pairs, compared after the run.
-  std::vector<std::pair<std::string, Tensor>>& expected;
-
-  void begin(const std::string& kind, const std::string& args) { manifest << name << ' ' << kind << ' ' << args << " |"; }
-  void input(const std::string& role, const Tensor& t) {
-    std::string file = name + "." + role + ".bin";
-    write_raw(dir / file, t);
-    manifest << ' ' << role << '=' << file << ':' << shape_arg(t);
-  }
-  void expect(const std::string& what, const Tensor& ours) {
-    REQUIRE(ours.defined());
-    expected.emplace_back(name + "." + what, ours.detach().clone());
-  }
-  void end() { manifest << '\n'; }
-};
-
 // Sets a parameter to the given values (outside any graph).
 void assign(Tensor p, const Tensor& v) {
   NoGradGuard g;

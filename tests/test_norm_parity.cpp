@@ -11,28 +11,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// One case's line of the manifest, the files it names, and what to compare afterwards.
-struct CaseWriter {
-  fs::path dir;
-  std::ofstream& manifest;
-  std::string name;
-  std::vector<std::pair<std::string, Tensor>>& expected;  // (file stem, our value)
-
-  void begin(const std::string& kind, const std::string& args) {
-    manifest << name << ' ' << kind << ' ' << args << " |";
-  }
-  void input(const std::string& role, const Tensor& t) {
-    std::string file = name + "." + role + ".bin";
-    write_raw(dir / file, t.cpu());
-    manifest << ' ' << role << '=' << file << ':' << shape_arg(t);
-  }
-  void expect(const std::string& what, const Tensor& ours) {
-    REQUIRE(ours.defined());
-    expected.emplace_back(name + "." + what, ours.detach().cpu().clone());
-  }
-  void end() { manifest << '\n'; }
-};
-
 Tensor leaf_on(const Tensor& t, Device dev) { return t.detach().to(dev).requires_grad_(); }
 
 void layer_norm_case(CaseWriter c, Device dev, const Shape& x_shape, const Shape& ns, bool weight, bool bias,

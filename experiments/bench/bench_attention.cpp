@@ -26,18 +26,10 @@ struct Workload {
 };
 
 int main(int argc, char** argv) {
-  int reps = 20, warmup = 3;
-  std::string workloads = "attention-b8-h4-t128,attention-b1-h12-t1024";
-  for (int i = 1; i + 1 < argc; i += 2) {
-    std::string k = argv[i];
-    if (k == "--reps") reps = std::atoi(argv[i + 1]);
-    else if (k == "--warmup") warmup = std::atoi(argv[i + 1]);
-    else if (k == "--workload") workloads = argv[i + 1];
-    else {
-      std::fprintf(stderr, "bench_attention: unknown option %s (options: --workload, --reps, --warmup)\n", argv[i]);
-      return 2;
-    }
-  }
+  bench::Options opt("bench_attention", 20, 3, {{"workload", "attention-b8-h4-t128,attention-b1-h12-t1024"}});
+  opt.parse(argc, argv);
+  const int reps = opt.reps, warmup = opt.warmup;
+  const std::string workloads = opt.str("workload");
   const Workload known[] = {{"attention-b8-h4-t128", 8, 4, 128, 64}, {"attention-b1-h12-t1024", 1, 12, 1024, 64}};
   std::stringstream list(workloads);
   std::string name;

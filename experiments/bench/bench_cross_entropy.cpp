@@ -23,19 +23,10 @@
 using namespace mu;
 
 int main(int argc, char** argv) {
-  int reps = 20, warmup = 3;
-  int64_t N = 1024, C = 50257;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    std::string k = argv[i];
-    if (k == "--reps") reps = std::atoi(argv[i + 1]);
-    else if (k == "--warmup") warmup = std::atoi(argv[i + 1]);
-    else if (k == "--n") N = std::atoll(argv[i + 1]);
-    else if (k == "--c") C = std::atoll(argv[i + 1]);
-    else {
-      std::fprintf(stderr, "bench_cross_entropy: unknown option %s (options: --reps, --warmup, --n, --c)\n", argv[i]);
-      return 2;
-    }
-  }
+  bench::Options opt("bench_cross_entropy", 20, 3, {{"n", "1024"}, {"c", "50257"}});
+  opt.parse(argc, argv);
+  const int reps = opt.reps, warmup = opt.warmup;
+  const int64_t N = opt.integer("n"), C = opt.integer("c");
   manual_seed(0);
   Tensor x = randn({N, C}).requires_grad_();
   Tensor t = randint(0, C, {N});

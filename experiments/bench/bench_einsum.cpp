@@ -17,20 +17,10 @@
 using namespace mu;
 
 int main(int argc, char** argv) {
-  int reps = 20, warmup = 3;
-  int64_t T = 2048, R = 512, O = 768;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    std::string k = argv[i];
-    if (k == "--reps") reps = std::atoi(argv[i + 1]);
-    else if (k == "--warmup") warmup = std::atoi(argv[i + 1]);
-    else if (k == "--tokens") T = std::atoll(argv[i + 1]);
-    else if (k == "--rank") R = std::atoll(argv[i + 1]);
-    else if (k == "--out") O = std::atoll(argv[i + 1]);
-    else {
-      std::fprintf(stderr, "bench_einsum: unknown option %s\n", argv[i]);
-      return 2;
-    }
-  }
+  bench::Options opt("bench_einsum", 20, 3, {{"tokens", "2048"}, {"rank", "512"}, {"out", "768"}});
+  opt.parse(argc, argv);
+  const int reps = opt.reps, warmup = opt.warmup;
+  const int64_t T = opt.integer("tokens"), R = opt.integer("rank"), O = opt.integer("out");
   manual_seed(0);
   Tensor f1 = randn({1, T, R}).requires_grad_(), f2 = randn({1, T, R}).requires_grad_();
   Tensor w = randn({O, R}).requires_grad_();

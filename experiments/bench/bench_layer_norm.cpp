@@ -35,18 +35,10 @@ Tensor composed_layer_norm(const Tensor& x, const Tensor& w, const Tensor& b, do
 }  // namespace
 
 int main(int argc, char** argv) {
-  int reps = 50, warmup = 10;
-  std::string impls = "fused,composed";
-  for (int i = 1; i + 1 < argc; i += 2) {
-    std::string k = argv[i];
-    if (k == "--reps") reps = std::atoi(argv[i + 1]);
-    else if (k == "--warmup") warmup = std::atoi(argv[i + 1]);
-    else if (k == "--impl") impls = argv[i + 1];
-    else {
-      std::fprintf(stderr, "bench_layer_norm: unknown option %s (options: --reps, --warmup, --impl)\n", argv[i]);
-      return 2;
-    }
-  }
+  bench::Options opt("bench_layer_norm", 50, 10, {{"impl", "fused,composed"}});
+  opt.parse(argc, argv);
+  const int reps = opt.reps, warmup = opt.warmup;
+  const std::string impls = opt.str("impl");
   const int64_t rows = 1024, n = 768;
   const double bytes = 5.0 * double(rows * n) * sizeof(float);
   manual_seed(0);

@@ -20,18 +20,10 @@
 using namespace mu;
 
 int main(int argc, char** argv) {
-  int reps = 10, warmup = 3;
-  std::string workloads = "cpmumoe-layer,trmumoe-layer";
-  for (int i = 1; i + 1 < argc; i += 2) {
-    std::string k = argv[i];
-    if (k == "--reps") reps = std::atoi(argv[i + 1]);
-    else if (k == "--warmup") warmup = std::atoi(argv[i + 1]);
-    else if (k == "--workload") workloads = argv[i + 1];
-    else {
-      std::fprintf(stderr, "bench_mumoe_layers: unknown option %s (options: --workload, --reps, --warmup)\n", argv[i]);
-      return 2;
-    }
-  }
+  bench::Options opt("bench_mumoe_layers", 10, 3, {{"workload", "cpmumoe-layer,trmumoe-layer"}});
+  opt.parse(argc, argv);
+  const int reps = opt.reps, warmup = opt.warmup;
+  const std::string workloads = opt.str("workload");
   const int64_t tokens = 2048, in = 768, out = 768, n = 256;
   std::stringstream list(workloads);
   std::string name;

@@ -20,22 +20,10 @@
 
 
 int main(int argc, char** argv) {
-  int reps = 20, warmup = 3;
-  int64_t n = 1024;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    std::string k = argv[i];
-    if (k == "--reps") reps = std::atoi(argv[i + 1]);
-    else if (k == "--warmup") warmup = std::atoi(argv[i + 1]);
-    else if (k == "--n") n = std::atoll(argv[i + 1]);
-    else {
-      std::fprintf(stderr, "bench_sgemm: unknown option %s (options: --reps, --warmup, --n)\n", argv[i]);
-      return 2;
-    }
-  }
-  if (reps < 1 || n < 1) {
-    std::fprintf(stderr, "bench_sgemm: --reps and --n must be positive\n");
-    return 2;
-  }
+  mu::bench::Options opt("bench_sgemm", 20, 3, {{"n", "1024"}});
+  opt.parse(argc, argv);
+  const int reps = opt.reps, warmup = opt.warmup;
+  const int64_t n = opt.integer("n");
 
   mu::manual_seed(0);
   mu::Tensor a = mu::randn({n, n}), b = mu::randn({n, n});

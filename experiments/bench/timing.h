@@ -1,11 +1,60 @@
-// Timing for the benchmark programs: warm-up, repeated runs, and the median, minimum
-// and maximum in milliseconds (the statistics torch_reference.py reports).
+// What every benchmark program shares: its command line (--reps, --warmup and its own
+// options) and the timing of a step: warm-up, repeated runs, and the median, minimum and
+// maximum in milliseconds (the statistics torch_reference.py reports).
 #pragma once
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <string>
+#include <utility>
 #include <vector>
 
 namespace mu::bench {
+
+// "--name value" pairs. --reps and --warmup always; the program's own options are
+// declared with their defaults. An unknown option, a missing value or a count that is not
+// a positive integer ends the program with a usage line (exit status 2).
+class Options {
+ public:
+  Options(const char* program, int reps, int warmup, std::vector<std::pair<std::string, std::string>> own = {})
+      : program_(program), own_(own.begin(), own.end()), reps(reps), warmup(warmup) {}
+
+  void parse(int argc, char** argv) {
+    for (int i = 1; i < argc; i += 2) {
+      std::string k = argv[i];
+      if (k.rfind("--", 0) != 0 || i + 1 >= argc) usage(("bad or incomplete option " + k).c_str());
+      std::string name = k.substr(2), value = argv[i + 1];
+      if (name == "reps") reps = int(count(name, value));
+      else if (name == "warmup") warmup = int(count(name, value, true));
+      else if (own_.count(name)) own_[name] = value;
+      else usage(("unknown option " + k).c_str());
+    }
+  }
+  const std::string& str(const std::string& name) const { return own_.at(name); }
+  int64_t integer(const std::string& name) const { return count(name, own_.at(name)); }
+
+ private:
+  const char* program_;
+  std::map<std::string, std::string> own_;
+
+  int64_t count(const std::string& name, const std::string& value, bool zero_ok = false) const {
+    char* end = nullptr;
+    long long v = std::strtoll(value.c_str(), &end, 10);
+    if (value.empty() || *end != 0 || v < (zero_ok ? 0 : 1)) usage(("--" + name + " " + value + " is not a count").c_str());
+    return v;
+  }
+  [[noreturn]] void usage(const char* why) const {
+    std::string opts = "--reps N --warmup N";
+    for (const auto& [k, v] : own_) opts += " --" + k + " " + v;
+    std::fprintf(stderr, "%s: %s (options: %s)\n", program_, why, opts.c_str());
+    std::exit(2);
+  }
+
+ public:
+  int reps, warmup;
+};
 
 struct Timing {
   double median_ms = 0, min_ms = 0, max_ms = 0;

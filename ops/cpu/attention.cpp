@@ -37,41 +37,11 @@
 #include <vector>
 
 #include "ops/cpu/loops.h"
+#include "ops/cpu/simd.h"
 #include "ops/kernels/attention.h"
 
 namespace mu::cpu {
 namespace {
-
-// ---------------------------------------------------------------- vectors
-
-// The widest vector the target has; AVX-512 also has 32 registers instead of 16.
-#if defined(__AVX512F__)
-constexpr int kVecBytes = 64;
-constexpr int kVecRegs = 32;
-#elif defined(__AVX__)
-constexpr int kVecBytes = 32;
-constexpr int kVecRegs = 16;
-#else
-constexpr int kVecBytes = 16;
-constexpr int kVecRegs = 16;
-#endif
-
-template <class T>
-struct Vec {
-  typedef T type __attribute__((vector_size(kVecBytes)));
-  static constexpr int width = kVecBytes / int(sizeof(T));
-};
-
-template <class T>
-inline typename Vec<T>::type load(const T* p) {
-  typename Vec<T>::type v;
-  std::memcpy(&v, p, sizeof(v));  // any alignment
-  return v;
-}
-template <class T>
-inline void store(T* p, typename Vec<T>::type v) {
-  std::memcpy(p, &v, sizeof(v));
-}
 
 // ---------------------------------------------------------------- tile products
 

@@ -22,6 +22,7 @@
 #include <string>
 #include <utility>
 
+#include "ops/cpu/simd.h"
 #include "tensor/error.h"
 
 #ifdef MUMOE_OPENBLAS
@@ -32,26 +33,6 @@ namespace mu::cpu {
 namespace {
 
 // ---------------------------------------------------------------- tile geometry
-
-// The widest vector the target has. AVX-512 also doubles the register file (32 zmm
-// instead of 16 ymm), which is what lets the tile grow from 6 to 12 rows.
-#if defined(__AVX512F__)
-constexpr int kVecBytes = 64;
-constexpr int kVecRegs = 32;
-#elif defined(__AVX__)
-constexpr int kVecBytes = 32;
-constexpr int kVecRegs = 16;
-#else
-constexpr int kVecBytes = 16;
-constexpr int kVecRegs = 16;
-#endif
-
-// A GCC vector of T as wide as the target's vector registers (v16f / v8d on AVX-512).
-template <class T>
-struct Vec {
-  typedef T type __attribute__((vector_size(kVecBytes)));
-  static constexpr int width = kVecBytes / int(sizeof(T));
-};
 
 // All lanes = x, as a vector initialiser with one x per lane (one broadcast instruction;
 // the shorter `V{} + x` costs an extra add, since 0.0 + -0.0 is not -0.0).

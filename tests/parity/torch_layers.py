@@ -16,18 +16,9 @@ All outputs are <dir>/NAME.<what>.bin, float32.
 """
 import sys
 
-import numpy as np
 import torch
 
-
-def load(d, spec, grad=False):
-    name, shape = spec.split(':')
-    arr = np.fromfile(f'{d}/{name}', dtype=np.float32).reshape([int(s) for s in shape.split('x')])
-    return torch.from_numpy(arr.copy()).requires_grad_(grad)
-
-
-def save(d, name, what, t):
-    t.detach().numpy().astype(np.float32).tofile(f'{d}/{name}.{what}.bin')
+from layer_manifest import load, run_manifest, save
 
 
 def layer_norm(d, name, args, files):
@@ -80,12 +71,7 @@ KINDS = {'layer_norm': layer_norm, 'batch_norm': batch_norm}
 
 
 def main(d):
-    for line in open(f'{d}/manifest.txt'):
-        head, tail = line.strip().split(' | ')
-        name, kind, *args = head.split()
-        args = dict(a.split('=', 1) for a in args)
-        files = dict(f.split('=', 1) for f in tail.split())
-        KINDS[kind](d, name, args, files)
+    run_manifest(d, KINDS)
 
 
 if __name__ == '__main__':
