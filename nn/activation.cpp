@@ -20,7 +20,7 @@ Dropout::Dropout(const DropoutOptions& options) : UnaryModule("Dropout"), option
   MU_CHECK(options.p() >= 0 && options.p() <= 1, "Dropout: probability has to be between 0 and 1, got ", options.p());
 }
 
-Tensor Dropout::forward(const Tensor& x) { return dropout(x, options_.p(), is_training()); }
+Tensor Dropout::forward(const Tensor& x) { return dropout(x, options_.p(), is_training(), options_.generator()); }
 
 std::string Dropout::extra_repr() const { return detail::str("p=", options_.p()); }
 

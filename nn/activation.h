@@ -3,6 +3,7 @@
 #include <string>
 
 #include "nn/module.h"
+#include "tensor/random.h"
 
 namespace mu::nn {
 
@@ -35,10 +36,16 @@ class GELU : public UnaryModule {
 struct DropoutOptions {
   DropoutOptions(double p = 0.5) : p_(p) {}  // NOLINT: implicit, so Dropout(0.1) reads naturally
   DropoutOptions& p(double v) { p_ = v; return *this; }
+  // The generator the masks are drawn from (null: the global one, seeded by manual_seed).
+  // A data-prefetch thread or a second model can own its stream; the module does not
+  // own the generator, which must outlive it.
+  DropoutOptions& generator(Generator* g) { generator_ = g; return *this; }
   double p() const { return p_; }
+  Generator* generator() const { return generator_; }
 
  private:
   double p_;
+  Generator* generator_ = nullptr;
 };
 
 // Zeroes each element with probability p and scales the rest by 1/(1-p) in training mode;

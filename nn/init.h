@@ -1,6 +1,7 @@
 // Parameter initialisation, as torch.nn.init: each function overwrites `t` in place
-// (under NoGradGuard, so it works on parameters that require grad), draws from the
-// global generator (seeded by manual_seed) in row-major order, and returns `t`.
+// (under NoGradGuard, so it works on parameters that require grad), draws in row-major
+// order from `gen` (the global generator, seeded by manual_seed, when null), and returns
+// `t`. Bounds, means, deviations and gains must be finite; enums must name an enumerator.
 //
 //   nn::init::kaiming_uniform_(fc->weight, std::sqrt(5.0));
 //   nn::init::trunc_normal_(pos_emb, 0.0, 0.02);
@@ -9,6 +10,7 @@
 #include <string>
 #include <utility>
 
+#include "tensor/random.h"
 #include "tensor/tensor.h"
 
 namespace mu::nn::init {
@@ -28,23 +30,24 @@ double calculate_gain(Nonlinearity nonlinearity, double param = 0.01);
 // product of the remaining (receptive-field) dims.
 std::pair<int64_t, int64_t> calculate_fan_in_and_fan_out(const Tensor& t);
 
-Tensor uniform_(Tensor t, double a = 0.0, double b = 1.0);
-Tensor normal_(Tensor t, double mean = 0.0, double std = 1.0);
+Tensor uniform_(Tensor t, double a = 0.0, double b = 1.0, Generator* gen = nullptr);
+Tensor normal_(Tensor t, double mean = 0.0, double std = 1.0, Generator* gen = nullptr);
 Tensor constant_(Tensor t, double value);
 Tensor zeros_(Tensor t);
 Tensor ones_(Tensor t);
 
 // U(-bound, bound), bound = gain * sqrt(3 / fan); `a` is the leaky_relu slope.
 Tensor kaiming_uniform_(Tensor t, double a = 0.0, FanMode mode = FanMode::FanIn,
-                        Nonlinearity nonlinearity = Nonlinearity::LeakyReLU);
+                        Nonlinearity nonlinearity = Nonlinearity::LeakyReLU, Generator* gen = nullptr);
 // N(0, std^2), std = gain / sqrt(fan).
 Tensor kaiming_normal_(Tensor t, double a = 0.0, FanMode mode = FanMode::FanIn,
-                       Nonlinearity nonlinearity = Nonlinearity::LeakyReLU);
+                       Nonlinearity nonlinearity = Nonlinearity::LeakyReLU, Generator* gen = nullptr);
 // U(-bound, bound), bound = gain * sqrt(6 / (fan_in + fan_out)).
-Tensor xavier_uniform_(Tensor t, double gain = 1.0);
+Tensor xavier_uniform_(Tensor t, double gain = 1.0, Generator* gen = nullptr);
 // N(0, std^2), std = gain * sqrt(2 / (fan_in + fan_out)).
-Tensor xavier_normal_(Tensor t, double gain = 1.0);
+Tensor xavier_normal_(Tensor t, double gain = 1.0, Generator* gen = nullptr);
 // N(mean, std^2) conditioned on [a, b], by inverse-CDF sampling as torch does.
-Tensor trunc_normal_(Tensor t, double mean = 0.0, double std = 1.0, double a = -2.0, double b = 2.0);
+Tensor trunc_normal_(Tensor t, double mean = 0.0, double std = 1.0, double a = -2.0, double b = 2.0,
+                     Generator* gen = nullptr);
 
 }  // namespace mu::nn::init

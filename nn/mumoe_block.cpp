@@ -3,6 +3,7 @@
 #include "nn/entmax.h"
 #include "ops/ops.h"
 #include "tensor/checked.h"
+#include "tensor/option_checks.h"
 
 namespace mu::nn {
 
@@ -65,12 +66,10 @@ std::vector<int64_t> MuMoEOptions::resolved_ranks() const {
 
 void MuMoEOptions::validate() const {
   // An enum read from a file or cast from an integer may hold a value no enumerator has.
-  MU_CHECK(int(kind_) >= int(MoEKind::CP) && int(kind_) <= int(MoEKind::Dense), "MuMoE: kind ", int(kind_),
-           " is not a MoEKind (CP, TR, TT, Tucker, Hadamard, Dense)");
-  MU_CHECK(int(gate_norm_) >= int(GateNorm::None) && int(gate_norm_) <= int(GateNorm::LayerNorm), "MuMoE: gate_norm ",
-           int(gate_norm_), " is not a GateNorm (None, BatchNorm, LayerNorm)");
-  MU_CHECK(int(activation_) >= int(GateActivation::Entmax15) && int(activation_) <= int(GateActivation::Sparsemax),
-           "MuMoE: activation ", int(activation_), " is not a GateActivation (Entmax15, Softmax, Sparsemax)");
+  check_enum("MuMoE", "kind", kind_, MoEKind::Dense, "MoEKind", "CP, TR, TT, Tucker, Hadamard, Dense");
+  check_enum("MuMoE", "gate_norm", gate_norm_, GateNorm::LayerNorm, "GateNorm", "None, BatchNorm, LayerNorm");
+  check_enum("MuMoE", "activation", activation_, GateActivation::Sparsemax, "GateActivation",
+             "Entmax15, Softmax, Sparsemax");
   MU_CHECK(in_ > 0 && out_ > 0, "MuMoE: input and output features must be positive, got in=", in_, ", out=", out_);
   MU_CHECK(!experts_.empty(), "MuMoE: set the experts per level, e.g. .experts({128})");
   for (size_t e = 0; e < experts_.size(); ++e)
@@ -78,7 +77,9 @@ void MuMoEOptions::validate() const {
   MU_CHECK(hidden_ >= 0, "MuMoE: hidden must be 0 (one layer) or positive, got ", hidden_);
   MU_CHECK(gelu_approximate_ == "none" || gelu_approximate_ == "tanh",
            "MuMoE: gelu_approximate must be \"none\" or \"tanh\", got \"", gelu_approximate_, "\"");
-  MU_CHECK(gate_eps_ >= 0, "MuMoE: gate_eps must be non-negative, got ", gate_eps_);
+  MU_CHECK(gate_eps_ >= 0 && std::isfinite(gate_eps_), "MuMoE: gate_eps must be a finite non-negative number, got ",
+           gate_eps_);
+  if (gate_momentum_) check_unit_interval("MuMoE", "gate_momentum", *gate_momentum_);
   const int64_t E = int64_t(experts_.size());
   switch (kind_) {
     case MoEKind::CP:

@@ -3,6 +3,7 @@
 #include "autograd/grad_mode.h"
 #include "nn/init.h"
 #include "ops/ops.h"
+#include "tensor/option_checks.h"
 
 namespace mu::nn {
 
@@ -12,7 +13,7 @@ LayerNorm::LayerNorm(const LayerNormOptions& options) : UnaryModule("LayerNorm")
   MU_CHECK(!options.normalized_shape().empty(), "LayerNorm: normalized_shape must name at least one dim");
   for (int64_t s : options.normalized_shape())
     MU_CHECK(s > 0, "LayerNorm: normalized_shape must be positive, got ", shape_str(options.normalized_shape()));
-  MU_CHECK(options.eps() >= 0, "LayerNorm: eps must be non-negative, got ", options.eps());
+  check_eps("LayerNorm", options.eps());
   if (options.elementwise_affine()) {
     weight = register_parameter("weight", empty(options.normalized_shape()));
     bias = register_parameter("bias", empty(options.normalized_shape()));
@@ -45,10 +46,8 @@ std::string LayerNorm::extra_repr() const {
 BatchNorm1d::BatchNorm1d(const BatchNormOptions& options) : UnaryModule("BatchNorm1d"), options_(options) {
   const int64_t c = options.num_features();
   MU_CHECK(c > 0, "BatchNorm1d: num_features must be positive, got ", c);
-  MU_CHECK(options.eps() >= 0, "BatchNorm1d: eps must be non-negative, got ", options.eps());
-  if (options.momentum())
-    MU_CHECK(*options.momentum() >= 0 && *options.momentum() <= 1, "BatchNorm1d: momentum must lie in [0, 1], got ",
-             *options.momentum());
+  check_eps("BatchNorm1d", options.eps());
+  if (options.momentum()) check_unit_interval("BatchNorm1d", "momentum", *options.momentum());
   if (options.affine()) {
     weight = register_parameter("weight", empty({c}));
     bias = register_parameter("bias", empty({c}));

@@ -28,6 +28,7 @@ Tensor Tensor::clone() const {
 }
 
 Tensor Tensor::to(DType t) const {
+  check_dtype(t, "to");
   if (t == dtype()) return *this;
   Tensor out = dense_copy(*this, t);
   if (!is_floating(t)) return out;  // integer results carry no gradient

@@ -11,6 +11,7 @@
 #include "autograd/node.h"
 #include "ops/kernels/loss.h"
 #include "ops/ops.h"
+#include "tensor/option_checks.h"
 
 namespace mu {
 
@@ -97,6 +98,11 @@ void refuse_weight_grad(const char* op, const Tensor& weight) {
            ": weight requires grad, but its gradient is not implemented (as in PyTorch); pass weight.detach()");
 }
 
+// Every loss checks its reduction on entry, before reading any operand.
+void check_reduction(const char* op, Reduction r) {
+  check_enum(op, "reduction", r, Reduction::Sum, "Reduction", "None, Mean, Sum");
+}
+
 Tensor reduce(const Tensor& per, Reduction r, double mean_denominator) {
   switch (r) {
     case Reduction::None: return per;
@@ -167,6 +173,7 @@ Tensor cross_entropy_probabilities(const Tensor& logits, const Tensor& target, c
 }  // namespace
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntropyOptions& options) {
+  check_reduction("cross_entropy", options.reduction());
   double s = options.label_smoothing();
   MU_CHECK(s >= 0 && s <= 1, "cross_entropy: label_smoothing must be between 0.0 and 1.0, got ", s);
   // As PyTorch: a target of the logits' own shape holds probabilities, any other indices.
@@ -185,6 +192,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduc
 Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const Tensor& weight, Reduction reduction,
                 int64_t ignore_index) {
   const char* op = "nll_loss";
+  check_reduction(op, reduction);
   refuse_weight_grad(op, weight);
   ClassTargets ct = check_class_targets(op, log_probs, target, weight, ignore_index);
   int64_t cdim = log_probs.dim() == 1 ? 0 : 1;
@@ -211,6 +219,7 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const Tensor& wei
 // ---------------------------------------------------------------- mse_loss
 
 Tensor mse_loss(const Tensor& a, const Tensor& b, Reduction reduction) {
+  check_reduction("mse_loss", reduction);
   MU_CHECK(a.shape() == b.shape(), "mse_loss: input of shape ", shape_str(a.shape()), " and target of shape ",
            shape_str(b.shape()), " differ (reshape one of them; broadcasting here is almost always a bug)");
   MU_CHECK(a.is_floating_point(), "mse_loss: input must be floating point, got ", dtype_name(a.dtype()));
@@ -227,6 +236,7 @@ Tensor mse_loss(const Tensor& a, const Tensor& b, Reduction reduction) {
 Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& target, const Tensor& weight,
                                         const Tensor& pos_weight, Reduction reduction) {
   const char* op = "binary_cross_entropy_with_logits";
+  check_reduction(op, reduction);
   MU_CHECK(target.shape() == logits.shape(), op, ": target of shape ", shape_str(target.shape()),
            " must have the shape of the input, ", shape_str(logits.shape()));
   MU_CHECK(logits.is_floating_point(), op, ": input must be floating point, got ", dtype_name(logits.dtype()));

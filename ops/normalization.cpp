@@ -9,6 +9,7 @@
 #include "autograd/node.h"
 #include "ops/kernels/norm.h"
 #include "ops/pointwise.h"
+#include "tensor/option_checks.h"
 
 namespace mu {
 
@@ -38,6 +39,7 @@ static bool wants_grad(const Tensor& t) { return t.defined() && t.requires_grad(
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight, const Tensor& bias,
                   double eps) {
   const char* op = "layer_norm";
+  check_eps(op, eps);
   MU_CHECK(x.defined(), op, ": the input is an undefined tensor");
   MU_CHECK(x.is_floating_point(), op, ": needs a floating-point input, got ", dtype_name(x.dtype()));
   const int64_t k = int64_t(normalized_shape.size());
@@ -78,6 +80,9 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
 Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
                   const Tensor& bias, bool training, double momentum, double eps, ChannelLayout layout) {
   const char* op = "batch_norm";
+  check_enum(op, "layout", layout, ChannelLayout::Last, "ChannelLayout", "First, Last");
+  check_unit_interval(op, "momentum", momentum);
+  check_eps(op, eps);
   const bool last = layout == ChannelLayout::Last;
   MU_CHECK(x.defined(), op, ": the input is an undefined tensor");
   MU_CHECK(x.is_floating_point(), op, ": needs a floating-point input, got ", dtype_name(x.dtype()));

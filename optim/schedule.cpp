@@ -8,7 +8,8 @@ namespace mu::optim {
 
 LRSchedule::LRSchedule(double base_lr, std::function<double(int64_t)> fn) : base_lr_(base_lr), fn_(std::move(fn)) {
   // The base divides group lrs in apply_lr, so it must be positive (negated test refuses NaN).
-  MU_CHECK(base_lr > 0.0, "LRSchedule: base learning rate must be > 0, got ", base_lr);
+  MU_CHECK(base_lr > 0.0 && std::isfinite(base_lr), "LRSchedule: base learning rate must be a finite number > 0, got ",
+           base_lr);
   MU_CHECK(fn_ != nullptr, "LRSchedule: no schedule function given");
 }
 
@@ -23,7 +24,7 @@ LRSchedule constant_lr(double lr) {
 
 LRSchedule step_lr(double lr, int64_t step_size, double gamma) {
   MU_CHECK(step_size > 0, "step_lr: step_size must be > 0, got ", step_size);
-  MU_CHECK(gamma >= 0.0, "step_lr: gamma must be >= 0, got ", gamma);
+  MU_CHECK(gamma >= 0.0 && std::isfinite(gamma), "step_lr: gamma must be a finite number >= 0, got ", gamma);
   // torch's closed form: base_lr * gamma ** (epoch // step_size).
   return LRSchedule(lr, [=](int64_t it) { return lr * std::pow(gamma, double(it / step_size)); });
 }

@@ -63,6 +63,12 @@ inline const char* dtype_name(DType t) {
   return "?";
 }
 
+// A DType cast from an integer (or read from a file) may hold a value no enumerator has.
+inline void check_dtype(DType t, const char* op) {
+  MU_CHECK(int(t) <= int(DType::UInt8), op, ": dtype ", int(t), " is not a DType (float32, float64, int64, bool, "
+           "bfloat16, float16, int8, int16, int32, uint8)");
+}
+
 inline bool is_floating(DType t) {
   return t == DType::Float32 || t == DType::Float64 || t == DType::BFloat16 || t == DType::Float16;
 }

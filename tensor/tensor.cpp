@@ -159,6 +159,7 @@ void check_inplace(const Tensor& t, const char* op) {
 // ---------------------------------------------------------------- factories
 
 Tensor empty(const Shape& shape, TensorOptions opts) {
+  check_dtype(opts.dtype(), "empty");
   const int64_t n = numel_of(shape, "empty");
   const int64_t nbytes = checked_mul(n, int64_t(element_size(opts.dtype())), "empty: shape ", shape_str(shape), " of ",
                                      dtype_name(opts.dtype()), " needs too many bytes");

@@ -566,7 +566,7 @@ TEST_CASE("trunc_normal_ draws the truncated normal: inside [a, b], right moment
   CHECK(m.max <= float(0.04));
   CHECK(std::fabs(m.std / truncated(0, 0.02, -0.04, 0.04).second - 1) < 0.03);
   CHECK_THROWS_MU(nn::init::trunc_normal_(w, 0.0, 1.0, 1.0, -1.0), "expects a < b");
-  CHECK_THROWS_MU(nn::init::trunc_normal_(w, 0.0, 0.0), "std must be positive");
+  CHECK_THROWS_MU(nn::init::trunc_normal_(w, 0.0, 0.0), "std must be a finite positive number");
 }
 
 // ---------------------------------------------------------------- gradcheck

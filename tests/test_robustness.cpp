@@ -257,7 +257,7 @@ TEST_CASE("options: NaN or out-of-range hyper-parameters and enums are refused a
   }, "MuMoE: gate_norm -1 is not a GateNorm");
   expect_error("MuMoE NaN gate_eps", [] {
     return std::to_string(nn::MuMoE::count_parameters(nn::MuMoEOptions(8, 4).experts({4}).rank(2).gate_eps(NAN)));
-  }, "gate_eps must be non-negative, got nan");
+  }, "gate_eps must be a finite non-negative number, got nan");
 }
 
 TEST_CASE("randint covers int64's whole range without overflow and keeps values exact") {

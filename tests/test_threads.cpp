@@ -1,13 +1,16 @@
 // Random generators under threads: concurrent factory calls on one generator interleave
 // as whole calls (checked against the serial stream, block by block), a private
 // Generator's stream does not depend on what other threads draw, state snapshots taken
-// mid-run are whole, and the factories, dropout and the DataLoader take a Generator.
+// mid-run are whole, and the factories, dropout, nn::init, nn::Dropout and the DataLoader
+// take a Generator.
 // Each thread records what it drew; all checks run on the main thread afterwards.
 #include <latch>
 #include <map>
 #include <thread>
 
 #include "helpers.h"
+#include "nn/activation.h"
+#include "nn/init.h"
 
 using namespace mu;
 
@@ -141,6 +144,26 @@ TEST_CASE("a private generator leaves the default stream where it was") {
   CHECK((default_generator().state() == before));  // parenthesised: no 5 kB state in the log
   // Same seed, same numbers: the private generator is the default one's stream, unshared.
   CHECK(randn({100}).to_vector<float>() == a.to_vector<float>());
+}
+
+TEST_CASE("nn::init and nn::Dropout draw from a private generator as the functions of the same seed") {
+  manual_seed(3);
+  const std::string before = default_generator().state();
+  Generator g(21);
+  Tensor u = nn::init::uniform_(empty({50}), -1, 1, &g);
+  Tensor k = nn::init::kaiming_normal_(empty({8, 6}), 0.0, nn::init::FanMode::FanIn,
+                                       nn::init::Nonlinearity::ReLU, &g);
+  Tensor t = nn::init::trunc_normal_(empty({40}), 0.0, 0.02, -0.04, 0.04, &g);
+  nn::Dropout drop(nn::DropoutOptions(0.5).generator(&g));
+  Tensor d = drop(ones({64}));
+  CHECK((default_generator().state() == before));
+  // The same draws from the global generator, seeded alike, give the same values.
+  manual_seed(21);
+  CHECK(nn::init::uniform_(empty({50}), -1, 1).to_vector<float>() == u.to_vector<float>());
+  CHECK(nn::init::kaiming_normal_(empty({8, 6}), 0.0, nn::init::FanMode::FanIn, nn::init::Nonlinearity::ReLU)
+            .to_vector<float>() == k.to_vector<float>());
+  CHECK(nn::init::trunc_normal_(empty({40}), 0.0, 0.02, -0.04, 0.04).to_vector<float>() == t.to_vector<float>());
+  CHECK(dropout(ones({64}), 0.5).to_vector<float>() == d.to_vector<float>());
 }
 
 TEST_CASE("state() and copies taken while another thread draws resume at a block boundary") {
