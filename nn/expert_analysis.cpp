@@ -11,7 +11,28 @@ namespace mu::nn {
 
 // ---------------------------------------------------------------- counterfactuals
 
+// The arguments that name experts are checked against the block's options before the
+// block reads x: a wrong index is reported as such, not as a failure deep in a forward.
+static void check_expert(const MuMoE& block, int64_t level, int64_t n, const char* op) {
+  const std::vector<int64_t>& experts = block.options().experts();
+  const int64_t levels = int64_t(experts.size());
+  MU_CHECK(level >= 0 && level < levels, op, ": level ", level, " out of range (the block has ", levels, " level",
+           levels == 1 ? "" : "s", ")");
+  MU_CHECK(n >= 0 && n < experts[size_t(level)], op, ": expert ", n, " out of range at level ", level, " (",
+           experts[size_t(level)], " experts)");
+}
+
+static void check_combination(const MuMoE& block, const std::vector<int64_t>& index, const char* op) {
+  const std::vector<int64_t>& experts = block.options().experts();
+  MU_CHECK(index.size() == experts.size(), op, ": the combination ", shape_str(index), " names ", index.size(),
+           " experts but the block has ", experts.size(), " levels (experts ", shape_str(experts), ")");
+  for (size_t e = 0; e < index.size(); ++e)
+    MU_CHECK(index[e] >= 0 && index[e] < experts[e], op, ": the combination ", shape_str(index), " is out of range at level ",
+             e, " (experts ", shape_str(experts), ")");
+}
+
 Tensor forward_without_expert(MuMoE& block, const Tensor& x, int64_t level, int64_t n) {
+  check_expert(block, level, n, "forward_without_expert");
   // The gating is left as it is: only the expert's computation is taken away.
   std::vector<Tensor> a = block.coefficients(x);
   Tensor y = block.layer(0)->forward_without_expert(block.layer_input(x), a, level, n);
@@ -20,6 +41,7 @@ Tensor forward_without_expert(MuMoE& block, const Tensor& x, int64_t level, int6
 }
 
 Tensor forward_without_combination(MuMoE& block, const Tensor& x, const std::vector<int64_t>& index) {
+  check_combination(block, index, "forward_without_combination");
   std::vector<Tensor> a = block.coefficients(x);
   Tensor y = block.layer(0)->forward_without_combination(block.layer_input(x), a, index);
   if (block.num_layers() > 1)
@@ -79,6 +101,7 @@ Tensor mean_coefficients(const std::vector<Tensor>& a, const Tensor& mask) {
 }
 
 Tensor rewrite_term(const std::vector<Tensor>& a, const Tensor& mean, double lambda) {
+  MU_CHECK(std::isfinite(lambda), "rewrite_term: lambda must be a finite number, got ", lambda);
   Shape lead = leading_dims(a, "rewrite_term");
   Shape want;
   for (const Tensor& t : a) want.push_back(t.size(-1));
@@ -95,18 +118,24 @@ Tensor rewrite_term(const std::vector<Tensor>& a, const Tensor& mean, double lam
 
 Tensor forward_with_rewrite(MuMoE& block, const Tensor& x, const Tensor& mean, const std::vector<int64_t>& heads,
                             std::optional<double> lambda) {
+  const char* op = "forward_with_rewrite";
   const int64_t out = block.options().out();
-  int64_t total = 1;
-  for (int64_t n : block.options().experts()) total *= n;
+  const std::vector<int64_t>& experts = block.options().experts();
+  // Every argument is checked before the block reads x.
+  for (int64_t o : heads) MU_CHECK(o >= 0 && o < out, op, ": output head ", o, " out of range (", out, " outputs)");
+  MU_CHECK(mean.defined() && mean.shape() == experts, op, ": mean coefficients have shape ",
+           mean.defined() ? shape_str(mean.shape()) : std::string("(undefined)"), "; the block's experts are ",
+           shape_str(experts));
+  if (lambda) MU_CHECK(std::isfinite(*lambda), op, ": lambda must be a finite number, got ", *lambda);
+  // N_1 ⋯ N_E, the paper's λ, in double: it is only a scale.
+  double total = 1;
+  for (int64_t n : experts) total *= double(n);
   std::vector<Tensor> a = block.coefficients(x);
   Tensor y = block.forward_with(x, a);
-  Tensor term = rewrite_term(a, mean, lambda ? *lambda : double(total));
+  Tensor term = rewrite_term(a, mean, lambda ? *lambda : total);
   // A 0/1 vector over the outputs: the term lands on the chosen heads only.
   Tensor select = zeros({out}, y.dtype());
-  for (int64_t o : heads) {
-    MU_CHECK(o >= 0 && o < out, "forward_with_rewrite: output head ", o, " out of range (", out, " outputs)");
-    select.set({o}, 1.0);
-  }
+  for (int64_t o : heads) select.set({o}, 1.0);
   // Built on the CPU (element writes need one), then moved next to the output.
   return y + term.unsqueeze(-1) * select.to(y.device());
 }

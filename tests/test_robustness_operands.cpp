@@ -12,6 +12,7 @@
 #include "nn/activation.h"
 #include "nn/embedding.h"
 #include "nn/entmax.h"
+#include "nn/expert_analysis.h"
 #include "nn/init.h"
 #include "nn/linear.h"
 #include "nn/mumoe_block.h"
@@ -255,6 +256,45 @@ TEST_CASE("options: every hyper-parameter refuses NaN and out-of-range values wi
   for (const Case& c : cases) {
     isolated::Outcome o = isolated::run([&] {
       c.call();
+      return std::string("accepted");
+    });
+    INFO(c.name << ": " << o.describe() << "; expected an error containing \"" << c.error << "\"");
+    CHECK(o.kind == isolated::Outcome::MuError);
+    CHECK(o.text.find(c.error) != std::string::npos);
+  }
+}
+
+TEST_CASE("analysis calls check their arguments before the block reads its input") {
+  // The input is undefined: an error naming the bad argument shows it was checked first.
+  auto block = [] { return nn::MuMoE(nn::MuMoEOptions(4, 3).experts({5, 2}).rank(2)); };
+  struct Case {
+    std::string name;
+    std::function<void(nn::MuMoE&)> call;
+    std::string error;
+  };
+  const std::vector<Case> cases = {
+      {"level 2", [](nn::MuMoE& b) { nn::forward_without_expert(b, Tensor(), 2, 0); },
+       "forward_without_expert: level 2 out of range (the block has 2 levels)"},
+      {"level -1", [](nn::MuMoE& b) { nn::forward_without_expert(b, Tensor(), -1, 0); }, "level -1 out of range"},
+      {"expert 5", [](nn::MuMoE& b) { nn::forward_without_expert(b, Tensor(), 0, 5); },
+       "expert 5 out of range at level 0 (5 experts)"},
+      {"combination of 1", [](nn::MuMoE& b) { nn::forward_without_combination(b, Tensor(), {1}); },
+       "the combination [1] names 1 experts but the block has 2 levels"},
+      {"combination out of range", [](nn::MuMoE& b) { nn::forward_without_combination(b, Tensor(), {1, 2}); },
+       "the combination [1, 2] is out of range at level 1"},
+      {"head 3", [](nn::MuMoE& b) { nn::forward_with_rewrite(b, Tensor(), zeros({5, 2}), {3}); },
+       "output head 3 out of range (3 outputs)"},
+      {"mean shape", [](nn::MuMoE& b) { nn::forward_with_rewrite(b, Tensor(), zeros({5}), {0}); },
+       "mean coefficients have shape [5]; the block's experts are [5, 2]"},
+      {"lambda NaN", [](nn::MuMoE& b) { nn::forward_with_rewrite(b, Tensor(), zeros({5, 2}), {0}, kNaN); },
+       "lambda must be a finite number"},
+      {"rewrite_term lambda inf", [](nn::MuMoE&) { nn::rewrite_term({ones({2, 5})}, ones({5}), kInf); },
+       "rewrite_term: lambda must be a finite number"},
+  };
+  for (const Case& c : cases) {
+    isolated::Outcome o = isolated::run([&] {
+      nn::MuMoE b = block();
+      c.call(b);
       return std::string("accepted");
     });
     INFO(c.name << ": " << o.describe() << "; expected an error containing \"" << c.error << "\"");
