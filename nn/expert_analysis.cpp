@@ -3,9 +3,12 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <new>
+#include <stdexcept>
 
 #include "autograd/grad_mode.h"
 #include "ops/ops.h"
+#include "tensor/checked.h"
 
 namespace mu::nn {
 
@@ -155,12 +158,31 @@ CoefficientCollector::CoefficientCollector(std::vector<int64_t> experts, int64_t
   for (int64_t n : experts_) MU_CHECK(n > 0, "CoefficientCollector: expert counts must be positive, got ", shape_str(experts_));
   MU_CHECK(top_k >= 0, "CoefficientCollector: top_k must be non-negative, got ", top_k);
   MU_CHECK(num_classes >= 0, "CoefficientCollector: num_classes must be non-negative, got ", num_classes);
+  // The tables are host vectors sized by the arguments: a size no memory can hold is a
+  // mu::Error naming them, not a std::bad_alloc or length_error escaping. Their bytes are
+  // counted (checked) and bounded as a tensor's are before anything is allocated.
+  const char* what = "CoefficientCollector: bytes of the tables";
+  int64_t bytes = checked_mul(2 * int64_t(sizeof(int64_t)), num_classes_, what);
   for (int64_t n : experts_) {
-    heaps_.emplace_back(size_t(n));
-    sums_.emplace_back(size_t(num_classes_ * n), 0.0);
+    bytes = checked_add(bytes, checked_mul(n, int64_t(sizeof(decltype(heaps_)::value_type::value_type)), what), what);
+    bytes = checked_add(bytes, checked_mul(checked_mul(num_classes_, n, what), int64_t(sizeof(double)), what), what);
   }
-  class_inputs_.assign(size_t(num_classes_), 0);
-  class_positions_.assign(size_t(num_classes_), 0);
+  MU_CHECK(bytes <= kMaxAllocationBytes, "CoefficientCollector: tables for experts ", shape_str(experts_), " and ",
+           num_classes_, " classes need ", bytes, " bytes, more than any machine can address");
+  try {
+    for (int64_t n : experts_) {
+      heaps_.emplace_back(size_t(n));
+      sums_.emplace_back(size_t(num_classes_ * n), 0.0);
+    }
+    class_inputs_.assign(size_t(num_classes_), 0);
+    class_positions_.assign(size_t(num_classes_), 0);
+  } catch (const std::bad_alloc&) {
+    MU_FAIL("CoefficientCollector: tables for experts ", shape_str(experts_), " and ", num_classes_,
+            " classes do not fit in host memory");
+  } catch (const std::length_error&) {
+    MU_FAIL("CoefficientCollector: tables for experts ", shape_str(experts_), " and ", num_classes_,
+            " classes do not fit in host memory");
+  }
 }
 
 void CoefficientCollector::add(const std::vector<Tensor>& a, const Tensor& indices, const Tensor& labels) {

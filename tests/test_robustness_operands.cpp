@@ -272,7 +272,7 @@ TEST_CASE("analysis calls check their arguments before the block reads its input
     std::function<void(nn::MuMoE&)> call;
     std::string error;
   };
-  const std::vector<Case> cases = {
+  std::vector<Case> cases = {
       {"level 2", [](nn::MuMoE& b) { nn::forward_without_expert(b, Tensor(), 2, 0); },
        "forward_without_expert: level 2 out of range (the block has 2 levels)"},
       {"level -1", [](nn::MuMoE& b) { nn::forward_without_expert(b, Tensor(), -1, 0); }, "level -1 out of range"},
@@ -291,6 +291,12 @@ TEST_CASE("analysis calls check their arguments before the block reads its input
       {"rewrite_term lambda inf", [](nn::MuMoE&) { nn::rewrite_term({ones({2, 5})}, ones({5}), kInf); },
        "rewrite_term: lambda must be a finite number"},
   };
+  // Sizes refused by counting, before any allocation (an allocation attempt of that size
+  // would abort under the address sanitizer instead of throwing).
+  cases.push_back({"collector of 2^62 experts", [](nn::MuMoE&) { nn::CoefficientCollector c({int64_t(1) << 62}, 4, 10); },
+                   "CoefficientCollector: bytes of the tables"});
+  cases.push_back({"collector of 2^50 classes", [](nn::MuMoE&) { nn::CoefficientCollector c({4}, 4, int64_t(1) << 50); },
+                   "classes need 54043195528446048 bytes, more than any machine can address"});
   for (const Case& c : cases) {
     isolated::Outcome o = isolated::run([&] {
       nn::MuMoE b = block();
