@@ -14,3 +14,4 @@
 #include "tensor/random.h"
 #include "tensor/safetensors.h"
 #include "tensor/tensor.h"
+#include "train/loop.h"

@@ -1,5 +1,7 @@
 #include "data/file_reader.h"
 
+#include <zlib.h>
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -41,7 +43,8 @@ FileReader::FileReader(const std::string& path) : path_(path), buf_(kBufferBytes
   if (!gzip_) return;
   // Raw deflate (negative window bits): the gzip framing is read here, so that its
   // checks and messages are ours.
-  if (inflateInit2(&zs_, -MAX_WBITS) != Z_OK) {
+  zs_ = std::make_unique<z_stream>();  // zero-initialised: zlib's default allocators
+  if (inflateInit2(zs_.get(), -MAX_WBITS) != Z_OK) {
     ::close(fd_);
     MU_FAIL(path_, ": zlib could not allocate its state");
   }
@@ -49,7 +52,7 @@ FileReader::FileReader(const std::string& path) : path_(path), buf_(kBufferBytes
 }
 
 FileReader::~FileReader() {
-  if (zs_ready_) inflateEnd(&zs_);
+  if (zs_ready_) inflateEnd(zs_.get());
   if (fd_ >= 0) ::close(fd_);
 }
 
@@ -144,7 +147,7 @@ bool FileReader::read_header() {
     MU_CHECK(stored == (hcrc & 0xffff), where, ": the header CRC at byte ", at, " is ", hex32(stored),
              " but the header's CRC-16 is ", hex32(hcrc & 0xffff), ": the header is corrupt");
   }
-  MU_CHECK(inflateReset(&zs_) == Z_OK, where, ": zlib could not reset its state");
+  MU_CHECK(inflateReset(zs_.get()) == Z_OK, where, ": zlib could not reset its state");
   crc_ = 0;
   member_bytes_ = 0;
   return true;
@@ -156,15 +159,15 @@ int64_t FileReader::inflate_into(uint8_t* out, int64_t n) {
     ensure(1);
     // With no input left, inflate is still called: it may hold decoded bytes not yet
     // handed out.
-    zs_.next_in = buf_.data() + pos_;
-    zs_.avail_in = uInt(end_ - pos_);
-    zs_.next_out = out + got;
+    zs_->next_in = buf_.data() + pos_;
+    zs_->avail_in = uInt(end_ - pos_);
+    zs_->next_out = out + got;
     // inflate counts in unsigned int: at most 1 GiB per call.
-    zs_.avail_out = uInt(std::min<int64_t>(n - got, int64_t(1) << 30));
-    const uInt asked = zs_.avail_out;
-    const int r = inflate(&zs_, Z_NO_FLUSH);
-    pos_ = end_ - zs_.avail_in;
-    const uInt produced = asked - zs_.avail_out;
+    zs_->avail_out = uInt(std::min<int64_t>(n - got, int64_t(1) << 30));
+    const uInt asked = zs_->avail_out;
+    const int r = inflate(zs_.get(), Z_NO_FLUSH);
+    pos_ = end_ - zs_->avail_in;
+    const uInt produced = asked - zs_->avail_out;
     crc_ = uint32_t(crc32(crc_, out + got, produced));
     member_bytes_ += produced;
     got += produced;
@@ -181,7 +184,7 @@ int64_t FileReader::inflate_into(uint8_t* out, int64_t n) {
     }
     if (r == Z_OK || r == Z_BUF_ERROR) continue;
     MU_FAIL(path_, ": corrupt gzip data near byte ", offset_ + got, " (file byte ", file_offset(), "): ",
-            zs_.msg != nullptr ? zs_.msg : r == Z_MEM_ERROR ? "out of memory" : "invalid deflate data");
+            zs_->msg != nullptr ? zs_->msg : r == Z_MEM_ERROR ? "out of memory" : "invalid deflate data");
   }
   return got;
 }

@@ -16,11 +16,13 @@
 // The file must be a regular file (tensor/regular_file.h): a FIFO or a device is refused
 // before anything could block on it.
 #pragma once
-#include <zlib.h>
-
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
+
+// zlib's stream state, held by pointer so that this header does not need zlib's.
+struct z_stream_s;
 
 namespace mu::data {
 
@@ -76,7 +78,7 @@ class FileReader {
 
   Part part_ = Part::Header;
   const char* cut_in_ = "";   // the part of the member where the file ended
-  z_stream zs_{};
+  std::unique_ptr<z_stream_s> zs_;
   bool zs_ready_ = false;
   uint64_t member_start_ = 0;  // file offset of the current member
   uint32_t crc_ = 0;           // CRC-32 of the current member's data so far

@@ -86,21 +86,43 @@ void check_optimizer_dtypes(const SafetensorsFile& f, const nn::StateDict& entri
   }
 }
 
+const std::string kGeneratorPrefix = "generator.";
+const std::string kValuePrefix = "value.";
+
+// A name of an extra: non-empty, letters, digits, '_', '-', '.'.
+void check_extra_name(const std::string& path, const std::string& name, const char* what) {
+  bool ok = !name.empty() && name.size() <= 200;
+  for (char c : name)
+    ok = ok && ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || is_digit(c) || c == '_' || c == '-' || c == '.');
+  MU_CHECK(ok, "checkpoint ", path, ": ", what, " name \"", name,
+           "\" must be 1 to 200 letters, digits, '_', '-' or '.'");
+}
+
 }  // namespace
 
-void save_checkpoint(const std::string& path, const nn::Module& model, const Optimizer& opt, int64_t step) {
+void save_checkpoint(const std::string& path, const nn::Module& model, const Optimizer& opt, int64_t step,
+                     const CheckpointExtras& extras) {
   MU_CHECK(step >= 0, "save_checkpoint ", path, ": step ", step, " is negative");
   std::vector<std::pair<std::string, Tensor>> entries;
   for (const auto& [n, t] : model.state_dict()) entries.emplace_back(kModelPrefix + n, t);
   for (const auto& [n, t] : opt.state_dict()) entries.emplace_back(kOptimPrefix + n, t);
-  save_safetensors(path, entries,
-                   {{"checkpoint_version", std::to_string(kCheckpointVersion)},
-                    {"step", std::to_string(step)},
-                    {"optimizer", opt.name()},
-                    {"rng_state", default_generator().state()}});
+  std::map<std::string, std::string> metadata = {{"checkpoint_version", std::to_string(kCheckpointVersion)},
+                                                 {"step", std::to_string(step)},
+                                                 {"optimizer", opt.name()},
+                                                 {"rng_state", default_generator().state()}};
+  for (const auto& [name, g] : extras.generators) {
+    check_extra_name(path, name, "generator");
+    MU_CHECK(g != nullptr, "save_checkpoint ", path, ": generator \"", name, "\" is null");
+    metadata[kGeneratorPrefix + name] = g->state();
+  }
+  for (const auto& [name, v] : extras.values) {
+    check_extra_name(path, name, "value");
+    metadata[kValuePrefix + name] = v;
+  }
+  save_safetensors(path, entries, metadata);
 }
 
-int64_t load_checkpoint(const std::string& path, nn::Module& model, Optimizer& opt) {
+int64_t load_checkpoint(const std::string& path, nn::Module& model, Optimizer& opt, CheckpointExtras* extras) {
   SafetensorsFile f = load_safetensors(path);
   auto version = f.metadata.find("checkpoint_version");
   MU_CHECK(version != f.metadata.end(), "checkpoint ", path,
@@ -122,6 +144,21 @@ int64_t load_checkpoint(const std::string& path, nn::Module& model, Optimizer& o
     rng.set_state(meta(f, "rng_state"));
   } catch (const Error& e) {
     MU_FAIL("checkpoint ", path, ": the rng_state in the metadata is malformed (", e.what(), ")");
+  }
+  // The caller's generators, likewise parsed into spares first.
+  std::map<std::string, Generator> named;
+  if (extras) {
+    for (const auto& [name, g] : extras->generators) {
+      MU_CHECK(g != nullptr, "load_checkpoint ", path, ": generator \"", name, "\" is null");
+      auto it = f.metadata.find(kGeneratorPrefix + name);
+      MU_CHECK(it != f.metadata.end(), "checkpoint ", path, ": no state for generator \"", name,
+               "\" (was it saved with that name?)");
+      try {
+        named[name].set_state(it->second);
+      } catch (const Error& e) {
+        MU_FAIL("checkpoint ", path, ": the state of generator \"", name, "\" is malformed (", e.what(), ")");
+      }
+    }
   }
 
   nn::StateDict model_sd, optim_sd;
@@ -146,6 +183,12 @@ int64_t load_checkpoint(const std::string& path, nn::Module& model, Optimizer& o
   }
   model.load_state_dict(model_sd);
   default_generator() = rng;
+  if (extras) {
+    for (auto& [name, g] : extras->generators) *g = named.at(name);
+    extras->values.clear();
+    for (const auto& [key, v] : f.metadata)
+      if (starts_with(key, kValuePrefix)) extras->values[key.substr(kValuePrefix.size())] = v;
+  }
   return step;
 }
 

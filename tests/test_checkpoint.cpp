@@ -399,3 +399,40 @@ TEST_CASE("save_checkpoint removes a dead save's temporary") {
   CHECK_FALSE(fs::exists(stale));
   CHECK(fs::exists(path));
 }
+
+TEST_CASE("extras: named generators and values are saved, restored in place and checked first") {
+  TempDir dir("checkpoint_extras");
+  std::string path = dir.file("ckpt.safetensors");
+  manual_seed(0);
+  auto model = make_model();
+  auto opt = make_adamw(*model);
+  Generator data(77);
+  randn({13}, {}, &data);  // somewhere mid-stream
+  const std::string saved_state = data.state();
+  const std::vector<float> next_draws = randn({5}, {}, &data).to_vector<float>();
+  data.set_state(saved_state);
+  optim::CheckpointExtras extras{{{"data", &data}}, {{"epoch", "3"}, {"batch", "17"}}};
+  optim::save_checkpoint(path, *model, *opt, 4, extras);
+
+  // Restored into a generator elsewhere in its stream: the next draws repeat exactly.
+  Generator other(5);
+  optim::CheckpointExtras back{{{"data", &other}}, {}};
+  CHECK(optim::load_checkpoint(path, *model, *opt, &back) == 4);
+  CHECK(randn({5}, {}, &other).to_vector<float>() == next_draws);
+  CHECK(back.values == std::map<std::string, std::string>{{"epoch", "3"}, {"batch", "17"}});
+
+  // A generator the file does not hold is refused before anything changes.
+  Generator g1(1), g2(2);
+  const std::string g1_before = g1.state();
+  const std::string global_before = default_generator().state();
+  optim::CheckpointExtras missing{{{"data", &g1}, {"prefetch", &g2}}, {}};
+  CHECK_THROWS_MU(optim::load_checkpoint(path, *model, *opt, &missing), "no state for generator \"prefetch\"");
+  CHECK((g1.state() == g1_before));
+  CHECK((default_generator().state() == global_before));
+
+  // Names are checked on save.
+  optim::CheckpointExtras bad{{}, {{"a b", "1"}}};
+  CHECK_THROWS_MU(optim::save_checkpoint(path, *model, *opt, 4, bad), "value name \"a b\" must be 1 to 200 letters");
+  optim::CheckpointExtras null_gen{{{"data", nullptr}}, {}};
+  CHECK_THROWS_MU(optim::save_checkpoint(path, *model, *opt, 4, null_gen), "generator \"data\" is null");
+}

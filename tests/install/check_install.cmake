@@ -1,0 +1,44 @@
+# ctest's test_install: installs the built library into a scratch prefix, builds and runs
+# a user's project against it with find_package(mumoe), and configures a project that
+# uses add_subdirectory(mumoe). Run as
+#   cmake -DMUMOE_SOURCE_DIR=... -DMUMOE_BUILD_DIR=... -DWORK_DIR=... -DCXX=... -P check_install.cmake
+foreach(v MUMOE_SOURCE_DIR MUMOE_BUILD_DIR WORK_DIR CXX)
+  if(NOT DEFINED ${v})
+    message(FATAL_ERROR "check_install.cmake: -D${v}=... is required")
+  endif()
+endforeach()
+file(REMOVE_RECURSE ${WORK_DIR})
+set(prefix ${WORK_DIR}/prefix)
+
+function(run what)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "${what} failed (${rc}):\n${out}\n${err}")
+  endif()
+  set(last_output "${out}" PARENT_SCOPE)
+endfunction()
+
+run("cmake --install" ${CMAKE_COMMAND} --install ${MUMOE_BUILD_DIR} --prefix ${prefix})
+foreach(f include/mumoe/mumoe.h include/mumoe/tensor/tensor.h)
+  if(NOT EXISTS ${prefix}/${f})
+    message(FATAL_ERROR "the install did not put ${f} in place")
+  endif()
+endforeach()
+file(GLOB_RECURSE configs ${prefix}/*/mumoeConfig.cmake)
+if(NOT configs)
+  message(FATAL_ERROR "the install holds no mumoeConfig.cmake")
+endif()
+
+set(user ${WORK_DIR}/find_package)
+run("configuring the find_package project" ${CMAKE_COMMAND} -S ${CMAKE_CURRENT_LIST_DIR}/find_package -B ${user}
+    -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_CXX_COMPILER=${CXX} -DCMAKE_BUILD_TYPE=Release)
+run("building the find_package project" ${CMAKE_COMMAND} --build ${user} -j2)
+run("running the find_package project" ${user}/uses_mumoe)
+if(NOT last_output MATCHES "uses_mumoe: ok")
+  message(FATAL_ERROR "uses_mumoe printed: ${last_output}")
+endif()
+
+run("configuring the add_subdirectory project" ${CMAKE_COMMAND} -S ${CMAKE_CURRENT_LIST_DIR}/add_subdirectory
+    -B ${WORK_DIR}/add_subdirectory -DMUMOE_SOURCE_DIR=${MUMOE_SOURCE_DIR} -DCMAKE_CXX_COMPILER=${CXX}
+    -DMUMOE_CUDA=OFF)
+message(STATUS "find_package(mumoe) and add_subdirectory(mumoe) both work")
