@@ -1,0 +1,80 @@
+// The command-line flags train_gpt2 and train_mixer share (CLI11): the run's directory and
+// resume, optimisation (AdamW with nanoGPT's decay split, warm-up + cosine, clipping,
+// accumulation), the evaluation and checkpoint cadence, the seed, and the MLP kind of
+// the model's blocks. Each program adds its own model and data flags.
+#pragma once
+#include <CLI/CLI.hpp>
+
+#include <cstdint>
+#include <string>
+
+#include "train/loop.h"
+
+namespace mu::experiments {
+
+struct TrainFlags {
+  std::string out_dir;  // checkpoint.safetensors, metrics.jsonl
+  bool resume = false;
+  int64_t max_steps = 1000;
+  int64_t batch_size = 32;
+  int64_t grad_accum = 1;
+  double lr = 1e-3, min_lr = 1e-4;
+  int64_t warmup = 100;
+  double weight_decay = 0.1, beta1 = 0.9, beta2 = 0.95;
+  double clip = 1.0;
+  int64_t eval_every = 100, checkpoint_every = 500;
+  uint64_t seed = 0;
+  std::string mlp = "dense";  // dense | cp | tr
+  int64_t experts = 64;
+  bool no_progress = false;
+};
+
+// Registers the shared flags on `app`, each with its documentation for --help; the
+// defaults are the program's (set them in `f` before calling).
+inline void add_train_flags(CLI::App& app, TrainFlags& f) {
+  app.add_option("--out-dir", f.out_dir, "Directory for checkpoint.safetensors and metrics.jsonl (created)")
+      ->required();
+  app.add_flag("--resume", f.resume, "Continue bit-identically from <out-dir>/checkpoint.safetensors");
+  app.add_option("--max-steps", f.max_steps, "Optimizer steps in the whole run")->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--batch-size", f.batch_size, "Samples per micro-batch")->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--grad-accum", f.grad_accum, "Micro-batches accumulated per optimizer step")->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--lr", f.lr, "Peak learning rate (after warm-up)")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--min-lr", f.min_lr, "Learning rate at the end of the cosine decay")->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--warmup", f.warmup, "Linear warm-up steps")->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--weight-decay", f.weight_decay, "AdamW decay of weight matrices and embeddings (not of biases and "
+                 "norm gains)")->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--beta1", f.beta1, "AdamW beta1")->capture_default_str()->check(CLI::Range(0.0, 1.0));
+  app.add_option("--beta2", f.beta2, "AdamW beta2")->capture_default_str()->check(CLI::Range(0.0, 1.0));
+  app.add_option("--clip", f.clip, "Clip the global gradient norm to this (0: off)")->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--eval-every", f.eval_every, "Evaluate every k steps (0: only at the end)")->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--checkpoint-every", f.checkpoint_every, "Save a checkpoint every k steps (0: only at the end and "
+                 "on Ctrl-C)")->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--seed", f.seed, "Seed of initialisation, dropout and data order")->capture_default_str();
+  app.add_option("--mlp", f.mlp, "MLP of every block: dense, cp (CPμMoE) or tr (TRμMoE)")->capture_default_str()
+      ->check(CLI::IsMember({"dense", "cp", "tr"}));
+  app.add_option("--experts", f.experts, "Experts of the μMoE MLPs")->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_flag("--no-progress", f.no_progress, "No progress output on stderr");
+}
+
+// The loop options the flags describe; units_per_step and unit are the program's.
+inline train::LoopOptions loop_options(const TrainFlags& f) {
+  train::LoopOptions o;
+  o.max_steps = f.max_steps;
+  o.grad_accum = f.grad_accum;
+  o.clip_norm = f.clip;
+  o.eval_every = f.eval_every;
+  o.checkpoint_every = f.checkpoint_every;
+  o.out_dir = f.out_dir;
+  o.resume = f.resume;
+  o.progress = !f.no_progress;
+  return o;
+}
+
+}  // namespace mu::experiments
