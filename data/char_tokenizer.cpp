@@ -37,6 +37,7 @@ CharTokenizer CharTokenizer::from_text(std::string_view corpus) {
 }
 
 CharTokenizer::CharTokenizer(std::vector<std::string> chars) : chars_(std::move(chars)) {
+  std::fill(std::begin(byte_id_), std::end(byte_id_), -1);
   MU_CHECK(chars_.size() <= 65536, "CharTokenizer: ", chars_.size(),
            " characters; at most 65536 fit the uint16 token files");
   for (size_t i = 0; i < chars_.size(); ++i) {
@@ -46,6 +47,7 @@ CharTokenizer::CharTokenizer(std::vector<std::string> chars) : chars_(std::move(
              ") is not one character");
     MU_CHECK(id_of_.emplace(c, int32_t(i)).second, "CharTokenizer: entry ", i, " (", describe(c),
              ") repeats entry ", id_of_[c]);
+    if (c.size() == 1) byte_id_[uint8_t(c[0])] = int32_t(i);
   }
 }
 
@@ -55,11 +57,16 @@ std::vector<int32_t> CharTokenizer::encode(std::string_view text) const {
   size_t offset = 0;
   std::string key;
   for (std::string_view c : split(text)) {
-    key.assign(c);
-    auto it = id_of_.find(key);
-    MU_CHECK(it != id_of_.end(), "CharTokenizer::encode: the character at byte ", offset, " (", describe(c),
+    // One-byte characters (ASCII, stray bytes) from the table; longer ones from the map.
+    int32_t id = c.size() == 1 ? byte_id_[uint8_t(c[0])] : -1;
+    if (c.size() > 1) {
+      key.assign(c);
+      auto it = id_of_.find(key);
+      if (it != id_of_.end()) id = it->second;
+    }
+    MU_CHECK(id >= 0, "CharTokenizer::encode: the character at byte ", offset, " (", describe(c),
              ") is not in the vocabulary of ", chars_.size(), " characters");
-    out.push_back(it->second);
+    out.push_back(id);
     offset += c.size();
   }
   return out;

@@ -38,6 +38,7 @@ class CharTokenizer {
  private:
   std::vector<std::string> chars_;
   std::unordered_map<std::string, int32_t> id_of_;
+  int32_t byte_id_[256];  // the id of each one-byte character, -1 when not in the vocabulary
 };
 
 }  // namespace mu::data

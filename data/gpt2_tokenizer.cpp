@@ -271,6 +271,11 @@ void Gpt2Tokenizer::encode_into(std::string_view text, std::vector<int32_t>& out
   }
 }
 
+void Gpt2Tokenizer::clear_cache() const {
+  std::lock_guard<std::mutex> lock(cache_->m);
+  cache_->map.clear();
+}
+
 std::vector<int32_t> Gpt2Tokenizer::encode(std::string_view text) const {
   std::vector<int32_t> out;
   out.reserve(text.size() / 3);

@@ -47,6 +47,9 @@ class Gpt2Tokenizer {
   // <|endoftext|>: 50256 in GPT-2's vocabulary.
   int32_t eot() const { return eot_; }
 
+  // Forgets the pieces seen so far (benchmarks time encoding from a cold start with it).
+  void clear_cache() const;
+
   // GPT-2's pre-tokenisation: the pieces, in order, that concatenate to `text`.
   static std::vector<std::string_view> pretokenize(std::string_view text);
 

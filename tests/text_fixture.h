@@ -10,10 +10,9 @@
 
 inline std::string source_dir() {
   const char* src = std::getenv("MUMOE_SOURCE_DIR");
-  // ctest sets it; run by hand, the tests find the tree from this file's own path.
+  // ctest sets it; run by hand, the tests use the tree they were built from.
   if (src != nullptr && src[0] != '\0') return src;
-  std::string here = __FILE__;
-  return here.substr(0, here.rfind("/tests/"));
+  return MUMOE_TEST_SOURCE_DIR;
 }
 
 inline const nlohmann::json& gpt2_fixture() {
