@@ -19,18 +19,21 @@ void save_text_meta(const std::string& path, const TextMeta& meta) {
   j["train_tokens"] = meta.train_tokens;
   j["val_tokens"] = meta.val_tokens;
   j["source"] = meta.source;
+  json chars = json::array();
   if (meta.chars) {
-    json chars = json::array();
     for (const std::string& c : meta.chars->chars()) {
       json bytes = json::array();
       for (unsigned char b : c) bytes.push_back(int(b));
       chars.push_back(bytes);
     }
-    j["chars"] = chars;
   }
   std::string text;
   try {
-    text = j.dump(1) + "\n";
+    text = j.dump(1);
+    // The vocabulary on one line (one byte value a line would run to thousands of lines),
+    // put in before the closing brace.
+    if (meta.chars) text.insert(text.size() - 2, ",\n \"chars\": " + chars.dump());
+    text += "\n";
   } catch (const json::exception& e) {
     MU_FAIL("save_text_meta: ", path, ": cannot encode (the source must be valid UTF-8): ", e.what());
   }
