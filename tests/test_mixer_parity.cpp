@@ -66,12 +66,27 @@ void run_case(MixerMlp kind, const std::string& tag) {
   const double e_loss = parity::rel_error(loss.reshape({1}), parity::read_float(dir / "loss.bin", {1}));
   CHECK(e_logits <= kTol);
   CHECK(e_loss <= kTol);
+  // The largest gradient entry over all parameters: the scale for gradients that are zero
+  // in exact arithmetic. The token-mixing MLP's output bias is one: it shifts all D
+  // channels of a patch alike, which every LayerNorm downstream removes, so both sides
+  // hold round-off there (~1e-9) and a relative error means nothing.
+  double scale = 0;
+  for (auto& [name, t] : model.named_parameters()) scale = std::max(scale, mu::max(t.grad().abs()).item());
   double worst_grad = 0;
   std::string worst_name;
   for (auto& [name, t] : model.named_parameters()) {
     CAPTURE(name);
     REQUIRE(t.grad().defined());
-    const double e = parity::rel_error(t.grad(), parity::read_float(dir / ("g." + name + ".bin"), t.shape()));
+    Tensor ref = parity::read_float(dir / ("g." + name + ".bin"), t.shape());
+    const double ref_max = mu::max(ref.abs()).item();
+    if (ref_max < 1e-6 * scale) {
+      // Zero in exact arithmetic: ours must be round-off too.
+      CHECK(mu::max(t.grad().abs()).item() < 1e-6 * scale);
+      MESSAGE(tag << ": " << name << " has a zero gradient in exact arithmetic: max |ours| "
+                  << mu::max(t.grad().abs()).item() << ", max |torch| " << ref_max << ", largest gradient " << scale);
+      continue;
+    }
+    const double e = parity::rel_error(t.grad(), ref);
     CHECK(e <= kTol);
     if (e >= worst_grad) worst_grad = e, worst_name = name;
   }
