@@ -163,12 +163,15 @@ TEST_CASE("static counts equal the built models' num_parameters()") {
   f.moe_input_norm = true;
   MlpMixer fm(f);
   CHECK(fm.num_parameters() == MlpMixer::count_parameters(f));
+  // What torch_reference.py's Mixer(mlp='cpmumoe') reports (sum of p.numel(), PyTorch 1.13).
+  CHECK(MlpMixer::count_parameters(f) == 606542);
   CHECK(MlpMixer::count_parameters(f) ==
         (16 * 128 + 128) + 4 * (4 * 128 + mlp_count(49, 64) + cp_count(128, 512, 64, 96) + 2 * 128) + 2 * 128 +
             (128 * 10 + 10));
   // The dense mixer-fmnist model (torch_reference.py reports 'params' for it).
   MixerConfig d = models::mixer_fmnist();
   CHECK(MlpMixer(d).num_parameters() == MlpMixer::count_parameters(d));
+  CHECK(MlpMixer::count_parameters(d) == 558158);  // torch_reference.py's Mixer() (mixer-fmnist)
   CHECK(MlpMixer::count_parameters(d) ==
         (16 * 128 + 128) + 4 * (4 * 128 + mlp_count(49, 64) + mlp_count(128, 512)) + 2 * 128 + (128 * 10 + 10));
 }

@@ -1,7 +1,8 @@
-// MLP-Mixer parity with PyTorch (tests/parity/torch_mixer.py): a small Mixer with plain
-// MLP blocks, one with TRμMoE and one with CPμMoE blocks (batch-norm gating,
-// entmax-1.5), exported and rebuilt from the weights in PyTorch, compared in float32:
-// logits, loss, the gradient of every parameter, and the losses of 10 AdamW steps.
+// MLP-Mixer parity with PyTorch (tests/parity/torch_mixer.py): small Mixers with plain
+// MLP blocks, with TRμMoE and with CPμMoE blocks (batch-norm gating, entmax-1.5), and in
+// torch_reference.py's mixer-fmnist-cpmumoe layout (LayerNorm gating, input LayerNorm),
+// exported and rebuilt from the weights in PyTorch, compared in float32: logits, loss,
+// the gradient of every parameter, and the losses of 10 AdamW steps.
 // Stochastic depth is 0 here (it is random); tests/test_mixer.cpp checks it.
 #include <fstream>
 
@@ -19,7 +20,7 @@ constexpr double kTol = 1e-4;
 constexpr int kSteps = 10;
 constexpr double kLr = 1e-3, kWd = 1e-4;
 
-void run_case(MixerMlp kind, const std::string& tag) {
+void run_case(MixerMlp token, MixerMlp channel, const std::string& tag, bool ln_gating = false) {
   MixerConfig c;
   c.image_size = 8;
   c.channels = 2;
@@ -30,7 +31,13 @@ void run_case(MixerMlp kind, const std::string& tag) {
   c.depth = 2;
   c.num_classes = 5;
   c.experts = 8;
-  c.mlp(kind);
+  c.token_block = token;
+  c.channel_block = channel;
+  if (ln_gating) {
+    // torch_reference.py's mixer-fmnist-cpmumoe block: LayerNorm gating and an input LayerNorm.
+    c.gate_norm = nn::GateNorm::LayerNorm;
+    c.moe_input_norm = true;
+  }
   manual_seed(21);
   models::MlpMixer model(c);
   // The gates start at zero (every expert equal); random ones give the gating work to do.
@@ -48,6 +55,7 @@ void run_case(MixerMlp kind, const std::string& tag) {
     std::ofstream cfg(dir / "config.txt");
     cfg << "image 8\nchannels 2\npatch 2\nwidth 24\ndepth 2\nclasses 5\n"
         << "token_block " << models::to_string(c.token_block) << "\nchannel_block " << models::to_string(c.channel_block)
+        << "\ngate_norm " << nn::to_string(c.gate_norm) << "\ninput_norm " << (c.moe_input_norm ? 1 : 0)
         << "\nsteps " << kSteps << "\nlr " << kLr << "\nwd " << kWd << "\nln_eps " << c.ln_eps << "\n";
     std::ofstream params(dir / "params.txt");
     for (auto& [name, t] : model.named_parameters()) {
@@ -117,6 +125,13 @@ void run_case(MixerMlp kind, const std::string& tag) {
 
 }  // namespace
 
-TEST_CASE("Mixer with MLP blocks matches PyTorch") { run_case(MixerMlp::MLP, "mlp"); }
-TEST_CASE("Mixer with TRμMoE blocks (batch-norm gating) matches PyTorch") { run_case(MixerMlp::TRMuMoE, "tr"); }
-TEST_CASE("Mixer with CPμMoE blocks (batch-norm gating) matches PyTorch") { run_case(MixerMlp::CPMuMoE, "cp"); }
+TEST_CASE("Mixer with MLP blocks matches PyTorch") { run_case(MixerMlp::MLP, MixerMlp::MLP, "mlp"); }
+TEST_CASE("Mixer with TRμMoE blocks (batch-norm gating) matches PyTorch") {
+  run_case(MixerMlp::TRMuMoE, MixerMlp::TRMuMoE, "tr");
+}
+TEST_CASE("Mixer with CPμMoE blocks (batch-norm gating) matches PyTorch") {
+  run_case(MixerMlp::CPMuMoE, MixerMlp::CPMuMoE, "cp");
+}
+TEST_CASE("Mixer in torch_reference.py's cpmumoe layout (MLP token mixing, LN-gated CPμMoE channel mixing)") {
+  run_case(MixerMlp::MLP, MixerMlp::CPMuMoE, "ref_cp", /*ln_gating=*/true);
+}

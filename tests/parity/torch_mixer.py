@@ -2,7 +2,8 @@
 """PyTorch side of the MLP-Mixer parity test (tests/test_mixer_parity.cpp).
 
 Reads from <dir>: config.txt (KEY VALUE lines: image, channels, patch, width, depth,
-classes, token_block, channel_block (MLP, CPMuMoE or TRMuMoE), steps, lr, wd, ln_eps),
+classes, token_block, channel_block (MLP, CPMuMoE or TRMuMoE), gate_norm (BatchNorm or
+LayerNorm), input_norm (0 or 1), steps, lr, wd, ln_eps),
 params.txt (NAME SHAPE lines; p.NAME.bin float32 each), images.bin (float32, B x C x S x S),
 labels.bin (int64, B). Rebuilds the Mixer from those weights, written independently of
 the library: the patch embedding as F.conv2d with stride p, token mixing on the
@@ -50,8 +51,15 @@ def main(d):
             return F.linear(h, p[pre + '.2.weight'], p[pre + '.2.bias'])
         lead, dim = x.shape[:-1], x.shape[-1]
         z = x.reshape(-1, dim)
-        logits = F.batch_norm(z @ p[pre + '.G1'], None, None, training=True, eps=1e-5)
+        logits = z @ p[pre + '.G1']
+        if cfg['gate_norm'] == 'BatchNorm':
+            logits = F.batch_norm(logits, None, None, training=True, eps=1e-5)
+        else:
+            logits = F.layer_norm(logits, (logits.shape[-1],), eps=1e-5)
         a = entmax15(logits, dim=-1)
+        if cfg['input_norm'] == '1':
+            # The block's own LayerNorm on the layers' input (not on the gating's).
+            z = F.layer_norm(z, (dim,), p[pre + '.input_norm.weight'], p[pre + '.input_norm.bias'], 1e-5)
         h = mumoe_layer(z, a, pre + '.layer1', kind)
         y = mumoe_layer(F.gelu(h), a, pre + '.layer2', kind)
         return y.reshape(*lead, -1)
