@@ -1,8 +1,10 @@
 #include "data/augment.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "ops/ops.h"
+#include "tensor/checked.h"
 #include "tensor/option_checks.h"
 
 namespace mu::data {
@@ -20,18 +22,26 @@ Tensor as_bchw(const Tensor& x, const char* op) {
 
 Generator& pick(Generator* gen) { return gen ? *gen : default_generator(); }
 
+// The number of offsets per axis, 2·padding + 1, with padding checked: non-negative, and
+// small enough that the sum and every source index i + dy - padding fit in int64.
+int64_t offset_span(int64_t padding, const char* op) {
+  MU_CHECK(padding >= 0, op, ": padding must be non-negative, got ", padding);
+  return checked_add(checked_mul(2, padding, op, ": padding"), 1, op, ": padding");
+}
+
 }  // namespace
 
 Tensor crop_at(const Tensor& x, int64_t padding, const std::vector<std::pair<int64_t, int64_t>>& offsets) {
   const char* op = "crop_at";
   Tensor v = as_bchw(x, op);
-  MU_CHECK(padding >= 0, op, ": padding must be non-negative, got ", padding);
+  const int64_t span = offset_span(padding, op);
   const int64_t B = v.size(0), C = v.size(1), H = v.size(2), W = v.size(3), HW = H * W;
   MU_CHECK(int64_t(offsets.size()) == B, op, ": ", offsets.size(), " offsets for a batch of ", B);
   for (const auto& [dy, dx] : offsets)
-    MU_CHECK(dy >= 0 && dy <= 2 * padding && dx >= 0 && dx <= 2 * padding, op, ": offset (", dy, ", ", dx,
-             ") outside [0, ", 2 * padding, "] for padding ", padding);
-  if (padding == 0 || B == 0 || HW == 0) return x;
+    MU_CHECK(dy >= 0 && dy < span && dx >= 0 && dx < span, op, ": offset (", dy, ", ", dx, ") outside [0, ", span - 1,
+             "] for padding ", padding);
+  // Nothing to move (an empty batch may still name huge sizes: no index table is built).
+  if (padding == 0 || v.numel() == 0) return x;
   // A gather along the flattened pixels: output pixel (i, j) of sample b reads source
   // pixel (i+dy-p, j+dx-p) where that is inside the image; elsewhere it reads pixel 0 and
   // the mask replaces it by the zero of the padding.
@@ -41,7 +51,8 @@ Tensor crop_at(const Tensor& x, int64_t padding, const std::vector<std::pair<int
     const auto [dy, dx] = offsets[size_t(b)];
     for (int64_t i = 0; i < H; ++i)
       for (int64_t j = 0; j < W; ++j) {
-        const int64_t si = i + dy - padding, sj = j + dx - padding;
+        // (dy - padding) first: it lies in [-padding, padding], so no sum leaves int64.
+        const int64_t si = i + (dy - padding), sj = j + (dx - padding);
         const bool in = si >= 0 && si < H && sj >= 0 && sj < W;
         index[size_t(b * HW + i * W + j)] = in ? si * W + sj : 0;
         inside[size_t(b * HW + i * W + j)] = in;
@@ -57,15 +68,15 @@ Tensor crop_at(const Tensor& x, int64_t padding, const std::vector<std::pair<int
 Tensor random_crop(const Tensor& x, int64_t padding, Generator* gen,
                    std::vector<std::pair<int64_t, int64_t>>* offsets) {
   Tensor v = as_bchw(x, "random_crop");
-  MU_CHECK(padding >= 0, "random_crop: padding must be non-negative, got ", padding);
-  const int64_t B = v.size(0), span = 2 * padding + 1;
+  const int64_t B = v.size(0), span = offset_span(padding, "random_crop");
   std::vector<std::pair<int64_t, int64_t>> drawn(static_cast<size_t>(B));
   {
     // One lock for the batch: its draws are consecutive in the generator's stream.
     auto draws = pick(gen).lock();
     for (auto& [dy, dx] : drawn) {
-      dy = int64_t(draws.uniform() * double(span));
-      dx = int64_t(draws.uniform() * double(span));
+      // uniform() < 1, but the product can round up to span when span is huge.
+      dy = std::min(span - 1, int64_t(draws.uniform() * double(span)));
+      dx = std::min(span - 1, int64_t(draws.uniform() * double(span)));
     }
   }
   if (offsets) *offsets = drawn;
