@@ -14,11 +14,13 @@
 #   experiments/bench/compare.sh attention [BUILD_DIR]
 #                         causal attention forward+backward at (8, 4, 128, 64) and (1, 12, 1024, 64),
 #                         against the composed softmax(q kᵀ/√D + mask) v of torch_attention.py
+#   experiments/bench/compare.sh mixer [BUILD_DIR]    mixer-fmnist, mixer-fmnist-cpmumoe: a training
+#                         step (forward, backward, AdamW) of the Fashion-MNIST-sized MLP-Mixer
 #
 # BUILD_DIR defaults to build. THREADS and REPS may be set in the environment.
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-which="${1:?usage: compare.sh sgemm|layers|layer_norm|cross_entropy|attention [BUILD_DIR]}"
+which="${1:?usage: compare.sh sgemm|layers|layer_norm|cross_entropy|attention|mixer [BUILD_DIR]}"
 build="${2:-build}"
 case "$build" in /*) ;; *) build="$repo/$build" ;; esac
 threads="${THREADS:-2}"
@@ -29,7 +31,8 @@ case "$which" in
     reference="$repo/experiments/bench/torch_layer_norm.py" ;;
   cross_entropy) bench=bench_cross_entropy; torch_script="$repo/experiments/bench/torch_cross_entropy.py"; reps="${REPS:-20}" ;;
   attention) bench=bench_attention; torch_script="$repo/experiments/bench/torch_attention.py"; reps="${REPS:-20}" ;;
-  *) echo "compare.sh: unknown benchmark '$which' (sgemm, layers, layer_norm, cross_entropy or attention)" >&2; exit 2 ;;
+  mixer) bench=bench_mixer; workloads=mixer-fmnist,mixer-fmnist-cpmumoe; reps="${REPS:-10}" ;;
+  *) echo "compare.sh: unknown benchmark '$which' (sgemm, layers, layer_norm, cross_entropy, attention or mixer)" >&2; exit 2 ;;
 esac
 reference="${reference:-$repo/../shared/reference/torch_reference.py}"
 [ -x "$build/experiments/$bench" ] || { echo "compare.sh: $build/experiments/$bench not built" >&2; exit 1; }
