@@ -280,6 +280,13 @@ void GPT2Config::validate() const {
 
 GPT2::GPT2(const GPT2Config& config, Generator* gen) : Module("GPT2"), config_(config) {
   config_.validate();
+  // A model no machine holds is refused before its first block is built (when the MLP
+  // can be counted): the count itself refuses sizes past int64.
+  if (config_.mlp.count) {
+    const int64_t n = count_parameters(config_);
+    MU_CHECK(n <= kMaxAllocationBytes / 4, "GPT2: ", n, " parameters (n_layer = ", config_.n_layer,
+             ") are more than any machine holds");
+  }
   const GPT2Config& c = config_;
   auto transformer = register_module("transformer", std::make_shared<Transformer>());
   wte_ = transformer->register_module("wte", std::make_shared<nn::Embedding>(c.vocab_size, c.n_embd));

@@ -122,7 +122,7 @@ TEST_CASE("GPT2Config: every field validated at construction and in the static c
   refused(c, "gives rank 0");
 }
 
-TEST_CASE("gpt2_124m has 124,439,808 parameters, counted statically and built") {
+TEST_CASE("gpt2_124m has 124,439,808 parameters (static count; test_gpt2_124m builds it)") {
   const int64_t V = 50257, P = 1024, d = 768, L = 12;
   // Written out: embeddings, then per block ln_1, c_attn, c_proj, ln_2, c_fc, c_proj, then ln_f.
   const int64_t block = 2 * d + (d * 3 * d + 3 * d) + (d * d + d) + 2 * d + (d * 4 * d + 4 * d) + (4 * d * d + d);
@@ -130,13 +130,6 @@ TEST_CASE("gpt2_124m has 124,439,808 parameters, counted statically and built") 
   CHECK(by_hand == 124439808);
   CHECK(GPT2::count_parameters(GPT2Config::gpt2_124m()) == 124439808);
   CHECK(GPT2::count_mlp_parameters(GPT2Config::gpt2_124m()) == L * ((d * 4 * d + 4 * d) + (4 * d * d + d)));
-  // Built (about 500 MB of float32).
-  GPT2 model(GPT2Config::gpt2_124m());
-  CHECK(model.num_parameters() == 124439808);
-  // Including the tied head twice would add V * d.
-  int64_t in_state_dict = 0;
-  for (auto& [name, t] : model.state_dict()) in_state_dict += t.numel();
-  CHECK(in_state_dict == 124439808 + V * d);
 }
 
 TEST_CASE("GPT-2 μMoE MLP counts (Table 4) from the stated shapes") {
