@@ -151,7 +151,8 @@ class GPT2 : public nn::Module {
 };
 
 // Loads GPT-2 weights in the Hugging Face layout (a `model.safetensors` of GPT2Model or
-// GPT2LMHeadModel) into a model with the dense MLP whose config matches the file:
+// GPT2LMHeadModel) into a model with GPT-2's blocks (ln_2 and an MLP of c_fc and c_proj,
+// as the dense choice builds) whose config matches the file:
 //  - keys wte.weight, wpe.weight, h.<i>.ln_1.weight, h.<i>.attn.c_attn.weight, ...,
 //    ln_f.bias, each with or without a "transformer." prefix;
 //  - the Conv1D weights (attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj) are stored

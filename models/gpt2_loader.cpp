@@ -44,8 +44,6 @@ bool is_mask_buffer(const std::string& key) {
 
 void load_hf_gpt2_safetensors(GPT2& model, const std::string& path) {
   const GPT2Config& c = model.config();
-  MU_CHECK(c.mlp.pre_norm && c.mlp.name == "dense", "load_hf_gpt2_safetensors: ", path,
-           ": GPT-2 weights fit a model with the dense MLP, this model's MLP is \"", c.mlp.name, "\"");
   SafetensorsFile file = load_safetensors(path);
 
   // Our state dict by name, to find each slot's tensor.
@@ -54,8 +52,10 @@ void load_hf_gpt2_safetensors(GPT2& model, const std::string& path) {
   std::vector<Slot> slots;
   auto add = [&](const std::string& key, const std::string& our_name, bool transposed) {
     auto it = ours.find(our_name);
-    MU_CHECK(it != ours.end(), "load_hf_gpt2_safetensors: the model has no tensor ", our_name);
+    MU_CHECK(it != ours.end(), "load_hf_gpt2_safetensors: ", path, ": GPT-2 weights fit a model with GPT-2's ln_2 "
+             "and dense MLP; this model (MLP \"", c.mlp.name, "\") has no tensor ", our_name);
     slots.push_back({key, it->second, transposed});
+    ours.erase(it);
   };
   auto add_norm = [&](const std::string& key) {
     add(key + ".weight", "transformer." + key + ".weight", false);
@@ -77,6 +77,13 @@ void load_hf_gpt2_safetensors(GPT2& model, const std::string& path) {
     add_conv(h + "mlp.c_proj");
   }
   add_norm("ln_f");
+  // What is left of the model must be the tied head alone: a tensor the file cannot fill
+  // (a custom MLP's extra parameters) would keep its random values unnoticed.
+  std::vector<std::string> unfilled;
+  for (auto& [name, t] : ours)
+    if (name != "lm_head.weight") unfilled.push_back(name);
+  MU_CHECK(unfilled.empty(), "load_hf_gpt2_safetensors: ", path, ": the GPT-2 layout has no values for ",
+           unfilled.size(), " of this model's tensors (MLP \"", c.mlp.name, "\"): ", join(unfilled));
 
   // The file's tensors by key with any "transformer." prefix removed.
   std::map<std::string, Tensor> found;

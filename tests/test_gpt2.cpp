@@ -299,6 +299,21 @@ TEST_CASE("forward: shapes, the loss and T > block_size") {
   CHECK_THROWS_MU(model.forward(full({1, 2}, 11, kInt64)), "11");
 }
 
+TEST_CASE("dropout: active in training mode only") {
+  GPT2Config c = tiny();
+  GPT2Config d = c;
+  d.dropout = 0.3;
+  Generator g1(12), g2(12);
+  GPT2 plain(c, &g1), dropped(d, &g2);  // same weights: dropout adds no parameters
+  Tensor idx = tokens(2, 6, c.vocab_size, 13);
+  Tensor want = plain.forward(idx);
+  Tensor a = dropped.forward(idx), b = dropped.forward(idx);
+  CHECK(max_abs_diff(a, b) > 1e-4);
+  CHECK(max_abs_diff(a, want) > 1e-4);
+  dropped.eval();
+  CHECK(max_abs_diff(dropped.forward(idx), want) == 0.0);
+}
+
 TEST_CASE("causal: later tokens do not change earlier logits") {
   for (int which = 0; which < 2; ++which) {
     GPT2Config c = tiny();
@@ -493,7 +508,27 @@ TEST_CASE("Hugging Face layout loader: files written here") {
   GPT2Config m = c;
   m.mlp = mlp::cp_mumoe(64);
   GPT2 moe(m);
-  CHECK_THROWS_MU(models::load_hf_gpt2_safetensors(moe, (dir / "model.safetensors").string()), "cp_mumoe-64");
+  CHECK_THROWS_MU(models::load_hf_gpt2_safetensors(moe, (dir / "model.safetensors").string()),
+                  "this model (MLP \"cp_mumoe-64\") has no tensor transformer.h.0.ln_2.weight");
+  // A custom MLP with GPT-2's tensors and one more: the extra one is named.
+  GPT2Config x = c;
+  x.mlp = mlp::custom("gated", [](int64_t, const GPT2Config& cfg) -> std::shared_ptr<nn::UnaryModule> {
+    struct Gated : nn::UnaryModule {
+      std::shared_ptr<nn::Linear> c_fc, c_proj;
+      Tensor gain;
+      explicit Gated(int64_t d) : UnaryModule("Gated") {
+        c_fc = register_module("c_fc", std::make_shared<nn::Linear>(d, 4 * d));
+        c_proj = register_module("c_proj", std::make_shared<nn::Linear>(4 * d, d));
+        gain = register_parameter("gain", ones({d}));
+      }
+      Tensor forward(const Tensor& v) override { return c_proj->forward(gelu(c_fc->forward(v))) * gain; }
+    };
+    return std::make_shared<Gated>(cfg.n_embd);
+  });
+  GPT2 gated(x);
+  CHECK_THROWS_MU(models::load_hf_gpt2_safetensors(gated, (dir / "model.safetensors").string()),
+                  "no values for 2 of this model's tensors (MLP \"gated\"): transformer.h.0.mlp.gain, "
+                  "transformer.h.1.mlp.gain");
   CHECK_THROWS_MU(models::load_hf_gpt2_safetensors(dst, (dir / "nothing.safetensors").string()),
                   "nothing.safetensors");
   fs::remove_all(dir);
