@@ -14,11 +14,13 @@
 #   experiments/bench/compare.sh attention [BUILD_DIR]
 #                         causal attention forward+backward at (8, 4, 128, 64) and (1, 12, 1024, 64),
 #                         against the composed softmax(q kᵀ/√D + mask) v of torch_attention.py
+#   experiments/bench/compare.sh gpt2 [BUILD_DIR]       gpt2-mini, gpt2-mini-cpmumoe, gpt2-mini-trmumoe
+#                         (forward + backward + AdamW step of the whole model)
 #
 # BUILD_DIR defaults to build. THREADS and REPS may be set in the environment.
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-which="${1:?usage: compare.sh sgemm|layers|layer_norm|cross_entropy|attention [BUILD_DIR]}"
+which="${1:?usage: compare.sh sgemm|layers|layer_norm|cross_entropy|attention|gpt2 [BUILD_DIR]}"
 build="${2:-build}"
 case "$build" in /*) ;; *) build="$repo/$build" ;; esac
 threads="${THREADS:-2}"
@@ -28,8 +30,9 @@ case "$which" in
   layer_norm) bench=bench_layer_norm; workloads=layer-norm-1024x768; reps="${REPS:-50}"
     reference="$repo/experiments/bench/torch_layer_norm.py" ;;
   cross_entropy) bench=bench_cross_entropy; torch_script="$repo/experiments/bench/torch_cross_entropy.py"; reps="${REPS:-20}" ;;
+  gpt2) bench=bench_gpt2; workloads=gpt2-mini,gpt2-mini-cpmumoe,gpt2-mini-trmumoe; reps="${REPS:-10}" ;;
   attention) bench=bench_attention; torch_script="$repo/experiments/bench/torch_attention.py"; reps="${REPS:-20}" ;;
-  *) echo "compare.sh: unknown benchmark '$which' (sgemm, layers, layer_norm, cross_entropy or attention)" >&2; exit 2 ;;
+  *) echo "compare.sh: unknown benchmark '$which' (sgemm, layers, layer_norm, cross_entropy, attention or gpt2)" >&2; exit 2 ;;
 esac
 reference="${reference:-$repo/../shared/reference/torch_reference.py}"
 [ -x "$build/experiments/$bench" ] || { echo "compare.sh: $build/experiments/$bench not built" >&2; exit 1; }
