@@ -4,12 +4,14 @@
 // integer edge cases, values near the float range's ends) and each asserts either the
 // error (by a substring of its message) or the exact result, derived by hand.
 #include <cmath>
+#include <filesystem>
 #include <cstdio>
 #include <limits>
 #include <map>
 
 #include "helpers.h"
 #include "isolated.h"
+#include "models/gpt2.h"
 #include "nn/mumoe_block.h"
 #include "optim/adamw.h"
 #include "optim/sgd.h"
@@ -278,4 +280,79 @@ TEST_CASE("randint covers int64's whole range without overflow and keeps values 
     for (int64_t x : v) neg = neg || x < 0, pos = pos || x > 0;
     return std::string(neg && pos ? "both signs" : "one sign");
   }, "both signs");
+}
+
+TEST_CASE("GPT-2: sizes past int64 or any machine, hostile ids and damaged weight files are mu::Errors") {
+  auto tiny = [] {
+    models::GPT2Config c;
+    c.n_layer = 1;
+    c.n_head = 1;
+    c.n_embd = 4;
+    c.block_size = 4;
+    c.vocab_size = 5;
+    return c;
+  };
+  expect_error("GPT2 n_layer 2^62 counted", [&] {
+    models::GPT2Config c = tiny();
+    c.n_layer = int64_t(1) << 62;
+    return std::to_string(models::GPT2::count_parameters(c));
+  }, "does not fit in int64");
+  expect_error("GPT2 n_layer 2^50 built", [&] {
+    models::GPT2Config c = tiny();
+    c.n_layer = int64_t(1) << 50;
+    return std::to_string(models::GPT2(c).num_parameters());
+  }, "are more than any machine holds");
+  expect_error("GPT2 n_embd 2^62", [&] {
+    models::GPT2Config c = tiny();
+    c.n_embd = int64_t(1) << 62;
+    return std::to_string(models::GPT2(c).num_parameters());
+  }, "4 * n_embd");
+  expect_error("GPT2 negative id", [&] {
+    models::GPT2 m(tiny());
+    return show(m.forward(tensor({0, -3}).reshape({1, 2})));
+  }, "-3");
+  expect_error("GPT2 generate NaN temperature", [&] {
+    models::GPT2 m(tiny());
+    return show(m.generate(tensor({0}).reshape({1, 1}), 1, NAN));
+  }, "temperature must be a finite number > 0, got nan");
+  // Weight files: truncated, integer-valued, a directory.
+  const std::string dir = "/tmp/mumoe_gpt2_robust_" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  {
+    models::GPT2 src(tiny());
+    std::vector<std::pair<std::string, Tensor>> t;
+    for (auto& [name, v] : src.state_dict())
+      if (name != "lm_head.weight") {
+        const bool conv = name.find("c_attn.weight") != std::string::npos ||
+                          name.find("c_proj.weight") != std::string::npos || name.find("c_fc.weight") != std::string::npos;
+        t.emplace_back(name.substr(12), conv ? v.t().contiguous() : v);
+      }
+    save_safetensors(dir + "/ok.safetensors", t);
+    for (auto& [name, v] : t)
+      if (name == "ln_f.bias") v = zeros({4}, kInt64);
+    save_safetensors(dir + "/int.safetensors", t);
+  }
+  std::filesystem::copy_file(dir + "/ok.safetensors", dir + "/cut.safetensors");
+  std::filesystem::resize_file(dir + "/cut.safetensors", std::filesystem::file_size(dir + "/ok.safetensors") - 9);
+  expect_result("GPT2 loads its own file", [&] {
+    models::GPT2 m(tiny());
+    models::load_hf_gpt2_safetensors(m, dir + "/ok.safetensors");
+    return std::string("loaded");
+  }, "loaded");
+  expect_error("GPT2 truncated file", [&] {
+    models::GPT2 m(tiny());
+    models::load_hf_gpt2_safetensors(m, dir + "/cut.safetensors");
+    return std::string("loaded");
+  }, "cut.safetensors");
+  expect_error("GPT2 integer weights", [&] {
+    models::GPT2 m(tiny());
+    models::load_hf_gpt2_safetensors(m, dir + "/int.safetensors");
+    return std::string("loaded");
+  }, "ln_f.bias holds int64, expected floating-point values");
+  expect_error("GPT2 directory as file", [&] {
+    models::GPT2 m(tiny());
+    models::load_hf_gpt2_safetensors(m, dir);
+    return std::string("loaded");
+  }, dir);
+  std::filesystem::remove_all(dir);
 }

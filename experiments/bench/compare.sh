@@ -16,11 +16,13 @@
 #                         against the composed softmax(q kᵀ/√D + mask) v of torch_attention.py
 #   experiments/bench/compare.sh mixer [BUILD_DIR]    mixer-fmnist, mixer-fmnist-cpmumoe: a training
 #                         step (forward, backward, AdamW) of the Fashion-MNIST-sized MLP-Mixer
+#   experiments/bench/compare.sh gpt2 [BUILD_DIR]       gpt2-mini, gpt2-mini-cpmumoe, gpt2-mini-trmumoe
+#                         (forward + backward + AdamW step of the whole model)
 #
 # BUILD_DIR defaults to build. THREADS and REPS may be set in the environment.
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-which="${1:?usage: compare.sh sgemm|layers|layer_norm|cross_entropy|attention|mixer [BUILD_DIR]}"
+which="${1:?usage: compare.sh sgemm|layers|layer_norm|cross_entropy|attention|mixer|gpt2 [BUILD_DIR]}"
 build="${2:-build}"
 case "$build" in /*) ;; *) build="$repo/$build" ;; esac
 threads="${THREADS:-2}"
@@ -30,9 +32,10 @@ case "$which" in
   layer_norm) bench=bench_layer_norm; workloads=layer-norm-1024x768; reps="${REPS:-50}"
     reference="$repo/experiments/bench/torch_layer_norm.py" ;;
   cross_entropy) bench=bench_cross_entropy; torch_script="$repo/experiments/bench/torch_cross_entropy.py"; reps="${REPS:-20}" ;;
+  gpt2) bench=bench_gpt2; workloads=gpt2-mini,gpt2-mini-cpmumoe,gpt2-mini-trmumoe; reps="${REPS:-10}" ;;
   attention) bench=bench_attention; torch_script="$repo/experiments/bench/torch_attention.py"; reps="${REPS:-20}" ;;
   mixer) bench=bench_mixer; workloads=mixer-fmnist,mixer-fmnist-cpmumoe; reps="${REPS:-10}" ;;
-  *) echo "compare.sh: unknown benchmark '$which' (sgemm, layers, layer_norm, cross_entropy, attention or mixer)" >&2; exit 2 ;;
+  *) echo "compare.sh: unknown benchmark '$which' (sgemm, layers, layer_norm, cross_entropy, attention, mixer or gpt2)" >&2; exit 2 ;;
 esac
 reference="${reference:-$repo/../shared/reference/torch_reference.py}"
 [ -x "$build/experiments/$bench" ] || { echo "compare.sh: $build/experiments/$bench not built" >&2; exit 1; }

@@ -1,0 +1,52 @@
+// The gpt2-mini workloads of ../shared/reference/torch_reference.py: GPT-2 with 4 layers,
+// 4 heads, n_embd 256, context 128, vocabulary 50257, batch 8 x 128 random tokens and
+// targets; the MLP dense (gpt2-mini), CPμMoE (gpt2-mini-cpmumoe, N = 64, R = int(0.78 d)) or
+// TRμMoE (gpt2-mini-trmumoe, N = 64, ranks (4, 4, int(0.2 d))). One step = zero grads,
+// loss = model(idx, targets), backward, AdamW(lr 6e-4, weight decay 0.1 on every parameter,
+// as the reference's torch.optim.AdamW(m.parameters(), ...)). Prints one JSON line per workload.
+//
+//   bench_gpt2 [--workload gpt2-mini,gpt2-mini-cpmumoe,gpt2-mini-trmumoe] [--reps 10] [--warmup 3]
+#include <omp.h>
+
+#include <cstdio>
+#include <sstream>
+#include <string>
+
+#include "experiments/bench/timing.h"
+#include "models/gpt2.h"
+#include "mumoe.h"
+
+using namespace mu;
+
+int main(int argc, char** argv) {
+  bench::Options opt("bench_gpt2", 10, 3, {{"workload", "gpt2-mini,gpt2-mini-cpmumoe,gpt2-mini-trmumoe"}});
+  opt.parse(argc, argv);
+  std::stringstream list(opt.str("workload"));
+  std::string name;
+  while (std::getline(list, name, ',')) {
+    models::GPT2Config c = models::GPT2Config::gpt2_mini();
+    if (name == "gpt2-mini-cpmumoe") c.mlp = models::mlp::cp_mumoe(64);
+    else if (name == "gpt2-mini-trmumoe") c.mlp = models::mlp::tr_mumoe(64);
+    else if (name != "gpt2-mini") {
+      std::fprintf(stderr, "bench_gpt2: unknown workload %s\n", name.c_str());
+      return 2;
+    }
+    manual_seed(0);
+    models::GPT2 model(c);
+    optim::AdamW adamw(model.parameters(), optim::AdamWOptions(6e-4).weight_decay(0.1));
+    const int64_t B = 8, T = c.block_size;
+    Tensor idx = randint(0, c.vocab_size, {B, T}), tgt = randint(0, c.vocab_size, {B, T});
+    auto step = [&] {
+      adamw.zero_grad();
+      model.forward(idx, tgt).loss.backward();
+      adamw.step();
+    };
+    bench::Timing t = bench::time_it(step, opt.reps, opt.warmup);
+    std::printf("{\"workload\": \"%s\", \"impl\": \"mumoe\", \"threads\": %d, \"median_ms\": %.3f, \"min_ms\": %.3f, "
+                "\"max_ms\": %.3f, \"params\": %lld}\n",
+                name.c_str(), omp_get_max_threads(), t.median_ms, t.min_ms, t.max_ms,
+                (long long)model.num_parameters());
+    std::fflush(stdout);
+  }
+  return 0;
+}

@@ -1,0 +1,449 @@
+#include "models/gpt2.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <vector>
+
+#include "autograd/grad_mode.h"
+#include "nn/init.h"
+#include "ops/ops.h"
+#include "tensor/checked.h"
+#include "tensor/option_checks.h"
+
+namespace mu::models {
+
+namespace {
+
+constexpr double kLayerNormEps = 1e-5;  // nanoGPT's F.layer_norm(..., 1e-5)
+constexpr double kInitStd = 0.02;       // nanoGPT's _init_weights
+
+// nanoGPT's LayerNorm: a weight, and a bias only when the model has biases (nn::LayerNorm
+// has both or neither).
+class GPT2LayerNorm : public nn::UnaryModule {
+ public:
+  GPT2LayerNorm(int64_t n, bool bias) : UnaryModule("LayerNorm"), n_(n) {
+    weight = register_parameter("weight", ones({n}));
+    if (bias) this->bias = register_parameter("bias", zeros({n}));
+  }
+  Tensor forward(const Tensor& x) override { return layer_norm(x, {n_}, weight, bias, kLayerNormEps); }
+  std::string extra_repr() const override { return detail::str(n_, ", bias=", bias.defined() ? "true" : "false"); }
+
+  Tensor weight, bias;
+
+ private:
+  int64_t n_;
+};
+
+// One c_attn Linear gives q, k and v; heads attend causally through the fused kernel.
+class CausalSelfAttention : public nn::UnaryModule {
+ public:
+  explicit CausalSelfAttention(const GPT2Config& c)
+      : UnaryModule("CausalSelfAttention"), n_head_(c.n_head), dropout_(c.dropout) {
+    c_attn = register_module("c_attn", std::make_shared<nn::Linear>(c.n_embd, 3 * c.n_embd, c.bias));
+    c_proj = register_module("c_proj", std::make_shared<nn::Linear>(c.n_embd, c.n_embd, c.bias));
+    resid_dropout = register_module("resid_dropout", std::make_shared<nn::Dropout>(c.dropout));
+  }
+
+  Tensor forward(const Tensor& x) override {
+    const int64_t B = x.size(0), T = x.size(1), C = x.size(2), hs = C / n_head_;
+    std::vector<Tensor> qkv = split(c_attn->forward(x), C, 2);
+    // (B, T, C) -> (B, n_head, T, hs): each head a contiguous slice of the channels.
+    auto heads = [&](const Tensor& t) { return t.reshape({B, T, n_head_, hs}).transpose(1, 2); };
+    Tensor y = scaled_dot_product_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]), /*causal=*/true,
+                                            dropout_, is_training());
+    // Heads side by side again: (B, n_head, T, hs) -> (B, T, C).
+    y = y.transpose(1, 2).reshape({B, T, C});
+    return resid_dropout->forward(c_proj->forward(y));
+  }
+
+  std::shared_ptr<nn::Linear> c_attn, c_proj;
+  std::shared_ptr<nn::Dropout> resid_dropout;
+
+ private:
+  int64_t n_head_;
+  double dropout_;
+};
+
+// GPT-2's MLP, with nanoGPT's names.
+class DenseMLP : public nn::UnaryModule {
+ public:
+  explicit DenseMLP(const GPT2Config& c) : UnaryModule("MLP") {
+    c_fc = register_module("c_fc", std::make_shared<nn::Linear>(c.n_embd, 4 * c.n_embd, c.bias));
+    gelu = register_module("gelu", std::make_shared<nn::GELU>("tanh"));
+    c_proj = register_module("c_proj", std::make_shared<nn::Linear>(4 * c.n_embd, c.n_embd, c.bias));
+    dropout = register_module("dropout", std::make_shared<nn::Dropout>(c.dropout));
+  }
+  Tensor forward(const Tensor& x) override {
+    return dropout->forward(c_proj->forward(gelu->forward(c_fc->forward(x))));
+  }
+
+  std::shared_ptr<nn::Linear> c_fc, c_proj;
+  std::shared_ptr<nn::GELU> gelu;
+  std::shared_ptr<nn::Dropout> dropout;
+};
+
+// x + attn(ln_1(x)), then x + mlp(ln_2(x)), or x + mlp(x) for an MLP that normalises its
+// own input (MlpChoice::pre_norm false).
+class Block : public nn::UnaryModule {
+ public:
+  Block(int64_t layer, const GPT2Config& c) : UnaryModule("Block") {
+    ln_1 = register_module("ln_1", std::make_shared<GPT2LayerNorm>(c.n_embd, c.bias));
+    attn = register_module("attn", std::make_shared<CausalSelfAttention>(c));
+    if (c.mlp.pre_norm) ln_2 = register_module("ln_2", std::make_shared<GPT2LayerNorm>(c.n_embd, c.bias));
+    std::shared_ptr<nn::UnaryModule> m = c.mlp.make(layer, c);
+    MU_CHECK(m != nullptr, "GPT2: the MLP factory \"", c.mlp.name, "\" returned no module for layer ", layer);
+    mlp = register_module("mlp", std::move(m));
+  }
+  Tensor forward(const Tensor& x) override {
+    Tensor h = x + attn->forward(ln_1->forward(x));
+    Tensor y = mlp->forward(ln_2 ? ln_2->forward(h) : h);
+    MU_CHECK(y.defined() && y.shape() == h.shape(), "GPT2: the MLP \"", mlp->type_name(), "\" must map ",
+             shape_str(h.shape()), " to the same shape, got ", y.defined() ? shape_str(y.shape()) : "undefined");
+    return h + y;
+  }
+
+  std::shared_ptr<GPT2LayerNorm> ln_1, ln_2;  // ln_2 null without pre_norm
+  std::shared_ptr<CausalSelfAttention> attn;
+  std::shared_ptr<nn::UnaryModule> mlp;
+};
+
+// The lm_head: logits = x · Wᵀ with W registered as the token embedding's own tensor, so
+// the two names share one parameter and its gradient is the sum of both uses.
+class TiedHead : public nn::Module {
+ public:
+  explicit TiedHead(const Tensor& w) : Module("TiedLinear") { weight = register_parameter("weight", w); }
+  Tensor weight;
+};
+
+// A plain container, so that names read transformer.wte.weight as in nanoGPT.
+class Transformer : public nn::Module {
+ public:
+  Transformer() : Module("Transformer") {}
+};
+
+// Sizes in the counts: every product and sum checked.
+struct Counter {
+  const char* what;
+  int64_t mul(int64_t a, int64_t b) const { return checked_mul(a, b, what); }
+  int64_t add(int64_t a, int64_t b) const { return checked_add(a, b, what); }
+  int64_t linear(int64_t in, int64_t out, bool bias) const { return add(mul(in, out), bias ? out : 0); }
+  int64_t norm(int64_t n, bool bias) const { return bias ? mul(2, n) : n; }
+};
+
+}  // namespace
+
+// ---------------------------------------------------------------- MLP choices
+
+namespace mlp {
+
+MlpChoice dense() {
+  MlpChoice m;
+  m.name = "dense";
+  m.make = [](int64_t, const GPT2Config& c) -> std::shared_ptr<nn::UnaryModule> {
+    return std::make_shared<DenseMLP>(c);
+  };
+  m.count = [](const GPT2Config& c) {
+    Counter k{"GPT2 dense MLP count"};
+    const int64_t h = k.mul(4, c.n_embd);
+    return k.add(k.linear(c.n_embd, h, c.bias), k.linear(h, c.n_embd, c.bias));
+  };
+  m.pre_norm = true;
+  return m;
+}
+
+int64_t cp_rank(int64_t d, int64_t experts) {
+  // int(0.78 * d) as Python computes it: the double product, truncated.
+  if (experts == 64) return int64_t(0.78 * double(d));
+  if (experts == 256) return int64_t(0.725 * double(d));
+  MU_FAIL("GPT2: the paper gives the CPμMoE rank for 64 or 256 experts only, got ", experts,
+          " experts; pass the rank explicitly, e.g. mlp::cp_mumoe(", experts, ", rank)");
+  return 0;
+}
+
+int64_t tr_rank(int64_t d, int64_t experts) {
+  if (experts == 64) return int64_t(0.2 * double(d));
+  if (experts == 256) return int64_t(0.195 * double(d));
+  MU_FAIL("GPT2: the paper gives the TRμMoE ranks for 64 or 256 experts only, got ", experts,
+          " experts; pass the last rank explicitly, e.g. mlp::tr_mumoe(", experts, ", rank)");
+  return 0;
+}
+
+nn::MuMoEOptions mumoe_options(const GPT2Config& c, nn::MoEKind kind, int64_t experts, int64_t rank) {
+  MU_CHECK(kind == nn::MoEKind::CP || kind == nn::MoEKind::TR, "GPT2: the μMoE MLP is CP or TR, got ",
+           nn::to_string(kind));
+  MU_CHECK(experts > 0, "GPT2: the μMoE MLP needs at least one expert, got ", experts);
+  MU_CHECK(rank >= 0, "GPT2: the μMoE MLP's rank must be positive (or 0 for the paper's rule), got ", rank);
+  const bool cp = kind == nn::MoEKind::CP;
+  if (rank == 0) rank = cp ? cp_rank(c.n_embd, experts) : tr_rank(c.n_embd, experts);
+  MU_CHECK(rank > 0, "GPT2: the paper's rule gives rank 0 for n_embd = ", c.n_embd, " and ", experts,
+           " experts; pass a positive rank");
+  nn::MuMoEOptions o(c.n_embd, c.n_embd);
+  o.hidden(4 * c.n_embd)                           // L1: d -> 4d, L2: 4d -> d
+      .experts({experts})
+      .kind(kind)
+      .gate_norm(nn::GateNorm::LayerNorm)           // language models: LN gating (PAPERS.md)
+      .activation(nn::GateActivation::Entmax15)
+      .input_norm(true)                             // LN(x) with affine on the layers' input
+      .bias(c.bias)                                 // the per-expert bias row, like the Linears' biases
+      .gelu_approximate("none");                    // F.gelu, as torch_reference.py's MuMoEBlock
+  if (cp) o.rank(rank);
+  else o.ranks({4, 4, rank});
+  return o;
+}
+
+// The μMoE block takes ln_2's place instead of following it (pre_norm false). The paper
+// replaces "every MLP block's 2 linear layers with 2 μMoE layers" and writes the gating as
+// a = φ(Gᵀz) on the block's input z, and the block (PAPERS.md) carries its own input
+// LayerNorm with affine parameters: that LayerNorm does ln_2's job, so keeping ln_2 in
+// front would normalise twice and add 2d parameters per block that the parameter-matched
+// counts (Table 3: 124M for all three models) do not have. torch_reference.py's
+// gpt2-mini-cpmumoe / -trmumoe workloads, the contract for this model, are built that way:
+// `x + self.mlp(x)` with the gating computed from the residual stream and the LayerNorm
+// inside the block (the gate's own LayerNorm makes the gating scale-free).
+static MlpChoice mumoe_choice(nn::MoEKind kind, int64_t experts, int64_t rank) {
+  MlpChoice m;
+  m.name = detail::str(kind == nn::MoEKind::CP ? "cp_mumoe" : "tr_mumoe", "-", experts);
+  m.make = [kind, experts, rank](int64_t, const GPT2Config& c) -> std::shared_ptr<nn::UnaryModule> {
+    return std::make_shared<nn::MuMoE>(mumoe_options(c, kind, experts, rank));
+  };
+  m.count = [kind, experts, rank](const GPT2Config& c) {
+    return nn::MuMoE::count_parameters(mumoe_options(c, kind, experts, rank));
+  };
+  m.pre_norm = false;
+  return m;
+}
+
+MlpChoice cp_mumoe(int64_t experts, int64_t rank) { return mumoe_choice(nn::MoEKind::CP, experts, rank); }
+MlpChoice tr_mumoe(int64_t experts, int64_t last_rank) { return mumoe_choice(nn::MoEKind::TR, experts, last_rank); }
+
+MlpChoice custom(std::string name, MlpFactory make, bool pre_norm, MlpCounter count) {
+  MlpChoice m;
+  m.name = std::move(name);
+  m.make = std::move(make);
+  m.count = std::move(count);
+  m.pre_norm = pre_norm;
+  return m;
+}
+
+}  // namespace mlp
+
+// ---------------------------------------------------------------- config
+
+GPT2Config GPT2Config::gpt2_124m() {
+  GPT2Config c;
+  c.n_layer = 12;
+  c.n_head = 12;
+  c.n_embd = 768;
+  c.block_size = 1024;
+  c.vocab_size = 50257;
+  c.bias = true;
+  c.dropout = 0.0;
+  return c;
+}
+
+GPT2Config GPT2Config::gpt2_mini() {
+  GPT2Config c;
+  c.n_layer = 4;
+  c.n_head = 4;
+  c.n_embd = 256;
+  c.block_size = 128;
+  c.vocab_size = 50257;
+  c.bias = true;  // nn.Linear and nn.LayerNorm defaults in torch_reference.py
+  c.dropout = 0.0;
+  return c;
+}
+
+void GPT2Config::validate() const {
+  MU_CHECK(n_layer > 0, "GPT2Config: n_layer must be positive, got ", n_layer);
+  MU_CHECK(n_head > 0, "GPT2Config: n_head must be positive, got ", n_head);
+  MU_CHECK(n_embd > 0, "GPT2Config: n_embd must be positive, got ", n_embd);
+  MU_CHECK(block_size > 0, "GPT2Config: block_size must be positive, got ", block_size);
+  MU_CHECK(vocab_size > 0, "GPT2Config: vocab_size must be positive, got ", vocab_size);
+  MU_CHECK(n_embd % n_head == 0, "GPT2Config: n_embd (", n_embd, ") must be divisible by n_head (", n_head, ")");
+  check_unit_interval("GPT2Config", "dropout", dropout);  // NaN fails it too
+  MU_CHECK(bool(mlp.make), "GPT2Config: the MLP choice \"", mlp.name, "\" has no factory");
+  // 4 n_embd (the MLP width) and 3 n_embd (c_attn) must be sizes too.
+  checked_mul(4, n_embd, "GPT2Config: the MLP width 4 * n_embd");
+  // No table may exceed what one allocation can hold (float32, 4 bytes an element).
+  const int64_t limit = kMaxAllocationBytes / 4;
+  MU_CHECK(checked_mul(vocab_size, n_embd, "GPT2Config: vocab_size * n_embd") <= limit,
+           "GPT2Config: the token embedding (", vocab_size, " x ", n_embd, ") is larger than any allocation");
+  MU_CHECK(checked_mul(block_size, n_embd, "GPT2Config: block_size * n_embd") <= limit,
+           "GPT2Config: the position embedding (", block_size, " x ", n_embd, ") is larger than any allocation");
+  MU_CHECK(checked_mul(4 * n_embd, n_embd, "GPT2Config: 4 * n_embd * n_embd") <= limit,
+           "GPT2Config: the MLP matrices (", 4 * n_embd, " x ", n_embd, ") are larger than any allocation");
+}
+
+// ---------------------------------------------------------------- model
+
+GPT2::GPT2(const GPT2Config& config, Generator* gen) : Module("GPT2"), config_(config) {
+  config_.validate();
+  // A model no machine holds is refused before its first block is built (when the MLP
+  // can be counted): the count itself refuses sizes past int64.
+  if (config_.mlp.count) {
+    const int64_t n = count_parameters(config_);
+    MU_CHECK(n <= kMaxAllocationBytes / 4, "GPT2: ", n, " parameters (n_layer = ", config_.n_layer,
+             ") are more than any machine holds");
+  }
+  const GPT2Config& c = config_;
+  auto transformer = register_module("transformer", std::make_shared<Transformer>());
+  wte_ = transformer->register_module("wte", std::make_shared<nn::Embedding>(c.vocab_size, c.n_embd));
+  wpe_ = transformer->register_module("wpe", std::make_shared<nn::Embedding>(c.block_size, c.n_embd));
+  drop_ = transformer->register_module("drop", std::make_shared<nn::Dropout>(c.dropout));
+  h_ = transformer->register_module("h", std::make_shared<nn::ModuleList>());
+  for (int64_t l = 0; l < c.n_layer; ++l) h_->push_back(std::make_shared<Block>(l, c));
+  ln_f_ = transformer->register_module("ln_f", std::make_shared<GPT2LayerNorm>(c.n_embd, c.bias));
+  // Registered after `transformer`, so the shared tensor is listed as transformer.wte.weight.
+  lm_head_weight_ = register_module("lm_head", std::make_shared<TiedHead>(wte_->weight))->weight;
+  init_weights(gen);
+}
+
+void GPT2::init_weights(Generator* gen) {
+  NoGradGuard no_grad;
+  // Every Linear and Embedding anywhere (the MLP factory's modules included), as nanoGPT's
+  // self.apply(self._init_weights); μMoE layers and LayerNorms are neither.
+  for (nn::Module* m : modules()) {
+    if (auto* lin = dynamic_cast<nn::Linear*>(m)) {
+      nn::init::normal_(lin->weight, 0.0, kInitStd, gen);
+      if (lin->bias.defined()) nn::init::zeros_(lin->bias);
+    } else if (auto* emb = dynamic_cast<nn::Embedding*>(m)) {
+      nn::init::normal_(emb->weight, 0.0, kInitStd, gen);
+    } else if (auto* ln = dynamic_cast<GPT2LayerNorm*>(m)) {
+      nn::init::ones_(ln->weight);
+      if (ln->bias.defined()) nn::init::zeros_(ln->bias);
+    }
+  }
+  // GPT-2's scaled init of the projections into the residual stream: each block adds two.
+  const double std = kInitStd / std::sqrt(2.0 * double(config_.n_layer));
+  const std::string suffix = "c_proj.weight";
+  for (auto& [name, p] : named_parameters()) {
+    if (name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0)
+      nn::init::normal_(p, 0.0, std, gen);
+  }
+}
+
+std::shared_ptr<nn::UnaryModule> GPT2::mlp(int64_t layer) const {
+  MU_CHECK(layer >= 0 && layer < config_.n_layer, "GPT2::mlp: layer ", layer, " out of range (", config_.n_layer,
+           " layers)");
+  return h_->at<Block>(size_t(layer))->mlp;
+}
+
+Tensor GPT2::features(const Tensor& idx) {
+  MU_CHECK(idx.defined() && idx.dim() == 2 && idx.dtype() == kInt64, "GPT2: expected idx of shape (B, T), int64, got ",
+           idx.defined() ? idx.describe() : std::string("an undefined tensor"));
+  const int64_t T = idx.size(1);
+  MU_CHECK(T >= 1, "GPT2: the sequence is empty (T = 0)");
+  MU_CHECK(T <= config_.block_size, "GPT2: cannot forward a sequence of length T = ", T,
+           ", the block size (context) is only block_size = ", config_.block_size);
+  Tensor pos = arange(T, TensorOptions(kInt64).device(idx.device()));
+  // (B, T, C) + (T, C): every sequence gets the same position vectors.
+  Tensor x = drop_->forward(wte_->forward(idx) + wpe_->forward(pos));
+  for (size_t l = 0; l < h_->size(); ++l) x = h_->at<Block>(l)->forward(x);
+  return ln_f_->forward(x);
+}
+
+Tensor GPT2::forward(const Tensor& idx) { return features(idx).matmul(lm_head_weight_.t()); }
+
+GPT2::Output GPT2::forward(const Tensor& idx, const Tensor& targets) {
+  MU_CHECK(targets.defined() && targets.dtype() == kInt64 && idx.defined() && targets.shape() == idx.shape(),
+           "GPT2: targets must be int64 of idx's shape ", idx.defined() ? shape_str(idx.shape()) : "?", ", got ",
+           targets.defined() ? targets.describe() : std::string("an undefined tensor"));
+  Output out;
+  out.logits = forward(idx);
+  const int64_t V = config_.vocab_size;
+  // nanoGPT: F.cross_entropy(logits.view(-1, V), targets.view(-1), ignore_index=-1).
+  out.loss = cross_entropy(out.logits.reshape({-1, V}), targets.reshape({-1}), Reduction::Mean, -1);
+  return out;
+}
+
+Tensor GPT2::generate(const Tensor& idx, int64_t max_new_tokens, double temperature, int64_t top_k,
+                      Generator* gen) {
+  MU_CHECK(idx.defined() && idx.dim() == 2 && idx.dtype() == kInt64 && idx.size(1) >= 1,
+           "GPT2::generate: expected idx of shape (B, T) with T >= 1, int64, got ",
+           idx.defined() ? idx.describe() : std::string("an undefined tensor"));
+  MU_CHECK(max_new_tokens >= 0, "GPT2::generate: max_new_tokens must be >= 0, got ", max_new_tokens);
+  MU_CHECK(temperature > 0 && std::isfinite(temperature),
+           "GPT2::generate: temperature must be a finite number > 0, got ", temperature);
+  MU_CHECK(top_k >= 0, "GPT2::generate: top_k must be >= 0 (0 keeps every token), got ", top_k);
+  Generator& g = gen ? *gen : default_generator();
+  NoGradGuard no_grad;
+  const int64_t B = idx.size(0), V = config_.vocab_size;
+  const int64_t k = top_k == 0 ? V : std::min(top_k, V);
+  Tensor seq = idx;
+  for (int64_t step = 0; step < max_new_tokens; ++step) {
+    const int64_t T = seq.size(1);
+    Tensor cond = T <= config_.block_size ? seq : seq.narrow(1, T - config_.block_size, config_.block_size);
+    // Only the last position's logits are needed: (B, V).
+    Tensor logits = features(cond).select(1, cond.size(1) - 1).matmul(lm_head_weight_.t());
+    std::vector<double> lv = logits.to_vector<double>();
+    std::vector<int64_t> next(static_cast<size_t>(B));
+    for (int64_t b = 0; b < B; ++b) {
+      std::vector<double> row(lv.begin() + b * V, lv.begin() + (b + 1) * V);
+      for (double& v : row) v /= temperature;
+      // nanoGPT's top-k: logits below the k-th largest become -inf (ties with it stay).
+      if (k < V) {
+        std::vector<double> sorted = row;
+        std::nth_element(sorted.begin(), sorted.begin() + (k - 1), sorted.end(), std::greater<double>());
+        const double kth = sorted[size_t(k - 1)];
+        for (double& v : row)
+          if (v < kth) v = -std::numeric_limits<double>::infinity();
+      }
+      // softmax, then one draw by inverse CDF (torch.multinomial with one sample).
+      const double mx = *std::max_element(row.begin(), row.end());
+      MU_CHECK(std::isfinite(mx), "GPT2::generate: the logits of sequence ", b, " are not finite (max ", mx, ")");
+      double total = 0;
+      for (double& v : row) total += (v = std::exp(v - mx));
+      const double u = g.uniform() * total;
+      double acc = 0;
+      int64_t pick = V - 1;
+      for (int64_t j = 0; j < V; ++j) {
+        acc += row[size_t(j)];
+        // The first token whose cumulative mass passes u; zero-mass tokens are never picked.
+        if (u < acc && row[size_t(j)] > 0) {
+          pick = j;
+          break;
+        }
+      }
+      // Rounding can leave u at the very top: take the last token with mass.
+      if (pick == V - 1)
+        while (pick > 0 && row[size_t(pick)] == 0) --pick;
+      next[size_t(b)] = pick;
+    }
+    seq = cat({seq, from_vector(next, {B, 1}).to(seq.device())}, 1);
+  }
+  return seq;
+}
+
+int64_t GPT2::count_mlp_parameters(const GPT2Config& c) {
+  c.validate();
+  MU_CHECK(bool(c.mlp.count), "GPT2::count_parameters: the MLP choice \"", c.mlp.name,
+           "\" cannot be counted without building it (it has no MlpCounter); build the model and call "
+           "num_parameters()");
+  return checked_mul(c.n_layer, c.mlp.count(c), "GPT2::count_mlp_parameters");
+}
+
+int64_t GPT2::count_parameters(const GPT2Config& c) {
+  const int64_t mlps = count_mlp_parameters(c);  // validates c
+  Counter k{"GPT2::count_parameters"};
+  const int64_t d = c.n_embd;
+  // Token and position tables; the lm_head is the token table again and adds nothing.
+  int64_t n = k.add(k.mul(c.vocab_size, d), k.mul(c.block_size, d));
+  int64_t block = k.norm(d, c.bias);                             // ln_1
+  block = k.add(block, k.linear(d, k.mul(3, d), c.bias));        // c_attn
+  block = k.add(block, k.linear(d, d, c.bias));                  // attn.c_proj
+  if (c.mlp.pre_norm) block = k.add(block, k.norm(d, c.bias));   // ln_2
+  n = k.add(n, k.mul(c.n_layer, block));
+  n = k.add(n, mlps);
+  return k.add(n, k.norm(d, c.bias));                            // ln_f
+}
+
+std::string GPT2::extra_repr() const {
+  const GPT2Config& c = config_;
+  return detail::str("n_layer=", c.n_layer, ", n_head=", c.n_head, ", n_embd=", c.n_embd, ", block_size=",
+                     c.block_size, ", vocab_size=", c.vocab_size, ", bias=", c.bias ? "true" : "false",
+                     ", dropout=", c.dropout, ", mlp=", c.mlp.name);
+}
+
+}  // namespace mu::models
