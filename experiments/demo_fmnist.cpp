@@ -85,7 +85,7 @@ struct Result {
 
 // Trains `model` with AdamW on shuffled mini-batches for `epochs` epochs and measures its
 // test accuracy. Every model is trained from the same seed, so on the same batch order.
-Result train(const std::string& name, const std::string& note, nn::UnaryModule& model, const data::FashionMnist& ds,
+Result fit(const std::string& name, const std::string& note, nn::UnaryModule& model, const data::FashionMnist& ds,
              int epochs) {
   manual_seed(kSeed + 1);
   // drop_last: batch-norm gating would otherwise normalise over a final batch of 96 alone.
@@ -210,10 +210,10 @@ int main(int argc, char** argv) {
   std::printf("each model: %d epoch%s of AdamW (lr %g, cosine decay to %g, weight decay 0.01), batch %lld, seed %llu\n",
               epochs, epochs == 1 ? "" : "s", kLr, kMinLr, (long long)kBatch, (unsigned long long)kSeed);
   std::vector<Result> results;
-  results.push_back(train("linear", "nn::Linear(784, 10)", *linear, ds, epochs));
-  results.push_back(train("CPμMoE", std::to_string(kCPExperts) + " experts, CP rank " + std::to_string(kCPRank), *cp,
+  results.push_back(fit("linear", "nn::Linear(784, 10)", *linear, ds, epochs));
+  results.push_back(fit("CPμMoE", std::to_string(kCPExperts) + " experts, CP rank " + std::to_string(kCPRank), *cp,
                           ds, epochs));
-  results.push_back(train("dense MoE", std::to_string(kDenseExperts) + " experts: as many as the CPμMoE's size allows",
+  results.push_back(fit("dense MoE", std::to_string(kDenseExperts) + " experts: as many as the CPμMoE's size allows",
                           *dense, ds, epochs));
 
   std::printf("\nmodel      |  params | test accuracy | train time | \n");

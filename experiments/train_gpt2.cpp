@@ -1,0 +1,155 @@
+// Trains a GPT-2 (dense, CPμMoE or TRμMoE MLPs) on token files made by prepare_text
+// (train.bin, val.bin, meta.json in --data), then prints a sample from generate().
+//
+//   ./build/experiments/prepare_text --corpus moby-dick --tokenizer gpt2 --out data/moby
+//   ./build/experiments/train_gpt2 --data data/moby --out-dir runs/moby --max-steps 600
+//   ./build/experiments/train_gpt2 --data data/moby --out-dir runs/moby --max-steps 1200 --resume
+//
+// The model is gpt2-mini (4 layers, 4 heads, width 256, context 128) unless the size
+// flags say otherwise; the vocabulary is the data's. Every step's windows are drawn from
+// a generator seeded by (--seed, micro-batch number), so --resume continues bit-identically.
+// Ctrl-C saves a checkpoint and exits with status 130.
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+
+#include "data/gpt2_tokenizer.h"
+#include "data/text_meta.h"
+#include "data/token_file.h"
+#include "models/gpt2.h"
+#include "mumoe.h"
+#include "optim/adamw.h"
+#include "optim/decay_groups.h"
+#include "train_flags.h"
+#include "train_seed.h"
+
+using namespace mu;
+namespace fs = std::filesystem;
+
+int main(int argc, char** argv) {
+  CLI::App app{"Train a GPT-2 (MLP: dense, CPμMoE or TRμMoE) on token files from prepare_text."};
+  experiments::TrainFlags f;
+  f.batch_size = 8;
+  f.lr = 1e-3;
+  f.min_lr = 1e-4;
+  f.warmup = 50;
+  f.eval_every = 100;
+  f.checkpoint_every = 200;
+  experiments::add_train_flags(app, f);
+  std::string data_dir;
+  int64_t n_layer = 4, n_head = 4, n_embd = 256, block_size = 128, eval_batches = 8, sample_tokens = 200, top_k = 40;
+  int64_t rank = 0;
+  double dropout = 0.0, temperature = 0.8;
+  app.add_option("--data", data_dir, "Directory with train.bin, val.bin and meta.json (from prepare_text)")->required();
+  app.add_option("--n-layer", n_layer, "Transformer blocks")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--n-head", n_head, "Attention heads")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--n-embd", n_embd, "Width (a multiple of --n-head)")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--block-size", block_size, "Context length T of the training windows")->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--rank", rank, "CP rank, or TR last rank, of the μMoE MLPs (0: the paper's rule, for 64 or 256 "
+                 "experts)")->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--dropout", dropout, "Dropout of embeddings, attention, residuals and MLPs")->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
+  app.add_option("--eval-batches", eval_batches, "Validation batches (of --batch-size windows) per evaluation")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--sample-tokens", sample_tokens, "Tokens generate() prints after training (0: none)")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--temperature", temperature, "Sampling temperature")->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--top-k", top_k, "Sample among the k likeliest tokens (0: all)")->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    const data::TextMeta meta = data::load_text_meta((fs::path(data_dir) / "meta.json").string());
+    const data::TokenFileOptions file_opts = data::TokenFileOptions().vocab_size(meta.vocab_size);
+    const data::TokenFile train_file((fs::path(data_dir) / "train.bin").string(), file_opts);
+    const data::TokenFile val_file((fs::path(data_dir) / "val.bin").string(), file_opts);
+
+    models::GPT2Config cfg;
+    cfg.n_layer = n_layer;
+    cfg.n_head = n_head;
+    cfg.n_embd = n_embd;
+    cfg.block_size = block_size;
+    cfg.vocab_size = meta.vocab_size;
+    cfg.dropout = dropout;
+    if (f.mlp == "cp") cfg.mlp = models::mlp::cp_mumoe(f.experts, rank);
+    if (f.mlp == "tr") cfg.mlp = models::mlp::tr_mumoe(f.experts, rank);
+    manual_seed(f.seed);
+    auto model = std::make_shared<models::GPT2>(cfg);
+    std::fprintf(stderr, "GPT-2 %lld layers, %lld heads, width %lld, context %lld, vocab %lld, MLP %s: %lld parameters\n",
+                 (long long)n_layer, (long long)n_head, (long long)n_embd, (long long)block_size,
+                 (long long)cfg.vocab_size, cfg.mlp.name.c_str(), (long long)model->num_parameters());
+    std::fprintf(stderr, "data %s (%s tokenizer): %lld train, %lld validation tokens\n", data_dir.c_str(),
+                 meta.tokenizer.c_str(), (long long)train_file.size(), (long long)val_file.size());
+
+    // nanoGPT: weight matrices and embeddings decay, biases and norm gains do not.
+    optim::AdamW opt(optim::decay_groups(*model, f.weight_decay),
+                     optim::AdamWOptions(f.lr).betas(f.beta1, f.beta2).weight_decay(f.weight_decay));
+    const int64_t decay_end = std::max<int64_t>(f.max_steps, f.warmup + 1);
+    auto schedule = optim::warmup_cosine_lr(f.lr, std::min(f.min_lr, f.lr), f.warmup, decay_end);
+
+    const int64_t B = f.batch_size, T = block_size;
+    const int64_t windows = data::eval_window_count(val_file, T);
+    MU_CHECK(windows > 0, "train_gpt2: val.bin holds ", val_file.size(), " tokens, too few for one window of ", T + 1);
+    train::LoopOptions o = experiments::loop_options(f);
+    o.units_per_step = B * T * f.grad_accum;
+    o.unit = "tok";
+    train::LoopHooks h;
+    h.micro_batch_loss = [&](int64_t step, int64_t micro) {
+      Generator g(experiments::mix_seed(f.seed, uint64_t(step * f.grad_accum + micro)));
+      data::TokenBatch b = data::random_windows(train_file, B, T, &g);
+      return model->forward(b.x, b.y).loss;
+    };
+    // The same validation windows every time: the first eval_batches * B of the file.
+    h.evaluate = [&] {
+      double sum = 0;
+      int64_t n = 0;
+      for (int64_t i = 0; i < eval_batches && i * B < windows; ++i) {
+        const int64_t count = std::min(B, windows - i * B);
+        data::TokenBatch b = data::eval_windows(val_file, i * B, count, T);
+        sum += model->forward(b.x, b.y).loss.item() * double(count);
+        n += count;
+      }
+      return train::Metrics{{"val_loss", sum / double(n)}};
+    };
+    // The loss before any training, for comparison (a resumed run has it in its log).
+    if (!f.resume) {
+      model->eval();
+      {
+        NoGradGuard ng;
+        std::fprintf(stderr, "step 0: val_loss %.4f\n", h.evaluate()[0].second);
+      }
+      model->train();
+    }
+    train::LoopResult r = train::run_training(*model, opt, schedule, o, h);
+    if (r.interrupted) return 130;
+
+    if (sample_tokens > 0) {
+      model->eval();
+      NoGradGuard ng;
+      Generator g(experiments::mix_seed(f.seed, ~0ull));
+      std::vector<int32_t> prompt;
+      std::unique_ptr<data::Gpt2Tokenizer> gpt2;
+      if (meta.tokenizer == "gpt2") {
+        gpt2 = std::make_unique<data::Gpt2Tokenizer>(data::Gpt2Tokenizer::load());
+        prompt = {gpt2->eot()};
+      } else {
+        prompt = meta.chars->encode("\n");
+      }
+      Tensor idx = from_vector(std::vector<int64_t>(prompt.begin(), prompt.end()), {1, int64_t(prompt.size())});
+      Tensor out = model->generate(idx, sample_tokens, temperature, top_k, &g);
+      std::vector<int64_t> all = out.to_vector<int64_t>();
+      std::vector<int32_t> ids(all.begin() + int64_t(prompt.size()), all.end());
+      const std::string text = gpt2 ? gpt2->decode(ids) : meta.chars->decode(ids);
+      std::printf("---- sample (temperature %.2f, top-k %lld) ----\n%s\n", temperature, (long long)top_k, text.c_str());
+    }
+    std::printf("final val_loss %.4f after %lld steps\n", r.last_eval.empty() ? NAN : r.last_eval[0].second,
+                (long long)r.steps_done);
+  } catch (const Error& e) {
+    std::fprintf(stderr, "train_gpt2: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
