@@ -40,7 +40,7 @@ int main(int argc, char** argv) {
   std::string data_dir;
   int64_t n_layer = 4, n_head = 4, n_embd = 256, block_size = 128, eval_batches = 8, sample_tokens = 200, top_k = 40;
   int64_t rank = 0;
-  double dropout = 0.0, temperature = 0.8;
+  double dropout = 0.0, temperature = 0.8, expect_drop = 0;
   app.add_option("--data", data_dir, "Directory with train.bin, val.bin and meta.json (from prepare_text)")->required();
   app.add_option("--n-layer", n_layer, "Transformer blocks")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--n-head", n_head, "Attention heads")->capture_default_str()->check(CLI::PositiveNumber);
@@ -58,6 +58,9 @@ int main(int argc, char** argv) {
   app.add_option("--temperature", temperature, "Sampling temperature")->capture_default_str()
       ->check(CLI::PositiveNumber);
   app.add_option("--top-k", top_k, "Sample among the k likeliest tokens (0: all)")->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--expect-drop", expect_drop, "Exit with status 3 unless the validation loss falls by at least this "
+                 "many nats from its value before training (a check for tests; not with --resume)")
       ->check(CLI::NonNegativeNumber);
   CLI11_PARSE(app, argc, argv);
 
@@ -115,11 +118,13 @@ int main(int argc, char** argv) {
       return train::Metrics{{"val_loss", sum / double(n)}};
     };
     // The loss before any training, for comparison (a resumed run has it in its log).
+    double initial = NAN;
     if (!f.resume) {
       model->eval();
       {
         NoGradGuard ng;
-        std::fprintf(stderr, "step 0: val_loss %.4f\n", h.evaluate()[0].second);
+        initial = h.evaluate()[0].second;
+        std::fprintf(stderr, "step 0: val_loss %.4f\n", initial);
       }
       model->train();
     }
@@ -145,8 +150,14 @@ int main(int argc, char** argv) {
       const std::string text = gpt2 ? gpt2->decode(ids) : meta.chars->decode(ids);
       std::printf("---- sample (temperature %.2f, top-k %lld) ----\n%s\n", temperature, (long long)top_k, text.c_str());
     }
-    std::printf("final val_loss %.4f after %lld steps\n", r.last_eval.empty() ? NAN : r.last_eval[0].second,
-                (long long)r.steps_done);
+    const double final_loss = r.last_eval.empty() ? NAN : r.last_eval[0].second;
+    std::printf("final val_loss %.4f after %lld steps (%.4f before training)\n", final_loss, (long long)r.steps_done,
+                initial);
+    if (expect_drop > 0 && !(initial - final_loss >= expect_drop)) {
+      std::fprintf(stderr, "train_gpt2: the validation loss fell by %.4f nats (%.4f -> %.4f), less than the %.4f "
+                   "expected\n", initial - final_loss, initial, final_loss, expect_drop);
+      return 3;
+    }
   } catch (const Error& e) {
     std::fprintf(stderr, "train_gpt2: %s\n", e.what());
     return 1;

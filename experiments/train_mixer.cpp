@@ -60,6 +60,7 @@ int main(int argc, char** argv) {
   int64_t patch = 4, width = 128, depth = 4, token_mlp = 64, channel_mlp = 512, padding = 2;
   double stochastic_depth = 0.0;
   bool channel_only = false;
+  double expect_accuracy = 0;
   app.add_option("--epochs", epochs, "Passes over the training set (sets the steps unless --max-steps is given)")->capture_default_str()
       ->check(CLI::PositiveNumber);
   app.add_option("--patch", patch, "Patch size (divides 28)")->capture_default_str()->check(CLI::PositiveNumber);
@@ -74,6 +75,8 @@ int main(int argc, char** argv) {
   app.add_option("--crop-padding", padding, "Zero padding of the random crops (0: no crops)")->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   app.add_flag("--channel-only", channel_only, "μMoE in the channel-mixing blocks only (token mixing stays dense)");
+  app.add_option("--expect-accuracy", expect_accuracy, "Exit with status 3 unless the final test accuracy (a "
+                 "fraction) reaches this (a check for tests)")->check(CLI::Range(0.0, 1.0));
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -152,6 +155,11 @@ int main(int argc, char** argv) {
     std::printf("final test accuracy %.2f%% after %lld steps (%.2f epochs)\n",
                 100.0 * (r.last_eval.empty() ? NAN : r.last_eval[0].second), (long long)r.steps_done,
                 double(r.steps_done * f.grad_accum) / double(per_epoch));
+    const double acc = r.last_eval.empty() ? NAN : r.last_eval[0].second;
+    if (expect_accuracy > 0 && !(acc >= expect_accuracy)) {
+      std::fprintf(stderr, "train_mixer: test accuracy %.4f is below the %.4f expected\n", acc, expect_accuracy);
+      return 3;
+    }
   } catch (const Error& e) {
     std::fprintf(stderr, "train_mixer: %s\n", e.what());
     return 1;
