@@ -151,8 +151,9 @@ int main(int argc, char** argv) {
       std::printf("---- sample (temperature %.2f, top-k %lld) ----\n%s\n", temperature, (long long)top_k, text.c_str());
     }
     const double final_loss = r.last_eval.empty() ? NAN : r.last_eval[0].second;
-    std::printf("final val_loss %.4f after %lld steps (%.4f before training)\n", final_loss, (long long)r.steps_done,
-                initial);
+    std::printf("final val_loss %.4f after %lld steps", final_loss, (long long)r.steps_done);
+    if (!std::isnan(initial)) std::printf(" (%.4f before training)", initial);
+    std::printf("\n");
     if (expect_drop > 0 && !(initial - final_loss >= expect_drop)) {
       std::fprintf(stderr, "train_gpt2: the validation loss fell by %.4f nats (%.4f -> %.4f), less than the %.4f "
                    "expected\n", initial - final_loss, initial, final_loss, expect_drop);

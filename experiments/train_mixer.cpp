@@ -1,5 +1,6 @@
 // Trains an MLP-Mixer (dense, CPμMoE or TRμMoE mixing blocks with batch-norm gating) on
-// Fashion-MNIST with random crops and flips, and reports test accuracy.
+// Fashion-MNIST with random flips (and zero-padded random crops with --crop-padding), and
+// reports test accuracy.
 //
 //   ./build/experiments/train_mixer --out-dir runs/mixer --epochs 3
 //   ./build/experiments/train_mixer --out-dir runs/mixer-cp --epochs 3 --mlp cp
@@ -57,7 +58,7 @@ int main(int argc, char** argv) {
   f.checkpoint_every = 200;
   experiments::add_train_flags(app, f);
   double epochs = 3;
-  int64_t patch = 4, width = 128, depth = 4, token_mlp = 64, channel_mlp = 512, padding = 2;
+  int64_t patch = 4, width = 128, depth = 4, token_mlp = 64, channel_mlp = 512, padding = 0;
   double stochastic_depth = 0.0;
   bool channel_only = false;
   double expect_accuracy = 0;
@@ -72,7 +73,7 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_option("--stochastic-depth", stochastic_depth, "Drop-path rate of the last block (rising from 0)")
       ->capture_default_str()->check(CLI::Range(0.0, 1.0));
-  app.add_option("--crop-padding", padding, "Zero padding of the random crops (0: no crops)")->capture_default_str()
+  app.add_option("--crop-padding", padding, "Zero padding of the random crops (0: no crops; crops pay off in runs longer than a few epochs)")->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   app.add_flag("--channel-only", channel_only, "μMoE in the channel-mixing blocks only (token mixing stays dense)");
   app.add_option("--expect-accuracy", expect_accuracy, "Exit with status 3 unless the final test accuracy (a "

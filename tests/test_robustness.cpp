@@ -10,7 +10,7 @@
 #include <map>
 
 #include "helpers.h"
-#include "isolated.h"
+#include "isolated_checks.h"
 #include "models/gpt2.h"
 #include "nn/mumoe_block.h"
 #include "optim/adamw.h"
@@ -86,19 +86,6 @@ std::map<std::string, UnaryCase> ops_of_one_tensor() {
   };
 }
 
-void expect_error(const std::string& what, const std::function<std::string()>& body, const std::string& substring) {
-  isolated::Outcome o = isolated::run(body);
-  INFO(what << ": " << o.describe());
-  CHECK(o.kind == isolated::Outcome::MuError);
-  CHECK(o.text.find(substring) != std::string::npos);
-}
-
-void expect_result(const std::string& what, const std::function<std::string()>& body, const std::string& want) {
-  isolated::Outcome o = isolated::run(body);
-  INFO(what << ": " << o.describe() << "; expected \"" << want << "\"");
-  CHECK(o.kind == isolated::Outcome::Returned);
-  CHECK(o.text == want);
-}
 
 }  // namespace
 

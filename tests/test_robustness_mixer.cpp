@@ -8,7 +8,7 @@
 #include "data/augment.h"
 #include "data/prefetch.h"
 #include "helpers.h"
-#include "isolated.h"
+#include "isolated_checks.h"
 #include "models/mlp_mixer.h"
 
 using namespace mu;
@@ -16,19 +16,6 @@ using models::MixerConfig;
 
 namespace {
 
-void expect_error(const std::string& what, const std::function<std::string()>& body, const std::string& substring) {
-  isolated::Outcome o = isolated::run(body);
-  INFO(what << ": " << o.describe());
-  CHECK(o.kind == isolated::Outcome::MuError);
-  CHECK(o.text.find(substring) != std::string::npos);
-}
-
-void expect_result(const std::string& what, const std::function<std::string()>& body, const std::string& want) {
-  isolated::Outcome o = isolated::run(body);
-  INFO(what << ": " << o.describe() << "; expected \"" << want << "\"");
-  CHECK(o.kind == isolated::Outcome::Returned);
-  CHECK(o.text == want);
-}
 
 constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
 

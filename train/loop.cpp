@@ -118,8 +118,8 @@ LoopResult run_training(nn::Module& model, optim::Optimizer& opt, const optim::L
     if (interrupted() && !last) {
       save(r.steps_done);
       r.interrupted = true;
-      if (o.progress)
-        progress.message("interrupted after step " + std::to_string(r.steps_done) +
+      // Said even without progress output: the user pressed Ctrl-C and wants to know what became of the run.
+      progress.message("interrupted after step " + std::to_string(r.steps_done) +
                          (saving ? "; checkpoint saved to " + ckpt + " (continue with --resume)" : ""));
       break;
     }

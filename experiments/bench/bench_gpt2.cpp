@@ -42,11 +42,7 @@ int main(int argc, char** argv) {
       adamw.step();
     };
     bench::Timing t = bench::time_it(step, opt.reps, opt.warmup);
-    std::printf("{\"workload\": \"%s\", \"impl\": \"mumoe\", \"threads\": %d, \"median_ms\": %.3f, \"min_ms\": %.3f, "
-                "\"max_ms\": %.3f, \"params\": %lld}\n",
-                name.c_str(), omp_get_max_threads(), t.median_ms, t.min_ms, t.max_ms,
-                (long long)model.num_parameters());
-    std::fflush(stdout);
+    bench::print_step_result(name, t, omp_get_max_threads(), (long long)model.num_parameters());
   }
   return 0;
 }

@@ -77,4 +77,12 @@ Timing time_it(F&& step, int reps, int warmup) {
   return {median, ms.front(), ms.back()};
 }
 
+// One result line of a training-step benchmark, in torch_reference.py's shape.
+inline void print_step_result(const std::string& workload, const Timing& t, int threads, long long params) {
+  std::printf("{\"workload\": \"%s\", \"impl\": \"mumoe\", \"threads\": %d, \"median_ms\": %.3f, \"min_ms\": %.3f, "
+              "\"max_ms\": %.3f, \"params\": %lld}\n",
+              workload.c_str(), threads, t.median_ms, t.min_ms, t.max_ms, params);
+  std::fflush(stdout);
+}
+
 }  // namespace mu::bench
