@@ -124,6 +124,9 @@ LoopResult run_training(nn::Module& model, optim::Optimizer& opt, const optim::L
       break;
     }
   }
+  // A resumed run that had already finished runs no step: evaluate anyway, so the caller
+  // still learns where the model stands.
+  if (r.losses.empty() && !r.interrupted) r.last_eval = evaluate(model, hooks);
   if (o.progress) progress.finish();
   return r;
 }
