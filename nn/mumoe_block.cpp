@@ -107,12 +107,12 @@ void MuMoEOptions::validate() const {
 
 std::shared_ptr<MuMoELayer> make_mumoe_layer(const MuMoEOptions& o, const MoEShape& shape) {
   switch (o.kind()) {
-    case MoEKind::CP: return std::make_shared<CPMuMoE>(shape, o.rank());
-    case MoEKind::TR: return std::make_shared<TRMuMoE>(shape, o.resolved_ranks());
-    case MoEKind::TT: return std::make_shared<TTMuMoE>(shape, o.resolved_ranks());
-    case MoEKind::Tucker: return std::make_shared<TuckerMuMoE>(shape, o.resolved_ranks());
-    case MoEKind::Hadamard: return std::make_shared<HadamardMoE>(shape);
-    case MoEKind::Dense: return std::make_shared<DenseMoE>(shape);
+    case MoEKind::CP: return std::make_shared<CPMuMoE>(shape, o.rank(), o.generator());
+    case MoEKind::TR: return std::make_shared<TRMuMoE>(shape, o.resolved_ranks(), o.generator());
+    case MoEKind::TT: return std::make_shared<TTMuMoE>(shape, o.resolved_ranks(), o.generator());
+    case MoEKind::Tucker: return std::make_shared<TuckerMuMoE>(shape, o.resolved_ranks(), o.generator());
+    case MoEKind::Hadamard: return std::make_shared<HadamardMoE>(shape, o.generator());
+    case MoEKind::Dense: return std::make_shared<DenseMoE>(shape, o.generator());
   }
   MU_FAIL("make_mumoe_layer: unknown kind");
   return nullptr;

@@ -62,6 +62,9 @@ struct MuMoEOptions {
   MuMoEOptions& hidden(int64_t h) { hidden_ = h; return *this; }
   // "none" (exact GELU, as torch_reference.py's block) or "tanh".
   MuMoEOptions& gelu_approximate(std::string a) { gelu_approximate_ = std::move(a); return *this; }
+  // The generator the layers' factors are drawn from (null: the global one). Not owned.
+  MuMoEOptions& generator(Generator* g) { generator_ = g; return *this; }
+  Generator* generator() const { return generator_; }
 
   int64_t in() const { return in_; }
   int64_t out() const { return out_; }
@@ -100,6 +103,7 @@ struct MuMoEOptions {
   bool input_norm_ = false;
   int64_t hidden_ = 0;
   std::string gelu_approximate_ = "none";
+  Generator* generator_ = nullptr;
 };
 
 // A μMoE layer of the options' kind and ranks with the given shape.

@@ -46,13 +46,16 @@ static void check_shape(const MoEShape& s, const char* type) {
 }
 
 // U(-sqrt(k), sqrt(k)) with k = 1/fan_in, PyTorch's linear-layer initialisation.
-static Tensor uniform_init(const Shape& shape, int64_t fan_in) {
+// Drawn from `gen` (the global generator when null), as every initialisation here.
+static Tensor uniform_init(const Shape& shape, int64_t fan_in, Generator* gen) {
   double b = 1.0 / std::sqrt(double(fan_in));
-  return rand(shape) * (2 * b) - b;
+  return rand(shape, {}, gen) * (2 * b) - b;
 }
 
 // Entries N(1, sigma^2): replicates one weight matrix along an expert mode, plus noise.
-static Tensor replicate_init(const Shape& shape, double sigma) { return randn(shape) * sigma + 1.0; }
+static Tensor replicate_init(const Shape& shape, double sigma, Generator* gen) {
+  return randn(shape, {}, gen) * sigma + 1.0;
+}
 
 // The paper's noise on expert modes: sigma = 1 on the first level, 0 on further ones.
 static double expert_sigma(int64_t level) { return level == 0 ? 1.0 : 0.0; }
@@ -218,13 +221,13 @@ std::string MuMoELayer::extra_repr() const {
 
 // ---------------------------------------------------------------- CP
 
-CPMuMoE::CPMuMoE(MoEShape s, int64_t rank) : MuMoELayer("CPMuMoE", std::move(s)), rank_(rank) {
+CPMuMoE::CPMuMoE(MoEShape s, int64_t rank, Generator* gen) : MuMoELayer("CPMuMoE", std::move(s)), rank_(rank) {
   MU_CHECK(rank > 0, "CPMuMoE: rank must be positive, got ", rank);
   for (int64_t e = 0; e < shape_.levels(); ++e)
-    add_factor("U" + std::to_string(e + 1), replicate_init({shape_.experts[size_t(e)], rank}, expert_sigma(e)),
+    add_factor("U" + std::to_string(e + 1), replicate_init({shape_.experts[size_t(e)], rank}, expert_sigma(e), gen),
                {expert_axis(e), "r"});
-  add_factor("U_in", uniform_init({shape_.in_rows(), rank}, shape_.in), {"i", "r"});
-  add_factor("U_out", uniform_init({shape_.out, rank}, rank), {"o", "r"});
+  add_factor("U_in", uniform_init({shape_.in_rows(), rank}, shape_.in, gen), {"i", "r"});
+  add_factor("U_out", uniform_init({shape_.out, rank}, rank, gen), {"o", "r"});
 }
 
 int64_t CPMuMoE::count_parameters(const MoEShape& s, int64_t rank) {
@@ -249,9 +252,10 @@ int64_t CPMuMoE::flops_per_token() const {
 
 static std::string rank_axis(size_t k) { return "r" + std::to_string(k + 1); }
 
-TRMuMoE::TRMuMoE(MoEShape s, std::vector<int64_t> ranks) : TRMuMoE("TRMuMoE", std::move(s), std::move(ranks)) {}
+TRMuMoE::TRMuMoE(MoEShape s, std::vector<int64_t> ranks, Generator* gen)
+    : TRMuMoE("TRMuMoE", std::move(s), std::move(ranks), gen) {}
 
-TRMuMoE::TRMuMoE(std::string type, MoEShape s, std::vector<int64_t> ranks)
+TRMuMoE::TRMuMoE(std::string type, MoEShape s, std::vector<int64_t> ranks, Generator* gen)
     : MuMoELayer(std::move(type), std::move(s)), ranks_(std::move(ranks)) {
   const int64_t E = shape_.levels();
   MU_CHECK(int64_t(ranks_.size()) == E + 2, type_name().c_str(), ": needs E + 2 = ", E + 2, " ranks (R_1..R_", E + 2,
@@ -263,13 +267,13 @@ TRMuMoE::TRMuMoE(std::string type, MoEShape s, std::vector<int64_t> ranks)
     // Each slice U_e[:, n, :] is diagonal with entries N(1, sigma^2): the same matrix for
     // every expert, plus noise on the first level.
     Tensor core = zeros({r0, n, r1});
-    Tensor diag = replicate_init({n, std::min(r0, r1)}, expert_sigma(e));
+    Tensor diag = replicate_init({n, std::min(r0, r1)}, expert_sigma(e), gen);
     for (int64_t k = 0; k < std::min(r0, r1); ++k) core.select(0, k).select(1, k).copy_(diag.select(1, k));
     add_factor("U" + std::to_string(e + 1), core, {rank_axis(size_t(e)), expert_axis(e), rank_axis(size_t(e) + 1)});
   }
   int64_t ri = ranks_[K - 2], ro = ranks_[K - 1];
-  add_factor("U_in", uniform_init({ri, shape_.in_rows(), ro}, shape_.in), {rank_axis(K - 2), "i", rank_axis(K - 1)});
-  add_factor("U_out", uniform_init({ro, shape_.out, ranks_[0]}, ro * ranks_[0]), {rank_axis(K - 1), "o", rank_axis(0)});
+  add_factor("U_in", uniform_init({ri, shape_.in_rows(), ro}, shape_.in, gen), {rank_axis(K - 2), "i", rank_axis(K - 1)});
+  add_factor("U_out", uniform_init({ro, shape_.out, ranks_[0]}, ro * ranks_[0], gen), {rank_axis(K - 1), "o", rank_axis(0)});
 }
 
 int64_t TRMuMoE::count_parameters(const MoEShape& s, const std::vector<int64_t>& r) {
@@ -299,11 +303,12 @@ static std::vector<int64_t> with_unit_first(std::vector<int64_t> r) {
   return r;
 }
 
-TTMuMoE::TTMuMoE(MoEShape s, std::vector<int64_t> ranks) : TRMuMoE("TTMuMoE", std::move(s), with_unit_first(std::move(ranks))) {}
+TTMuMoE::TTMuMoE(MoEShape s, std::vector<int64_t> ranks, Generator* gen)
+    : TRMuMoE("TTMuMoE", std::move(s), with_unit_first(std::move(ranks)), gen) {}
 
 // ---------------------------------------------------------------- Tucker
 
-TuckerMuMoE::TuckerMuMoE(MoEShape s, std::vector<int64_t> ranks) : MuMoELayer("TuckerMuMoE", std::move(s)), ranks_(std::move(ranks)) {
+TuckerMuMoE::TuckerMuMoE(MoEShape s, std::vector<int64_t> ranks, Generator* gen) : MuMoELayer("TuckerMuMoE", std::move(s)), ranks_(std::move(ranks)) {
   const int64_t E = shape_.levels();
   MU_CHECK(int64_t(ranks_.size()) == E + 2, "TuckerMuMoE: needs E + 2 = ", E + 2,
            " ranks (one per expert mode, then R_I, R_O), got ", ranks_.size());
@@ -316,12 +321,12 @@ TuckerMuMoE::TuckerMuMoE(MoEShape s, std::vector<int64_t> ranks) : MuMoELayer("T
     core_axes.push_back("rn" + std::to_string(e + 1));
   }
   // The core mixes R_I inputs per output rank: initialised like a linear map from R_I.
-  add_factor("core", uniform_init(core_shape, ri), core_axes);
+  add_factor("core", uniform_init(core_shape, ri, gen), core_axes);
   for (int64_t e = 0; e < E; ++e)
-    add_factor("U" + std::to_string(e + 1), replicate_init({shape_.experts[size_t(e)], ranks_[size_t(e)]}, expert_sigma(e)),
+    add_factor("U" + std::to_string(e + 1), replicate_init({shape_.experts[size_t(e)], ranks_[size_t(e)]}, expert_sigma(e), gen),
                {expert_axis(e), "rn" + std::to_string(e + 1)});
-  add_factor("U_in", uniform_init({shape_.in_rows(), ri}, shape_.in), {"i", "ri"});
-  add_factor("U_out", uniform_init({shape_.out, ro}, ro), {"o", "ro"});
+  add_factor("U_in", uniform_init({shape_.in_rows(), ri}, shape_.in, gen), {"i", "ri"});
+  add_factor("U_out", uniform_init({shape_.out, ro}, ro, gen), {"o", "ro"});
 }
 
 int64_t TuckerMuMoE::count_parameters(const MoEShape& s, const std::vector<int64_t>& r) {
@@ -347,11 +352,11 @@ int64_t TuckerMuMoE::flops_per_token() const {
 
 // ---------------------------------------------------------------- Hadamard
 
-HadamardMoE::HadamardMoE(MoEShape s) : MuMoELayer("HadamardMoE", std::move(s)) {
+HadamardMoE::HadamardMoE(MoEShape s, Generator* gen) : MuMoELayer("HadamardMoE", std::move(s)) {
   for (int64_t e = 0; e < shape_.levels(); ++e)
-    add_factor("C" + std::to_string(e + 1), replicate_init({shape_.experts[size_t(e)], shape_.out}, expert_sigma(e)),
+    add_factor("C" + std::to_string(e + 1), replicate_init({shape_.experts[size_t(e)], shape_.out}, expert_sigma(e), gen),
                {expert_axis(e), "o"});
-  add_factor("D", uniform_init({shape_.in_rows(), shape_.out}, shape_.in), {"i", "o"});
+  add_factor("D", uniform_init({shape_.in_rows(), shape_.out}, shape_.in, gen), {"i", "o"});
 }
 
 int64_t HadamardMoE::count_parameters(const MoEShape& s) {
@@ -387,9 +392,9 @@ static Shape dense_shape(const MoEShape& s) {
   return sh;
 }
 
-DenseMoE::DenseMoE(MoEShape s) : MuMoELayer("DenseMoE", std::move(s)) {
+DenseMoE::DenseMoE(MoEShape s, Generator* gen) : MuMoELayer("DenseMoE", std::move(s)) {
   // Every expert initialised independently, like its own linear layer.
-  add_factor("W", uniform_init(dense_shape(shape_), shape_.in), dense_axes(shape_));
+  add_factor("W", uniform_init(dense_shape(shape_), shape_.in, gen), dense_axes(shape_));
 }
 
 DenseMoE::DenseMoE(MoEShape s, const Tensor& weight) : MuMoELayer("DenseMoE", std::move(s)) {

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "tensor/random.h"
 #include "nn/module.h"
 
 namespace mu::nn {
@@ -85,7 +86,7 @@ class MuMoELayer : public Module {
 // U_O (O, R). y = U_O ((U_1ᵀa_1) ∗ ... ∗ (U_Eᵀa_E) ∗ (U_Iᵀz)). Params R(ΣN_e + I + 1 + O).
 class CPMuMoE : public MuMoELayer {
  public:
-  CPMuMoE(MoEShape shape, int64_t rank);
+  CPMuMoE(MoEShape shape, int64_t rank, Generator* gen = nullptr);
   int64_t rank() const { return rank_; }
   int64_t flops_per_token() const override;
   static int64_t count_parameters(const MoEShape& s, int64_t rank);
@@ -99,13 +100,13 @@ class CPMuMoE : public MuMoELayer {
 // ranks = (R_1, ..., R_{E+2}).
 class TRMuMoE : public MuMoELayer {
  public:
-  TRMuMoE(MoEShape shape, std::vector<int64_t> ranks);
+  TRMuMoE(MoEShape shape, std::vector<int64_t> ranks, Generator* gen = nullptr);
   const std::vector<int64_t>& ranks() const { return ranks_; }
   int64_t flops_per_token() const override;
   static int64_t count_parameters(const MoEShape& s, const std::vector<int64_t>& ranks);
 
  protected:
-  TRMuMoE(std::string type_name, MoEShape shape, std::vector<int64_t> ranks);
+  TRMuMoE(std::string type_name, MoEShape shape, std::vector<int64_t> ranks, Generator* gen);
 
  private:
   std::vector<int64_t> ranks_;
@@ -114,14 +115,14 @@ class TRMuMoE : public MuMoELayer {
 // Tensor train: a tensor ring whose closing rank R_1 is 1. ranks = (R_2, ..., R_{E+2}).
 class TTMuMoE : public TRMuMoE {
  public:
-  TTMuMoE(MoEShape shape, std::vector<int64_t> ranks);
+  TTMuMoE(MoEShape shape, std::vector<int64_t> ranks, Generator* gen = nullptr);
 };
 
 // Tucker: core Z (R_O, R_I, R_{N_1}, ..., R_{N_E}) and one factor per mode: U_e (N_e, R_{N_e}),
 // U_I (I+1, R_I), U_O (O, R_O). ranks = (R_{N_1}, ..., R_{N_E}, R_I, R_O).
 class TuckerMuMoE : public MuMoELayer {
  public:
-  TuckerMuMoE(MoEShape shape, std::vector<int64_t> ranks);
+  TuckerMuMoE(MoEShape shape, std::vector<int64_t> ranks, Generator* gen = nullptr);
   int64_t flops_per_token() const override;
   static int64_t count_parameters(const MoEShape& s, const std::vector<int64_t>& ranks);
 
@@ -133,7 +134,7 @@ class TuckerMuMoE : public MuMoELayer {
 // D (I+1, O). y = (C_1ᵀa_1) ∗ ... ∗ (C_Eᵀa_E) ∗ (Dᵀz).
 class HadamardMoE : public MuMoELayer {
  public:
-  explicit HadamardMoE(MoEShape shape);
+  explicit HadamardMoE(MoEShape shape, Generator* gen = nullptr);
   int64_t flops_per_token() const override;
   static int64_t count_parameters(const MoEShape& s);
 };
@@ -141,7 +142,7 @@ class HadamardMoE : public MuMoELayer {
 // The unfactorized (soft, dense) MoE: the weight tensor itself is the parameter.
 class DenseMoE : public MuMoELayer {
  public:
-  explicit DenseMoE(MoEShape shape);
+  explicit DenseMoE(MoEShape shape, Generator* gen = nullptr);
   // A dense layer holding a given weight tensor (e.g. another layer's materialize()).
   DenseMoE(MoEShape shape, const Tensor& weight);
   int64_t flops_per_token() const override;

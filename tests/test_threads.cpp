@@ -11,6 +11,7 @@
 #include "helpers.h"
 #include "nn/activation.h"
 #include "nn/init.h"
+#include "nn/mumoe_block.h"
 
 using namespace mu;
 
@@ -164,6 +165,29 @@ TEST_CASE("nn::init and nn::Dropout draw from a private generator as the functio
             .to_vector<float>() == k.to_vector<float>());
   CHECK(nn::init::trunc_normal_(empty({40}), 0.0, 0.02, -0.04, 0.04).to_vector<float>() == t.to_vector<float>());
   CHECK(dropout(ones({64}), 0.5).to_vector<float>() == d.to_vector<float>());
+}
+
+TEST_CASE("μMoE blocks draw their factors from a private generator as from the global one of the same seed") {
+  for (nn::MoEKind kind : {nn::MoEKind::CP, nn::MoEKind::TR, nn::MoEKind::Tucker, nn::MoEKind::Hadamard,
+                           nn::MoEKind::Dense}) {
+    auto opts = [kind] {
+      nn::MuMoEOptions o = nn::MuMoEOptions(6, 5).experts({4, 3}).kind(kind).rank(3);
+      if (kind == nn::MoEKind::TR) o.ranks({2, 2, 2, 3});
+      if (kind == nn::MoEKind::Tucker) o.ranks({2, 2, 3, 3});
+      return o;
+    };
+    manual_seed(4);
+    const std::string before = default_generator().state();
+    Generator g(31);
+    nn::MuMoE mine(opts().generator(&g));
+    CHECK((default_generator().state() == before));
+    manual_seed(31);
+    nn::MuMoE global(opts());
+    INFO(nn::to_string(kind));
+    const auto a = mine.named_parameters(), b = global.named_parameters();
+    REQUIRE(a.size() == b.size());
+    for (size_t i = 0; i < a.size(); ++i) CHECK(a[i].second.to_vector<float>() == b[i].second.to_vector<float>());
+  }
 }
 
 TEST_CASE("state() and copies taken while another thread draws resume at a block boundary") {
