@@ -88,11 +88,11 @@ class DenseMLP : public nn::UnaryModule {
 // own input (MlpChoice::pre_norm false).
 class Block : public nn::UnaryModule {
  public:
-  Block(int64_t layer, const GPT2Config& c) : UnaryModule("Block") {
+  Block(int64_t layer, const GPT2Config& c, Generator* gen) : UnaryModule("Block") {
     ln_1 = register_module("ln_1", std::make_shared<GPT2LayerNorm>(c.n_embd, c.bias));
     attn = register_module("attn", std::make_shared<CausalSelfAttention>(c));
     if (c.mlp.pre_norm) ln_2 = register_module("ln_2", std::make_shared<GPT2LayerNorm>(c.n_embd, c.bias));
-    std::shared_ptr<nn::UnaryModule> m = c.mlp.make(layer, c);
+    std::shared_ptr<nn::UnaryModule> m = c.mlp.make(layer, c, gen);
     MU_CHECK(m != nullptr, "GPT2: the MLP factory \"", c.mlp.name, "\" returned no module for layer ", layer);
     mlp = register_module("mlp", std::move(m));
   }
@@ -141,7 +141,8 @@ namespace mlp {
 MlpChoice dense() {
   MlpChoice m;
   m.name = "dense";
-  m.make = [](int64_t, const GPT2Config& c) -> std::shared_ptr<nn::UnaryModule> {
+  m.make = [](int64_t, const GPT2Config& c, Generator*) -> std::shared_ptr<nn::UnaryModule> {
+    // Its Linears are drawn again by init_weights, from the model's generator.
     return std::make_shared<DenseMLP>(c);
   };
   m.count = [](const GPT2Config& c) {
@@ -205,8 +206,9 @@ nn::MuMoEOptions mumoe_options(const GPT2Config& c, nn::MoEKind kind, int64_t ex
 static MlpChoice mumoe_choice(nn::MoEKind kind, int64_t experts, int64_t rank) {
   MlpChoice m;
   m.name = detail::str(kind == nn::MoEKind::CP ? "cp_mumoe" : "tr_mumoe", "-", experts);
-  m.make = [kind, experts, rank](int64_t, const GPT2Config& c) -> std::shared_ptr<nn::UnaryModule> {
-    return std::make_shared<nn::MuMoE>(mumoe_options(c, kind, experts, rank));
+  m.make = [kind, experts, rank](int64_t, const GPT2Config& c, Generator* gen) -> std::shared_ptr<nn::UnaryModule> {
+    // The factors draw from the model's generator (their own init, not nanoGPT's).
+    return std::make_shared<nn::MuMoE>(mumoe_options(c, kind, experts, rank).generator(gen));
   };
   m.count = [kind, experts, rank](const GPT2Config& c) {
     return nn::MuMoE::count_parameters(mumoe_options(c, kind, experts, rank));
@@ -293,7 +295,7 @@ GPT2::GPT2(const GPT2Config& config, Generator* gen) : Module("GPT2"), config_(c
   wpe_ = transformer->register_module("wpe", std::make_shared<nn::Embedding>(c.block_size, c.n_embd));
   drop_ = transformer->register_module("drop", std::make_shared<nn::Dropout>(c.dropout));
   h_ = transformer->register_module("h", std::make_shared<nn::ModuleList>());
-  for (int64_t l = 0; l < c.n_layer; ++l) h_->push_back(std::make_shared<Block>(l, c));
+  for (int64_t l = 0; l < c.n_layer; ++l) h_->push_back(std::make_shared<Block>(l, c, gen));
   ln_f_ = transformer->register_module("ln_f", std::make_shared<GPT2LayerNorm>(c.n_embd, c.bias));
   // Registered after `transformer`, so the shared tensor is listed as transformer.wte.weight.
   lm_head_weight_ = register_module("lm_head", std::make_shared<TiedHead>(wte_->weight))->weight;

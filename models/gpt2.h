@@ -34,8 +34,10 @@ namespace mu::models {
 struct GPT2Config;
 
 // Builds the MLP of block `layer` (0-based) for a configuration: a module (..., n_embd) ->
-// (..., n_embd). The one interface every MLP choice goes through.
-using MlpFactory = std::function<std::shared_ptr<nn::UnaryModule>(int64_t layer, const GPT2Config&)>;
+// (..., n_embd). The one interface every MLP choice goes through. `gen` is the generator
+// the model was built with (null: the global one), for whatever the MLP draws itself.
+using MlpFactory =
+    std::function<std::shared_ptr<nn::UnaryModule>(int64_t layer, const GPT2Config&, Generator* gen)>;
 // Parameters of one block's MLP from the configuration alone (nothing allocated).
 using MlpCounter = std::function<int64_t(const GPT2Config&)>;
 

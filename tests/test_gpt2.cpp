@@ -226,6 +226,26 @@ TEST_CASE("state-dict names follow nanoGPT's") {
     CHECK(got.count(std::string("transformer.h.0.") + s) == 1);
 }
 
+TEST_CASE("μMoE MLPs draw their factors from the model's generator too") {
+  for (models::MlpChoice choice : {mlp::cp_mumoe(4, 3), mlp::tr_mumoe(4, 3)}) {
+    GPT2Config c = tiny();
+    c.mlp = choice;
+    // The global stream differs between the two builds; the model's generator does not.
+    manual_seed(1);
+    Generator g1(9);
+    GPT2 a(c, &g1);
+    manual_seed(2);
+    Generator g2(9);
+    GPT2 b(c, &g2);
+    auto pa = a.state_dict(), pb = b.state_dict();
+    REQUIRE(pa.size() == pb.size());
+    for (size_t i = 0; i < pa.size(); ++i) {
+      INFO(choice.name << " " << pa[i].first);
+      CHECK(max_abs_diff(pa[i].second, pb[i].second) == 0.0);
+    }
+  }
+}
+
 TEST_CASE("nanoGPT initialisation, drawn from the given generator") {
   GPT2Config c;
   c.n_layer = 4;
@@ -371,7 +391,7 @@ TEST_CASE("any UnaryModule plugs in through the MLP factory") {
   int64_t calls = 0;
   c.mlp = mlp::custom(
       "relu-mlp",
-      [&calls](int64_t, const GPT2Config& cfg) -> std::shared_ptr<nn::UnaryModule> {
+      [&calls](int64_t, const GPT2Config& cfg, Generator*) -> std::shared_ptr<nn::UnaryModule> {
         ++calls;
         return std::make_shared<nn::Sequential>(std::vector<std::shared_ptr<nn::UnaryModule>>{
             std::make_shared<nn::Linear>(cfg.n_embd, 2 * cfg.n_embd), std::make_shared<nn::ReLU>(),
@@ -389,7 +409,7 @@ TEST_CASE("any UnaryModule plugs in through the MLP factory") {
   // No counter: the static count refuses, naming the choice.
   CHECK_THROWS_MU(GPT2::count_parameters(c), "\"relu-mlp\" cannot be counted without building it");
   // A module with the wrong output width is refused at forward time.
-  c.mlp = mlp::custom("narrow", [](int64_t, const GPT2Config& cfg) -> std::shared_ptr<nn::UnaryModule> {
+  c.mlp = mlp::custom("narrow", [](int64_t, const GPT2Config& cfg, Generator*) -> std::shared_ptr<nn::UnaryModule> {
     return std::make_shared<nn::Linear>(cfg.n_embd, 3);
   });
   GPT2 bad(c);
@@ -512,7 +532,7 @@ TEST_CASE("Hugging Face layout loader: files written here") {
                   "this model (MLP \"cp_mumoe-64\") has no tensor transformer.h.0.ln_2.weight");
   // A custom MLP with GPT-2's tensors and one more: the extra one is named.
   GPT2Config x = c;
-  x.mlp = mlp::custom("gated", [](int64_t, const GPT2Config& cfg) -> std::shared_ptr<nn::UnaryModule> {
+  x.mlp = mlp::custom("gated", [](int64_t, const GPT2Config& cfg, Generator*) -> std::shared_ptr<nn::UnaryModule> {
     struct Gated : nn::UnaryModule {
       std::shared_ptr<nn::Linear> c_fc, c_proj;
       Tensor gain;
