@@ -4,7 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "data/atomic_write.h"
+#include "tensor/atomic_file.h"
 #include "tensor/error.h"
 #include "tensor/regular_file.h"
 

@@ -22,7 +22,7 @@ struct TextMeta {
   std::string source;
 };
 
-// Written atomically (data/atomic_write.h).
+// Written atomically (tensor/atomic_file.h).
 void save_text_meta(const std::string& path, const TextMeta& meta);
 // A missing file, bad JSON or a missing or wrong field is a mu::Error naming the file and field.
 TextMeta load_text_meta(const std::string& path);

@@ -10,7 +10,7 @@
 #include <cstring>
 #include <filesystem>
 
-#include "data/atomic_write.h"
+#include "tensor/atomic_file.h"
 #include "tensor/checked.h"
 #include "tensor/error.h"
 #include "tensor/regular_file.h"

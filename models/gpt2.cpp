@@ -19,22 +19,10 @@ namespace {
 constexpr double kLayerNormEps = 1e-5;  // nanoGPT's F.layer_norm(..., 1e-5)
 constexpr double kInitStd = 0.02;       // nanoGPT's _init_weights
 
-// nanoGPT's LayerNorm: a weight, and a bias only when the model has biases (nn::LayerNorm
-// has both or neither).
-class GPT2LayerNorm : public nn::UnaryModule {
- public:
-  GPT2LayerNorm(int64_t n, bool bias) : UnaryModule("LayerNorm"), n_(n) {
-    weight = register_parameter("weight", ones({n}));
-    if (bias) this->bias = register_parameter("bias", zeros({n}));
-  }
-  Tensor forward(const Tensor& x) override { return layer_norm(x, {n_}, weight, bias, kLayerNormEps); }
-  std::string extra_repr() const override { return detail::str(n_, ", bias=", bias.defined() ? "true" : "false"); }
-
-  Tensor weight, bias;
-
- private:
-  int64_t n_;
-};
+// nanoGPT's LayerNorm: a weight, and a bias only when the model has biases.
+std::shared_ptr<nn::LayerNorm> gpt2_layer_norm(const GPT2Config& c) {
+  return std::make_shared<nn::LayerNorm>(nn::LayerNormOptions({c.n_embd}).eps(kLayerNormEps).bias(c.bias));
+}
 
 // One c_attn Linear gives q, k and v; heads attend causally through the fused kernel.
 class CausalSelfAttention : public nn::UnaryModule {
@@ -89,9 +77,9 @@ class DenseMLP : public nn::UnaryModule {
 class Block : public nn::UnaryModule {
  public:
   Block(int64_t layer, const GPT2Config& c, Generator* gen) : UnaryModule("Block") {
-    ln_1 = register_module("ln_1", std::make_shared<GPT2LayerNorm>(c.n_embd, c.bias));
+    ln_1 = register_module("ln_1", gpt2_layer_norm(c));
     attn = register_module("attn", std::make_shared<CausalSelfAttention>(c));
-    if (c.mlp.pre_norm) ln_2 = register_module("ln_2", std::make_shared<GPT2LayerNorm>(c.n_embd, c.bias));
+    if (c.mlp.pre_norm) ln_2 = register_module("ln_2", gpt2_layer_norm(c));
     std::shared_ptr<nn::UnaryModule> m = c.mlp.make(layer, c, gen);
     MU_CHECK(m != nullptr, "GPT2: the MLP factory \"", c.mlp.name, "\" returned no module for layer ", layer);
     mlp = register_module("mlp", std::move(m));
@@ -104,7 +92,7 @@ class Block : public nn::UnaryModule {
     return h + y;
   }
 
-  std::shared_ptr<GPT2LayerNorm> ln_1, ln_2;  // ln_2 null without pre_norm
+  std::shared_ptr<nn::LayerNorm> ln_1, ln_2;  // ln_2 null without pre_norm
   std::shared_ptr<CausalSelfAttention> attn;
   std::shared_ptr<nn::UnaryModule> mlp;
 };
@@ -296,7 +284,7 @@ GPT2::GPT2(const GPT2Config& config, Generator* gen) : Module("GPT2"), config_(c
   drop_ = transformer->register_module("drop", std::make_shared<nn::Dropout>(c.dropout));
   h_ = transformer->register_module("h", std::make_shared<nn::ModuleList>());
   for (int64_t l = 0; l < c.n_layer; ++l) h_->push_back(std::make_shared<Block>(l, c, gen));
-  ln_f_ = transformer->register_module("ln_f", std::make_shared<GPT2LayerNorm>(c.n_embd, c.bias));
+  ln_f_ = transformer->register_module("ln_f", gpt2_layer_norm(c));
   // Registered after `transformer`, so the shared tensor is listed as transformer.wte.weight.
   lm_head_weight_ = register_module("lm_head", std::make_shared<TiedHead>(wte_->weight))->weight;
   init_weights(gen);
@@ -312,9 +300,8 @@ void GPT2::init_weights(Generator* gen) {
       if (lin->bias.defined()) nn::init::zeros_(lin->bias);
     } else if (auto* emb = dynamic_cast<nn::Embedding*>(m)) {
       nn::init::normal_(emb->weight, 0.0, kInitStd, gen);
-    } else if (auto* ln = dynamic_cast<GPT2LayerNorm*>(m)) {
-      nn::init::ones_(ln->weight);
-      if (ln->bias.defined()) nn::init::zeros_(ln->bias);
+    } else if (auto* ln = dynamic_cast<nn::LayerNorm*>(m)) {
+      ln->reset_parameters();
     }
   }
   // GPT-2's scaled init of the projections into the residual stream: each block adds two.

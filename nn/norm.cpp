@@ -16,15 +16,14 @@ LayerNorm::LayerNorm(const LayerNormOptions& options) : UnaryModule("LayerNorm")
   check_eps("LayerNorm", options.eps());
   if (options.elementwise_affine()) {
     weight = register_parameter("weight", empty(options.normalized_shape()));
-    bias = register_parameter("bias", empty(options.normalized_shape()));
+    if (options.bias()) bias = register_parameter("bias", empty(options.normalized_shape()));
   }
   reset_parameters();
 }
 
 void LayerNorm::reset_parameters() {
-  if (!weight.defined()) return;
-  init::ones_(weight);
-  init::zeros_(bias);
+  if (weight.defined()) init::ones_(weight);
+  if (bias.defined()) init::zeros_(bias);
 }
 
 Tensor LayerNorm::forward(const Tensor& x) {
@@ -38,7 +37,8 @@ Tensor LayerNorm::forward(const Tensor& x) {
 
 std::string LayerNorm::extra_repr() const {
   return detail::str(shape_str(options_.normalized_shape()), ", eps=", options_.eps(),
-                     ", elementwise_affine=", options_.elementwise_affine() ? "true" : "false");
+                     ", elementwise_affine=", options_.elementwise_affine() ? "true" : "false",
+                     options_.elementwise_affine() && !options_.bias() ? ", bias=false" : "");
 }
 
 // ---------------------------------------------------------------- BatchNorm1d

@@ -15,14 +15,19 @@ struct LayerNormOptions {
   LayerNormOptions(Shape normalized_shape) : normalized_shape_(std::move(normalized_shape)) {}  // NOLINT: implicit
   LayerNormOptions& eps(double e) { eps_ = e; return *this; }
   LayerNormOptions& elementwise_affine(bool a) { elementwise_affine_ = a; return *this; }
+  // With elementwise_affine, whether there is a bias as well as a weight (torch's
+  // LayerNorm(bias=False), nanoGPT's bias=False models).
+  LayerNormOptions& bias(bool b) { bias_ = b; return *this; }
   const Shape& normalized_shape() const { return normalized_shape_; }
   double eps() const { return eps_; }
   bool elementwise_affine() const { return elementwise_affine_; }
+  bool bias() const { return bias_; }
 
  private:
   Shape normalized_shape_;
   double eps_ = 1e-5;
   bool elementwise_affine_ = true;
+  bool bias_ = true;
 };
 
 // y = (x - mean) / sqrt(var + eps) * weight + bias, mean and (biased) var taken over the
@@ -36,7 +41,7 @@ class LayerNorm : public UnaryModule {
   const LayerNormOptions& options() const { return options_; }
 
   Tensor weight;  // normalized_shape; undefined without elementwise_affine
-  Tensor bias;
+  Tensor bias;    // likewise, and undefined without options.bias()
 
  private:
   LayerNormOptions options_;

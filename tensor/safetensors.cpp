@@ -1,7 +1,6 @@
 #include "tensor/safetensors.h"
 
 #include <fcntl.h>
-#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -10,10 +9,10 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "tensor/atomic_file.h"
 #include "tensor/regular_file.h"
 
 namespace mu {
@@ -161,30 +160,6 @@ struct Fd {
   Fd& operator=(const Fd&) = delete;
 };
 
-void write_all(int fd, const void* data, size_t n, const std::string& file) {
-  const char* p = static_cast<const char*>(data);
-  while (n > 0) {
-    ssize_t k = ::write(fd, p, n);
-    if (k < 0 && errno == EINTR) continue;  // interrupted by a signal before writing: retry
-    MU_CHECK(k > 0, "cannot write ", file, ": ", errno_text());
-    p += k;
-    n -= size_t(k);
-  }
-}
-
-// Writes n bytes at `offset` (the file position is left where it was).
-void pwrite_all(int fd, const void* data, size_t n, uint64_t offset, const std::string& file) {
-  const char* p = static_cast<const char*>(data);
-  while (n > 0) {
-    ssize_t k = ::pwrite(fd, p, n, off_t(offset));
-    if (k < 0 && errno == EINTR) continue;
-    MU_CHECK(k > 0, "cannot write ", file, ": ", errno_text());
-    p += k;
-    n -= size_t(k);
-    offset += uint64_t(k);
-  }
-}
-
 // Reads exactly n bytes at `offset`; a short read means the file shrank under us.
 void read_all(int fd, void* data, size_t n, uint64_t offset, const std::string& file) {
   char* p = static_cast<char*>(data);
@@ -199,88 +174,25 @@ void read_all(int fd, void* data, size_t n, uint64_t offset, const std::string& 
   }
 }
 
-// The temporary a save writes; removed on scope exit unless the save committed it.
-struct TempFile {
-  std::string path;
-  bool committed = false;
-  explicit TempFile(std::string p) : path(std::move(p)) {}
-  ~TempFile() {
-    if (!committed) ::unlink(path.c_str());
-  }
-};
-
 // Writes one tensor's elements, dense and row-major; returns the data hash of the bytes
 // written (hashed from the very buffer that went to the file).
-uint64_t write_tensor(int fd, const Tensor& t, const std::string& file) {
+uint64_t write_tensor(AtomicFile& out, const Tensor& t) {
   // detach: no autograd node for this copy; contiguous: no copy when already dense.
   Tensor d = t.detach().contiguous();
   size_t nbytes = size_t(d.numel()) * element_size(d.dtype());
   if (nbytes == 0) return data_hash(nullptr, 0);
   if (d.device().is_cpu()) {
-    write_all(fd, d.raw_data(), nbytes, file);
+    out.write(d.raw_data(), nbytes);
     return data_hash(d.raw_data(), nbytes);
   }
   // Device memory goes through a host buffer, as raw bytes.
   std::vector<char> host(nbytes);
   cuda::memcpy(host.data(), Device::cpu(), d.raw_data(), d.device(), nbytes);
-  write_all(fd, host.data(), nbytes, file);
+  out.write(host.data(), nbytes);
   return data_hash(host.data(), nbytes);
 }
 
-// The pid in the name of a temporary "<prefix><pid>" of a save of the same file, or 0
-// when `name` is not one: digits only, no leading zero, a positive pid_t.
-pid_t temporary_pid(const std::string& name, const std::string& prefix) {
-  if (!starts_with(name, prefix.c_str())) return 0;
-  const std::string digits = name.substr(prefix.size());
-  if (digits.empty() || digits.size() > 9 || digits[0] == '0') return 0;
-  long pid = 0;
-  for (char c : digits) {
-    if (c < '0' || c > '9') return 0;
-    pid = pid * 10 + (c - '0');
-  }
-  return pid_t(pid);
-}
 
-// Removes the temporaries "<path>.tmp.<pid>" that saves of `path` left when their
-// process died before the rename (a crash, a kill): those whose pid names no process
-// (kill(pid, 0) fails with ESRCH). A live process's temporary may be being written right
-// now and is never touched, nor is this process's own (the save below truncates it).
-// A dead writer's pid taken by a new process keeps its file until that one ends; a
-// writer on another machine or in another pid namespace cannot be seen from here, and
-// its temporary in a shared directory looks stale. Best effort: what cannot be listed
-// or removed stays.
-void remove_stale_temporaries(const std::string& path) {
-  namespace fs = std::filesystem;
-  const fs::path target(path);
-  const std::string prefix = target.filename().string() + ".tmp.";
-  if (prefix == ".tmp.") return;  // a path ending in '/': the save itself will fail
-  fs::path dir = target.parent_path();
-  if (dir.empty()) dir = ".";
-  std::vector<fs::path> stale;
-  std::error_code ec;
-  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-    const pid_t pid = temporary_pid(it->path().filename().string(), prefix);
-    if (pid <= 0 || pid == ::getpid()) continue;  // kill(0 or less) would mean process groups
-    if (::kill(pid, 0) == 0 || errno != ESRCH) continue;  // alive (EPERM: alive, another user's)
-    std::error_code type_ec;
-    // Only files: a directory or a link of that name is not a temporary of ours.
-    if (it->symlink_status(type_ec).type() == fs::file_type::regular) stale.push_back(it->path());
-  }
-  for (const fs::path& p : stale) fs::remove(p, ec);
-}
-
-// Durability of the rename itself: flush the directory entry. Best effort, since the
-// new file is already complete and in place when this runs.
-void sync_directory(const std::string& path) {
-  std::filesystem::path dir = std::filesystem::path(path).parent_path();
-  if (dir.empty()) dir = ".";
-  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return;
-  ::fsync(fd);
-  ::close(fd);
-}
-
-// One tensor as the header describes it.
 struct Entry {
   std::string name, dtype_str;
   DType dtype;
@@ -425,37 +337,24 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
   const size_t data_at = text.find(data_prefix) + data_prefix.size();
   const size_t header_at = text.find(checksum_prefix()) + checksum_prefix().size();
 
-  remove_stale_temporaries(path);
-  TempFile tmp(path + ".tmp." + std::to_string(::getpid()));
-  {
-    Fd fd(::open(tmp.path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-    MU_CHECK(fd.fd >= 0, what, ": cannot create ", tmp.path, ": ", errno_text());
-    unsigned char len[8];
-    for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(uint64_t(text.size()) >> (8 * i));
-    write_all(fd.fd, len, 8, tmp.path);
-    write_all(fd.fd, text.data(), text.size(), tmp.path);  // with placeholders, rewritten below
-    for (size_t i = 0; i < tensors.size(); ++i) {
-      const auto& [name, t] = tensors[i];
-      try {
-        text.replace(data_at + i * (kChecksumDigits + 1), kChecksumDigits, hex16(write_tensor(fd.fd, t, tmp.path)));
-      } catch (const Error& e) {
-        // Say which tensor failed (a CUDA copy, the disk filling up); the temporary goes.
-        MU_FAIL(what, ": tensor \"", name, "\": ", e.what());
-      }
+  AtomicFile out(path, what);
+  unsigned char len[8];
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(uint64_t(text.size()) >> (8 * i));
+  out.write(len, 8);
+  out.write(text.data(), text.size());  // with placeholders, rewritten below
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const auto& [name, t] = tensors[i];
+    try {
+      text.replace(data_at + i * (kChecksumDigits + 1), kChecksumDigits, hex16(write_tensor(out, t)));
+    } catch (const Error& e) {
+      // Say which tensor failed (a CUDA copy, the disk filling up); the temporary goes.
+      MU_FAIL(what, ": tensor \"", name, "\": ", e.what());
     }
-    // The header hash covers the data hashes just filled in; same length as the placeholders.
-    text.replace(header_at, kChecksumDigits, header_hash(text, header_at));
-    pwrite_all(fd.fd, text.data(), text.size(), 8, tmp.path);
-    // The data must be on disk before the rename makes it the file at `path`.
-    MU_CHECK(::fsync(fd.fd) == 0, what, ": cannot flush ", tmp.path, ": ", errno_text());
-    int f = fd.fd;
-    fd.fd = -1;
-    MU_CHECK(::close(f) == 0, what, ": cannot close ", tmp.path, ": ", errno_text());
   }
-  MU_CHECK(::rename(tmp.path.c_str(), path.c_str()) == 0, what, ": cannot rename ", tmp.path, " to ", path, ": ",
-           errno_text());
-  tmp.committed = true;
-  sync_directory(path);
+  // The header hash covers the data hashes just filled in; same length as the placeholders.
+  text.replace(header_at, kChecksumDigits, header_hash(text, header_at));
+  out.write_at(text.data(), text.size(), 8);
+  out.commit();
 }
 
 SafetensorsFile load_safetensors(const std::string& path) {

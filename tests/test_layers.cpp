@@ -259,6 +259,16 @@ TEST_CASE("LayerNorm matches the formula in double, affine and not") {
       Tensor xt = randn({4, 3, 2}, dt).permute({2, 1, 0});
       check_close(ln(xt), ref_layer_norm(xt.contiguous(), 12, Tensor(), Tensor(), 0.1), tol);
     }
+    {  // a weight without a bias (nanoGPT's bias=False)
+      nn::LayerNorm ln(nn::LayerNormOptions({6}).bias(false));
+      ln.to(dt);
+      CHECK(ln.parameters().size() == 1);
+      CHECK_FALSE(ln.bias.defined());
+      randomize(ln.weight, 1.0);
+      Tensor x = randn({4, 6}, dt) * 3.0 + 2.0;
+      check_close(ln(x), ref_layer_norm(x, 6, ln.weight, Tensor(), 1e-5), tol);
+      CHECK(ln.extra_repr() == "[6], eps=1e-05, elementwise_affine=true, bias=false");
+    }
   }
   nn::LayerNorm ln(nn::LayerNormOptions({6}));
   CHECK_THROWS_MU(ln(randn({4, 5})), "LayerNorm: expected input whose trailing dims are [6]");

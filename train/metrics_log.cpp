@@ -3,11 +3,11 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
-#include <filesystem>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
 
+#include "tensor/atomic_file.h"
 #include "tensor/error.h"
 
 namespace mu::train {
@@ -15,8 +15,8 @@ namespace mu::train {
 namespace {
 
 // Keeps the lines of `path` whose "step" is <= last (and any line that is not a JSON
-// object with a step, which a person may have added), rewritten through a temporary so a
-// crash leaves the old log or the new one, never half of one.
+// object with a step, which a person may have added), rewritten atomically so a crash
+// leaves the old log or the new one, never half of one.
 void cut_back(const std::string& path, int64_t last) {
   std::ifstream in(path);
   if (!in) return;  // nothing logged yet
@@ -31,13 +31,7 @@ void cut_back(const std::string& path, int64_t last) {
     kept += line + "\n";
   }
   in.close();
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << kept;
-    MU_CHECK(out.good(), "metrics log ", tmp, ": write failed");
-  }
-  std::filesystem::rename(tmp, path);
+  write_file_atomically(path, {{kept.data(), kept.size()}}, "metrics log " + path);
 }
 
 }  // namespace
