@@ -15,7 +15,7 @@ Storage::~Storage() {
   if (device.is_cpu())
     cpu_allocator::deallocate(data, nbytes);
   else
-    cuda::deallocate(data, device.index);
+    cuda::deallocate(data, nbytes, device.index);
 }
 
 }  // namespace mu

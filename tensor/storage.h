@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "tensor/cuda.h"
 #include "tensor/device.h"
 
 namespace mu {
@@ -21,16 +22,5 @@ struct Storage {
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
 };
-
-namespace cuda {
-// Device plumbing. Built without CUDA (or with no GPU present) these throw a mu::Error
-// that says why; device_count() then returns 0.
-int device_count();
-bool is_available();
-void* allocate(size_t nbytes, int device);
-void deallocate(void* ptr, int device);
-// Copies nbytes between any two of host/device memory.
-void memcpy(void* dst, Device dst_dev, const void* src, Device src_dev, size_t nbytes);
-}  // namespace cuda
 
 }  // namespace mu
