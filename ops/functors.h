@@ -166,12 +166,6 @@ struct Clamp : Functor<1, Types::Numeric> {
     return v;
   }
 };
-// Dropout's scaled keep mask from a uniform draw u: scale where u < q (keep), else 0.
-struct DropoutMask : Functor<1> {
-  static constexpr const char* name = "dropout";
-  double q, scale;
-  template <class T> MU_HOST_DEVICE T operator()(T u) const { return u < T(q) ? T(scale) : T(0); }
-};
 
 // ================================================================ unary gradients: g * f'(.)
 // Each takes the output gradient g and the saved x or y of the forward.
@@ -378,7 +372,7 @@ struct ExtremumShare : Functor<3> {
 template <class... F>
 struct FunctorList {};
 using AllFunctors =
-    FunctorList<Neg, Exp, Log, Sqrt, Rsqrt, Abs, Sign, Tanh, Sigmoid, Relu, Gelu, GeluTanh, PowScalar, Clamp, DropoutMask,
+    FunctorList<Neg, Exp, Log, Sqrt, Rsqrt, Abs, Sign, Tanh, Sigmoid, Relu, Gelu, GeluTanh, PowScalar, Clamp,
                 SqrtGrad, RsqrtGrad, AbsGrad, TanhGrad, SigmoidGrad, ReluGrad, GeluGrad, GeluTanhGrad, PowScalarGrad,
                 ClampGrad, Add, Sub, Mul, Div, DivRounded, AddScaled, Pow, Maximum, Minimum, EqualOrBothNaN, Eq, Ne, Lt, Le, Gt, Ge,
                 LogicalNot, LogicalAnd, LogicalOr, Where, PowGradBase, PowGradExponent, ExtremumShare>;

@@ -3,6 +3,7 @@
 #define MU_DEFINE_KERNEL_TABLES
 #include "ops/kernels/attention.h"
 #include "ops/kernels/copy.h"
+#include "ops/kernels/dropout.h"
 #include "ops/kernels/entmax.h"
 #include "ops/kernels/index.h"
 #include "ops/kernels/linalg.h"

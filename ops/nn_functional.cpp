@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "autograd/node.h"
+#include "ops/kernels/dropout.h"
 #include "ops/kernels/softmax.h"
 #include "ops/ops.h"
 #include "ops/pointwise.h"
@@ -47,10 +48,16 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
   // Everything dropped: x * 0, so the gradient is zero and a NaN stays NaN (as torch).
   if (p == 1) return x * 0.0;
   // Keep each element with probability 1 - p and scale the kept ones so the mean holds.
-  double q = 1 - p, scale = 1 / q;
-  Tensor u = rand(x.shape(), TensorOptions(x.dtype()).device(x.device()), gen);
-  Tensor mask = detail::map(fn::DropoutMask{{}, q, scale}, {u});
-  return x * mask;
+  // The mask is a pure function of one drawn seed and each element's position
+  // (ops/kernels/dropout.h): the same on every device for the same generator state.
+  const uint64_t seed = (gen ? *gen : default_generator()).next_u64();
+  // The mask in the dtype x computes in (float32 for bfloat16 x, whose product is
+  // rounded back to bfloat16 once).
+  const DType md = compute_dtype(x.dtype());
+  Tensor mask = empty(x.shape(), TensorOptions(md).device(x.device()));
+  kernels::dropout_mask(x.device(), mask, seed, kernels::attention_dropout_threshold(p), 1 / (1 - p));
+  Tensor y = x * mask;
+  return y.dtype() == x.dtype() ? y : y.to(x.dtype());
 }
 
 }  // namespace mu

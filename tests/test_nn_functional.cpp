@@ -151,6 +151,27 @@ TEST_CASE("dropout: same seed, same mask; zeros near p; survivors scaled by 1/(1
   }
 }
 
+TEST_CASE("dropout: the same generator state draws the same mask on every device, bfloat16 included") {
+  std::vector<double> cpu_mask;
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    Generator g(77);
+    Tensor y = dropout(ones({3, 1000}, TensorOptions().device(dev)), 0.25, true, &g);
+    std::vector<double> m = y.to_vector<double>();
+    if (dev.is_cpu()) cpu_mask = m;
+    else CHECK(m == cpu_mask);
+    // bfloat16 keeps its dtype; its survivors are 1/(1-p) rounded once (4/3 -> 1.3359375).
+    Generator h(77);
+    Tensor yb = dropout(ones({3, 1000}, TensorOptions(kBFloat16).device(dev)), 0.25, true, &h);
+    CHECK(yb.dtype() == kBFloat16);
+    std::vector<double> mb = yb.to_vector<double>();
+    for (size_t i = 0; i < mb.size(); ++i) {
+      INFO("element " << i);
+      CHECK(mb[i] == (m[i] == 0 ? 0.0 : 1.3359375));
+    }
+  }
+}
+
 TEST_CASE("dropout: identity in eval or with p = 0, zeros with p = 1, errors outside [0, 1]") {
   const Tensor x0 = randn({10, 10});  // drawn once: the same input on every device
   for (Device dev : test_devices()) {

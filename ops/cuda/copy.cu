@@ -1,18 +1,121 @@
-// CUDA kernels of copies (declared in ops/kernels/copy.h). For now a copy on the device
-// is one cudaMemcpy of a dense, same-dtype tensor; strided and converting copies need
-// the CUDA map kernels.
+// CUDA kernels of copies and fills (declared in ops/kernels/copy.h; the CPU twin is
+// ops/cpu/copy.cpp). A same-dtype copy of one dense tensor into another is one
+// device-to-device memcpy on the stream; every other copy (strided, broadcast, or
+// converting between any two dtypes) is one thread per destination element in a
+// grid-stride loop.
+#include <cstring>
+
+#include "ops/cuda/dtypes.cuh"
+#include "ops/cuda/runtime.cuh"
+#include "ops/cuda/strided.cuh"
 #include "ops/kernels/copy.h"
+#include "tensor/half.h"
 
 namespace mu::cuda_kernels {
 
+using namespace mu::cuda;
+
+template <class TO, class FROM>
+__global__ void copy_dense(TO* dst, const FROM* src, int64_t n) {
+  const int64_t step = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += step) dst[i] = convert<TO>(src[i]);
+}
+
+// Operand 0 is the destination, 1 the source (broadcast strides).
+template <class TO, class FROM>
+__global__ void copy_strided(TO* dst, const FROM* src, Strided<2> g, int64_t n) {
+  const int64_t step = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += step) {
+    int64_t off[2];
+    g.offsets(i, off);
+    dst[off[0]] = convert<TO>(src[off[1]]);
+  }
+}
+
 static void copy(const Tensor& dst, const Tensor& src) {
-  MU_CHECK(dst.is_contiguous() && src.is_contiguous() && dst.dtype() == src.dtype() && dst.shape() == src.shape(),
-           "copy on ", dst.device().str(), ": only dense same-dtype, same-shape copies have a CUDA kernel yet (",
-           src.describe(), " -> ", dst.describe(), ")");
-  cuda::memcpy(dst.raw_data(), dst.device(), src.raw_data(), src.device(),
-               size_t(dst.numel()) * element_size(dst.dtype()));
+  const int64_t n = dst.numel();
+  if (n == 0) return;
+  const bool dense = dst.is_contiguous() && src.is_contiguous() && dst.shape() == src.shape();
+  if (dense && dst.dtype() == src.dtype()) {
+    MU_CUDA_CHECK(cudaMemcpyAsync(dst.raw_data(), src.raw_data(), size_t(n) * element_size(dst.dtype()),
+                                  cudaMemcpyDeviceToDevice, stream(dst)));
+    return;
+  }
+  cudaStream_t s = stream(dst);
+  constexpr int threads = 256;
+  const unsigned grid = grid_for(n, threads);
+  dispatch_all(dst.dtype(), "copy", [&](auto to_tag) {
+    using TO = decltype(to_tag);
+    dispatch_all(src.dtype(), "copy", [&](auto from_tag) {
+      using FROM = decltype(from_tag);
+      TO* d = static_cast<TO*>(dst.raw_data());
+      const FROM* p = static_cast<const FROM*>(src.raw_data());
+      if (dense) {
+        copy_dense<TO, FROM><<<grid, threads, 0, s>>>(d, p, n);
+      } else {
+        const Tensor* ops[2] = {&dst, &src};
+        copy_strided<TO, FROM><<<grid, threads, 0, s>>>(d, p, strided<2>(dst.shape(), ops, "copy"), n);
+      }
+      MU_CUDA_CHECK_LAUNCH("copy");
+    });
+  });
+}
+
+// `value` as a T, rounded on the host exactly as the CPU's fill rounds it.
+template <class T>
+static T host_value(double value) {
+  if constexpr (std::is_same_v<T, bf16>) {
+    const uint16_t bits = bfloat16_t(static_cast<float>(value)).bits;
+    T out;
+    std::memcpy(&out, &bits, sizeof out);
+    return out;
+  } else if constexpr (std::is_same_v<T, fp16>) {
+    const uint16_t bits = half_t(static_cast<float>(value)).bits;
+    T out;
+    std::memcpy(&out, &bits, sizeof out);
+    return out;
+  } else {
+    return convert_element<T>(value);
+  }
+}
+
+template <class T>
+__global__ void fill_dense(T* dst, T v, int64_t n) {
+  const int64_t step = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += step) dst[i] = v;
+}
+
+template <class T>
+__global__ void fill_strided(T* dst, T v, Strided<1> g, int64_t n) {
+  const int64_t step = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += step) {
+    int64_t off[1];
+    g.offsets(i, off);
+    dst[off[0]] = v;
+  }
+}
+
+static void fill(const Tensor& dst, double value) {
+  const int64_t n = dst.numel();
+  if (n == 0) return;
+  cudaStream_t s = stream(dst);
+  constexpr int threads = 256;
+  const unsigned grid = grid_for(n, threads);
+  dispatch_all(dst.dtype(), "fill_", [&](auto tag) {
+    using T = decltype(tag);
+    const T v = host_value<T>(value);
+    T* d = static_cast<T*>(dst.raw_data());
+    if (dst.is_contiguous()) {
+      fill_dense<T><<<grid, threads, 0, s>>>(d, v, n);
+    } else {
+      const Tensor* ops[1] = {&dst};
+      fill_strided<T><<<grid, threads, 0, s>>>(d, v, strided<1>(dst.shape(), ops, "fill_"), n);
+    }
+    MU_CUDA_CHECK_LAUNCH("fill_");
+  });
 }
 
 MU_REGISTER_KERNEL(kernels::copy, DeviceType::CUDA, copy);
+MU_REGISTER_KERNEL(kernels::fill, DeviceType::CUDA, fill);
 
 }  // namespace mu::cuda_kernels

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "ops/dispatch.h"
+#include "ops/functors.h"  // MU_HOST_DEVICE: the mask is drawn on the host and the device alike
 #include "tensor/tensor.h"
 
 namespace mu::kernels {
@@ -41,19 +42,19 @@ MU_DECLARE_KERNEL(attention_backward, void(const Tensor& q, const Tensor& k, con
 
 // The splitmix64 finaliser: a bijection of 64-bit words that mixes every input bit into
 // every output bit.
-inline uint64_t attention_mix64(uint64_t z) {
+MU_HOST_DEVICE inline uint64_t attention_mix64(uint64_t z) {
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
   return z ^ (z >> 31);
 }
-inline uint64_t attention_dropout_key(uint64_t seed) { return attention_mix64(seed); }
+MU_HOST_DEVICE inline uint64_t attention_dropout_key(uint64_t seed) { return attention_mix64(seed); }
 // Distinct counters stay distinct (an odd multiplier and the mix are bijections); the
 // key moves the whole sequence, so two seeds give unrelated masks.
-inline uint32_t attention_dropout_bits(uint64_t key, uint64_t n) {
+MU_HOST_DEVICE inline uint32_t attention_dropout_bits(uint64_t key, uint64_t n) {
   return uint32_t(attention_mix64(key + n * 0x9e3779b97f4a7c15ULL) >> 32);
 }
 // Elements whose bits are below this are dropped: round(p * 2^32), which is 2^32 (all
 // dropped) for p = 1.
-inline uint64_t attention_dropout_threshold(double p) { return uint64_t(p * 4294967296.0 + 0.5); }
+MU_HOST_DEVICE inline uint64_t attention_dropout_threshold(double p) { return uint64_t(p * 4294967296.0 + 0.5); }
 
 }  // namespace mu::kernels
