@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -99,23 +100,34 @@ inline mu::Tensor rnd(const mu::Shape& s, uint64_t seed) {
   return mu::randn(s, mu::kFloat64);
 }
 
-// The devices every op test runs on: the CPU always, and the first CUDA device when one
-// is present. Without one, the first call prints why CUDA cases are skipped. A test body
+// The devices every op test runs on. ctest runs each per-device suite twice (see
+// mu_device_test in tests/CMakeLists.txt): as `unit` etc. with MUMOE_TEST_DEVICES=cpu, the
+// CPU alone; and as `cuda` with MUMOE_TEST_DEVICES=cuda, the CPU and cuda:0, where a
+// machine without a CUDA device prints why and exits 77 (ctest: skipped). Run by hand
+// (variable unset), the CPU and the first CUDA device when one is present. A test body
 // runs the op on each device and compares the CUDA result with the CPU one.
 inline const std::vector<mu::Device>& test_devices() {
   static const std::vector<mu::Device> devices = [] {
+    const char* env = std::getenv("MUMOE_TEST_DEVICES");
+    const std::string want = env ? env : "";
     std::vector<mu::Device> d{mu::Device::cpu()};
+    if (want == "cpu") return d;
     if (mu::cuda::device_count() > 0) {
       d.push_back(mu::Device::cuda(0));
-    } else {
-      std::printf("note: CUDA cases skipped: %s\n",
-#ifdef MUMOE_CUDA
-                  "no CUDA device on this machine (the CUDA backend is compiled in)"
-#else
-                  "this build has no CUDA backend"
-#endif
-      );
+      return d;
     }
+    const char* why =
+#ifdef MUMOE_CUDA
+        "no CUDA device on this machine (the CUDA backend is compiled in)";
+#else
+        "this build has no CUDA backend";
+#endif
+    if (want == "cuda") {
+      std::printf("SKIPPED: the CUDA cases need a CUDA device: %s\n", why);
+      std::fflush(stdout);
+      std::exit(77);
+    }
+    std::printf("note: CUDA cases skipped: %s\n", why);
     return d;
   }();
   return devices;

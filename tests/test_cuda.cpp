@@ -52,8 +52,76 @@ TEST_CASE("gradients flow back across devices") {
   CHECK(x.grad().to_vector<double>() == std::vector<double>{2.0, 4.0});
 }
 
-TEST_CASE("errors for device indices that do not exist and ops without a CUDA kernel") {
+TEST_CASE("errors for device indices that do not exist and operands on two devices") {
   CHECK_THROWS_MU(zeros({2}, Device::cuda(cuda::device_count())), "out of range");
   Tensor d = ones({2}).to(Device::cuda());
-  CHECK_THROWS_MU(d + d, "CUDA");
+  CHECK_THROWS_MU(d + ones({2}), "device mismatch: cuda:0 vs cpu");
+}
+
+TEST_CASE("the caching allocator reuses a freed block and counts live, peak and cached bytes") {
+  cuda::empty_cache(0);
+  const MemoryStats before = cuda::memory_stats(0);
+  CHECK(before.cached_bytes == 0);
+  const void* first = nullptr;
+  {
+    Tensor a = empty({1 << 20}, TensorOptions(kFloat32).device(Device::cuda()));  // 4 MiB
+    first = a.raw_data();
+    const MemoryStats held = cuda::memory_stats(0);
+    CHECK(held.allocated_bytes - before.allocated_bytes == 4 << 20);
+    CHECK(held.peak_bytes >= held.allocated_bytes);
+  }
+  const MemoryStats freed = cuda::memory_stats(0);
+  CHECK(freed.allocated_bytes == before.allocated_bytes);
+  CHECK(freed.cached_bytes == 4 << 20);
+  // A request of the same size class gets the same block back, and the cache empties.
+  Tensor b = empty({(1 << 20) - 100}, TensorOptions(kFloat32).device(Device::cuda()));
+  CHECK(b.raw_data() == first);
+  CHECK(cuda::memory_stats(0).cached_bytes == 0);
+  cuda::reset_peak_memory(0);
+  CHECK(cuda::memory_stats(0).peak_bytes == cuda::memory_stats(0).allocated_bytes);
+}
+
+TEST_CASE("out of device memory is an error naming the bytes requested and held") {
+  // 2^46 bytes (64 TiB): more than any device has, less than the allocator's cap.
+  CHECK_THROWS_MU(empty({int64_t(1) << 44}, TensorOptions(kFloat32).device(Device::cuda())),
+                  "CUDA out of memory on cuda:0: tried to allocate 70368744177664 bytes");
+  // The device still works afterwards.
+  CHECK(ones({3}, TensorOptions(kFloat32).device(Device::cuda())).sum().item() == 3.0);
+}
+
+TEST_CASE("transfers larger than the staging chunks arrive whole") {
+  // 40 MiB crosses two 16 MiB staging chunks and ends inside a third.
+  const int64_t n = (int64_t(40) << 20) / 4 + 3;
+  Tensor x = arange(0, double(n), 1.0, TensorOptions(kFloat32));
+  Tensor back = x.to(Device::cuda()).cpu();
+  CHECK(back.to_vector<float>() == x.to_vector<float>());
+}
+
+TEST_CASE("copies on the device: strided, broadcast and converting, equal to the CPU's") {
+  manual_seed(3);
+  Tensor x = randn({37, 53}, kFloat32) * 100.0;
+  Tensor d = x.to(Device::cuda());
+  CHECK(d.t().contiguous().cpu().to_vector<float>() == x.t().contiguous().to_vector<float>());
+  for (DType t : kAllDTypes) {
+    INFO(dtype_name(t));
+    Tensor want = x.to(t);
+    Tensor got = d.to(t).cpu();
+    CHECK(got.dtype() == t);
+    CHECK(got.to(kFloat64).to_vector<double>() == want.to(kFloat64).to_vector<double>());
+    // back from t on the device, through a transposed view
+    CHECK(got.to(Device::cuda()).t().to(kFloat64).cpu().to_vector<double>() ==
+          want.t().to(kFloat64).to_vector<double>());
+  }
+  // copy_ broadcasts a row into every row of a strided destination
+  Tensor dst = zeros({4, 6}, Device::cuda());
+  dst.t().copy_(arange(0, 4, 1, TensorOptions(kFloat32)).to(Device::cuda()));
+  Tensor want = zeros({4, 6});
+  want.t().copy_(arange(0, 4, 1, TensorOptions(kFloat32)));
+  CHECK(dst.cpu().to_vector<float>() == want.to_vector<float>());
+  // fill_ through a strided view
+  Tensor f = zeros({5, 8}, Device::cuda());
+  f.narrow(1, 2, 3).fill_(7.5);
+  Tensor fw = zeros({5, 8});
+  fw.narrow(1, 2, 3).fill_(7.5);
+  CHECK(f.cpu().to_vector<float>() == fw.to_vector<float>());
 }
