@@ -1,6 +1,7 @@
 // Everything an experiment author needs: #include "mumoe.h".
 #pragma once
 #include "autograd/function.h"
+#include "autograd/autocast.h"
 #include "autograd/grad_mode.h"
 #include "autograd/gradcheck.h"
 #include "data/augment.h"

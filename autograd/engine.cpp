@@ -3,6 +3,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "autograd/autocast.h"
 #include "autograd/grad_mode.h"
 #include "autograd/node.h"
 #include "ops/ops.h"
@@ -87,6 +88,7 @@ Tensor record(const char* name, Tensor out, const TensorList& inputs, BackwardFn
 
 void run_backward(const TensorList& roots, const TensorList& grad_roots, bool retain_graph) {
   NoGradGuard no_grad;  // gradient formulas must not record graphs of their own
+  AutocastGuard no_autocast(kBFloat16, false);  // nor cast: they use the dtypes the forward saved
 
   // 1. Count, for every node reachable from the roots, how many edges lead into it:
   //    a node runs only once all of its consumers have sent their gradients.

@@ -1,13 +1,14 @@
 // The command-line flags train_gpt2 and train_mixer share (CLI11): the run's directory and
 // resume, optimisation (AdamW with nanoGPT's decay split, warm-up + cosine, clipping,
 // accumulation), the evaluation and checkpoint cadence, the seed, and the MLP kind of
-// the model's blocks. Each program adds its own model and data flags.
+// the model's blocks, the device and the precision. Each program adds its own model and data flags.
 #pragma once
 #include <CLI/CLI.hpp>
 
 #include <cstdint>
 #include <string>
 
+#include "mumoe.h"
 #include "train/loop.h"
 
 namespace mu::experiments {
@@ -27,6 +28,8 @@ struct TrainFlags {
   std::string mlp = "dense";  // dense | cp | tr
   int64_t experts = 64;
   bool no_progress = false;
+  std::string device = "cpu";  // cpu | cuda | cuda:N
+  std::string dtype = "fp32";  // fp32 | bf16 (autocast: bfloat16 products, float32 weights)
 };
 
 // Registers the shared flags on `app`, each with its documentation for --help; the
@@ -61,6 +64,29 @@ inline void add_train_flags(CLI::App& app, TrainFlags& f) {
   app.add_option("--experts", f.experts, "Experts of the μMoE MLPs")->capture_default_str()
       ->check(CLI::PositiveNumber);
   app.add_flag("--no-progress", f.no_progress, "No progress output on stderr");
+  app.add_option("--device", f.device, "Where the model trains: cpu, cuda or cuda:N")->capture_default_str();
+  app.add_option("--dtype", f.dtype, "fp32, or bf16: matmuls, einsum and attention in bfloat16 with float32 sums "
+                 "(autocast), weights, norms and losses in float32")->capture_default_str()
+      ->check(CLI::IsMember({"fp32", "bf16"}));
+}
+
+// The device --device names; an unknown name or a CUDA device this machine lacks is an
+// error saying so.
+inline Device parse_device(const std::string& s) {
+  if (s == "cpu") return Device::cpu();
+  int index = 0;
+  if (s == "cuda") {
+    index = 0;
+  } else if (s.rfind("cuda:", 0) == 0 && s.size() > 5 && s.find_first_not_of("0123456789", 5) == std::string::npos &&
+             s.size() < 9) {
+    index = std::stoi(s.substr(5));
+  } else {
+    MU_FAIL("--device: \"", s, "\" is not a device (cpu, cuda or cuda:N)");
+  }
+  const int n = cuda::device_count();
+  MU_CHECK(index < n, "--device ", s, ": this machine has ", n, " CUDA device", n == 1 ? "" : "s",
+           cuda::is_available() ? "" : " (no GPU found, or a build without CUDA)");
+  return Device::cuda(index);
 }
 
 // The loop options the flags describe; units_per_step and unit are the program's.

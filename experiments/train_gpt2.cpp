@@ -81,9 +81,13 @@ int main(int argc, char** argv) {
     if (f.mlp == "tr") cfg.mlp = models::mlp::tr_mumoe(f.experts, rank);
     manual_seed(f.seed);
     auto model = std::make_shared<models::GPT2>(cfg);
+    const Device dev = experiments::parse_device(f.device);
+    model->to(dev);
+    const bool bf16 = f.dtype == "bf16";
     std::fprintf(stderr, "GPT-2 %lld layers, %lld heads, width %lld, context %lld, vocab %lld, MLP %s: %lld parameters\n",
                  (long long)n_layer, (long long)n_head, (long long)n_embd, (long long)block_size,
                  (long long)cfg.vocab_size, cfg.mlp.name.c_str(), (long long)model->num_parameters());
+    std::fprintf(stderr, "device %s, %s\n", dev.str().c_str(), bf16 ? "bf16 autocast" : "fp32");
     std::fprintf(stderr, "data %s (%s tokenizer): %lld train, %lld validation tokens\n", data_dir.c_str(),
                  meta.tokenizer.c_str(), (long long)train_file.size(), (long long)val_file.size());
 
@@ -103,7 +107,8 @@ int main(int argc, char** argv) {
     h.micro_batch_loss = [&](int64_t step, int64_t micro) {
       Generator g(experiments::mix_seed(f.seed, uint64_t(step * f.grad_accum + micro)));
       data::TokenBatch b = data::random_windows(train_file, B, T, &g);
-      return model->forward(b.x, b.y).loss;
+      AutocastGuard amp(kBFloat16, bf16);
+      return model->forward(b.x.to(dev), b.y.to(dev)).loss;
     };
     // The same validation windows every time: the first eval_batches * B of the file.
     h.evaluate = [&] {
@@ -112,7 +117,8 @@ int main(int argc, char** argv) {
       for (int64_t i = 0; i < eval_batches && i * B < windows; ++i) {
         const int64_t count = std::min(B, windows - i * B);
         data::TokenBatch b = data::eval_windows(val_file, i * B, count, T);
-        sum += model->forward(b.x, b.y).loss.item() * double(count);
+        AutocastGuard amp(kBFloat16, bf16);
+        sum += model->forward(b.x.to(dev), b.y.to(dev)).loss.item() * double(count);
         n += count;
       }
       return train::Metrics{{"val_loss", sum / double(n)}};
@@ -144,7 +150,7 @@ int main(int argc, char** argv) {
         prompt = meta.chars->encode("\n");
       }
       Tensor idx = from_vector(std::vector<int64_t>(prompt.begin(), prompt.end()), {1, int64_t(prompt.size())});
-      Tensor out = model->generate(idx, sample_tokens, temperature, top_k, &g);
+      Tensor out = model->generate(idx.to(dev), sample_tokens, temperature, top_k, &g);
       std::vector<int64_t> all = out.to_vector<int64_t>();
       std::vector<int32_t> ids(all.begin() + int64_t(prompt.size()), all.end());
       const std::string text = gpt2 ? gpt2->decode(ids) : meta.chars->decode(ids);

@@ -31,14 +31,15 @@ namespace {
 constexpr double kMean = 0.2860, kStd = 0.3530;
 
 // Test accuracy over the whole split, in batches of 500, as (correct / total).
-double accuracy(models::MlpMixer& model, const data::LabelledImages& split) {
+double accuracy(models::MlpMixer& model, const data::LabelledImages& split, Device dev, bool bf16) {
   int64_t correct = 0;
   const int64_t n = split.size();
   for (int64_t i = 0; i < n; i += 500) {
     const int64_t count = std::min<int64_t>(500, n - i);
     Tensor x = data::normalize(split.images.narrow(0, i, count).reshape({count, 1, 28, 28}), {kMean}, {kStd});
-    Tensor pred = argmax(model.forward(x), 1);
-    correct += int64_t(eq(pred, split.labels.narrow(0, i, count)).to(kInt64).sum().item());
+    AutocastGuard amp(kBFloat16, bf16);
+    Tensor pred = argmax(model.forward(x.to(dev)), 1);
+    correct += int64_t(eq(pred, split.labels.narrow(0, i, count).to(dev)).to(kInt64).sum().item());
   }
   return double(correct) / double(n);
 }
@@ -97,6 +98,9 @@ int main(int argc, char** argv) {
     cfg.token_block = channel_only ? models::MixerMlp::MLP : kind;
     manual_seed(f.seed);
     auto model = std::make_shared<models::MlpMixer>(cfg);
+    const Device dev = experiments::parse_device(f.device);
+    model->to(dev);
+    const bool bf16 = f.dtype == "bf16";
     std::fprintf(stderr, "MLP-Mixer patch %lld, width %lld, depth %lld, token %lld / channel %lld, blocks %s/%s: "
                  "%lld parameters\n", (long long)patch, (long long)width, (long long)depth, (long long)token_mlp,
                  (long long)channel_mlp, models::to_string(cfg.token_block), models::to_string(cfg.channel_block),
@@ -147,9 +151,10 @@ int main(int argc, char** argv) {
       next_k = k + 1;
       std::optional<data::Batch> b = prefetch->next();
       MU_CHECK(b.has_value(), "train_mixer: the batch source ended early");
-      return cross_entropy(model->forward(b->images), b->labels);
+      AutocastGuard amp(kBFloat16, bf16);
+      return cross_entropy(model->forward(b->images.to(dev)), b->labels.to(dev));
     };
-    h.evaluate = [&] { return train::Metrics{{"test_acc", accuracy(*model, ds.test)}}; };
+    h.evaluate = [&] { return train::Metrics{{"test_acc", accuracy(*model, ds.test, dev, bf16)}}; };
     train::LoopResult r = train::run_training(*model, opt, schedule, o, h);
     prefetch.reset();
     if (r.interrupted) return 130;

@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "autograd/autocast.h"
 #include "autograd/node.h"
 #include "ops/kernels/entmax.h"
 
@@ -17,8 +18,9 @@ namespace {
 
 // Shared plumbing: checks, runs the kind's line kernel over every line along `dim`, and
 // records the backward with exponent e = 2 - α.
-Tensor entmax_op(const Tensor& x, int64_t dim, const char* op, const char* node, kernels::EntmaxKind kind,
+Tensor entmax_op(const Tensor& x_in, int64_t dim, const char* op, const char* node, kernels::EntmaxKind kind,
                  double alpha, int n_iter) {
+  const Tensor x = autograd::autocast::to_full(x_in);  // in float32 under autocast
   MU_CHECK(x.is_floating_point(), op, ": needs a floating-point tensor (float32 or float64), got ",
            dtype_name(x.dtype()));
   int64_t d = wrap_dim(dim, x.dim(), op);

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <utility>
 
+#include "autograd/autocast.h"
 #include "autograd/node.h"
 #include "ops/kernels/attention.h"
 #include "tensor/random.h"
@@ -45,8 +46,12 @@ void check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, bool causal
 
 }  // namespace
 
-Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double dropout_p,
-                                    bool training, std::optional<double> scale, std::optional<uint64_t> dropout_seed) {
+Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, bool causal,
+                                    double dropout_p, bool training, std::optional<double> scale,
+                                    std::optional<uint64_t> dropout_seed) {
+  // Under autocast the three run in bfloat16; the casts are nodes of the graph.
+  const Tensor q = autograd::autocast::to_low(q_in), k = autograd::autocast::to_low(k_in),
+               v = autograd::autocast::to_low(v_in);
   check_inputs(q, k, v, causal);
   MU_CHECK(dropout_p >= 0 && dropout_p <= 1, kOp, ": dropout_p has to be between 0 and 1, got ", dropout_p);
   const int64_t D = q.shape()[3];
@@ -62,7 +67,10 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   Tensor qc = q.detach().contiguous(), kc = k.detach().contiguous(), vc = v.detach().contiguous();
   const Shape& qs = q.shape();
   Tensor out = empty(qs, TensorOptions(q.dtype()).device(q.device()));
-  Tensor lse = empty({qs[0], qs[1], qs[2]}, TensorOptions(q.dtype()).device(q.device()));
+  // The log-sum-exps in float32 for bfloat16 inputs: the backward's probabilities are
+  // exp(s - lse), and a bfloat16 lse (8 bits) would put ~0.4 % into every one.
+  const DType lse_dtype = q.dtype() == kBFloat16 ? kFloat32 : q.dtype();
+  Tensor lse = empty({qs[0], qs[1], qs[2]}, TensorOptions(lse_dtype).device(q.device()));
   kernels::attention_forward(q.device(), qc, kc, vc, out, lse, p);
 
   return record("ScaledDotProductAttentionBackward", out, {q, k, v},

@@ -12,6 +12,7 @@
 #include <set>
 #include <sstream>
 
+#include "autograd/autocast.h"
 #include "autograd/grad_mode.h"
 #include "autograd/node.h"
 #include "ops/ops.h"
@@ -540,7 +541,10 @@ Tensor take_diagonals(const Tensor& x, const Labels& dims, Labels* unique) {
 
 // ---------------------------------------------------------------- public API
 
-Tensor einsum(const std::string& spec, const std::vector<Tensor>& operands) {
+Tensor einsum(const std::string& spec, const std::vector<Tensor>& operands_in) {
+  // Under autocast every float32 operand runs in bfloat16 (the casts are graph nodes).
+  std::vector<Tensor> operands;
+  for (const Tensor& t : operands_in) operands.push_back(autograd::autocast::to_low(t));
   std::vector<Shape> shapes;
   for (size_t k = 0; k < operands.size(); ++k) {
     MU_CHECK(operands[k].defined(), "einsum: operand ", k, " is an undefined tensor");

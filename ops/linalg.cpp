@@ -3,6 +3,7 @@
 // with transposed views so that nothing is copied. matmul reduces every torch.matmul
 // case to it with views (unsqueeze, expand, reshape), whose own gradients route the
 // result back to the original shapes.
+#include "autograd/autocast.h"
 #include "autograd/grad_mode.h"
 #include "autograd/node.h"
 #include "ops/kernels/linalg.h"
@@ -18,11 +19,20 @@ using autograd::TensorList;
 
 namespace {
 
-// Same dtype and device, and a dtype the GEMM has: float32 or float64.
+// The dtype t is multiplied in: bfloat16 for a float32 t under autocast.
+DType product_dtype(const Tensor& t) {
+  return autograd::is_autocast_enabled() && t.dtype() == kFloat32 ? autograd::autocast_dtype() : t.dtype();
+}
+
+// Same dtype (as multiplied) and device, and a dtype the GEMM has: float32, float64 or
+// bfloat16 (float32 accumulation).
 void check_operands(const Tensor& a, const Tensor& b, const char* op) {
-  detail::require_same(a, b, op);
-  MU_CHECK(a.dtype() == kFloat32 || a.dtype() == kFloat64, op, ": ", dtype_name(a.dtype()),
-           " tensors are not supported, only float32 and float64 (shapes ", shape_str(a.shape()), " and ",
+  const DType da = product_dtype(a), db = product_dtype(b);
+  MU_CHECK(da == db, op, ": dtype mismatch: ", dtype_name(a.dtype()), " vs ", dtype_name(b.dtype()), " (shapes ",
+           shape_str(a.shape()), " and ", shape_str(b.shape()), "); convert one with .to(dtype)");
+  MU_CHECK(a.device() == b.device(), op, ": device mismatch: ", a.device().str(), " vs ", b.device().str());
+  MU_CHECK(da == kFloat32 || da == kFloat64 || da == kBFloat16, op, ": ", dtype_name(a.dtype()),
+           " tensors are not supported, only float32, float64 and bfloat16 (shapes ", shape_str(a.shape()), " and ",
            shape_str(b.shape()), "); convert with .to(kFloat32)");
 }
 
@@ -54,7 +64,10 @@ Tensor product_kernel(const Tensor& a_in, const Tensor& b_in, const char* op) {
 
 // The differentiable product. With y = a · b: da = g · bᵀ and db = aᵀ · g, per batch entry.
 // Each operand is kept only if the other one's gradient needs it.
-Tensor product(const Tensor& a, const Tensor& b, const char* op, const char* node_name) {
+Tensor product(const Tensor& a0, const Tensor& b0, const char* op, const char* node_name) {
+  // Under autocast float32 operands run in bfloat16; the casts are nodes of the graph,
+  // so the gradients reach a0 and b0 in their own dtype.
+  const Tensor a = autograd::autocast::to_low(a0), b = autograd::autocast::to_low(b0);
   Tensor y = product_kernel(a, b, op);
   const bool ga = a.requires_grad(), gb = b.requires_grad();
   SavedTensor as = gb ? save(a) : SavedTensor(), bs = ga ? save(b) : SavedTensor();

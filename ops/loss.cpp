@@ -7,6 +7,7 @@
 
 #include <cmath>
 
+#include "autograd/autocast.h"
 #include "autograd/grad_mode.h"
 #include "autograd/node.h"
 #include "ops/kernels/loss.h"
@@ -172,7 +173,9 @@ Tensor cross_entropy_probabilities(const Tensor& logits, const Tensor& target, c
 
 }  // namespace
 
-Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntropyOptions& options) {
+Tensor cross_entropy(const Tensor& logits_in, const Tensor& target_in, const CrossEntropyOptions& options) {
+  // In float32 under autocast (a probability target too).
+  const Tensor logits = autograd::autocast::to_full(logits_in), target = autograd::autocast::to_full(target_in);
   check_reduction("cross_entropy", options.reduction());
   double s = options.label_smoothing();
   MU_CHECK(s >= 0 && s <= 1, "cross_entropy: label_smoothing must be between 0.0 and 1.0, got ", s);
@@ -189,8 +192,9 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduc
 
 // -w[t] log_probs[t] picked by gather along the class dim; ignored targets pick class 0
 // and are then masked (not multiplied by 0: a -inf there would make 0 * -inf = NaN).
-Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const Tensor& weight, Reduction reduction,
+Tensor nll_loss(const Tensor& log_probs_in, const Tensor& target, const Tensor& weight, Reduction reduction,
                 int64_t ignore_index) {
+  const Tensor log_probs = autograd::autocast::to_full(log_probs_in);  // in float32 under autocast
   const char* op = "nll_loss";
   check_reduction(op, reduction);
   refuse_weight_grad(op, weight);
@@ -218,7 +222,8 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const Tensor& wei
 
 // ---------------------------------------------------------------- mse_loss
 
-Tensor mse_loss(const Tensor& a, const Tensor& b, Reduction reduction) {
+Tensor mse_loss(const Tensor& a_in, const Tensor& b_in, Reduction reduction) {
+  const Tensor a = autograd::autocast::to_full(a_in), b = autograd::autocast::to_full(b_in);  // float32 under autocast
   check_reduction("mse_loss", reduction);
   MU_CHECK(a.shape() == b.shape(), "mse_loss: input of shape ", shape_str(a.shape()), " and target of shape ",
            shape_str(b.shape()), " differ (reshape one of them; broadcasting here is almost always a bug)");
@@ -233,8 +238,10 @@ Tensor mse_loss(const Tensor& a, const Tensor& b, Reduction reduction) {
 // log(1 + exp(-x)) without overflow, and its gradient at x = 0 comes out right (-1/2):
 // clamp passes the gradient at its bound, where log(1 + exp(-|x|)) + max(-x, 0) written
 // with abs would give 0 + (-1) there.
-Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& target, const Tensor& weight,
+Tensor binary_cross_entropy_with_logits(const Tensor& logits_in, const Tensor& target_in, const Tensor& weight,
                                         const Tensor& pos_weight, Reduction reduction) {
+  // In float32 under autocast.
+  const Tensor logits = autograd::autocast::to_full(logits_in), target = autograd::autocast::to_full(target_in);
   const char* op = "binary_cross_entropy_with_logits";
   check_reduction(op, reduction);
   MU_CHECK(target.shape() == logits.shape(), op, ": target of shape ", shape_str(target.shape()),

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 
+#include "autograd/autocast.h"
 #include "autograd/node.h"
 #include "ops/kernels/dropout.h"
 #include "ops/kernels/softmax.h"
@@ -21,7 +22,8 @@ using autograd::TensorList;
 
 
 
-static Tensor softmax_impl(const Tensor& x, int64_t dim, bool log) {
+static Tensor softmax_impl(const Tensor& x_in, int64_t dim, bool log) {
+  const Tensor x = autograd::autocast::to_full(x_in);  // in float32 under autocast
   const char* op = log ? "log_softmax" : "softmax";
   MU_CHECK(x.is_floating_point(), op, ": needs a floating-point tensor, got ", dtype_name(x.dtype()));
   int64_t d = wrap_dim(dim, x.dim(), op);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "autograd/autocast.h"
 #include "autograd/grad_mode.h"
 #include "autograd/node.h"
 #include "ops/kernels/norm.h"
@@ -36,8 +37,9 @@ static bool wants_grad(const Tensor& t) { return t.defined() && t.requires_grad(
 
 // ---------------------------------------------------------------- layer_norm
 
-Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight, const Tensor& bias,
+Tensor layer_norm(const Tensor& x_in, const Shape& normalized_shape, const Tensor& weight, const Tensor& bias,
                   double eps) {
+  const Tensor x = autograd::autocast::to_full(x_in);  // in float32 under autocast
   const char* op = "layer_norm";
   check_eps(op, eps);
   MU_CHECK(x.defined(), op, ": the input is an undefined tensor");
@@ -77,8 +79,9 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
 
 // ---------------------------------------------------------------- batch_norm
 
-Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
+Tensor batch_norm(const Tensor& x_in, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
                   const Tensor& bias, bool training, double momentum, double eps, ChannelLayout layout) {
+  const Tensor x = autograd::autocast::to_full(x_in);  // in float32 under autocast
   const char* op = "batch_norm";
   check_enum(op, "layout", layout, ChannelLayout::Last, "ChannelLayout", "First, Last");
   check_unit_interval(op, "momentum", momentum);

@@ -12,6 +12,7 @@
 #include "nn/activation.h"
 #include "nn/init.h"
 #include "nn/mumoe_block.h"
+#include "ops/kernels/dropout.h"
 
 using namespace mu;
 
@@ -229,10 +230,13 @@ TEST_CASE("dropout and the DataLoader draw from the generator they are given") {
   const std::string before = default_generator().state();
   Tensor m1 = dropout(x, 0.5, true, &g1), m2 = dropout(x, 0.5, true, &g2);
   CHECK(m1.to_vector<double>() == m2.to_vector<double>());
-  // The mask is the generator's uniforms against the keep probability, scaled by 1/(1-p).
+  // The mask is drawn from one 64-bit seed of the generator: element i is kept when the
+  // counter hash of (seed, i) reaches round(p 2^32), and scaled by 1/(1-p).
   Generator g3(3);
-  std::vector<double> u = rand({64}, kFloat64, &g3).to_vector<double>(), m = m1.to_vector<double>();
-  for (size_t i = 0; i < u.size(); ++i) CHECK(m[i] == (u[i] < 0.5 ? 2.0 : 0.0));
+  const uint64_t key = kernels::attention_dropout_key(g3.next_u64());
+  std::vector<double> m = m1.to_vector<double>();
+  for (size_t i = 0; i < m.size(); ++i)
+    CHECK(m[i] == (kernels::attention_dropout_bits(key, i) >= (uint64_t(1) << 31) ? 2.0 : 0.0));
   CHECK((default_generator().state() == before));
 
   // A loader with a generator of its own shuffles by that generator's permutations,

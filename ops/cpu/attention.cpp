@@ -38,6 +38,7 @@
 
 #include "ops/cpu/loops.h"
 #include "ops/cpu/simd.h"
+#include "ops/cpu/widen.h"
 #include "ops/kernels/attention.h"
 
 namespace mu::cpu {
@@ -384,6 +385,12 @@ void forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
 
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
                        const kernels::AttentionParams& p) {
+  if (q.dtype() == kBFloat16) {  // autocast's attention: in float32 (ops/cpu/widen.h); lse is float32
+    Tensor wide = wide_like(out);
+    attention_forward(widened(q), widened(k), widened(v), wide, lse, p);
+    narrow_into(out, wide);
+    return;
+  }
   MU_DISPATCH_FLOAT(q.dtype(), "attention_forward", [&] { forward_typed<scalar_t>(q, k, v, out, lse, p); });
 }
 
@@ -562,6 +569,14 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
 void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
                         const Tensor& grad_out, const Tensor& dq, const Tensor& dk, const Tensor& dv,
                         const kernels::AttentionParams& p) {
+  if (q.dtype() == kBFloat16) {
+    Tensor wq = wide_like(dq), wk = wide_like(dk), wv = wide_like(dv);
+    attention_backward(widened(q), widened(k), widened(v), widened(out), lse, widened(grad_out), wq, wk, wv, p);
+    narrow_into(dq, wq);
+    narrow_into(dk, wk);
+    narrow_into(dv, wv);
+    return;
+  }
   MU_DISPATCH_FLOAT(q.dtype(), "attention_backward",
                     [&] { backward_typed<scalar_t>(q, k, v, out, lse, grad_out, dq, dk, dv, p); });
 }

@@ -1,11 +1,18 @@
 // The CPU matrix-product kernel (declared in ops/kernels/linalg.h): the GEMM of
 // ops/cpu/gemm.h on the operands' strides, without copies.
 #include "ops/cpu/gemm.h"
+#include "ops/cpu/widen.h"
 #include "ops/kernels/linalg.h"
 
 namespace mu::cpu {
 
 static void matmul(const Tensor& out, const Tensor& a, const Tensor& b) {
+  if (a.dtype() == kBFloat16) {  // autocast's products: in float32, rounded once (ops/cpu/widen.h)
+    Tensor wide = wide_like(out);
+    matmul(wide, widened(a), widened(b));
+    narrow_into(out, wide);
+    return;
+  }
   const bool batched = a.dim() == 3;
   const int64_t batch = batched ? a.size(0) : 1, M = a.size(-2), K = a.size(-1), N = b.size(-1);
   MU_DISPATCH_FLOAT(a.dtype(), "matmul", [&] {

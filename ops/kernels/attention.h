@@ -1,7 +1,8 @@
 // Kernels of fused scaled dot-product attention (ops/attention.cpp).
 //
 // Shapes, all dense (contiguous) and of one floating dtype: q (B, H, Tq, D), k and v
-// (B, H, Tk, D), out (B, H, Tq, D), lse (B, H, Tq). Row i of out is
+// (B, H, Tk, D), out (B, H, Tq, D), lse (B, H, Tq); for bfloat16 q, k, v (autocast), lse
+// is float32 and the arithmetic float32. Row i of out is
 //   softmax_j(scale * q_i · k_j, keys j > i masked when causal) applied to v,
 // with each probability, when dropout is on, zeroed or scaled by 1 / (1 - p) by a mask
 // that is a pure function of (seed, b, h, i, j): backward regenerates it, nothing stores it.

@@ -1,0 +1,196 @@
+// Mixed precision (autograd/autocast.h) on every device: which ops run in bfloat16 and
+// which in float32, the values against float32 within bfloat16's precision, float32
+// master gradients, a whole GPT-2 step (dense and CPμMoE), and the guard's scoping.
+//
+// Tolerances: bfloat16 keeps 8 significant bits, a relative rounding of at most 2^-9
+// (0.2 %) per element. A product whose operands are rounded once and whose sums run in
+// float32 is within a few 2^-9 of the float32 one, relative to the magnitude of its
+// terms; a whole model's loss within 2 %, its gradient within 5 % (relative norm of the
+// difference); the bounds below are those.
+#include <cmath>
+
+#include "helpers.h"
+#include "models/gpt2.h"
+
+using namespace mu;
+
+namespace {
+
+// ||a - b|| / ||b|| over all elements, in double.
+double relative_error(const Tensor& a, const Tensor& b) {
+  std::vector<double> x = a.to_vector<double>(), y = b.to_vector<double>();
+  REQUIRE(x.size() == y.size());
+  double num = 0, den = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    num += (x[i] - y[i]) * (x[i] - y[i]);
+    den += y[i] * y[i];
+  }
+  return std::sqrt(num / den);
+}
+
+// x rounded to bfloat16 and widened back: what autocast's cast hands the kernel.
+Tensor rounded(const Tensor& x) { return x.detach().to(kBFloat16).to(kFloat64); }
+
+}  // namespace
+
+TEST_CASE("autocast: matmul runs in bfloat16 on rounded operands with float32 sums; float32 gradients") {
+  manual_seed(1);
+  const Tensor a0 = randn({33, 70}), b0 = randn({70, 21});
+  // The reference: the bfloat16-rounded operands multiplied in double, then rounded once.
+  const Tensor want = matmul(rounded(a0), rounded(b0));
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    Tensor a = on(a0, dev).requires_grad_(), b = on(b0, dev).requires_grad_();
+    Tensor y;
+    {
+      AutocastGuard amp;
+      y = matmul(a, b);
+    }
+    CHECK(y.dtype() == kBFloat16);
+    // One rounding of the float32 result to 8 bits: within 2^-8 of each value, plus the
+    // float32 sums' own error (tiny).
+    std::vector<double> got = y.to_vector<double>(), w = want.to_vector<double>();
+    for (size_t i = 0; i < got.size(); ++i) {
+      INFO("element " << i << ": " << got[i] << " vs " << w[i]);
+      CHECK(std::fabs(got[i] - w[i]) <= std::ldexp(std::fabs(w[i]), -8) + 1e-5);
+    }
+    y.to(kFloat32).sum().backward();
+    REQUIRE(a.grad().defined());
+    CHECK(a.grad().dtype() == kFloat32);  // the master weights' gradient stays float32
+    CHECK(b.grad().dtype() == kFloat32);
+    // d(sum(a b))/da = 1 · bᵀ: row sums of b, each rounded to bfloat16 and summed in float32.
+    Tensor ga_want = ones({33, 21}, kFloat64).matmul(rounded(b0).t());
+    CHECK(relative_error(a.grad(), ga_want) < 1e-2);
+  }
+}
+
+TEST_CASE("autocast: softmax, log_softmax, layer_norm, entmax and cross_entropy compute in float32") {
+  manual_seed(2);
+  const Tensor x0 = randn({6, 10});
+  const Tensor target0 = from_vector(std::vector<int64_t>{1, 0, 9, 3, 3, 7}, {6});
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    AutocastGuard amp;
+    Tensor xb = on(x0, dev).to(kBFloat16);
+    const Tensor xf = xb.to(kFloat32);  // the same values, in float32
+    CHECK(softmax(xb, 1).dtype() == kFloat32);
+    CHECK(max_abs_diff(softmax(xb, 1), softmax(xf, 1)) == 0.0);
+    CHECK(max_abs_diff(log_softmax(xb, 1), log_softmax(xf, 1)) == 0.0);
+    CHECK(max_abs_diff(layer_norm(xb, {10}), layer_norm(xf, {10})) == 0.0);
+    CHECK(max_abs_diff(nn::entmax15(xb, 1), nn::entmax15(xf, 1)) == 0.0);
+    Tensor t = on(target0, dev);
+    CHECK(cross_entropy(xb, t).dtype() == kFloat32);
+    CHECK(cross_entropy(xb, t).item() == cross_entropy(xf, t).item());
+  }
+}
+
+TEST_CASE("autocast: einsum and attention run in bfloat16 and stay close to float32") {
+  manual_seed(3);
+  const Tensor x0 = randn({4, 5, 16}), w0 = randn({16, 3, 8});
+  const Tensor q0 = randn({2, 2, 9, 16}), k0 = randn({2, 2, 9, 16}), v0 = randn({2, 2, 9, 16});
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    Tensor x = on(x0, dev), w = on(w0, dev);
+    Tensor q = on(q0, dev).requires_grad_(), k = on(k0, dev).requires_grad_(), v = on(v0, dev).requires_grad_();
+    Tensor e, att;
+    {
+      AutocastGuard amp;
+      e = einsum("bti,ioe->bote", {x, w});
+      att = scaled_dot_product_attention(q, k, v, /*causal=*/true);
+    }
+    CHECK(e.dtype() == kBFloat16);
+    CHECK(relative_error(e, einsum("bti,ioe->bote", {x, w})) < 1e-2);
+    CHECK(att.dtype() == kBFloat16);
+    Tensor ref = scaled_dot_product_attention(q.detach(), k.detach(), v.detach(), true);
+    CHECK(relative_error(att, ref) < 1e-2);
+    att.to(kFloat32).pow(2).sum().backward();
+    for (Tensor* t : {&q, &k, &v}) CHECK(t->grad().dtype() == kFloat32);
+    Tensor q2 = on(q0, dev).requires_grad_(), k2 = on(k0, dev).requires_grad_(), v2 = on(v0, dev).requires_grad_();
+    scaled_dot_product_attention(q2, k2, v2, true).pow(2).sum().backward();
+    CHECK(relative_error(q.grad(), q2.grad()) < 3e-2);
+    CHECK(relative_error(k.grad(), k2.grad()) < 3e-2);
+    CHECK(relative_error(v.grad(), v2.grad()) < 3e-2);
+  }
+}
+
+TEST_CASE("autocast: a GPT-2 step (dense and CPμMoE MLPs) stays within 2 % of the loss and 5 % of the gradient") {
+  for (const std::string mlp : {"dense", "cp"}) {
+    INFO("mlp " << mlp);
+    models::GPT2Config c;
+    c.n_layer = 2;
+    c.n_head = 2;
+    c.n_embd = 32;
+    c.block_size = 16;
+    c.vocab_size = 50;
+    if (mlp == "cp") c.mlp = models::mlp::cp_mumoe(8, 16);
+    Generator data(9);
+    const Tensor idx0 = randint(0, 50, {3, 16}, TensorOptions(kInt64), &data);
+    const Tensor tgt0 = randint(0, 50, {3, 16}, TensorOptions(kInt64), &data);
+    for (Device dev : test_devices()) {
+      INFO(dev.str());
+      Generator g1(4), g2(4);
+      models::GPT2 full(c, &g1), mixed(c, &g2);  // equal weights
+      full.to(dev);
+      mixed.to(dev);
+      const Tensor idx = idx0.to(dev), tgt = tgt0.to(dev);
+      Tensor lf = full.forward(idx, tgt).loss;
+      lf.backward();
+      Tensor lm;
+      {
+        AutocastGuard amp;
+        lm = mixed.forward(idx, tgt).loss;
+        lm.backward();
+      }
+      CHECK(lm.dtype() == kFloat32);
+      MESSAGE(mlp << " on " << dev.str() << ": loss " << lf.item() << " float32, " << lm.item() << " autocast");
+      CHECK(std::fabs(lm.item() - lf.item()) < 0.02 * std::fabs(lf.item()));
+      CHECK(lm.item() != lf.item());  // the bfloat16 products did run
+      std::vector<Tensor> pf = full.parameters(), pm = mixed.parameters();
+      REQUIRE(pf.size() == pm.size());
+      double num = 0, den = 0;
+      for (size_t i = 0; i < pf.size(); ++i) {
+        REQUIRE(pm[i].grad().defined());
+        CHECK(pm[i].dtype() == kFloat32);
+        CHECK(pm[i].grad().dtype() == kFloat32);
+        Tensor d = (pm[i].grad() - pf[i].grad()).to(kFloat64);
+        num += (d * d).sum().item();
+        den += (pf[i].grad().to(kFloat64).pow(2)).sum().item();
+      }
+      MESSAGE(mlp << " on " << dev.str() << ": gradient relative error " << std::sqrt(num / den));
+      CHECK(std::sqrt(num / den) < 0.05);
+      CHECK(num > 0);
+    }
+  }
+}
+
+TEST_CASE("autocast: the guard nests and restores; backward runs without it; float16 is refused") {
+  CHECK(!autograd::is_autocast_enabled());
+  {
+    AutocastGuard amp;
+    CHECK(autograd::is_autocast_enabled());
+    {
+      AutocastGuard off(kBFloat16, false);
+      CHECK(!autograd::is_autocast_enabled());
+      CHECK(matmul(ones({2, 2}), ones({2, 2})).dtype() == kFloat32);
+    }
+    CHECK(autograd::is_autocast_enabled());
+    // float64 is left alone: only float32 operands are cast.
+    CHECK(matmul(ones({2, 2}, kFloat64), ones({2, 2}, kFloat64)).dtype() == kFloat64);
+    // mixed float32 and bfloat16 operands meet in bfloat16
+    CHECK(matmul(ones({2, 2}), ones({2, 2}).to(kBFloat16)).dtype() == kBFloat16);
+  }
+  CHECK(!autograd::is_autocast_enabled());
+  // Without autocast, mixed dtypes are an error naming both.
+  CHECK_THROWS_MU(matmul(ones({2, 2}), ones({2, 2}).to(kBFloat16)), "matmul: dtype mismatch: float32 vs bfloat16");
+  CHECK_THROWS_MU(AutocastGuard(kFloat16), "the autocast dtype is bfloat16, got float16");
+  // A float32 tensor's gradient through a float32 product, the backward called inside a
+  // guard: the gradient formulas use the forward's dtypes, not the guard's.
+  Tensor a = ones({2, 3}).requires_grad_();
+  Tensor y = matmul(a, ones({3, 2}));
+  {
+    AutocastGuard amp;
+    y.sum().backward();
+  }
+  CHECK(a.grad().dtype() == kFloat32);
+  CHECK(a.grad().to_vector<float>() == std::vector<float>(6, 2.0f));
+}
