@@ -294,9 +294,9 @@ TEST_CASE("large inputs (split over threads) match brute force") {
 
 // Shapes that take each mapping of the CUDA reductions (ops/cuda/reduce.cu), checked
 // against the brute-force buckets on every device: runs of 40 down the columns of 9000
-// outputs (one thread per output), runs of 20000 for 3 outputs (each run cut into
-// chunks whose partial results are combined in order), read directly and through a
-// transposed view, and integer and bool sums of long runs.
+// outputs (the column mapping), columns of 5000 for 40 outputs and runs of 20000 for 3
+// outputs (each run cut into chunks whose partial results are combined in order), read
+// directly and through a transposed view, and integer and bool sums of long runs.
 TEST_CASE("column reductions, long runs cut into chunks, integer sums: every reduction scheme") {
   for (Device dev : test_devices()) {
     INFO(dev.str());
@@ -314,6 +314,31 @@ TEST_CASE("column reductions, long runs cut into chunks, integer sums: every red
       std::vector<double> imax;
       for (const auto& v : b.b) imax.push_back(double(ref_arg(v, true)));
       check_close_or_nan(argmax(col, 0), b.out_shape, imax, 0);
+    }
+
+    // Columns of 5000 (few outputs, so each column is cut into chunks): ties for the max
+    // of column 0 and NaNs in column 1 placed in different chunks; the first must win.
+    {
+      std::vector<double> cv = randn({5000, 40}, kFloat64).to_vector<double>();
+      cv[4000 * 40] = cv[2000 * 40] = 9;            // column 0
+      cv[4500 * 40 + 1] = cv[100 * 40 + 1] = kNaN;  // column 1
+      for (DType dt : {kFloat64, kFloat32}) {
+        INFO("chunked columns " << dtype_name(dt));
+        Tensor xc = on(from_vector(cv, {5000, 40}, dt), dev);
+        Buckets b = bucketize(xc, {0}, false);
+        std::vector<double> imax, imin;
+        for (const auto& r : b.b) {
+          imax.push_back(double(ref_arg(r, true)));
+          imin.push_back(double(ref_arg(r, false)));
+        }
+        CHECK(imax[0] == 2000);
+        CHECK(imax[1] == 100);
+        check_close_or_nan(argmax(xc, 0), {40}, imax, 0);
+        check_close_or_nan(argmin(xc, 0), {40}, imin, 0);
+        check_close_or_nan(amax(xc, {0}), {40}, reduce_ref(b, ref_max), 0);
+        check_close_or_nan(amin(xc, {0}), {40}, reduce_ref(b, ref_min), 0);
+        check_close_or_nan(sum(xc, {0}), {40}, reduce_ref(b, ref_sum), dt == kFloat64 ? 1e-12 : 1e-5);
+      }
     }
 
     // Long runs: ties and NaNs placed in different chunks (the first must win), and a

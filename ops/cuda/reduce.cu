@@ -5,14 +5,18 @@
 // (i in the row-major order of the reduced dims, as the CPU's runs are ordered).
 //
 // Threads map to outputs in one of three ways:
-//   - one thread per output (grid-stride over outputs) for runs shorter than a warp, and
-//     for many outputs whose runs are strided (a reduction over a leading dim: threads of
-//     a warp take neighbouring outputs, whose elements are neighbours in memory);
-//   - one block of 32..256 threads per output otherwise (grid-stride over outputs), the
-//     threads striding along the run, then a warp-shuffle and shared-memory reduction;
-//   - when a few outputs have long runs, each run is cut into `splits` chunks, one block
-//     per (output, chunk) writing a partial result into a workspace, and a second kernel
-//     combines each output's partials in chunk order.
+//   - one thread per output (grid-stride over outputs) for runs shorter than a warp;
+//   - columns: when the runs are strided and neighbouring outputs are neighbours in
+//     memory (a reduction over a leading dim, as the bias gradient of a linear layer), a
+//     32 x 8 block per tile of 32 outputs: threadIdx.x picks the output, so a warp reads
+//     32 consecutive addresses, threadIdx.y the run elements y, y + 8, ..., and the 8
+//     partials of an output are combined in order through shared memory;
+//   - otherwise one block of 32..256 threads per output (grid-stride over outputs), the
+//     threads striding along the run, then a warp-shuffle and shared-memory reduction.
+// When the blocks would be too few to fill the GPU and the runs are long, each run is
+// cut into `splits` chunks, one block per (output or tile, chunk) writing partial
+// results into a workspace, and a second kernel combines each output's partials in
+// chunk order.
 // Everything is in a fixed order for given sizes, so results are the same on every run.
 // float32 sums are carried in double. max, min and their indices combine (value,
 // position) pairs: the better value wins, NaN beating every number, and between equal
@@ -182,6 +186,39 @@ __global__ void reduce_block_kernel(const T* x, typename Op::Out* out, typename 
   }
 }
 
+// One 32 x 8 block per (tile of 32 neighbouring outputs, chunk of `per` run elements),
+// tiles * splits of them in a grid-stride loop: threadIdx.x picks the output, threadIdx.y
+// the chunk's elements y, y + 8, .... With splits == 1 row 0 writes the outputs;
+// otherwise their partial states go to part[output * splits + chunk].
+template <class T, class Op>
+__global__ void reduce_columns_kernel(const T* x, typename Op::Out* out, typename Op::State* part, Walk kept,
+                                      Walk red, int64_t outer, int64_t inner, int64_t splits, int64_t per, Op op) {
+  __shared__ typename Op::State s[8][32];
+  const int64_t items = (outer + 31) / 32 * splits;
+  // The item is the same for the whole block: every thread reaches both barriers.
+  for (int64_t w = blockIdx.x; w < items; w += gridDim.x) {
+    const int64_t tile = w / splits, chunk = w - tile * splits;
+    const int64_t o = tile * 32 + threadIdx.x, i0 = chunk * per;
+    const int64_t i1 = i0 + per < inner ? i0 + per : inner;
+    typename Op::State st = op.identity();
+    if (o < outer) {
+      const T* base = x + kept.offset(o);
+      for (int64_t i = i0 + threadIdx.y; i < i1; i += 8) st = op.combine(st, op.take(base[red.offset(i)], i));
+    }
+    __syncthreads();  // the previous item's row 0 is done reading s
+    s[threadIdx.y][threadIdx.x] = st;
+    __syncthreads();
+    if (threadIdx.y == 0 && o < outer) {
+      typename Op::State r = s[0][threadIdx.x];
+      for (int y = 1; y < 8; ++y) r = op.combine(r, s[y][threadIdx.x]);
+      if (splits == 1)
+        out[o] = op.finish(r);
+      else
+        part[o * splits + chunk] = r;
+    }
+  }
+}
+
 // One thread per output: its splits partials combined in chunk order.
 template <class Op>
 __global__ void reduce_splits_kernel(const typename Op::State* part, typename Op::Out* out, int64_t outer,
@@ -206,34 +243,41 @@ static void run_reduce(const Tensor& out, const Tensor& x, const ReducePlan& p, 
   const T* xp = static_cast<const T*>(x.raw_data());
   O* yp = static_cast<O*>(out.raw_data());
   const cudaStream_t st = cuda::stream(x);
-  const bool unit_run = red.nd == 1 && red.stride[0] == 1;
-  // A run shorter than a warp, or strided runs of many outputs (the sum over the
-  // batch dim of an (N, C) tensor): one thread per output. An empty run (a sum over a
+  // A run shorter than a warp: one thread per output. An empty run (a sum over a
   // size-0 dim) comes here too and writes the identity, 0.
-  if (inner < 32 || (!unit_run && outer >= 8192)) {
+  if (inner < 32) {
     reduce_thread_kernel<T, Op><<<cuda::grid_for(outer, 256), 256, 0, st>>>(xp, yp, kept, red, outer, inner, op);
     MU_CUDA_CHECK_LAUNCH(name);
     return;
   }
-  // Threads per block: the smallest power of two >= the run, from 32 to 256.
-  int threads = 32;
-  while (threads < 256 && threads < inner) threads *= 2;
-  // Few outputs with long runs would leave most SMs idle: cut each run into chunks of at
-  // least 4096 elements so that outer * splits blocks fill the GPU.
+  // Strided runs of outputs that are neighbours in memory: the column mapping.
+  const bool unit_run = red.nd == 1 && red.stride[0] == 1;
+  const bool columns = !unit_run && kept.nd > 0 && kept.stride[kept.nd - 1] == 1;
+  const int64_t units = columns ? (outer + 31) / 32 : outer;  // blocks without splitting
+  // Few blocks with long runs would leave most SMs idle: cut each run into chunks of at
+  // least 1024 elements so that units * splits blocks fill the GPU (16 per SM).
   int64_t splits = 1;
-  if (outer < 2 * 132 && inner >= 8192) {
-    const int64_t by_len = inner / 4096, by_fill = (2 * 132 * 8 + outer - 1) / outer;
+  if (units < 2 * 132 && inner >= 2048) {
+    const int64_t by_len = inner / 1024, by_fill = (132 * 16 + units - 1) / units;
     splits = by_len < by_fill ? by_len : by_fill;
   }
   const int64_t per = (inner + splits - 1) / splits;
   splits = (inner + per - 1) / per;  // no empty chunk at the end
-  const int64_t items = outer * splits;
-  cuda::Workspace part(splits > 1 ? size_t(items) * sizeof(State) : 0, x.device().index);
-  reduce_block_kernel<T, Op><<<unsigned(items < cuda::kMaxBlocks ? items : cuda::kMaxBlocks), threads, 0, st>>>(
-      xp, yp, splits > 1 ? part.as<State>() : nullptr, kept, red, outer, inner, splits, per, op);
+  const int64_t items = units * splits;
+  const unsigned grid = unsigned(items < cuda::kMaxBlocks ? items : cuda::kMaxBlocks);
+  cuda::Workspace part(splits > 1 ? size_t(outer * splits) * sizeof(State) : 0, x.device().index);
+  State* pp = splits > 1 ? part.as<State>() : nullptr;
+  if (columns) {
+    reduce_columns_kernel<T, Op><<<grid, dim3(32, 8), 0, st>>>(xp, yp, pp, kept, red, outer, inner, splits, per, op);
+  } else {
+    // Threads per block: the smallest power of two >= the run, from 32 to 256.
+    int threads = 32;
+    while (threads < 256 && threads < inner) threads *= 2;
+    reduce_block_kernel<T, Op><<<grid, threads, 0, st>>>(xp, yp, pp, kept, red, outer, inner, splits, per, op);
+  }
   MU_CUDA_CHECK_LAUNCH(name);
   if (splits > 1) {
-    reduce_splits_kernel<Op><<<cuda::grid_for(outer, 256), 256, 0, st>>>(part.as<State>(), yp, outer, splits, op);
+    reduce_splits_kernel<Op><<<cuda::grid_for(outer, 256), 256, 0, st>>>(pp, yp, outer, splits, op);
     MU_CUDA_CHECK_LAUNCH(name);
   }
 }
