@@ -66,5 +66,17 @@ TEST_CASE("every declared kernel has a CPU entry") {
   // The CUDA build registers the map and copy kernels from ops/cuda/.
   CHECK(kernels::map<fn::Exp>().has(DeviceType::CUDA));
   CHECK(kernels::copy.has(DeviceType::CUDA));
+  // ... and the reductions, softmax, cross_entropy and normalisation kernels.
+  CHECK(kernels::sum.has(DeviceType::CUDA));
+  CHECK(kernels::extremum.has(DeviceType::CUDA));
+  CHECK(kernels::arg_extremum.has(DeviceType::CUDA));
+  CHECK(kernels::softmax_forward.has(DeviceType::CUDA));
+  CHECK(kernels::softmax_backward.has(DeviceType::CUDA));
+  CHECK(kernels::cross_entropy_forward.has(DeviceType::CUDA));
+  CHECK(kernels::cross_entropy_backward.has(DeviceType::CUDA));
+  CHECK(kernels::layer_norm_forward.has(DeviceType::CUDA));
+  CHECK(kernels::layer_norm_backward.has(DeviceType::CUDA));
+  CHECK(kernels::batch_norm_forward.has(DeviceType::CUDA));
+  CHECK(kernels::batch_norm_backward.has(DeviceType::CUDA));
 #endif
 }

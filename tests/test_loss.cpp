@@ -436,6 +436,127 @@ TEST_CASE("cross_entropy errors name the problem and the values") {
   }
 }
 
+// ---------------------------------------------------------------- cross_entropy: every line scheme
+
+namespace {
+
+// Per-line losses and the logits' gradient of class-index cross_entropy in double, from
+// the closed forms (too many logits here for central differences): lse = log sum exp x,
+// loss = (1 - s) w[t] (lse - x[t]) + (s / C) sum_c w[c] (lse - x[c]) and
+// dx = v (a softmax - (s / C) w - (1 - s) w[t] onehot(t)), a = (1 - s) w[t] + (s / C) sum w,
+// v the upstream value of the line; ignored lines 0.
+struct CeRef {
+  Vec loss, grad;
+  double weight_sum = 0;  // of the lines kept
+};
+CeRef ref_ce_lines(const Vec& x, const Shape& shape, const std::vector<int64_t>& t, const Vec& w, int64_t ignore,
+                   double eps, const Vec& v) {
+  Geo g = geo_of(shape);
+  CeRef r{Vec(size_t(g.N * g.D), 0.0), Vec(x.size(), 0.0)};
+  auto wc = [&](int64_t c) { return w.empty() ? 1.0 : w[size_t(c)]; };
+  double wsum = 0;
+  for (int64_t c = 0; c < g.C; ++c) wsum += wc(c);
+  for (int64_t n = 0; n < g.N; ++n)
+    for (int64_t d = 0; d < g.D; ++d) {
+      const size_t l = size_t(n * g.D + d);
+      const int64_t tt = t[l];
+      if (tt == ignore) continue;
+      double m = -std::numeric_limits<double>::infinity();
+      bool nan = false;
+      for (int64_t c = 0; c < g.C; ++c) {
+        nan = nan || std::isnan(x[at(g, n, c, d)]);
+        m = std::max(m, x[at(g, n, c, d)]);
+      }
+      double s = 0, sx = 0;
+      for (int64_t c = 0; c < g.C; ++c) s += std::exp(x[at(g, n, c, d)] - m);
+      const double lse = nan ? kNaN : m + std::log(s);
+      for (int64_t c = 0; c < g.C; ++c) sx += wc(c) * x[at(g, n, c, d)];
+      r.loss[l] = (1 - eps) * wc(tt) * (lse - x[at(g, n, tt, d)]) + (eps > 0 ? eps / double(g.C) * (wsum * lse - sx) : 0);
+      r.weight_sum += wc(tt);
+      const double a = (1 - eps) * wc(tt) + eps / double(g.C) * wsum;
+      for (int64_t c = 0; c < g.C; ++c)
+        r.grad[at(g, n, c, d)] =
+            v[l] * (a * std::exp(x[at(g, n, c, d)] - lse) - eps / double(g.C) * wc(c) - (c == tt ? (1 - eps) * wc(tt) : 0));
+    }
+  return r;
+}
+
+// got against want element by element: NaN for NaN, an infinity exactly, otherwise within
+// tol * max(1, |want|).
+void check_specials(const Tensor& got, const Vec& want, double tol) {
+  Vec g = got.to_vector<double>();
+  REQUIRE(g.size() == want.size());
+  size_t bad = 0;
+  for (size_t i = 0; i < g.size(); ++i) {
+    bool ok = std::isnan(want[i])   ? std::isnan(g[i])
+              : std::isinf(want[i]) ? g[i] == want[i]
+                                    : std::fabs(g[i] - want[i]) <= tol * std::max(1.0, std::fabs(want[i]));
+    if (!ok && bad++ < 5) FAIL_CHECK("element " << i << ": got " << g[i] << ", want " << want[i]);
+  }
+  CHECK(bad == 0);
+}
+
+}  // namespace
+
+// Shapes for each mapping of the CUDA kernels (ops/cuda/lines.cuh): more (N, C) lines than
+// the grid has warps, lines longer than a warp's reach (a block per line), strided lines
+// (N, C, d) with d not a multiple of the tile, and more tiles of strided lines than the
+// grid has blocks. The first three lines not ignored hold a NaN, a -inf class and a -inf
+// target. Per-line losses, and gradients for per-line and mean upstreams, on
+// every device against the closed forms in double.
+TEST_CASE("cross_entropy on every line scheme, with NaN and -inf logits: losses and gradients") {
+  const std::vector<Shape> shapes = {{17000, 3}, {6, 1500}, {2, 1500, 3}, {2, 5, 70000}};
+  uint64_t seed = 1200;
+  for (Device dev : test_devices())
+    for (DType dt : {kFloat64, kFloat32})
+      for (const Shape& shape : shapes)
+        for (bool weighted : {false, true})
+          for (double eps : {0.0, 0.2}) {
+            ++seed;
+            INFO(dev.str() << " " << dtype_name(dt) << " shape " << shape_str(shape) << " weight " << weighted
+                           << " smoothing " << eps);
+            Geo g = geo_of(shape);
+            manual_seed(seed);
+            Vec xv = (randn(shape, kFloat64) * 2.0).to(dt).to_vector<double>();
+            Tensor w = (rand({g.C}, kFloat64) + 0.5).to(dt);
+            Vec wv = weighted ? w.to_vector<double>() : Vec();
+            std::vector<int64_t> t = make_targets(g.target_shape, g.C, 1, seed);
+            REQUIRE(t[0] == 1);  // ignored lines: every third, and those drawn as class 1
+            // The first three kept lines get the specials.
+            std::vector<int64_t> kept;
+            for (size_t l = 0; l < t.size() && kept.size() < 3; ++l)
+              if (t[l] != 1) kept.push_back(int64_t(l));
+            REQUIRE(kept.size() == 3);
+            // The element of class c in line l (= n * D + d).
+            auto elem = [&](int64_t l, int64_t c) { return at(g, l / g.D, c, l % g.D); };
+            xv[elem(kept[0], (t[size_t(kept[0])] + 1) % g.C)] = kNaN;
+            xv[elem(kept[1], (t[size_t(kept[1])] + 1) % g.C)] = -std::numeric_limits<double>::infinity();
+            xv[elem(kept[2], t[size_t(kept[2])])] = -std::numeric_limits<double>::infinity();
+            Tensor target = from_vector(t, g.target_shape).to(dev);
+            CrossEntropyOptions o = CrossEntropyOptions().ignore_index(1).label_smoothing(eps);
+            if (weighted) o.weight(on(w, dev));
+            const double tol = dt == kFloat64 ? 1e-10 : 1e-5;
+
+            Tensor xl = on(from_vector(xv, shape, dt), dev).requires_grad_();
+            Tensor per = cross_entropy(xl, target, CrossEntropyOptions(o).reduction(Reduction::None));
+            Vec v = backward_random(per, seed);
+            CeRef ref = ref_ce_lines(xv, shape, t, wv, 1, eps, v);
+            // The specials show: a NaN loss, an infinite one (a -inf target), a finite one
+            // for a -inf class without smoothing.
+            CHECK(std::isnan(ref.loss[size_t(kept[0])]));
+            CHECK(std::isfinite(ref.loss[size_t(kept[1])]) == (eps == 0));
+            CHECK(std::isinf(ref.loss[size_t(kept[2])]));
+            check_specials(per, ref.loss, tol);
+            check_specials(xl.grad(), ref.grad, tol);
+
+            // The mean: one upstream value for every line, scaled by 1 / sum of w[t].
+            Tensor xm = on(from_vector(xv, shape, dt), dev).requires_grad_();
+            cross_entropy(xm, target, CrossEntropyOptions(o).reduction(Reduction::Mean)).backward();
+            CeRef mref = ref_ce_lines(xv, shape, t, wv, 1, eps, Vec(t.size(), 1.0 / ref.weight_sum));
+            check_specials(xm.grad(), mref.grad, tol);
+          }
+}
+
 // ---------------------------------------------------------------- nll_loss
 
 TEST_CASE("nll_loss: every option combination and layout against loops") {

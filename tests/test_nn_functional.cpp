@@ -185,3 +185,111 @@ TEST_CASE("dropout: identity in eval or with p = 0, zeros with p = 1, errors out
     CHECK_THROWS_MU(dropout(x, -0.1), "dropout: probability has to be between 0 and 1");
   }
 }
+
+// ---------------------------------------------------------------- softmax: every line scheme
+
+namespace {
+
+// softmax (or log_softmax) of x along dim, line by line in double with the line's max
+// subtracted: a line holding NaN, or only -inf, is all NaN.
+std::vector<double> ref_softmax_lines(const Tensor& x, int64_t dim, bool log) {
+  const Shape& s = x.shape();
+  int64_t outer = 1, n = s[size_t(dim)], inner = 1;
+  for (int64_t d = 0; d < dim; ++d) outer *= s[size_t(d)];
+  for (size_t d = size_t(dim) + 1; d < s.size(); ++d) inner *= s[d];
+  std::vector<double> v = x.to_vector<double>(), out(v.size());
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t i = 0; i < inner; ++i) {
+      auto at = [&](int64_t j) { return size_t((o * n + j) * inner + i); };
+      double m = -kInf;
+      bool nan = false;
+      for (int64_t j = 0; j < n; ++j) {
+        nan = nan || std::isnan(v[at(j)]);
+        m = std::max(m, v[at(j)]);
+      }
+      double sum = 0;
+      for (int64_t j = 0; j < n; ++j) sum += std::exp(v[at(j)] - m);
+      for (int64_t j = 0; j < n; ++j)
+        out[at(j)] = nan || m == -kInf ? NAN : log ? v[at(j)] - m - std::log(sum) : std::exp(v[at(j)] - m) / sum;
+    }
+  return out;
+}
+
+// The backward's closed forms along dim from y (the softmax, in double) and g:
+// softmax dx = y (g - sum g y); log_softmax dx = g - y sum g.
+std::vector<double> ref_softmax_grad(const Shape& s, int64_t dim, const std::vector<double>& y,
+                                     const std::vector<double>& g, bool log) {
+  int64_t outer = 1, n = s[size_t(dim)], inner = 1;
+  for (int64_t d = 0; d < dim; ++d) outer *= s[size_t(d)];
+  for (size_t d = size_t(dim) + 1; d < s.size(); ++d) inner *= s[d];
+  std::vector<double> dx(y.size());
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t i = 0; i < inner; ++i) {
+      auto at = [&](int64_t j) { return size_t((o * n + j) * inner + i); };
+      double sum = 0;
+      for (int64_t j = 0; j < n; ++j) sum += log ? g[at(j)] : g[at(j)] * y[at(j)];
+      for (int64_t j = 0; j < n; ++j) dx[at(j)] = log ? g[at(j)] - y[at(j)] * sum : y[at(j)] * (g[at(j)] - sum);
+    }
+  return dx;
+}
+
+// got against want element by element: NaN for NaN, an infinity exactly, otherwise within
+// tol * max(1, |want|).
+void check_with_specials(const Tensor& got, const std::vector<double>& want, double tol) {
+  std::vector<double> g = got.to_vector<double>();
+  REQUIRE(g.size() == want.size());
+  size_t bad = 0;
+  for (size_t i = 0; i < g.size(); ++i) {
+    bool ok = std::isnan(want[i])   ? std::isnan(g[i])
+              : std::isinf(want[i]) ? g[i] == want[i]
+                                    : std::fabs(g[i] - want[i]) <= tol * std::max(1.0, std::fabs(want[i]));
+    if (!ok && bad++ < 5) FAIL_CHECK("element " << i << ": got " << g[i] << ", want " << want[i]);
+  }
+  CHECK(bad == 0);
+}
+
+}  // namespace
+
+// The shapes take each mapping of the CUDA kernels (ops/cuda/lines.cuh): contiguous lines
+// longer than a block's reach (a block per line), many short contiguous lines (a warp per
+// line, more lines than the grid has warps), and strided lines whose count along inner is
+// not a multiple of the tile (37, 5) or exceeds the grid (137600); lines holding NaN, only
+// -inf, or some -inf sit in each. Forward and backward on every device, against double.
+TEST_CASE("softmax and log_softmax on every line scheme, with NaN and -inf lines, values and gradients") {
+  struct Case {
+    Shape shape;
+    int64_t dim;
+  };
+  const std::vector<Case> cases = {{{6, 2000}, 1}, {{17000, 3}, 1}, {{3, 1500, 37}, 1}, {{7, 3, 5}, 1},
+                                   {{2, 137600}, 0}};
+  for (Device dev : test_devices())
+    for (DType dt : {kFloat64, kFloat32})
+      for (const Case& c : cases) {
+        INFO(dev.str() << " " << dtype_name(dt) << " shape " << shape_str(c.shape) << " dim " << c.dim);
+        manual_seed(21);
+        Tensor clean = randn(c.shape, kFloat64) * 3.0;
+        // Specials in the first lines: line 0 holds a NaN, line 1 only -inf, line 2 one -inf.
+        std::vector<double> v = clean.to_vector<double>();
+        const Shape& s = c.shape;
+        int64_t n = s[size_t(c.dim)], inner = 1;
+        for (size_t d = size_t(c.dim) + 1; d < s.size(); ++d) inner *= s[d];
+        auto at = [&](int64_t line, int64_t j) { return size_t((line / inner * n + j) * inner + line % inner); };
+        v[at(0, n / 2)] = NAN;
+        for (int64_t j = 0; j < n; ++j) v[at(1, j)] = -kInf;
+        v[at(2, n - 1)] = -kInf;
+        Tensor special = from_vector(v, s, dt);
+        const double tol = dt == kFloat64 ? 1e-12 : 1e-6;
+        for (bool log : {false, true}) {
+          INFO((log ? "log_softmax" : "softmax"));
+          Tensor xs = on(special, dev);
+          check_with_specials(log ? log_softmax(xs, c.dim) : softmax(xs, c.dim),
+                              ref_softmax_lines(special, c.dim, log), tol);
+          // Gradients on the clean input.
+          Tensor x = on(clean.to(dt), dev).requires_grad_();
+          Tensor g = randn(s, kFloat64).to(dt);
+          (log ? log_softmax(x, c.dim) : softmax(x, c.dim)).backward(on(g, dev));
+          std::vector<double> y = ref_softmax_lines(clean.to(dt), c.dim, false);
+          check_with_specials(x.grad(), ref_softmax_grad(s, c.dim, y, g.to_vector<double>(), log), tol * 10);
+        }
+      }
+}

@@ -113,6 +113,11 @@ TEST_CASE("layer_norm equals the composed formula: values and gradients of x, we
       {{5, 7}, {7}, false, true, 1e-3},         {{6}, {6}, true, true, 1e-5},
       {{64, 768}, {768}, true, true, 1e-5},     // large enough to run on several threads
       {{3, 0, 4}, {4}, true, true, 1e-5},       // no rows
+      // Shapes for the CUDA mappings: rows longer than a warp's reach (a block per row),
+      // more rows than the grid has warps, and column sums over many row chunks with a
+      // partly filled column tile.
+      {{5, 1500}, {1500}, true, true, 1e-5},    {{17000, 8}, {8}, true, true, 1e-5},
+      {{2000, 40}, {40}, true, false, 1e-5},
   };
   for (Device dev : test_devices())
     for (DType dt : {kFloat64, kFloat32})
@@ -231,6 +236,11 @@ TEST_CASE("batch_norm equals the composed formula in training and eval, and move
       {{2, 3, 2, 4}, ChannelLayout::First}, {{3, 2, 2, 3}, ChannelLayout::Last},
       {{64, 16, 64}, ChannelLayout::First},  // large: several threads per pass
       {{256, 4, 40}, ChannelLayout::Last},   {{1, 3, 7}, ChannelLayout::First},  // one sample, 7 values each
+      // Shapes for the CUDA mappings of the channel sums: channels-first values cut into
+      // chunks per channel; channels-last rows cut into many chunks (the last one short),
+      // and many channels in one row.
+      {{2, 40, 400}, ChannelLayout::First}, {{9000, 3}, ChannelLayout::Last},
+      {{2, 3, 5000}, ChannelLayout::Last},
   };
   const double momentum = 0.1, eps = 1e-5;
   for (Device dev : test_devices())
@@ -309,6 +319,26 @@ TEST_CASE("batch_norm without running statistics; strided running statistics are
     }
     check_close(buf.cpu(), want, 1e-12);
   }
+}
+
+TEST_CASE("batch_norm in eval on an empty batch: an empty output, zero weight and bias gradients") {
+  for (Device dev : test_devices())
+    for (ChannelLayout layout : {ChannelLayout::First, ChannelLayout::Last}) {
+      INFO(dev.str() << " " << layout_name(layout));
+      const Shape shape = layout == ChannelLayout::First ? Shape{0, 3, 4} : Shape{0, 4, 3};
+      Tensor rm = on(tensor({0.5, -1.0, 2.0}, kFloat64), dev), rv = on(tensor({1.0, 2.0, 0.5}, kFloat64), dev);
+      Tensor w = on(tensor({1.0, 2.0, 3.0}, kFloat64), dev).requires_grad_();
+      Tensor b = on(tensor({0.1, 0.2, 0.3}, kFloat64), dev).requires_grad_();
+      Tensor x = on(zeros(shape, kFloat64), dev).requires_grad_();
+      Tensor y = batch_norm(x, rm, rv, w, b, false, 0.1, 1e-5, layout);
+      CHECK(y.shape() == shape);
+      y.sum().backward();
+      check_close(w.grad(), {3}, {0, 0, 0}, 0);
+      check_close(b.grad(), {3}, {0, 0, 0}, 0);
+      CHECK(x.grad().shape() == shape);
+      // The running statistics are read, not moved.
+      check_close(rm, {3}, {0.5, -1.0, 2.0}, 0);
+    }
 }
 
 TEST_CASE("BatchNorm1d: momentum nullopt is the cumulative average; layouts by option; errors") {

@@ -291,3 +291,120 @@ TEST_CASE("large inputs (split over threads) match brute force") {
     }
   }
 }
+
+// Shapes that take each mapping of the CUDA reductions (ops/cuda/reduce.cu), checked
+// against the brute-force buckets on every device: runs of 40 down the columns of 9000
+// outputs (the column mapping), columns of 5000 for 40 outputs and runs of 20000 for 3
+// outputs (each run cut into chunks whose partial results are combined in order), read
+// directly and through a transposed view, and integer and bool sums of long runs.
+TEST_CASE("column reductions, long runs cut into chunks, integer sums: every reduction scheme") {
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    manual_seed(11);
+    Tensor col = on(randn({40, 9000}, kFloat32), dev);
+    for (const Shape& dims : std::vector<Shape>{{0}, {}}) {
+      INFO("columns, dims " << shape_str(dims));
+      Buckets b = bucketize(col, dims, false);
+      check_close_or_nan(sum(col, dims), b.out_shape, reduce_ref(b, ref_sum), 1e-5);
+      check_close_or_nan(amax(col, dims), b.out_shape, reduce_ref(b, ref_max), 0);
+      check_close_or_nan(amin(col, dims), b.out_shape, reduce_ref(b, ref_min), 0);
+    }
+    {
+      Buckets b = bucketize(col, {0}, false);
+      std::vector<double> imax;
+      for (const auto& v : b.b) imax.push_back(double(ref_arg(v, true)));
+      check_close_or_nan(argmax(col, 0), b.out_shape, imax, 0);
+    }
+
+    // Columns of 5000 (few outputs, so each column is cut into chunks): ties for the max
+    // of column 0 and NaNs in column 1 placed in different chunks; the first must win.
+    {
+      std::vector<double> cv = randn({5000, 40}, kFloat64).to_vector<double>();
+      cv[4000 * 40] = cv[2000 * 40] = 9;            // column 0
+      cv[4500 * 40 + 1] = cv[100 * 40 + 1] = kNaN;  // column 1
+      for (DType dt : {kFloat64, kFloat32}) {
+        INFO("chunked columns " << dtype_name(dt));
+        Tensor xc = on(from_vector(cv, {5000, 40}, dt), dev);
+        Buckets b = bucketize(xc, {0}, false);
+        std::vector<double> imax, imin;
+        for (const auto& r : b.b) {
+          imax.push_back(double(ref_arg(r, true)));
+          imin.push_back(double(ref_arg(r, false)));
+        }
+        CHECK(imax[0] == 2000);
+        CHECK(imax[1] == 100);
+        check_close_or_nan(argmax(xc, 0), {40}, imax, 0);
+        check_close_or_nan(argmin(xc, 0), {40}, imin, 0);
+        check_close_or_nan(amax(xc, {0}), {40}, reduce_ref(b, ref_max), 0);
+        check_close_or_nan(amin(xc, {0}), {40}, reduce_ref(b, ref_min), 0);
+        check_close_or_nan(sum(xc, {0}), {40}, reduce_ref(b, ref_sum), dt == kFloat64 ? 1e-12 : 1e-5);
+      }
+    }
+
+    // Long runs: ties and NaNs placed in different chunks (the first must win), and a
+    // run of zeros starting with -0, whose max and min are that first -0.
+    std::vector<double> v(size_t(3 * 20000));
+    for (size_t i = 0; i < v.size(); ++i) v[i] = std::sin(double(i)) * 2;
+    v[12000] = v[7000] = v[19999] = 5;         // ties for the max of row 0
+    v[3000] = v[18000] = -5;                    // ties for the min of row 0
+    v[20000 + 17000] = v[20000 + 8000] = kNaN;  // row 1: its first NaN is the answer
+    for (size_t i = 40000; i < 60000; ++i) v[i] = 0;
+    v[40000] = -0.0;
+    for (DType dt : {kFloat64, kFloat32}) {
+      Tensor base = on(from_vector(v, {3, 20000}, dt), dev);
+      Tensor tr = on(from_vector(v, {3, 20000}, dt).t().contiguous(), dev).t();  // the same values, strided runs
+      for (Tensor x : {base, tr}) {
+        INFO(dtype_name(dt) << (x.is_contiguous() ? " dense" : " strided"));
+        Buckets b = bucketize(x, {1}, false);
+        std::vector<double> imax, imin;
+        for (const auto& r : b.b) {
+          imax.push_back(double(ref_arg(r, true)));
+          imin.push_back(double(ref_arg(r, false)));
+        }
+        CHECK(imax == std::vector<double>{7000, 8000, 0});
+        CHECK(imin == std::vector<double>{3000, 8000, 0});
+        check_close_or_nan(argmax(x, 1), {3}, imax, 0);
+        check_close_or_nan(argmin(x, 1), {3}, imin, 0);
+        check_close_or_nan(amax(x, {1}), {3}, reduce_ref(b, ref_max), 0);
+        check_close_or_nan(amin(x, {1}), {3}, reduce_ref(b, ref_min), 0);
+        CHECK(std::signbit(amax(x, {1}).at({2})));
+        CHECK(std::signbit(amin(x, {1}).at({2})));
+        check_close_or_nan(sum(x, {1}), {3}, reduce_ref(b, ref_sum), dt == kFloat64 ? 1e-12 : 1e-5);
+      }
+    }
+
+    // int64 and bool (a count, int64) sums of long runs are exact; int64 extrema too.
+    std::vector<int64_t> iv(size_t(2 * 30000));
+    for (size_t i = 0; i < iv.size(); ++i) iv[i] = int64_t(i % 7) - 3 + (i == 45000 ? 1000 : 0);
+    Tensor xi = on(from_vector(iv, {2, 30000}), dev);
+    int64_t s0 = 0, s1 = 0, p0 = 0, p1 = 0;
+    for (size_t i = 0; i < 30000; ++i) {
+      s0 += iv[i];
+      s1 += iv[30000 + i];
+      p0 += iv[i] > 0;
+      p1 += iv[30000 + i] > 0;
+    }
+    CHECK(sum(xi, {1}).to_vector<int64_t>() == std::vector<int64_t>{s0, s1});
+    CHECK(sum(xi).item() == double(s0 + s1));
+    Tensor pos = xi > 0.0;
+    REQUIRE(pos.dtype() == kBool);
+    Tensor cnt = sum(pos, {1});
+    CHECK(cnt.dtype() == kInt64);
+    CHECK(cnt.to_vector<int64_t>() == std::vector<int64_t>{p0, p1});
+    // The first max and min of each row, by a scan.
+    std::vector<int64_t> hi(2, 0), lo(2, 0), hv(2), lv(2);
+    for (size_t r = 0; r < 2; ++r) {
+      for (int64_t i = 1; i < 30000; ++i) {
+        if (iv[r * 30000 + size_t(i)] > iv[r * 30000 + size_t(hi[r])]) hi[r] = i;
+        if (iv[r * 30000 + size_t(i)] < iv[r * 30000 + size_t(lo[r])]) lo[r] = i;
+      }
+      hv[r] = iv[r * 30000 + size_t(hi[r])];
+      lv[r] = iv[r * 30000 + size_t(lo[r])];
+    }
+    CHECK(hi[1] == 15000);  // the one large value
+    CHECK(amax(xi, {1}).to_vector<int64_t>() == hv);
+    CHECK(amin(xi, {1}).to_vector<int64_t>() == lv);
+    CHECK(argmax(xi, 1).to_vector<int64_t>() == hi);
+    CHECK(argmin(xi, 1).to_vector<int64_t>() == lo);
+  }
+}

@@ -1,0 +1,194 @@
+// CUDA kernels of cross_entropy with class-index targets (declared in ops/kernels/loss.h;
+// the CPU twin is ops/cpu/loss.cpp). One group of threads per line of C logits, mapped as
+// in ops/cuda/lines.cuh: a warp per line for C <= 1024 and a block per line above when
+// the logits are (N, C); for (N, C, d1, ...) logits, whose C values of one position are
+// `inner` apart, a column of a 2-d block per line with consecutive threads on
+// neighbouring positions (consecutive addresses). The forward reads a line twice (max,
+// then the sums); the backward reads and writes it once. float32 sums are carried in
+// double; the log-sum-exp is float64 whatever the logits' dtype.
+#include "ops/cuda/dtypes.cuh"
+#include "ops/cuda/lines.cuh"
+#include "ops/kernels/loss.h"
+
+namespace mu::cuda_kernels {
+
+using cuda::acc_t;
+using kernels::CrossEntropyLines;
+
+// sum_c w[c] in double, in one block: the smoothing term's factor when a weight is given
+// (C without one, which needs no kernel).
+template <class T>
+__global__ void weight_total_kernel(const T* w, int64_t C, double* out) {
+  __shared__ alignas(8) unsigned char scratch[cuda::kScratchBytes];
+  const cuda::BlockGroup g{int(threadIdx.x), int(blockDim.x), scratch};
+  double s = 0;
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) s += double(w[c]);
+  s = g.reduce(s, cuda::SumOf{}, 0.0);
+  if (threadIdx.x == 0) *out = s;
+}
+
+// Launches weight_total_kernel into ws when it is needed (weighted and smoothed);
+// returns the device pointer to the total, or null.
+template <class T>
+static const double* weight_total(const T* w, const CrossEntropyLines& L, const cuda::Workspace& ws, cudaStream_t st) {
+  if (!w || !(L.label_smoothing > 0)) return nullptr;
+  weight_total_kernel<T><<<1, 256, 0, st>>>(w, L.classes, ws.as<double>());
+  MU_CUDA_CHECK_LAUNCH("cross_entropy weight total");
+  return ws.as<double>();
+}
+
+template <class T>
+struct CrossEntropyForward {
+  const T* x;
+  const int64_t* target;
+  const T* w;           // null: every class weighs 1
+  const double* wsum_p;  // sum of w, on the device; null: C (no weight, or no smoothing)
+  T* loss;
+  double* lse;
+  int64_t n;  // classes
+  int64_t ignore_index;
+  double eps;  // label smoothing
+
+  template <class G>
+  __device__ void operator()(const G& g, int64_t off, int64_t st, int64_t line, bool active) const {
+    using A = acc_t<T>;
+    const int64_t t = active ? target[line] : ignore_index;
+    // An ignored line still joins the group's reductions (the column scheme shares them),
+    // over no elements.
+    const bool live = t != ignore_index;
+    const int64_t len = live ? n : 0;
+    const T* xl = x + off;
+    T m = -cuda::dev_inf<T>();
+    // A NaN never wins the max but reaches the sum through exp(NaN - m); a line of only
+    // -inf gives -inf - -inf = NaN, as on the CPU.
+    for (int64_t j = g.rank; j < len; j += g.size) m = xl[j * st] > m ? xl[j * st] : m;
+    m = g.reduce(m, cuda::MaxOf{}, -cuda::dev_inf<T>());
+    A s = 0, sx = 0;  // sum exp(x - m), sum w x (with smoothing)
+    const bool smooth = eps > 0;
+    for (int64_t j = g.rank; j < len; j += g.size) {
+      const T v = xl[j * st];
+      s += A(cuda::dev_exp(T(v - m)));
+      if (smooth) sx += w ? A(w[j]) * A(v) : A(v);
+    }
+    s = g.reduce(s, cuda::SumOf{}, A(0));
+    if (smooth) sx = g.reduce(sx, cuda::SumOf{}, A(0));
+    // One thread per line writes: rank 0 of the group (the line's own thread in the
+    // column scheme, where the rank is the row of the block).
+    if (g.rank != 0 || !active) return;
+    if (!live) {
+      loss[line] = T(0);
+      lse[line] = 0;
+      return;
+    }
+    const A l = A(m) + cuda::dev_log(s);
+    const A wt = w ? A(w[t]) : A(1);
+    // (1 - s) w[t] (lse - x[t]) + (s / C) (sum_c w[c] lse - sum_c w[c] x[c])
+    A val = (1 - eps) * wt * (l - A(xl[t * st]));
+    if (smooth) val += eps / double(n) * ((wsum_p ? *wsum_p : double(n)) * l - sx);
+    loss[line] = T(val);
+    lse[line] = l;
+  }
+};
+
+template <class T>
+struct CrossEntropyBackward {
+  const T* grad;
+  int64_t grad_numel;
+  double scale;
+  const T* x;
+  const int64_t* target;
+  const T* w;
+  const double* wsum_p;
+  const double* lse;
+  T* dx;
+  int64_t n;
+  int64_t ignore_index;
+  double eps;
+
+  // No reduction: each thread writes the elements it owns.
+  template <class G>
+  __device__ void operator()(const G& g, int64_t off, int64_t st, int64_t line, bool active) const {
+    if (!active) return;
+    const T* xl = x + off;
+    T* dl = dx + off;
+    const int64_t t = target[line];
+    if (t == ignore_index) {  // no loss, no gradient
+      for (int64_t j = g.rank; j < n; j += g.size) dl[j * st] = T(0);
+      return;
+    }
+    // One upstream value per line (Reduction::None) or one for all (a reduced loss).
+    const double gl = scale * double(grad[grad_numel == 1 ? 0 : line]);
+    const bool smooth = eps > 0;
+    const double wt = w ? double(w[t]) : 1.0, wsum = wsum_p ? *wsum_p : double(n);
+    const double ad = gl * ((1 - eps) * wt + eps / double(n) * wsum), bd = gl * eps / double(n);
+    const T a = T(ad), b = T(bd);
+    // lse = hi + lo in T: (x - hi) - lo keeps the lse's accuracy in T arithmetic.
+    const double l = lse[line];
+    const T hi = T(l), lo = T(l - double(hi));
+    for (int64_t j = g.rank; j < n; j += g.size) {
+      const T xv = xl[j * st];
+      if (j == t) {
+        // The target's element is a difference of two nearly equal terms when its
+        // probability is near 1: done in double, so that T's rounding of the first does
+        // not dominate it.
+        const double pt = exp(double(xv) - l);
+        dl[j * st] = T(ad * pt - (smooth ? bd * wt : 0.0) - gl * (1 - eps) * wt);
+      } else {
+        T v = a * cuda::dev_exp(T(T(xv - hi) - lo));
+        if (smooth) v -= w ? b * w[j] : b;
+        dl[j * st] = v;
+      }
+    }
+  }
+};
+
+static void cross_entropy_forward(const Tensor& logits, const Tensor& target, const Tensor& weight,
+                                  const Tensor& loss, const Tensor& lse, const CrossEntropyLines& L) {
+  if (L.outer * L.inner == 0) return;
+  cuda::dispatch_float(logits.dtype(), "cross_entropy", [&](auto tag) {
+    using T = decltype(tag);
+    const cudaStream_t st = cuda::stream(logits);
+    const T* w = weight.defined() ? static_cast<const T*>(weight.raw_data()) : nullptr;
+    const cuda::Workspace ws(sizeof(double), logits.device().index);
+    const CrossEntropyForward<T> body{static_cast<const T*>(logits.raw_data()),
+                                      static_cast<const int64_t*>(target.raw_data()),
+                                      w,
+                                      weight_total(w, L, ws, st),
+                                      static_cast<T*>(loss.raw_data()),
+                                      static_cast<double*>(lse.raw_data()),
+                                      L.classes,
+                                      L.ignore_index,
+                                      L.label_smoothing};
+    cuda::launch_lines(L.outer, L.classes, L.inner, st, "cross_entropy_forward", body);
+  });
+}
+
+static void cross_entropy_backward(const Tensor& grad, double scale, const Tensor& logits, const Tensor& target,
+                                   const Tensor& weight, const Tensor& lse, const Tensor& dlogits,
+                                   const CrossEntropyLines& L) {
+  if (L.outer * L.inner == 0 || L.classes == 0) return;  // nothing to write
+  cuda::dispatch_float(logits.dtype(), "cross_entropy backward", [&](auto tag) {
+    using T = decltype(tag);
+    const cudaStream_t st = cuda::stream(logits);
+    const T* w = weight.defined() ? static_cast<const T*>(weight.raw_data()) : nullptr;
+    const cuda::Workspace ws(sizeof(double), logits.device().index);
+    const CrossEntropyBackward<T> body{static_cast<const T*>(grad.raw_data()),
+                                       grad.numel(),
+                                       scale,
+                                       static_cast<const T*>(logits.raw_data()),
+                                       static_cast<const int64_t*>(target.raw_data()),
+                                       w,
+                                       weight_total(w, L, ws, st),
+                                       static_cast<const double*>(lse.raw_data()),
+                                       static_cast<T*>(dlogits.raw_data()),
+                                       L.classes,
+                                       L.ignore_index,
+                                       L.label_smoothing};
+    cuda::launch_lines(L.outer, L.classes, L.inner, st, "cross_entropy_backward", body);
+  });
+}
+
+MU_REGISTER_KERNEL(kernels::cross_entropy_forward, DeviceType::CUDA, cross_entropy_forward);
+MU_REGISTER_KERNEL(kernels::cross_entropy_backward, DeviceType::CUDA, cross_entropy_backward);
+
+}  // namespace mu::cuda_kernels
