@@ -375,7 +375,7 @@ constexpr int64_t kSharedSortMax = 2048;  // longest line sorted in shared memor
 template <class T>
 __global__ void sort_shared_kernel(int64_t* idx, const T* x, int64_t lines, int64_t n, int64_t inner, int64_t k,
                                    int64_t P, bool descending) {
-  extern __shared__ unsigned char smem[];
+  extern __shared__ __align__(16) unsigned char smem[];  // values first: aligned for T
   T* vals = reinterpret_cast<T*>(smem);
   int* pos = reinterpret_cast<int*>(vals + P);
   const PosOrder<T> order{descending, n};
