@@ -580,3 +580,51 @@ TEST_CASE("sort and topk of lines longer than 2048 (and exactly 2048): stable on
     }
   }
 }
+
+TEST_CASE("more elements or lines than one pass of a CUDA grid: gather, scatter_add, index_select, cumsum, sort") {
+  // A CUDA grid holds at most 4224 blocks: 1,081,344 threads of 256, 540,672 of 128, or
+  // 4224 lines of one block each; beyond that the kernels loop.
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    manual_seed(24);
+    // gather: 1.2M elements, read directly.
+    const int64_t R = 1200, C = 1000;
+    Tensor x = randn({R, C}, kFloat32), idx = rand_index(C, {R, C});
+    std::vector<float> xv = x.to_vector<float>(), got = gather(on(x, dev), 1, on(idx, dev)).to_vector<float>();
+    std::vector<int64_t> iv = idx.to_vector<int64_t>();
+    int64_t bad = 0;
+    for (int64_t r = 0; r < R; ++r)
+      for (int64_t c = 0; c < C; ++c) bad += got[size_t(r * C + c)] != xv[size_t(r * C + iv[size_t(r * C + c)])];
+    CHECK(bad == 0);
+    // index_select of 1200 rows of 1000: 1.2M elements.
+    Tensor rows = rand_index(R, {R});
+    std::vector<float> sel = index_select(on(x, dev), 0, on(rows, dev)).to_vector<float>();
+    std::vector<int64_t> rv = rows.to_vector<int64_t>();
+    bad = 0;
+    for (int64_t r = 0; r < R; ++r)
+      for (int64_t c = 0; c < C; ++c) bad += sel[size_t(r * C + c)] != xv[size_t(rv[size_t(r)] * C + c)];
+    CHECK(bad == 0);
+    // scatter_add and cumsum on 600,000 lines of two.
+    const int64_t L = 600000;
+    Tensor z = zeros({L, 2}, kFloat64), si = rand_index(2, {L, 2}), ss = randn({L, 2}, kFloat64);
+    std::vector<double> sv = ss.to_vector<double>(), want(size_t(2 * L), 0.0);
+    std::vector<int64_t> siv = si.to_vector<int64_t>();
+    for (int64_t l = 0; l < L; ++l)
+      for (int64_t j = 0; j < 2; ++j) want[size_t(2 * l + siv[size_t(2 * l + j)])] += sv[size_t(2 * l + j)];
+    CHECK(scatter_add(on(z, dev), 1, on(si, dev), on(ss, dev)).to_vector<double>() == want);
+    Tensor cs = on(ss.t().contiguous(), dev);  // (2, L): lines along dim 0, L of them
+    std::vector<double> cv = cumsum(cs, 0).to_vector<double>();
+    bad = 0;
+    for (int64_t l = 0; l < L; ++l)
+      bad += cv[size_t(l)] != sv[size_t(2 * l)] || cv[size_t(L + l)] != sv[size_t(2 * l)] + sv[size_t(2 * l + 1)];
+    CHECK(bad == 0);
+    // sort of 5000 lines of 8 (more lines than blocks), few distinct values.
+    Tensor so = randint(0, 3, {5000, 8}).to(kFloat64);
+    std::vector<double> vals, sidx;
+    Shape os;
+    ref_sort(so, 1, true, 8, &vals, &sidx, &os);
+    ValuesIndices s = sort(on(so, dev), 1, true);
+    check_equal(s.values, os, vals);
+    check_equal(s.indices, os, sidx);
+  }
+}
