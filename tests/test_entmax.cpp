@@ -465,3 +465,73 @@ TEST_CASE("gradcheck sparsemax, entmax15 and entmax_bisect away from the kinks")
     }
   }
 }
+
+// ---------------------------------------------------------------- long lines
+// Lines longer than a CUDA block (256 threads), longer than the kernel's shared-memory
+// work array (4096), and of length 1, plus a line of only -inf; the gradient on each
+// device against the closed form built from the reference.
+
+TEST_CASE("long lines, single-entry lines and all -inf lines; gradients against the closed form") {
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    manual_seed(20);
+    for (const Named& m : all_maps()) {
+      for (int64_t n : {300, 5000}) {
+        INFO(m.name << " alpha " << m.alpha << " n " << n);
+        Tensor x = randn({2, n}, kFloat64) * 3.0;
+        Tensor xd = on(x, dev).requires_grad_();
+        Tensor y = m.f(xd, 1);
+        RefLine ref = ref_along(x, 1, m.alpha);
+        check_against(y, x, 1, ref, f64_tol(m));
+        // dx = q g - q (Σ q g) / (Σ q), q = p^(2-α) on the support, per line.
+        if (m.alpha > 2) continue;  // q = 1/p there: the reference's p is not close enough near 0
+        Tensor g = randn({2, n}, kFloat64);
+        y.backward(on(g, dev));
+        std::vector<double> gv = g.to_vector<double>(), want(gv.size());
+        for (int64_t r = 0; r < 2; ++r) {
+          double sq = 0, sqg = 0;
+          for (int64_t j = 0; j < n; ++j) {
+            size_t i = size_t(r * n + j);
+            double q = ref.p[i] > 0 ? std::pow(ref.p[i], 2 - m.alpha) : 0.0;
+            sq += q;
+            sqg += q * gv[i];
+          }
+          for (int64_t j = 0; j < n; ++j) {
+            size_t i = size_t(r * n + j);
+            double q = ref.p[i] > 0 ? std::pow(ref.p[i], 2 - m.alpha) : 0.0;
+            want[i] = q * gv[i] - q * sqg / sq;
+          }
+        }
+        check_values(xd.grad(), want, 1e-8);
+      }
+      // One entry per line: p = 1 (gradient 0).
+      Tensor one = on(randn({4, 1}, kFloat32), dev);
+      for (double v : m.f(one, 1).to_vector<double>()) CHECK(v == 1.0);
+      // A line of only -inf has no finite shift: NaN, the other line untouched.
+      Tensor xi = on(tensor({{-kInf, -kInf, -kInf}, {0.5, 0.4, -0.5}}), dev);
+      Tensor yi = m.f(xi, 1);
+      for (int64_t j = 0; j < 3; ++j) CHECK(std::isnan(yi.at({0, j})));
+      CHECK(max_abs_diff(yi.select(0, 1), m.f(on(tensor({0.5, 0.4, -0.5}), dev), 0)) == 0.0);
+    }
+  }
+}
+
+TEST_CASE("more lines than a CUDA grid's blocks match the reference; the backward equals the CPU's") {
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    manual_seed(21);
+    Tensor x = randn({5000, 8}, kFloat64) * 2.0;
+    Tensor g = randn({5000, 8}, kFloat64);
+    for (const Named& m : all_maps()) {
+      if (m.name == "entmax_bisect" && m.alpha != 1.25) continue;  // one bisection is enough here
+      INFO(m.name << " alpha " << m.alpha);
+      Tensor xd = on(x, dev).requires_grad_();
+      Tensor y = m.f(xd, 1);
+      check_against(y, x, 1, ref_along(x, 1, m.alpha), f64_tol(m));
+      y.backward(on(g, dev));
+      Tensor xc = x.detach().clone().requires_grad_();
+      m.f(xc, 1).backward(g);
+      CHECK(max_abs_diff(xd.grad(), xc.grad()) <= 1e-10);
+    }
+  }
+}

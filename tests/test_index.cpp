@@ -472,3 +472,159 @@ TEST_CASE("index errors name the op, the value, the dim and its size") {
   CHECK_THROWS_MU(sort(x, 2), "sort: dimension 2 out of range");
   CHECK_THROWS_MU(cumsum(x, -3), "cumsum: dimension -3 out of range");
 }
+
+// ---------------------------------------------------------------- long lines and wide rows
+// Shapes that take the other paths of the CUDA kernels (ops/cuda/index.cu): scatter_add
+// on a few long lines (a sort by destination), index_add_rows with rows wider than a
+// block and several outer slices, cumsum's block scan of few long lines, and sorts of
+// lines too long for shared memory. On the CPU they check the same kernels on sizes
+// where they split over threads.
+
+TEST_CASE("scatter_add on a few long lines with strided operands equals brute force and the CPU bit for bit") {
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    manual_seed(20);
+    // Three lines of 700 entries along dim 0, index and src transposed views (src larger).
+    Tensor x = randn({40, 3}, kFloat32);
+    Tensor idx_c = rand_index(40, {3, 700}), src_c = randn({3, 800}, kFloat32);
+    Tensor idx = on(idx_c, dev).t(), src = on(src_c, dev).t();
+    REQUIRE_FALSE(idx.is_contiguous());
+    Tensor got = scatter_add(on(x, dev), 0, idx, src);
+    check_equal(got, {40, 3}, ref_scatter_add(x, 0, idx_c.t(), src_c.t()), 1e-4);
+    // The additions into each element run in the CPU's order: the same float32 bits.
+    Tensor cpu = scatter_add(x, 0, idx_c.t(), src_c.t());
+    CHECK(got.to_vector<float>() == cpu.to_vector<float>());
+    // int64 along the last dim: exact.
+    Tensor xi = randint(-5, 5, {5, 30}), ii = rand_index(30, {5, 1000}), si = randint(-9, 9, {5, 1000});
+    check_equal(scatter_add(on(xi, dev), 1, on(ii, dev), on(si, dev)), {5, 30}, ref_scatter_add(xi, 1, ii, si));
+  }
+}
+
+TEST_CASE("index_select backward with repeated indices, rows wider than a block and several outer slices") {
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    manual_seed(21);
+    const int64_t outer = 3, n = 40, m = 500, inner = 300;
+    Tensor x = on(zeros({outer, n, inner}, kFloat32).requires_grad_(), dev);
+    Tensor idx = rand_index(n, {m});  // 500 draws from 40 rows: every row repeats
+    Tensor g = randn({outer, m, inner}, kFloat32);
+    index_select(x, 1, on(idx, dev)).backward(on(g, dev));
+    std::vector<double> gv = g.to_vector<double>(), want(size_t(outer * n * inner), 0.0);
+    std::vector<int64_t> iv = idx.to_vector<int64_t>();
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t j = 0; j < m; ++j)
+        for (int64_t c = 0; c < inner; ++c)
+          want[size_t((o * n + iv[size_t(j)]) * inner + c)] += gv[size_t((o * m + j) * inner + c)];
+    check_equal(x.grad(), {outer, n, inner}, want, 1e-4);
+    // The CPU adds the rows in the same order: the same float32 bits.
+    Tensor xc = zeros({outer, n, inner}, kFloat32).requires_grad_();
+    index_select(xc, 1, idx).backward(g);
+    CHECK(x.grad().to_vector<float>() == xc.grad().to_vector<float>());
+    // Rows of one column (inner = 1): a block per row run, one active thread.
+    Tensor y = on(zeros({n}, kFloat64).requires_grad_(), dev);
+    Tensor gy = randn({m}, kFloat64);
+    index_select(y, 0, on(idx, dev)).backward(on(gy, dev));
+    std::vector<double> want_y(size_t(n), 0.0), gyv = gy.to_vector<double>();
+    for (int64_t j = 0; j < m; ++j) want_y[size_t(iv[size_t(j)])] += gyv[size_t(j)];
+    check_equal(y.grad(), {n}, want_y, 1e-12);
+  }
+}
+
+TEST_CASE("cumsum of a few long lines, both directions, float and int64") {
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    manual_seed(22);
+    Tensor x = on(randn({2, 5000}, kFloat64), dev);
+    check_equal(cumsum(x, 1), x.shape(), ref_cumsum(x, 1), 1e-10);
+    // The gradient is the reversed cumsum of g.
+    Tensor xl = x.detach().requires_grad_();
+    Tensor g = randn({2, 5000}, kFloat64);
+    cumsum(xl, 1).backward(on(g, dev));
+    check_equal(xl.grad(), x.shape(), ref_cumsum(g, 1, true), 1e-10);
+    // float32 sums carried in double: each output is the double sum rounded once.
+    Tensor xf = on(randn({3000}, kFloat32), dev);
+    check_equal(cumsum(xf, 0), {3000}, ref_cumsum(xf, 0), 1e-4);
+    // int64: exact.
+    Tensor xi = on(randint(-1000, 1000, {7000}), dev);
+    check_equal(cumsum(xi, 0), {7000}, ref_cumsum(xi, 0));
+  }
+}
+
+TEST_CASE("sort and topk of lines longer than 2048 (and exactly 2048): stable on ties, NaN placed") {
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    manual_seed(23);
+    // Few distinct values: ties everywhere. A few NaNs in each line.
+    Tensor a = randint(0, 50, {2, 3000}).to(kFloat64);
+    for (int64_t r = 0; r < 2; ++r)
+      for (int64_t j : {7, 1500, 2999}) a.set({r, j}, kNaN);
+    Tensor b = randint(0, 9, {2500, 2}).to(kFloat32);  // lines along dim 0: inner stride 2
+    b.set({100, 1}, kNaN);
+    Tensor c = randn({2, 2048}, kFloat64);
+    for (auto [x, dim] : {std::pair<Tensor, int64_t>{a, 1}, {b, 0}, {c, 1}}) {
+      Tensor xd = on(x, dev);
+      int64_t n = x.shape()[size_t(dim)];
+      for (bool desc : {false, true}) {
+        INFO("x " << shape_str(x.shape()) << " dim " << dim << " descending " << desc);
+        std::vector<double> vals, idx;
+        Shape os;
+        ref_sort(x, dim, desc, n, &vals, &idx, &os);
+        ValuesIndices s = sort(xd, dim, desc);
+        check_equal(s.values, os, vals);
+        check_equal(s.indices, os, idx);
+        ref_sort(x, dim, desc, 10, &vals, &idx, &os);
+        ValuesIndices t = topk(xd, 10, dim, desc);
+        check_equal(t.values, os, vals);
+        check_equal(t.indices, os, idx);
+      }
+    }
+  }
+}
+
+TEST_CASE("more elements or lines than one pass of a CUDA grid: gather, scatter_add, index_select, cumsum, sort") {
+  // A CUDA grid holds at most 4224 blocks: 1,081,344 threads of 256, 540,672 of 128, or
+  // 4224 lines of one block each; beyond that the kernels loop.
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    manual_seed(24);
+    // gather: 1.2M elements, read directly.
+    const int64_t R = 1200, C = 1000;
+    Tensor x = randn({R, C}, kFloat32), idx = rand_index(C, {R, C});
+    std::vector<float> xv = x.to_vector<float>(), got = gather(on(x, dev), 1, on(idx, dev)).to_vector<float>();
+    std::vector<int64_t> iv = idx.to_vector<int64_t>();
+    int64_t bad = 0;
+    for (int64_t r = 0; r < R; ++r)
+      for (int64_t c = 0; c < C; ++c) bad += got[size_t(r * C + c)] != xv[size_t(r * C + iv[size_t(r * C + c)])];
+    CHECK(bad == 0);
+    // index_select of 1200 rows of 1000: 1.2M elements.
+    Tensor rows = rand_index(R, {R});
+    std::vector<float> sel = index_select(on(x, dev), 0, on(rows, dev)).to_vector<float>();
+    std::vector<int64_t> rv = rows.to_vector<int64_t>();
+    bad = 0;
+    for (int64_t r = 0; r < R; ++r)
+      for (int64_t c = 0; c < C; ++c) bad += sel[size_t(r * C + c)] != xv[size_t(rv[size_t(r)] * C + c)];
+    CHECK(bad == 0);
+    // scatter_add and cumsum on 600,000 lines of two.
+    const int64_t L = 600000;
+    Tensor z = zeros({L, 2}, kFloat64), si = rand_index(2, {L, 2}), ss = randn({L, 2}, kFloat64);
+    std::vector<double> sv = ss.to_vector<double>(), want(size_t(2 * L), 0.0);
+    std::vector<int64_t> siv = si.to_vector<int64_t>();
+    for (int64_t l = 0; l < L; ++l)
+      for (int64_t j = 0; j < 2; ++j) want[size_t(2 * l + siv[size_t(2 * l + j)])] += sv[size_t(2 * l + j)];
+    CHECK(scatter_add(on(z, dev), 1, on(si, dev), on(ss, dev)).to_vector<double>() == want);
+    Tensor cs = on(ss.t().contiguous(), dev);  // (2, L): lines along dim 0, L of them
+    std::vector<double> cv = cumsum(cs, 0).to_vector<double>();
+    bad = 0;
+    for (int64_t l = 0; l < L; ++l)
+      bad += cv[size_t(l)] != sv[size_t(2 * l)] || cv[size_t(L + l)] != sv[size_t(2 * l)] + sv[size_t(2 * l + 1)];
+    CHECK(bad == 0);
+    // sort of 5000 lines of 8 (more lines than blocks), few distinct values.
+    Tensor so = randint(0, 3, {5000, 8}).to(kFloat64);
+    std::vector<double> vals, sidx;
+    Shape os;
+    ref_sort(so, 1, true, 8, &vals, &sidx, &os);
+    ValuesIndices s = sort(on(so, dev), 1, true);
+    check_equal(s.values, os, vals);
+    check_equal(s.indices, os, sidx);
+  }
+}

@@ -257,6 +257,156 @@ TEST_CASE("parameter groups carry their own lr, weight decay and options") {
   }
 }
 
+// ---------------------------------------------------------------- rounding, element by element
+
+namespace {
+
+// a·b + c with one rounding where the CPU has FMA, as the update kernels compute it.
+template <class T>
+T fmadd_ref(T a, T b, T c) {
+#ifdef __FMA__
+  return std::fma(a, b, c);
+#else
+  return a * b + c;
+#endif
+}
+
+// A leaf of n values drawn on the CPU in dtype T, moved to dev.
+Tensor random_param(int64_t n, DType dt, Device dev) { return on(randn({n}, dt).requires_grad_(), dev); }
+
+}  // namespace
+
+// torch.optim.AdamW's chain of in-place ops, one element at a time, with its roundings:
+// each step scalar rounded once to T; then p·decay; m·β1 + (1-β1)·g and
+// v·β2 + ((1-β2)·g)·g with fused adds; (sqrt(v̂) / sqrt(bc2)) + eps; p + (-step·m)/denom.
+// The kernels on every device must give these bits exactly (1,200,007 float32 elements: more
+// than the 4224 blocks x 256 threads of a CUDA grid cover in one pass).
+TEST_CASE("AdamW steps equal torch's rounding chain bit for bit, float32 and float64, amsgrad and maximize") {
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    for (DType dt : {kFloat32, kFloat64}) {
+      for (bool amsgrad : {false, true}) {
+        for (bool maximize : {false, true}) {
+          INFO(dtype_name(dt) << " amsgrad " << amsgrad << " maximize " << maximize);
+          manual_seed(30);
+          const int64_t n = dt == kFloat32 ? 1'200'007 : 1000;
+          // lr·wd exact (2^-12), so 1 - lr·wd is the same here whether or not it is fused.
+          const double lr = 0.001953125, b1 = 0.9, b2 = 0.95, eps = 1e-8, wd = 0.125;
+          Tensor p = random_param(n, dt, dev);
+          Tensor p_cpu = p.detach().cpu().clone().requires_grad_();
+          optim::AdamW opt({p}, optim::AdamWOptions(lr).betas(b1, b2).eps(eps).weight_decay(wd).amsgrad(amsgrad).maximize(maximize));
+          optim::AdamW opt_cpu({p_cpu}, optim::AdamWOptions(lr).betas(b1, b2).eps(eps).weight_decay(wd).amsgrad(amsgrad).maximize(maximize));
+          auto run = [&](auto tag) {
+            using T = decltype(tag);
+            std::vector<T> rp = p.detach().to_vector<T>(), rm(size_t(n), T(0)), rv(size_t(n), T(0)), rvmax(size_t(n), T(0));
+            for (int t = 1; t <= 3; ++t) {
+              Tensor g = randn({n}, dt) * (t == 2 ? 1e-3 : 1.0);
+              p.set_grad(on(g, dev));
+              p_cpu.set_grad(g);
+              opt.step();
+              opt_cpu.step();
+              const double bc1 = 1.0 - std::pow(b1, double(t)), bc2 = 1.0 - std::pow(b2, double(t));
+              const T decay = T(1.0 - lr * wd), tb1 = T(b1), omb1 = T(1.0 - b1), tb2 = T(b2), omb2 = T(1.0 - b2),
+                      bc2s = T(std::sqrt(bc2)), teps = T(eps), neg_step = T(-(lr / bc1));
+              std::vector<T> gv = g.to_vector<T>();
+              for (size_t i = 0; i < size_t(n); ++i) {
+                const T gi = maximize ? -gv[i] : gv[i];
+                const T pi = rp[i] * decay;
+                const T mi = fmadd_ref(omb1, gi, rm[i] * tb1);
+                const T vi = fmadd_ref(T(omb2 * gi), gi, T(rv[i] * tb2));
+                T vd = vi;
+                if (amsgrad) vd = rvmax[i] = std::max(rvmax[i], vi);
+                const T denom = T(std::sqrt(vd) / bc2s) + teps;
+                rp[i] = pi + T(T(neg_step * mi) / denom);
+                rm[i] = mi;
+                rv[i] = vi;
+              }
+            }
+            CHECK(p.detach().to_vector<T>() == rp);
+            CHECK(opt.state(0, 0).at("exp_avg").to_vector<T>() == rm);
+            CHECK(opt.state(0, 0).at("exp_avg_sq").to_vector<T>() == rv);
+            if (amsgrad) CHECK(opt.state(0, 0).at("max_exp_avg_sq").to_vector<T>() == rvmax);
+            // And the device's step is the CPU's.
+            CHECK(p.detach().to_vector<T>() == p_cpu.detach().to_vector<T>());
+          };
+          if (dt == kFloat32) run(float{});
+          else run(double{});
+        }
+      }
+    }
+  }
+}
+
+// torch.optim.SGD's chain: d = g + wd·p (fused, skipped when wd = 0); b = d at the first
+// step, else μ·b + (1-damp)·d (fused); d = d + μ·b (Nesterov, fused) or b; p + (-lr)·d (fused).
+TEST_CASE("SGD steps equal torch's rounding chain bit for bit: plain, decay, momentum with dampening, Nesterov") {
+  struct Config {
+    double wd, momentum, dampening;
+    bool nesterov;
+  };
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    for (Config c : {Config{0.0, 0.0, 0.0, false}, Config{0.01, 0.0, 0.0, false}, Config{0.01, 0.9, 0.1, false},
+                     Config{0.01, 0.9, 0.0, true}}) {
+      INFO("wd " << c.wd << " momentum " << c.momentum << " dampening " << c.dampening << " nesterov " << c.nesterov);
+      manual_seed(31);
+      const int64_t n = 1'200'007;  // more than one pass of a CUDA grid
+      const double lr = 0.05;
+      Tensor p = random_param(n, kFloat32, dev);
+      optim::SGD opt({p}, optim::SGDOptions(lr).weight_decay(c.wd).momentum(c.momentum).dampening(c.dampening).nesterov(c.nesterov));
+      std::vector<float> rp = p.detach().to_vector<float>(), rb(size_t(n), 0.0f);
+      const float neg_lr = float(-lr), wd = float(c.wd), mom = float(c.momentum), omd = float(1.0 - c.dampening);
+      for (int t = 1; t <= 3; ++t) {
+        Tensor g = randn({n});
+        p.set_grad(on(g, dev));
+        opt.step();
+        std::vector<float> gv = g.to_vector<float>();
+        for (size_t i = 0; i < size_t(n); ++i) {
+          float d = gv[i];
+          if (c.wd != 0.0) d = fmadd_ref(wd, rp[i], d);
+          if (c.momentum != 0.0) {
+            rb[i] = t == 1 ? d : fmadd_ref(omd, d, rb[i] * mom);
+            d = c.nesterov ? fmadd_ref(mom, rb[i], d) : rb[i];
+          }
+          rp[i] = fmadd_ref(neg_lr, d, rp[i]);
+        }
+      }
+      CHECK(p.detach().to_vector<float>() == rp);
+      if (c.momentum != 0.0) CHECK(opt.state(0, 0).at("momentum_buffer").to_vector<float>() == rb);
+    }
+  }
+}
+
+TEST_CASE("gradient norms over many chunks: p = 1, 3 and inf match sequential sums; a NaN makes them NaN") {
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    manual_seed(32);
+    const int64_t n = 100003;  // four chunks of 2^15 and a partial one
+    Tensor g = randn({n});
+    Tensor p = zeros({n}, TensorOptions().device(dev)).requires_grad_();
+    p.set_grad(on(g, dev));
+    std::vector<float> v = g.to_vector<float>();
+    double s1 = 0, s3 = 0, mx = 0;
+    for (float x : v) {
+      const double a = std::fabs(double(x));
+      s1 += a;
+      s3 += a * a * a;
+      mx = std::max(mx, a);
+    }
+    const double inf = std::numeric_limits<double>::infinity();
+    CHECK(optim::grad_norm({p}, 1.0) == doctest::Approx(s1).epsilon(1e-12));
+    CHECK(optim::grad_norm({p}, 3.0) == doctest::Approx(std::cbrt(s3)).epsilon(1e-12));
+    CHECK(optim::grad_norm({p}, inf) == mx);
+    // The same sum twice: the reduction order is fixed.
+    CHECK(optim::grad_norm({p}, 2.0) == optim::grad_norm({p}, 2.0));
+    // A NaN in the last, partial chunk.
+    g.set({n - 2}, std::nan(""));
+    p.set_grad(on(g, dev));
+    CHECK(std::isnan(optim::grad_norm({p}, inf)));
+    CHECK(std::isnan(optim::grad_norm({p}, 2.0)));
+  }
+}
+
 TEST_CASE("decay_groups: dim >= 2 decays, biases and gains do not, named modules excluded") {
   struct Leaf : nn::Module {
     Leaf() : Module("Leaf") {}
