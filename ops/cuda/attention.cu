@@ -34,6 +34,14 @@
 #include "ops/kernels/attention.h"
 
 namespace mu::cuda_kernels {
+
+#ifdef MUMOE_CUDNN
+// ops/cuda/attention_cudnn.cu: the forward through cuDNN when it supports the call (true),
+// else false and nothing done.
+bool attention_forward_cudnn(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+                             const kernels::AttentionParams& params);
+#endif
+
 namespace {
 
 using cuda::narrow;
@@ -561,6 +569,9 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
 
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
                        const kernels::AttentionParams& p) {
+#ifdef MUMOE_CUDNN
+  if (attention_forward_cudnn(q, k, v, out, lse, p)) return;  // cuDNN took it (bfloat16 without dropout)
+#endif
   cuda::dispatch_float_bf16(q.dtype(), "attention_forward",
                             [&](auto tag) { forward_typed<decltype(tag)>(q, k, v, out, lse, p); });
 }
