@@ -114,12 +114,12 @@ void matmul_typed(const Tensor& out, const Tensor& a, const Tensor& b) {
     MU_CUDA_CHECK(cudaMemsetAsync(out.raw_data(), 0, size_t(out.numel()) * sizeof(T), stream));
     return;
   }
-  std::unique_ptr<cuda::Workspace> wa, wb;
-  const Operand A = operand<T>(a, batched, batch, wa), B = operand<T>(b, batched, batch, wb);
   check_int(M, "M (rows of a)", out, a, b);
   check_int(N, "N (columns of b)", out, a, b);
   check_int(K, "K (the inner size)", out, a, b);
   check_int(batch, "the batch size", out, a, b);
+  std::unique_ptr<cuda::Workspace> wa, wb;  // packed copies, when an operand needs one
+  const Operand A = operand<T>(a, batched, batch, wa), B = operand<T>(b, batched, batch, wb);
   check_int(A.ld, "a's leading dimension", out, a, b);
   check_int(B.ld, "b's leading dimension", out, a, b);
   const int m = int(N), n = int(M), k = int(K), count = int(batch);
