@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "helpers.h"
+#include "ops/kernels/attention.h"
 
 using namespace mu;
 
@@ -103,6 +104,10 @@ TEST_CASE("attention equals the composed softmax(q k^T scale + mask) v, values a
       {1, 2, 129, 129, 64},  // D = 64, T = 2 blocks + 1
       {1, 1, 200, 200, 5},   // several blocks, odd D
       {1, 1, 300, 300, 16},  // one head, large enough for two threads: backward splits its key blocks
+      {3, 5, 33, 33, 64},    // many heads, T one past a 32-row tile
+      {1, 2, 65, 65, 128},   // the largest head dim every backend takes, T one past 64
+      {1, 1, 40, 40, 100},   // D between 64 and 128, not a multiple of 8
+      {2, 1, 9, 9, 1},       // D = 1
   };
   for (Device dev : test_devices())
     for (DType dt : {kFloat64, kFloat32})
@@ -149,6 +154,65 @@ TEST_CASE("attention with no keys gives zeros; with no queries an empty output")
     CHECK(max_abs_diff(q.grad().cpu(), zeros({1, 2, 3, 4})) == 0);
     Tensor empty_q = on(zeros({1, 2, 0, 4}), dev);
     CHECK(scaled_dot_product_attention(empty_q, k.detach(), v.detach(), true).shape() == Shape{1, 2, 0, 4});
+    // No queries but keys: nothing reaches k or v, whose gradients are zeros.
+    Tensor k5 = on(randn({1, 2, 5, 4}), dev).requires_grad_(), v5 = on(randn({1, 2, 5, 4}), dev).requires_grad_();
+    Tensor none = scaled_dot_product_attention(on(zeros({1, 2, 0, 4}), dev), k5, v5);
+    CHECK(none.shape() == Shape{1, 2, 0, 4});
+    none.sum().backward();
+    CHECK(max_abs_diff(k5.grad().cpu(), zeros({1, 2, 5, 4})) == 0);
+    CHECK(max_abs_diff(v5.grad().cpu(), zeros({1, 2, 5, 4})) == 0);
+  }
+}
+
+TEST_CASE("attention with head dim 0 gives an empty output and empty gradients") {
+  for (Device dev : test_devices()) {
+    Tensor q = on(randn({1, 2, 3, 0}), dev).requires_grad_(), k = on(randn({1, 2, 5, 0}), dev).requires_grad_();
+    Tensor v = on(randn({1, 2, 5, 0}), dev).requires_grad_();
+    Tensor out = scaled_dot_product_attention(q, k, v);
+    CHECK(out.shape() == Shape{1, 2, 3, 0});
+    out.sum().backward();
+    CHECK(q.grad().shape() == Shape{1, 2, 3, 0});
+    CHECK(k.grad().shape() == Shape{1, 2, 5, 0});
+  }
+}
+
+TEST_CASE("attention head dims past 128: computed on the CPU, refused by name on CUDA") {
+  for (Device dev : test_devices()) {
+    if (dev.is_cuda()) {
+      Tensor q = on(randn({1, 1, 9, 160}), dev);
+      CHECK_THROWS_MU(scaled_dot_product_attention(q, q, q), "head dim D = 160 is not supported (at most 128)");
+    } else {
+      check_against_composed({1, 1, 9, 9, 160}, true, kFloat64, dev);
+    }
+  }
+}
+
+TEST_CASE("attention in bfloat16: CUDA computes it in fp32 (close to float64), the CPU refuses it") {
+  for (Device dev : test_devices()) {
+    manual_seed(21);
+    const int64_t B = 1, H = 2, T = 70, D = 64;
+    Tensor q = randn({B, H, T, D}, kFloat64), k = randn({B, H, T, D}, kFloat64), v = randn({B, H, T, D}, kFloat64);
+    auto bf = [&](const Tensor& t) { return on(t.to(kBFloat16), dev).requires_grad_(); };
+    Tensor qb = bf(q), kb = bf(k), vb = bf(v);
+    if (!dev.is_cuda()) {
+      CHECK_THROWS_MU(scaled_dot_product_attention(qb, kb, vb, true), "got bfloat16");
+      continue;
+    }
+    Tensor w = randn({B, H, T, D}, kFloat64);
+    Tensor out = scaled_dot_product_attention(qb, kb, vb, true);
+    CHECK(out.dtype() == kBFloat16);
+    (out * on(w.to(kBFloat16), dev)).sum().backward();
+    // The reference: float64 on the same (bf16-rounded) inputs and upstream gradient.
+    auto leaf = [](const Tensor& t) { return t.to(kBFloat16).to(kFloat64).requires_grad_(); };
+    Tensor q64 = leaf(q), k64 = leaf(k), v64 = leaf(v);
+    Tensor want = composed(q64, k64, v64, true, 1 / std::sqrt(double(D)));
+    (want * w.to(kBFloat16).to(kFloat64)).sum().backward();
+    // bf16 keeps 8 bits: the output and lse are rounded to 2^-9 relative, the gradients
+    // recompute P from the rounded lse.
+    CHECK(rel_err(out.cpu().to(kFloat64), want) <= 1e-2);
+    CHECK(rel_err(qb.grad().cpu().to(kFloat64), q64.grad()) <= 3e-2);
+    CHECK(rel_err(kb.grad().cpu().to(kFloat64), k64.grad()) <= 3e-2);
+    CHECK(rel_err(vb.grad().cpu().to(kFloat64), v64.grad()) <= 3e-2);
   }
 }
 
@@ -224,6 +288,51 @@ TEST_CASE("attention dropout drops a fraction p of the probabilities and scales 
         for (size_t i = 0; i < 3; ++i) {
           INFO("gradient of input " << i);
           CHECK(rel_err(leaves[i].grad().cpu(), ref[i].grad().cpu()) <= 1e-12);
+        }
+      }
+}
+
+TEST_CASE("attention dropout uses the mask of attention_dropout_bits on every device: values and gradients") {
+  // The keep mask built here, element by element, from the documented counter; the fused
+  // op on each device must equal the composed attention under it.
+  struct Case {
+    Shapes s;
+    bool causal;
+    double p;
+  };
+  const Case cases[] = {
+      {{2, 2, 33, 33, 64}, true, 0.25},   // D = 64, T one past a tile
+      {{1, 3, 70, 70, 5}, true, 0.5},     // odd D, several tiles
+      {{2, 1, 45, 70, 12}, false, 0.3},   // Tq != Tk
+      {{1, 1, 129, 129, 128}, true, 0.1}, // D = 128
+  };
+  for (Device dev : test_devices())
+    for (DType dt : {kFloat64, kFloat32})
+      for (const Case& c : cases) {
+        const Shapes& s = c.s;
+        INFO(dtype_name(dt) << " on " << dev.str() << ", T " << s.Tq << " x " << s.Tk << ", D " << s.D
+                            << (c.causal ? " causal" : "") << ", p " << c.p);
+        const uint64_t seed = 4321 + uint64_t(s.D);
+        const uint64_t key = kernels::attention_dropout_key(seed), threshold = kernels::attention_dropout_threshold(c.p);
+        std::vector<double> keep(size_t(s.B * s.H * s.Tq * s.Tk));
+        for (size_t n = 0; n < keep.size(); ++n)  // n is the element's counter: row-major (b, h, i, j)
+          keep[n] = kernels::attention_dropout_bits(key, n) >= threshold ? 1.0 : 0.0;
+        Tensor mask = from_vector<double>(keep, {s.B, s.H, s.Tq, s.Tk}, kFloat64);
+
+        Inputs in = make_inputs(s, dt, dev, seed);
+        auto fused = value_and_grads(in, [&](auto& q, auto& k, auto& v) {
+          return scaled_dot_product_attention(q, k, v, c.causal, c.p, true, std::nullopt, seed);
+        });
+        Inputs ref64{in.q.detach().cpu().to(kFloat64).requires_grad_(), in.k.detach().cpu().to(kFloat64).requires_grad_(),
+                     in.v.detach().cpu().to(kFloat64).requires_grad_(), in.w.cpu().to(kFloat64)};
+        auto want = value_and_grads(ref64, [&](auto& q, auto& k, auto& v) {
+          return composed(q, k, v, c.causal, 1 / std::sqrt(double(s.D)), mask, c.p);
+        });
+        const double tol = dt == kFloat64 ? 1e-12 : 5e-6;
+        const char* what[] = {"out", "dq", "dk", "dv"};
+        for (size_t i = 0; i < 4; ++i) {
+          INFO(what[i]);
+          CHECK(rel_err(fused[i].cpu().to(kFloat64), want[i]) <= tol);
         }
       }
 }

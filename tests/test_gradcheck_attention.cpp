@@ -55,3 +55,17 @@ TEST_CASE("gradcheck attention with dropout (a fixed seed: the same mask in ever
         check_grad(f, {on(rnd({1, 1, 66, 2}, 23), dev), on(rnd({1, 1, 66, 2}, 24), dev), on(rnd({1, 1, 66, 2}, 25), dev)});
       }
 }
+
+TEST_CASE("gradcheck attention at D = 64 with T one past a tile, and an odd D with Tq != Tk") {
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    // Causal with dropout: the mask and the causal band cross the tile edges.
+    check_grad(
+        [](const TensorList& in) {
+          return scaled_dot_product_attention(in[0], in[1], in[2], true, 0.3, true, std::nullopt, 91);
+        },
+        {on(rnd({1, 1, 33, 64}, 30), dev), on(rnd({1, 1, 33, 64}, 31), dev), on(rnd({1, 1, 33, 64}, 32), dev)});
+    check_grad([](const TensorList& in) { return scaled_dot_product_attention(in[0], in[1], in[2]); },
+               {on(rnd({1, 2, 35, 5}, 33), dev), on(rnd({1, 2, 37, 5}, 34), dev), on(rnd({1, 2, 37, 5}, 35), dev)});
+  }
+}

@@ -309,6 +309,15 @@ TEST_CASE("matmul on transposed, strided, expanded and permuted operands") {
         check_matmul(r({33, 65}), r({65, 1}).expand({65, 17}), {33, 17});
         check_matmul(r({33, 65}).expand({4, 33, 65}), r({4, 65, 17}), {4, 33, 17});
         check_matmul(r({4, 33, 65}), r({65, 17}).expand({4, 65, 17}), {4, 33, 17});
+        // Stride 0 inside each matrix of a real batch: packed per batch entry on CUDA.
+        check_matmul(r({4, 1, 65}).expand({4, 33, 65}), r({4, 65, 17}), {4, 33, 17});
+        check_matmul(r({4, 33, 65}), r({4, 65, 1}).expand({4, 65, 17}), {4, 33, 17});
+        // Both operands broadcast along the batch, one of them transposed too.
+        check_matmul(r({33, 65}).expand({5, 33, 65}), r({17, 65}).t().expand({5, 65, 17}), {5, 33, 17});
+        // K = 1 (an outer product) and N = 1, M = 1 (a single column or row of output).
+        check_matmul(r({33, 1}), r({1, 17}), {33, 17});
+        check_matmul(r({3, 33, 65}), r({3, 65, 1}), {3, 33, 1});
+        check_matmul(r({3, 1, 65}), r({3, 65, 17}).transpose(1, 2).contiguous().transpose(1, 2), {3, 1, 17});
         // Permuted batch dims and a transposed matrix, with batch broadcasting.
         check_matmul(r({5, 2, 7, 3}).permute({1, 3, 0, 2}), r({3, 7, 4}), {2, 3, 5, 4});
         // The vector operand itself strided.
@@ -353,6 +362,28 @@ TEST_CASE("matmul gradients: shapes, values and no gradient for inputs that need
     CHECK(c.grad().defined());
     CHECK_FALSE(d.grad().defined());
     CHECK(matmul(d.t(), d).requires_grad() == false);
+  }
+}
+
+TEST_CASE("matmul with TF32 allowed stays within TF32's precision; float64 and disallowed TF32 stay exact") {
+  struct Tf32Scope {  // restores the switch whatever happens
+    bool saved = cuda::allow_tf32();
+    ~Tf32Scope() { cuda::set_allow_tf32(saved); }
+  } scope;
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    manual_seed(6);
+    Tensor a = on(randn({64, 256}), dev), b = on(randn({256, 48}), dev);
+    Tensor ref = ref_matmul(a, b);
+    cuda::set_allow_tf32(true);
+    // TF32 keeps a 10-bit mantissa of each input (2^-11 relative, 2^-10 if truncated):
+    // about 1e-3 per product of order 1, a random walk over K = 256 of them (sd ~ 1.6e-2
+    // at worst), max over 3072 outputs; the results themselves are of order 16.
+    CHECK(max_abs_diff(matmul(a, b), ref) <= 0.1);
+    Tensor a64 = a.to(kFloat64), b64 = b.to(kFloat64);
+    CHECK(max_abs_diff(matmul(a64, b64), ref_matmul(a64, b64)) <= 1e-11);  // float64 ignores the switch
+    cuda::set_allow_tf32(false);
+    CHECK(max_abs_diff(matmul(a, b), ref) <= 1e-4 * (1 + std::sqrt(256.0)));
   }
 }
 

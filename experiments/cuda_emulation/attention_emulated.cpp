@@ -1,0 +1,124 @@
+// The attention kernels of ops/cuda/attention.cu run under the host emulation of emu.h
+// and compared with a brute-force float64 attention (forward and backward, causal,
+// dropout with the mask of attention_dropout_bits, Tq != Tk, D = 1 to 128), for float64,
+// float32 and bfloat16. Built and run by run.sh, which extracts the kernels into
+// kernels.h. Prints the error of each output relative to its largest reference value.
+#include "kernels.h"
+#include <cstdio>
+#include <random>
+#include <algorithm>
+using namespace mu;
+using namespace mu::cuda_kernels;
+
+// T to and from double, through float for bfloat16 (which converts only to and from float).
+template <class T> double to_d(T x) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) return double(float(x));
+  else return double(x);
+}
+template <class T> T from_d(double x) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) return T(float(x));
+  else return T(x);
+}
+
+template <class T, class W>
+double run(int64_t B, int64_t H, int64_t Tq, int64_t Tk, int D, bool causal, double p, double scale, uint64_t seed) {
+  const int64_t BH = B * H;
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> nd;
+  auto gen = [&](int64_t n) { std::vector<double> v(n); for (auto& x : v) x = nd(rng); return v; };
+  std::vector<double> q = gen(BH * Tq * D), k = gen(BH * Tk * D), v = gen(BH * Tk * D), dO = gen(BH * Tq * D);
+  auto toT = [](const std::vector<double>& a) { std::vector<T> r(a.size()); for (size_t i = 0; i < a.size(); ++i) r[i] = from_d<T>(a[i]); return r; };
+  auto qt = toT(q), kt = toT(k), vt = toT(v), dOt = toT(dO);
+  // The reference reads the inputs as rounded to T.
+  for (size_t i = 0; i < q.size(); ++i) q[i] = to_d(qt[i]);
+  for (size_t i = 0; i < k.size(); ++i) k[i] = to_d(kt[i]), v[i] = to_d(vt[i]);
+  for (size_t i = 0; i < dO.size(); ++i) dO[i] = to_d(dOt[i]);
+  // The reference: every score, probability and gradient term in float64.
+  const uint64_t key = kernels::attention_dropout_key(seed), thr = kernels::attention_dropout_threshold(p);
+  const double keep = p < 1 ? 1 / (1 - p) : 0;
+  std::vector<double> out(BH * Tq * D, 0), lse(BH * Tq), dq(BH * Tq * D, 0), dk(BH * Tk * D, 0), dv(BH * Tk * D, 0);
+  for (int64_t bh = 0; bh < BH; ++bh) {
+    std::vector<double> P(Tq * Tk), M(Tq * Tk);
+    for (int64_t i = 0; i < Tq; ++i) {
+      double mx = -INFINITY;
+      std::vector<double> s(Tk);
+      for (int64_t j = 0; j < Tk; ++j) {
+        double d = 0;
+        for (int c = 0; c < D; ++c) d += q[(bh * Tq + i) * D + c] * k[(bh * Tk + j) * D + c];
+        s[j] = (causal && j > i) ? -INFINITY : scale * d;
+        mx = std::max(mx, s[j]);
+        M[i * Tk + j] = p > 0 ? (kernels::attention_dropout_bits(key, uint64_t((bh * Tq + i) * Tk + j)) >= thr ? keep : 0) : 1;
+      }
+      double l = 0;
+      for (int64_t j = 0; j < Tk; ++j) l += std::exp(s[j] - mx);
+      lse[bh * Tq + i] = Tk ? mx + std::log(l) : -INFINITY;
+      for (int64_t j = 0; j < Tk; ++j) P[i * Tk + j] = std::exp(s[j] - lse[bh * Tq + i]);
+      for (int64_t j = 0; j < Tk; ++j)
+        for (int c = 0; c < D; ++c) out[(bh * Tq + i) * D + c] += P[i * Tk + j] * M[i * Tk + j] * v[(bh * Tk + j) * D + c];
+    }
+    for (int64_t i = 0; i < Tq; ++i) {
+      double Di = 0;
+      for (int c = 0; c < D; ++c) Di += dO[(bh * Tq + i) * D + c] * out[(bh * Tq + i) * D + c];
+      for (int64_t j = 0; j < Tk; ++j) {
+        double dp = 0;
+        for (int c = 0; c < D; ++c) dp += dO[(bh * Tq + i) * D + c] * v[(bh * Tk + j) * D + c];
+        const double pm = P[i * Tk + j] * M[i * Tk + j];
+        const double ds = P[i * Tk + j] * (dp * M[i * Tk + j] - Di);
+        for (int c = 0; c < D; ++c) {
+          dv[(bh * Tk + j) * D + c] += pm * dO[(bh * Tq + i) * D + c];
+          dq[(bh * Tq + i) * D + c] += scale * ds * k[(bh * Tk + j) * D + c];
+          dk[(bh * Tk + j) * D + c] += scale * ds * q[(bh * Tq + i) * D + c];
+        }
+      }
+    }
+  }
+  // The kernels, launched as ops/cuda/attention.cu's host side does.
+  Geo<W> g;
+  g.BH = BH; g.Tq = Tq; g.Tk = Tk; g.D = D; g.ld = D | 1; g.scale = W(scale); g.causal = causal; g.dropout = p > 0;
+  g.key = key; g.threshold = thr; g.keep = W(keep);
+  std::vector<T> o_k(BH * Tq * D), l_k(BH * Tq), dq_k(BH * Tq * D), dk_k(BH * Tk * D), dv_k(BH * Tk * D);
+  constexpr int BQ = std::is_same_v<W, double> ? 32 : 64, BK = 32, BQb = 32;
+  const unsigned fblocks = unsigned(BH * ((Tq + BQ - 1) / BQ));
+  const size_t fsmem = (size_t(BQ + 2 * BK) * g.ld + size_t(BQ) * (BK + 1)) * sizeof(W);
+  auto dispatch = [&](auto body) { if (D <= 64) body(std::integral_constant<int, 8>{}); else body(std::integral_constant<int, 16>{}); };
+  dispatch([&](auto dc) {
+    constexpr int DC = decltype(dc)::value;
+    emu_launch(fblocks, 128, fsmem, [&] { forward_kernel<T, W, BQ, BK, DC>(qt.data(), kt.data(), vt.data(), o_k.data(), l_k.data(), g); });
+  });
+  std::vector<W> di(BH * Tq), lw(BH * Tq);
+  emu_launch(unsigned((BH * Tq + 7) / 8), 256, 0, [&] { row_terms_kernel<T, W>(dOt.data(), o_k.data(), l_k.data(), di.data(), lw.data(), BH * Tq, D); });
+  const size_t smem_kv = (size_t(4 * 32) * g.ld + 2 * size_t(32) * 33 + 64) * sizeof(W);
+  const size_t smem_q = (size_t(4 * 32) * g.ld + size_t(32) * 33) * sizeof(W);
+  dispatch([&](auto dc) {
+    constexpr int DC = decltype(dc)::value;
+    emu_launch(unsigned(BH * ((Tk + 31) / 32)), 128, smem_kv, [&] { dkdv_kernel<T, W, BK, BQb, DC>(qt.data(), kt.data(), vt.data(), dOt.data(), lw.data(), di.data(), dk_k.data(), dv_k.data(), g); });
+    emu_launch(unsigned(BH * ((Tq + 31) / 32)), 128, smem_q, [&] { dq_kernel<T, W, BQb, BK, DC>(qt.data(), kt.data(), vt.data(), dOt.data(), lw.data(), di.data(), dq_k.data(), g); });
+  });
+  auto err = [](const std::vector<T>& a, const std::vector<double>& b) {
+    double m = 0, s = 0;
+    for (size_t i = 0; i < b.size(); ++i) { m = std::max(m, std::abs(to_d(a[i]) - b[i])); s = std::max(s, std::abs(b[i])); }
+    return m / (s > 0 ? s : 1);
+  };
+  double e[5] = {err(o_k, out), err(l_k, lse), err(dq_k, dq), err(dk_k, dk), err(dv_k, dv)};
+  printf("%s B%ld H%ld Tq%ld Tk%ld D%d causal%d p%.2f: out %.2e lse %.2e dq %.2e dk %.2e dv %.2e\n",
+         std::is_same_v<T, double> ? "f64" : std::is_same_v<T, float> ? "f32" : "bf16", B, H, Tq, Tk, D, causal, p, e[0], e[1], e[2], e[3], e[4]);
+  return *std::max_element(e, e + 5);
+}
+
+int main() {
+  double worst64 = 0, worst32 = 0;
+  struct C { int64_t B, H, Tq, Tk; int D; bool causal; double p; };
+  C cs[] = {{1, 2, 70, 70, 64, true, 0}, {2, 1, 33, 33, 5, true, 0.3}, {1, 1, 45, 70, 12, false, 0.25},
+            {1, 1, 65, 65, 128, true, 0.1}, {1, 2, 1, 1, 4, false, 0}, {1, 1, 100, 3, 100, false, 0.5}, {1, 1, 130, 130, 1, true, 0}};
+  for (auto& c : cs) {
+    worst64 = std::max(worst64, run<double, double>(c.B, c.H, c.Tq, c.Tk, c.D, c.causal, c.p, 1 / std::sqrt(double(c.D)), 7));
+    worst32 = std::max(worst32, run<float, float>(c.B, c.H, c.Tq, c.Tk, c.D, c.causal, c.p, 1 / std::sqrt(double(c.D)), 7));
+  }
+  double worst16 = std::max(run<__nv_bfloat16, float>(1, 2, 70, 70, 64, true, 0.2, 0.125, 7),
+                            run<__nv_bfloat16, float>(1, 1, 45, 70, 100, false, 0, 0.1, 7));
+  printf("worst f64 %.2e f32 %.2e bf16 %.2e\n", worst64, worst32, worst16);
+  // The bounds of tests/test_attention.cpp (bf16: its gradient bound; lse and out are rounded to 8 bits).
+  const bool ok = worst64 <= 1e-12 && worst32 <= 5e-6 && worst16 <= 3e-2;
+  printf("%s\n", ok ? "PASS" : "FAIL");
+  return ok ? 0 : 1;
+}

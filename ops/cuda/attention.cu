@@ -1,0 +1,592 @@
+// CUDA kernels of fused scaled dot-product attention (declared in ops/kernels/attention.h;
+// the CPU twins are in ops/cpu/attention.cpp), flash-attention style: no T x T matrix is
+// ever stored.
+//
+// Thread mapping, shared by every kernel here: a block of 128 threads seen as 16 x 8
+// (ty = tid / 8, tx = tid % 8; the 8 threads of one ty are 8 consecutive lanes of a warp).
+// A score tile of R x C entries (R rows, C columns) is held in registers: thread (ty, tx)
+// owns rows ty + 16 a (a < R / 16) and columns tx + 8 b (b < C / 8). A per-row reduction
+// is a shuffle across the 8 lanes of one ty. An R x D accumulator (output, dQ, dK, dV) is
+// held the same way: rows ty + 16 a, columns d = tx + 8 c (c < DC, D <= 8 DC).
+// Operand tiles (rows of q, k, v, dO) are staged in shared memory, widened to the math
+// type W (float for float32 and bfloat16, double for float64), with an odd row stride so
+// that the 8 threads reading 8 different rows at one d hit 8 different banks.
+//
+// Forward: one block per (b·h, tile of BQ queries). It walks the key tiles (BK keys, up
+// to the diagonal when causal), computes the scaled scores, keeps per query a running max
+// m and sum l of exp(s - m) (rescaling l and the output by exp(m_old - m_new) when the
+// max rises), applies the dropout mask, and adds P·V into the output. It writes out / l
+// and lse = m + log l.
+//
+// Backward: a first kernel computes Di = dO_i · O_i and widens lse, one warp per row. Then
+// dK and dV come from one block per (b·h, key tile) walking the query tiles, and dQ from
+// one block per (b·h, query tile) walking the key tiles; both recompute P = exp(S - L)
+// and dS = P ∘ (dP - Di) (dropout: Pd ∘ dP - P Di) the same way. Every gradient element is
+// written by one thread that summed it in a fixed order: deterministic, no atomics.
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+#include "ops/cuda/dtypes.cuh"
+#include "ops/cuda/runtime.cuh"
+#include "ops/kernels/attention.h"
+
+namespace mu::cuda_kernels {
+
+#ifdef MUMOE_CUDNN
+// ops/cuda/attention_cudnn.cu: the forward through cuDNN when it supports the call (true),
+// else false and nothing done.
+bool attention_forward_cudnn(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+                             const kernels::AttentionParams& params);
+#endif
+
+namespace {
+
+using cuda::narrow;
+using cuda::wide_t;
+using cuda::widen;
+
+constexpr int kThreads = 128;  // 16 x 8, see the header
+constexpr int kMaxD = 128;     // head dims beyond it are refused (accumulators are registers)
+
+// ---------------------------------------------------------------- the dropout mask
+
+// The device twin of attention_dropout_bits (ops/kernels/attention.h): the same splitmix64
+// finaliser on the same counter, so that CPU and CUDA draw the same mask.
+__device__ __forceinline__ uint32_t dropout_bits(uint64_t key, uint64_t n) {
+  uint64_t z = key + n * 0x9e3779b97f4a7c15ULL;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return uint32_t((z ^ (z >> 31)) >> 32);
+}
+
+// What every kernel needs to know about a call.
+template <class W>
+struct Geo {
+  int64_t BH, Tq, Tk;
+  int D, ld;          // head dim; row stride of the shared-memory operand tiles (odd)
+  W scale;
+  bool causal, dropout;
+  uint64_t key, threshold;  // attention_dropout_key(seed); bits below threshold are dropped
+  W keep;                   // 1 / (1 - p) for a kept element (0 for p = 1)
+};
+
+__device__ __forceinline__ float exp_w(float x) { return expf(x); }
+__device__ __forceinline__ double exp_w(double x) { return exp(x); }
+__device__ __forceinline__ float log_w(float x) { return logf(x); }
+__device__ __forceinline__ double log_w(double x) { return log(x); }
+
+// The dropout factor of query i, key j of head bh: 0 when dropped, keep when kept.
+template <class W>
+__device__ __forceinline__ W dropout_factor(const Geo<W>& g, int64_t bh, int64_t i, int64_t j) {
+  const uint64_t n = uint64_t((bh * g.Tq + i) * g.Tk + j);
+  return uint64_t(dropout_bits(g.key, n)) >= g.threshold ? g.keep : W(0);
+}
+
+// ---------------------------------------------------------------- tile helpers
+
+// dst[r * ld + d] = factor * src[(row0 + r) * D + d] for r < valid, zeros for valid <= r <
+// rows (whole rows read contiguously by consecutive threads: coalesced).
+template <class T, class W>
+__device__ void load_rows(W* dst, const T* src, int64_t row0, int valid, int rows, const Geo<W>& g, W factor) {
+  const int n = rows * g.D;
+  for (int e = threadIdx.x; e < n; e += kThreads) {
+    const int r = e / g.D, d = e - r * g.D;
+    dst[r * g.ld + d] = r < valid ? W(widen(src[(row0 + r) * g.D + d])) * factor : W(0);
+  }
+}
+
+// acc[a][b] = X_row(ty + 16a) · Y_row(tx + 8b) over D, X and Y tiles with row stride ld.
+template <class W, int RA, int RB>
+__device__ __forceinline__ void tile_dot(const W* X, const W* Y, int D, int ld, W (&acc)[RA][RB]) {
+  const int ty = threadIdx.x / 8, tx = threadIdx.x % 8;
+#pragma unroll
+  for (int a = 0; a < RA; ++a)
+#pragma unroll
+    for (int b = 0; b < RB; ++b) acc[a][b] = 0;
+  for (int d = 0; d < D; ++d) {
+    W x[RA], y[RB];
+#pragma unroll
+    for (int a = 0; a < RA; ++a) x[a] = X[(ty + 16 * a) * ld + d];
+#pragma unroll
+    for (int b = 0; b < RB; ++b) y[b] = Y[(tx + 8 * b) * ld + d];
+#pragma unroll
+    for (int a = 0; a < RA; ++a)
+#pragma unroll
+      for (int b = 0; b < RB; ++b) acc[a][b] += x[a] * y[b];
+  }
+}
+
+// acc[a][c] += sum_{j < n} P[ty + 16a][j] · Z[j][tx + 8c], for columns tx + 8c < D; P has
+// row stride ldp, Z row stride ldz.
+template <class W, int RA, int DC>
+__device__ __forceinline__ void tile_acc(const W* P, int ldp, int n, const W* Z, int ldz, int D, W (&acc)[RA][DC]) {
+  const int ty = threadIdx.x / 8, tx = threadIdx.x % 8;
+  for (int j = 0; j < n; ++j) {
+    W p[RA];
+#pragma unroll
+    for (int a = 0; a < RA; ++a) p[a] = P[(ty + 16 * a) * ldp + j];
+#pragma unroll
+    for (int c = 0; c < DC; ++c) {
+      const int d = tx + 8 * c;
+      if (d < D) {
+        const W z = Z[j * ldz + d];
+#pragma unroll
+        for (int a = 0; a < RA; ++a) acc[a][c] += p[a] * z;
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------- forward
+
+// One block per (bh, query tile); tiles in reverse order, so that the long causal tiles
+// start first. Shared memory: Q (BQ rows, scaled), K and V (BK rows each), P (BQ x BK).
+template <class T, class W, int BQ, int BK, int DC>
+__global__ void __launch_bounds__(kThreads)
+    forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ out,
+                   T* __restrict__ lse, Geo<W> g) {
+  constexpr int RA = BQ / 16, RB = BK / 8, LDP = BK + 1;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  W* Qs = reinterpret_cast<W*>(smem_raw);
+  W* Ks = Qs + BQ * g.ld;
+  W* Vs = Ks + BK * g.ld;
+  W* Ps = Vs + BK * g.ld;
+  const int ty = threadIdx.x / 8, tx = threadIdx.x % 8;
+  const W inf = W(INFINITY);  // a builtin, usable on the device
+
+  const int64_t nq = (g.Tq + BQ - 1) / BQ;
+  const int64_t bh = int64_t(blockIdx.x) % g.BH, q0 = (nq - 1 - int64_t(blockIdx.x) / g.BH) * BQ;
+  const int qv = int(g.Tq - q0 < BQ ? g.Tq - q0 : BQ);
+  const T* kh = k + bh * g.Tk * g.D;
+  const T* vh = v + bh * g.Tk * g.D;
+  load_rows(Qs, q + bh * g.Tq * g.D, q0, qv, BQ, g, g.scale);
+
+  W m[RA], l[RA], o[RA][DC];
+#pragma unroll
+  for (int a = 0; a < RA; ++a) {
+    m[a] = -inf;
+    l[a] = 0;
+#pragma unroll
+    for (int c = 0; c < DC; ++c) o[a][c] = 0;
+  }
+
+  // Causal: keys past the tile's last query are masked for every query in it.
+  const int64_t kend = g.causal ? (q0 + qv < g.Tk ? q0 + qv : g.Tk) : g.Tk;
+  for (int64_t k0 = 0; k0 < kend; k0 += BK) {
+    const int kv = int(kend - k0 < BK ? kend - k0 : BK);
+    __syncthreads();  // the previous tile's K, V and P are no longer read
+    load_rows(Ks, kh, k0, kv, BK, g, W(1));
+    load_rows(Vs, vh, k0, kv, BK, g, W(1));
+    __syncthreads();
+
+    W s[RA][RB];
+    tile_dot(Qs, Ks, g.D, g.ld, s);
+#pragma unroll
+    for (int a = 0; a < RA; ++a) {
+      const int64_t i = q0 + ty + 16 * a;
+      // Padding keys, and keys after query i when causal, are -inf: they add exp(-inf) = 0.
+#pragma unroll
+      for (int b = 0; b < RB; ++b) {
+        const int j = tx + 8 * b;
+        if (j >= kv || (g.causal && k0 + j > i)) s[a][b] = -inf;
+      }
+      // The row's new max (a NaN score is never taken as the max, as on the CPU).
+      W mx = m[a];
+#pragma unroll
+      for (int b = 0; b < RB; ++b) mx = s[a][b] > mx ? s[a][b] : mx;
+#pragma unroll
+      for (int w = 1; w < 8; w *= 2) {
+        const W other = __shfl_xor_sync(0xffffffffu, mx, w);
+        mx = other > mx ? other : mx;
+      }
+      // A row that has seen only masked keys keeps m = -inf; its exps are taken against 0
+      // so that no -inf - -inf appears. The old sums are worth exp(m_old - m_new) now.
+      const W shift = mx == -inf ? W(0) : mx;
+      const W alpha = exp_w(m[a] - shift);
+      m[a] = mx;
+      W sum = 0;
+#pragma unroll
+      for (int b = 0; b < RB; ++b) {
+        s[a][b] = exp_w(s[a][b] - shift);
+        sum += s[a][b];
+      }
+#pragma unroll
+      for (int w = 1; w < 8; w *= 2) sum += __shfl_xor_sync(0xffffffffu, sum, w);
+      l[a] = l[a] * alpha + sum;
+#pragma unroll
+      for (int c = 0; c < DC; ++c) o[a][c] *= alpha;
+      // The denominator counts every key; the output only the kept ones.
+#pragma unroll
+      for (int b = 0; b < RB; ++b) {
+        const int j = tx + 8 * b;
+        W p = s[a][b];
+        if (g.dropout && j < kv) p *= dropout_factor(g, bh, i, k0 + j);
+        Ps[(ty + 16 * a) * LDP + j] = p;
+      }
+    }
+    __syncthreads();  // P complete
+    tile_acc(Ps, LDP, kv, Vs, g.ld, g.D, o);
+  }
+
+  T* oh = out + bh * g.Tq * g.D;
+#pragma unroll
+  for (int a = 0; a < RA; ++a) {
+    const int r = ty + 16 * a;
+    if (r >= qv) continue;
+    // l == 0 only without keys (Tk == 0): the output is 0 (an empty sum), lse is -inf.
+    const W inv = l[a] > 0 ? W(1) / l[a] : W(0);
+#pragma unroll
+    for (int c = 0; c < DC; ++c) {
+      const int d = tx + 8 * c;
+      if (d < g.D) oh[(q0 + r) * g.D + d] = narrow<T>(o[a][c] * inv);
+    }
+    if (tx == 0) lse[bh * g.Tq + q0 + r] = narrow<T>(l[a] > 0 ? m[a] + log_w(l[a]) : -inf);
+  }
+}
+
+// ---------------------------------------------------------------- backward
+
+// di[r] = dO_r · O_r and lw[r] = lse[r] widened, for every row r of every head: one warp
+// per row, lanes striding over D, a shuffle sum at the end.
+template <class T, class W>
+__global__ void __launch_bounds__(256)
+    row_terms_kernel(const T* __restrict__ dout, const T* __restrict__ out, const T* __restrict__ lse,
+                     W* __restrict__ di, W* __restrict__ lw, int64_t rows, int D) {
+  const int lane = threadIdx.x % 32;
+  const int64_t warps = int64_t(gridDim.x) * (blockDim.x / 32);
+  for (int64_t r = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32; r < rows; r += warps) {
+    W s = 0;
+    for (int d = lane; d < D; d += 32) s += W(widen(dout[r * D + d])) * W(widen(out[r * D + d]));
+#pragma unroll
+    for (int w = 16; w > 0; w /= 2) s += __shfl_xor_sync(0xffffffffu, s, w);
+    if (lane == 0) {
+      di[r] = s;
+      lw[r] = W(widen(lse[r]));
+    }
+  }
+}
+
+// P (after the dropout mask: pd) and dS of query i, key j from the scaled score s and
+// dP = dO_i · V_j, or zeros when key j is not seen by query i. Both backward kernels use
+// it, so they agree on every entry.
+template <class W>
+__device__ __forceinline__ void grad_entry(const Geo<W>& g, int64_t bh, int64_t i, int64_t j, bool seen, W s, W dp,
+                                           W L, W Di, W& pd, W& ds) {
+  if (!seen) {
+    pd = 0;
+    ds = 0;
+    return;
+  }
+  const W p = exp_w(s - L);
+  if (g.dropout) {
+    // dS = P ∘ (dP ∘ M / (1 - p) - Di) = Pd ∘ dP - P Di, with Pd = P ∘ M / (1 - p).
+    pd = p * dropout_factor(g, bh, i, j);
+    ds = pd * dp - p * Di;
+  } else {
+    pd = p;
+    ds = p * (dp - Di);
+  }
+}
+
+// dK and dV of one key tile: one block per (bh, key tile of BK keys), walking the query
+// tiles (from the one holding the tile's first key when causal). The tile is transposed:
+// rows are keys, columns queries. Shared memory: K, V (BK rows), Q (scaled) and dO (BQ
+// rows), Pdᵀ and dSᵀ (BK x BQ), L and Di of the query tile. dK = scale dSᵀ Q is summed
+// against the scaled Q directly.
+template <class T, class W, int BK, int BQ, int DC>
+__global__ void __launch_bounds__(kThreads)
+    dkdv_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, const T* __restrict__ dout,
+                const W* __restrict__ lw, const W* __restrict__ di, T* __restrict__ dk, T* __restrict__ dv, Geo<W> g) {
+  constexpr int RA = BK / 16, RB = BQ / 8, LDT = BQ + 1;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  W* Ks = reinterpret_cast<W*>(smem_raw);
+  W* Vs = Ks + BK * g.ld;
+  W* Qs = Vs + BK * g.ld;
+  W* dOs = Qs + BQ * g.ld;
+  W* Pt = dOs + BQ * g.ld;
+  W* dSt = Pt + BK * LDT;
+  W* Ls = dSt + BK * LDT;
+  W* Dis = Ls + BQ;
+  const int ty = threadIdx.x / 8, tx = threadIdx.x % 8;
+
+  const int64_t nk = (g.Tk + BK - 1) / BK;
+  const int64_t bh = int64_t(blockIdx.x) % g.BH, k0 = (nk - 1 - int64_t(blockIdx.x) / g.BH) * BK;
+  const int kv = int(g.Tk - k0 < BK ? g.Tk - k0 : BK);
+  load_rows(Ks, k + bh * g.Tk * g.D, k0, kv, BK, g, W(1));
+  load_rows(Vs, v + bh * g.Tk * g.D, k0, kv, BK, g, W(1));
+
+  W dka[RA][DC], dva[RA][DC];
+#pragma unroll
+  for (int a = 0; a < RA; ++a)
+#pragma unroll
+    for (int c = 0; c < DC; ++c) dka[a][c] = dva[a][c] = 0;
+
+  // Causal: queries before k0 see none of these keys.
+  for (int64_t q0 = g.causal ? k0 / BQ * BQ : 0; q0 < g.Tq; q0 += BQ) {
+    const int qv = int(g.Tq - q0 < BQ ? g.Tq - q0 : BQ);
+    __syncthreads();  // the previous query tile is no longer read
+    load_rows(Qs, q + bh * g.Tq * g.D, q0, qv, BQ, g, g.scale);
+    load_rows(dOs, dout + bh * g.Tq * g.D, q0, qv, BQ, g, W(1));
+    for (int i = threadIdx.x; i < BQ; i += kThreads) {
+      Ls[i] = i < qv ? lw[bh * g.Tq + q0 + i] : W(0);
+      Dis[i] = i < qv ? di[bh * g.Tq + q0 + i] : W(0);
+    }
+    __syncthreads();
+
+    W st[RA][RB], dpt[RA][RB];
+    tile_dot(Ks, Qs, g.D, g.ld, st);   // scaled scores, keys down
+    tile_dot(Vs, dOs, g.D, g.ld, dpt); // dPᵀ = V dOᵀ
+#pragma unroll
+    for (int a = 0; a < RA; ++a) {
+      const int j = ty + 16 * a;
+#pragma unroll
+      for (int b = 0; b < RB; ++b) {
+        const int i = tx + 8 * b;
+        const bool seen = j < kv && i < qv && (!g.causal || k0 + j <= q0 + i);
+        W pd, ds;
+        grad_entry(g, bh, q0 + i, k0 + j, seen, st[a][b], dpt[a][b], Ls[i], Dis[i], pd, ds);
+        Pt[j * LDT + i] = pd;
+        dSt[j * LDT + i] = ds;
+      }
+    }
+    __syncthreads();  // Pdᵀ and dSᵀ complete
+    tile_acc(Pt, LDT, qv, dOs, g.ld, g.D, dva);  // dV += Pdᵀ dO
+    tile_acc(dSt, LDT, qv, Qs, g.ld, g.D, dka);  // dK += dSᵀ (scale Q)
+  }
+
+  T* dkh = dk + bh * g.Tk * g.D;
+  T* dvh = dv + bh * g.Tk * g.D;
+#pragma unroll
+  for (int a = 0; a < RA; ++a) {
+    const int j = ty + 16 * a;
+    if (j >= kv) continue;
+#pragma unroll
+    for (int c = 0; c < DC; ++c) {
+      const int d = tx + 8 * c;
+      if (d < g.D) {
+        dkh[(k0 + j) * g.D + d] = narrow<T>(dka[a][c]);
+        dvh[(k0 + j) * g.D + d] = narrow<T>(dva[a][c]);
+      }
+    }
+  }
+}
+
+// dQ of one query tile: one block per (bh, query tile of BQ queries), walking the key
+// tiles (up to the diagonal when causal). Shared memory: Q (scaled) and dO (BQ rows), K
+// and V (BK rows), dS (BQ x BK). dQ = scale dS K: K is unscaled, the scale comes last.
+template <class T, class W, int BQ, int BK, int DC>
+__global__ void __launch_bounds__(kThreads)
+    dq_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, const T* __restrict__ dout,
+              const W* __restrict__ lw, const W* __restrict__ di, T* __restrict__ dq, Geo<W> g) {
+  constexpr int RA = BQ / 16, RB = BK / 8, LDS = BK + 1;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  W* Qs = reinterpret_cast<W*>(smem_raw);
+  W* dOs = Qs + BQ * g.ld;
+  W* Ks = dOs + BQ * g.ld;
+  W* Vs = Ks + BK * g.ld;
+  W* dS = Vs + BK * g.ld;
+  const int ty = threadIdx.x / 8, tx = threadIdx.x % 8;
+
+  const int64_t nq = (g.Tq + BQ - 1) / BQ;
+  const int64_t bh = int64_t(blockIdx.x) % g.BH, q0 = (nq - 1 - int64_t(blockIdx.x) / g.BH) * BQ;
+  const int qv = int(g.Tq - q0 < BQ ? g.Tq - q0 : BQ);
+  load_rows(Qs, q + bh * g.Tq * g.D, q0, qv, BQ, g, g.scale);
+  load_rows(dOs, dout + bh * g.Tq * g.D, q0, qv, BQ, g, W(1));
+  // Each thread's rows' L and Di, in registers (padding rows: never seen, values unused).
+  W L[RA], Di[RA], dqa[RA][DC];
+#pragma unroll
+  for (int a = 0; a < RA; ++a) {
+    const int i = ty + 16 * a;
+    L[a] = i < qv ? lw[bh * g.Tq + q0 + i] : W(0);
+    Di[a] = i < qv ? di[bh * g.Tq + q0 + i] : W(0);
+#pragma unroll
+    for (int c = 0; c < DC; ++c) dqa[a][c] = 0;
+  }
+
+  const int64_t kend = g.causal ? (q0 + qv < g.Tk ? q0 + qv : g.Tk) : g.Tk;
+  for (int64_t k0 = 0; k0 < kend; k0 += BK) {
+    const int kv = int(kend - k0 < BK ? kend - k0 : BK);
+    __syncthreads();  // the previous key tile and dS are no longer read
+    load_rows(Ks, k + bh * g.Tk * g.D, k0, kv, BK, g, W(1));
+    load_rows(Vs, v + bh * g.Tk * g.D, k0, kv, BK, g, W(1));
+    __syncthreads();
+
+    W s[RA][RB], dp[RA][RB];
+    tile_dot(Qs, Ks, g.D, g.ld, s);
+    tile_dot(dOs, Vs, g.D, g.ld, dp);
+#pragma unroll
+    for (int a = 0; a < RA; ++a) {
+      const int i = ty + 16 * a;
+#pragma unroll
+      for (int b = 0; b < RB; ++b) {
+        const int j = tx + 8 * b;
+        const bool seen = j < kv && i < qv && (!g.causal || k0 + j <= q0 + i);
+        W pd, ds;
+        grad_entry(g, bh, q0 + i, k0 + j, seen, s[a][b], dp[a][b], L[a], Di[a], pd, ds);
+        dS[i * LDS + j] = ds;
+      }
+    }
+    __syncthreads();  // dS complete
+    tile_acc(dS, LDS, kv, Ks, g.ld, g.D, dqa);
+  }
+
+  T* dqh = dq + bh * g.Tq * g.D;
+#pragma unroll
+  for (int a = 0; a < RA; ++a) {
+    const int i = ty + 16 * a;
+    if (i >= qv) continue;
+#pragma unroll
+    for (int c = 0; c < DC; ++c) {
+      const int d = tx + 8 * c;
+      if (d < g.D) dqh[(q0 + i) * g.D + d] = narrow<T>(dqa[a][c] * g.scale);
+    }
+  }
+}
+
+// ---------------------------------------------------------------- host side
+
+// Tile sizes: float math holds 64 query rows per forward block; double, twice the bytes
+// per value, 32 (so that shared memory stays well under the 227 KB of an H100).
+template <class W> constexpr int kForwardBQ = std::is_same_v<W, double> ? 32 : 64;
+constexpr int kBK = 32;  // keys per tile, everywhere
+constexpr int kBQ = 32;  // queries per tile in the backward kernels
+
+template <class W>
+Geo<W> make_geo(const Tensor& q, const Tensor& k, const kernels::AttentionParams& p) {
+  Geo<W> g;
+  g.BH = q.size(0) * q.size(1);
+  g.Tq = q.size(2);
+  g.Tk = k.size(2);
+  g.D = int(q.size(3));
+  g.ld = g.D | 1;  // odd: rows fall on different banks
+  g.scale = W(p.scale);
+  g.causal = p.causal;
+  g.dropout = p.dropout_p > 0;
+  g.key = kernels::attention_dropout_key(p.seed);
+  g.threshold = kernels::attention_dropout_threshold(p.dropout_p);
+  g.keep = p.dropout_p < 1 ? W(1 / (1 - p.dropout_p)) : W(0);
+  return g;
+}
+
+// Refuses head dims the register accumulators cannot hold and grids past CUDA's limit.
+void check_sizes(const Tensor& q, const Tensor& k, int64_t blocks, const char* op) {
+  MU_CHECK(q.size(3) <= kMaxD, op, " on CUDA: head dim D = ", q.size(3), " is not supported (at most ", kMaxD,
+           "); q ", shape_str(q.shape()), ", k ", shape_str(k.shape()));
+  MU_CHECK(blocks <= int64_t(INT32_MAX), op, " on CUDA: ", blocks, " blocks exceed the grid limit (q ",
+           shape_str(q.shape()), ", k ", shape_str(k.shape()), ")");
+}
+
+// Launches `kernel` with `smem` bytes of dynamic shared memory, opting in past the 48 KB
+// default (up to the device's per-block maximum, else a mu::Error naming the sizes).
+template <class Kernel, class... Args>
+void launch(Kernel kernel, int64_t blocks, size_t smem, const Tensor& q, const char* name, Args... args) {
+  const int dev = q.device().index;
+  cudaStream_t stream = cuda::stream(dev);  // also makes dev current
+  if (smem > 48 * 1024) {
+    int limit = 0;
+    MU_CUDA_CHECK(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    MU_CHECK(smem <= size_t(limit), name, " on CUDA: needs ", smem, " bytes of shared memory per block, the device has ",
+             limit, " (q ", shape_str(q.shape()), ")");
+    MU_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  }
+  kernel<<<unsigned(blocks), kThreads, smem, stream>>>(args...);
+  MU_CUDA_CHECK_LAUNCH(name);
+}
+
+// Calls body(std::integral_constant<int, DC>) with the accumulator column count for D.
+template <class Body>
+void dispatch_dc(int D, Body&& body) {
+  if (D <= 64) body(std::integral_constant<int, 8>{});
+  else body(std::integral_constant<int, 16>{});
+}
+
+template <class T>
+void forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+                   const kernels::AttentionParams& p) {
+  using W = wide_t<T>;
+  const Geo<W> g = make_geo<W>(q, k, p);
+  constexpr int BQ = kForwardBQ<W>;
+  if (g.BH == 0 || g.Tq == 0) return;  // no query rows: nothing to write
+  const int64_t blocks = g.BH * ((g.Tq + BQ - 1) / BQ);
+  check_sizes(q, k, blocks, "attention_forward");
+  // Q, K, V tiles and the P tile.
+  const size_t smem = (size_t(BQ + 2 * kBK) * g.ld + size_t(BQ) * (kBK + 1)) * sizeof(W);
+  dispatch_dc(g.D, [&](auto dc) {
+    launch(forward_kernel<T, W, BQ, kBK, decltype(dc)::value>, blocks, smem, q, "attention_forward",
+           static_cast<const T*>(q.raw_data()), static_cast<const T*>(k.raw_data()),
+           static_cast<const T*>(v.raw_data()), static_cast<T*>(out.raw_data()), static_cast<T*>(lse.raw_data()), g);
+  });
+}
+
+template <class T>
+void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+                    const Tensor& grad_out, const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                    const kernels::AttentionParams& p) {
+  using W = wide_t<T>;
+  const Geo<W> g = make_geo<W>(q, k, p);
+  if (g.BH == 0 || g.D == 0) return;  // every gradient is empty
+  cudaStream_t stream = cuda::stream(q);
+  if (g.Tk == 0 || g.Tq == 0) {
+    // No key reaches dQ, no query reaches dK and dV: zeros (the empty ones are no-ops).
+    MU_CUDA_CHECK(cudaMemsetAsync(dq.raw_data(), 0, size_t(dq.numel()) * sizeof(T), stream));
+    MU_CUDA_CHECK(cudaMemsetAsync(dk.raw_data(), 0, size_t(dk.numel()) * sizeof(T), stream));
+    MU_CUDA_CHECK(cudaMemsetAsync(dv.raw_data(), 0, size_t(dv.numel()) * sizeof(T), stream));
+    return;
+  }
+  const int64_t qblocks = g.BH * ((g.Tq + kBQ - 1) / kBQ), kblocks = g.BH * ((g.Tk + kBK - 1) / kBK);
+  check_sizes(q, k, qblocks > kblocks ? qblocks : kblocks, "attention_backward");
+
+  // Di and the widened lse, one value per query row.
+  const int64_t rows = g.BH * g.Tq;
+  cuda::Workspace ws(size_t(2 * rows) * sizeof(W), q.device().index);
+  W* di = ws.as<W>();
+  W* lw = di + rows;
+  row_terms_kernel<T, W><<<cuda::grid_for(rows, 8), 256, 0, stream>>>(
+      static_cast<const T*>(grad_out.raw_data()), static_cast<const T*>(out.raw_data()),
+      static_cast<const T*>(lse.raw_data()), di, lw, rows, g.D);
+  MU_CUDA_CHECK_LAUNCH("attention_backward (row terms)");
+
+  const T* qd = static_cast<const T*>(q.raw_data());
+  const T* kd = static_cast<const T*>(k.raw_data());
+  const T* vd = static_cast<const T*>(v.raw_data());
+  const T* gd = static_cast<const T*>(grad_out.raw_data());
+  // K, V, Q, dO tiles, the two transposed score tiles, L and Di.
+  const size_t smem_kv = (size_t(kBK + kBK + kBQ + kBQ) * g.ld + 2 * size_t(kBK) * (kBQ + 1) + 2 * kBQ) * sizeof(W);
+  // Q, dO, K, V tiles and the dS tile.
+  const size_t smem_q = (size_t(kBQ + kBQ + kBK + kBK) * g.ld + size_t(kBQ) * (kBK + 1)) * sizeof(W);
+  dispatch_dc(g.D, [&](auto dc) {
+    constexpr int DC = decltype(dc)::value;
+    launch(dkdv_kernel<T, W, kBK, kBQ, DC>, kblocks, smem_kv, q, "attention_backward (dk, dv)", qd, kd, vd, gd,
+           static_cast<const W*>(lw), static_cast<const W*>(di), static_cast<T*>(dk.raw_data()),
+           static_cast<T*>(dv.raw_data()), g);
+    launch(dq_kernel<T, W, kBQ, kBK, DC>, qblocks, smem_q, q, "attention_backward (dq)", qd, kd, vd, gd,
+           static_cast<const W*>(lw), static_cast<const W*>(di), static_cast<T*>(dq.raw_data()), g);
+  });
+}
+
+void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+                       const kernels::AttentionParams& p) {
+#ifdef MUMOE_CUDNN
+  if (attention_forward_cudnn(q, k, v, out, lse, p)) return;  // cuDNN took it (bfloat16 without dropout)
+#endif
+  cuda::dispatch_float_bf16(q.dtype(), "attention_forward",
+                            [&](auto tag) { forward_typed<decltype(tag)>(q, k, v, out, lse, p); });
+}
+
+void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+                        const Tensor& grad_out, const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                        const kernels::AttentionParams& p) {
+  cuda::dispatch_float_bf16(q.dtype(), "attention_backward", [&](auto tag) {
+    backward_typed<decltype(tag)>(q, k, v, out, lse, grad_out, dq, dk, dv, p);
+  });
+}
+
+}  // namespace
+
+MU_REGISTER_KERNEL(kernels::attention_forward, DeviceType::CUDA, attention_forward);
+MU_REGISTER_KERNEL(kernels::attention_backward, DeviceType::CUDA, attention_backward);
+
+}  // namespace mu::cuda_kernels

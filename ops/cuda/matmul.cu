@@ -1,0 +1,158 @@
+// The CUDA matrix-product kernel (declared in ops/kernels/linalg.h; the CPU twin is
+// ops/cpu/matmul.cpp): one strided-batched cuBLAS GEMM on the device's handle and stream.
+//
+// cuBLAS is column-major. A row-major out (M x N, dense) is, read column-major, outᵀ
+// (N x M, leading dimension N), and outᵀ = bᵀ · aᵀ: so cuBLAS's "A" is b and its "B" is
+// a, with m = N, n = M, k = K. Each operand has a unit stride along its rows or its
+// columns (the op guarantees it); read column-major, a row-major matrix is already its
+// own transpose (op N, leading dimension = its row stride) and a column-major one needs
+// op T (leading dimension = its column stride). A layout cuBLAS cannot express (a
+// leading dimension below the matrix's height, e.g. a broadcast column with row stride
+// 0) is first packed densely into a workspace by a small copy kernel.
+//
+// Batch strides go to cuBLAS as they are, 0 included (a broadcast operand is read again
+// for every batch entry). K == 0 is an empty sum: out is set to zeros with a memset on
+// the stream, without calling cuBLAS.
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <climits>
+#include <cstdint>
+#include <memory>
+#include <type_traits>
+
+#include "ops/cuda/dtypes.cuh"
+#include "ops/cuda/runtime.cuh"
+#include "ops/kernels/linalg.h"
+
+namespace mu::cuda_kernels {
+namespace {
+
+// How cuBLAS reads one operand: its op and leading dimension, its batch stride, and where
+// it lives (the tensor's data, or a packed copy).
+struct Operand {
+  const void* data = nullptr;
+  cublasOperation_t op = CUBLAS_OP_N;
+  int64_t ld = 1;
+  int64_t batch_stride = 0;
+};
+
+// The cuBLAS view of a rows x cols matrix with strides (sr, sc), or false when none fits.
+// Row-major (sc == 1) read column-major is the cols x rows transpose: op N, ld = sr >= cols.
+// Column-major (sr == 1) is the matrix itself: op T turns it, ld = sc >= rows. A size-1 dim
+// makes its stride irrelevant, and then the leading dimension is set to the smallest legal one.
+bool cublas_view(int64_t rows, int64_t cols, int64_t sr, int64_t sc, cublasOperation_t& op, int64_t& ld) {
+  const int64_t min_row_ld = cols > 1 ? cols : 1, min_col_ld = rows > 1 ? rows : 1;
+  if (sc == 1 || cols == 1) {
+    const int64_t l = rows == 1 ? min_row_ld : sr;
+    if (l >= min_row_ld) {
+      op = CUBLAS_OP_N;
+      ld = l;
+      return true;
+    }
+  }
+  if (sr == 1 || rows == 1) {
+    const int64_t l = cols == 1 ? min_col_ld : sc;
+    if (l >= min_col_ld) {
+      op = CUBLAS_OP_T;
+      ld = l;
+      return true;
+    }
+  }
+  return false;
+}
+
+// dst[(bi * rows + r) * cols + c] = src[bi * sb + r * sr + c * sc]: a dense row-major copy
+// of `batch` strided matrices. One thread per element in a grid-stride loop.
+template <class T>
+__global__ void pack_kernel(T* dst, const T* src, int64_t batch, int64_t rows, int64_t cols, int64_t sb, int64_t sr,
+                            int64_t sc) {
+  const int64_t n = batch * rows * cols, step = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < n; e += step) {
+    const int64_t c = e % cols, r = (e / cols) % rows, bi = e / (cols * rows);
+    dst[e] = src[bi * sb + r * sr + c * sc];
+  }
+}
+
+// Operand `t` (rank 2, or rank 3 when batched) as cuBLAS reads it. When its layout has no
+// cuBLAS view, a dense copy goes into `ws` (one matrix when the batch stride is 0).
+template <class T>
+Operand operand(const Tensor& t, bool batched, int64_t batch, std::unique_ptr<cuda::Workspace>& ws) {
+  const int64_t rows = t.size(-2), cols = t.size(-1);
+  Operand o;
+  o.data = t.raw_data();
+  o.batch_stride = batched && batch > 1 ? t.stride(0) : 0;
+  if (cublas_view(rows, cols, t.stride(-2), t.stride(-1), o.op, o.ld)) return o;
+  // Pack: a dense row-major copy, which cublas_view accepts (op N, ld = cols).
+  const int64_t copies = o.batch_stride == 0 ? 1 : batch, n = copies * rows * cols;
+  ws = std::make_unique<cuda::Workspace>(size_t(n) * sizeof(T), t.device().index);
+  const int threads = 256;
+  pack_kernel<T><<<cuda::grid_for(n, threads), threads, 0, cuda::stream(t)>>>(
+      ws->as<T>(), static_cast<const T*>(t.raw_data()), copies, rows, cols, o.batch_stride, t.stride(-2), t.stride(-1));
+  MU_CUDA_CHECK_LAUNCH("matmul (packing an operand)");
+  o.data = ws->as<T>();
+  o.op = CUBLAS_OP_N;
+  o.ld = cols > 1 ? cols : 1;
+  o.batch_stride = o.batch_stride == 0 ? 0 : rows * cols;
+  return o;
+}
+
+// cuBLAS takes sizes and leading dimensions as int: larger ones are refused by name.
+void check_int(int64_t v, const char* what, const Tensor& out, const Tensor& a, const Tensor& b) {
+  MU_CHECK(v <= INT_MAX, "matmul on CUDA: ", what, " = ", v, " exceeds cuBLAS's int32 limit (", INT_MAX,
+           ") for shapes ", shape_str(a.shape()), " x ", shape_str(b.shape()), " -> ", shape_str(out.shape()));
+}
+
+template <class T>
+void matmul_typed(const Tensor& out, const Tensor& a, const Tensor& b) {
+  const bool batched = a.dim() == 3;
+  const int64_t batch = batched ? a.size(0) : 1, M = a.size(-2), K = a.size(-1), N = b.size(-1);
+  if (out.numel() == 0) return;  // batch, M or N is 0: nothing to write
+  cudaStream_t stream = cuda::stream(out);
+  if (K == 0) {
+    // An empty sum: zeros (all-zero bits are +0 in every float type); out is dense.
+    MU_CUDA_CHECK(cudaMemsetAsync(out.raw_data(), 0, size_t(out.numel()) * sizeof(T), stream));
+    return;
+  }
+  check_int(M, "M (rows of a)", out, a, b);
+  check_int(N, "N (columns of b)", out, a, b);
+  check_int(K, "K (the inner size)", out, a, b);
+  check_int(batch, "the batch size", out, a, b);
+  std::unique_ptr<cuda::Workspace> wa, wb;  // packed copies, when an operand needs one
+  const Operand A = operand<T>(a, batched, batch, wa), B = operand<T>(b, batched, batch, wb);
+  check_int(A.ld, "a's leading dimension", out, a, b);
+  check_int(B.ld, "b's leading dimension", out, a, b);
+  const int m = int(N), n = int(M), k = int(K), count = int(batch);
+  const long long stride_c = batched ? (long long)(M * N) : 0;
+  cublasHandle_t h = cuda::cublas(out.device().index);  // bound to `stream`
+  // outᵀ (m x n, ld N) = bᵀ (m x k) · aᵀ (k x n): cuBLAS's A is b, its B is a.
+  if constexpr (std::is_same_v<T, double>) {
+    const double alpha = 1, beta = 0;
+    MU_CUBLAS_CHECK(cublasDgemmStridedBatched(h, B.op, A.op, m, n, k, &alpha, static_cast<const double*>(B.data),
+                                              int(B.ld), B.batch_stride, static_cast<const double*>(A.data),
+                                              int(A.ld), A.batch_stride, &beta, static_cast<double*>(out.raw_data()),
+                                              m, stride_c, count));
+  } else {
+    // float32: fp32 math unless TF32 was allowed; bfloat16: bf16 operands and result,
+    // products summed in fp32.
+    constexpr bool is_bf16 = std::is_same_v<T, cuda::bf16>;
+    const cudaDataType_t type = is_bf16 ? CUDA_R_16BF : CUDA_R_32F;
+    const cublasComputeType_t compute =
+        !is_bf16 && cuda::allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    const float alpha = 1, beta = 0;  // the scale type of CUBLAS_COMPUTE_32F* is float
+    MU_CUBLAS_CHECK(cublasGemmStridedBatchedEx(h, B.op, A.op, m, n, k, &alpha, B.data, type, int(B.ld),
+                                               B.batch_stride, A.data, type, int(A.ld), A.batch_stride, &beta,
+                                               out.raw_data(), type, m, stride_c, count, compute,
+                                               CUBLAS_GEMM_DEFAULT));
+  }
+}
+
+void matmul(const Tensor& out, const Tensor& a, const Tensor& b) {
+  cuda::dispatch_float_bf16(a.dtype(), "matmul", [&](auto tag) { matmul_typed<decltype(tag)>(out, a, b); });
+}
+
+}  // namespace
+
+MU_REGISTER_KERNEL(kernels::matmul, DeviceType::CUDA, matmul);
+
+}  // namespace mu::cuda_kernels
