@@ -14,9 +14,10 @@ using autograd::record;
 using autograd::save;
 using autograd::TensorList;
 
-
-
 Tensor sum(const Tensor& x, const Shape& dims, bool keepdim) {
+  // The 16-bit floats (autocast's bfloat16 activations) sum in float32 and are rounded
+  // back once, as in PyTorch; the casts carry the gradient.
+  if (x.dtype() == kBFloat16 || x.dtype() == kFloat16) return sum(x.to(kFloat32), dims, keepdim).to(x.dtype());
   ReducePlan p = plan_reduce(x, dims, keepdim, "sum");
   Tensor y = empty(p.out_shape, TensorOptions(x.dtype() == kBool ? kInt64 : x.dtype()).device(x.device()));
   kernels::sum(x.device(), y, x, p);

@@ -22,7 +22,7 @@ TEST_CASE("dtypes that cannot meet name both dtypes") {
   CHECK_THROWS_MU(i.add_(0.5), "not an integer");
   CHECK_THROWS_MU(ones({2}).data_ptr<double>(), "float32");
   // Ops other than the elementwise ones do not compute on storage dtypes.
-  CHECK_THROWS_MU(ones({2}).to(kFloat16).sum(), "float16 is a storage dtype; convert the tensor with .to(kFloat32)");
+  CHECK_THROWS_MU(ones({2}).to(kInt16).sum(), "int16 is a storage dtype; convert the tensor with .to(kFloat32)");
   CHECK_THROWS_MU(matmul(ones({2, 2}), ones({2, 2}, kFloat64)), "float32 vs float64");
 }
 

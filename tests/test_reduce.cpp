@@ -123,6 +123,30 @@ TEST_CASE("sum, mean, var, std, amax, amin match brute force over every dim set"
   }
 }
 
+TEST_CASE("16-bit floats sum in float32 and round once; their gradient is float32 ones rounded back") {
+  manual_seed(12);
+  const Tensor x0 = randn({7, 300});
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    for (DType t : {kBFloat16, kFloat16}) {
+      INFO(dtype_name(t));
+      Tensor x = on(x0.to(t), dev).requires_grad_();
+      Tensor s = x.sum({1});
+      CHECK(s.dtype() == t);
+      // The reference: the rounded values summed in double, then rounded to t.
+      std::vector<double> v = x0.to(t).to_vector<double>(), got = s.to_vector<double>();
+      for (int64_t r = 0; r < 7; ++r) {
+        double acc = 0;
+        for (int64_t j = 0; j < 300; ++j) acc += v[size_t(r * 300 + j)];
+        CHECK(got[size_t(r)] == tensor({acc}, kFloat64).to(t).item());
+      }
+      s.to(kFloat32).sum().backward();
+      CHECK(x.grad().dtype() == t);
+      CHECK(x.grad().to_vector<double>() == std::vector<double>(2100, 1.0));
+    }
+  }
+}
+
 TEST_CASE("max/min/argmax/argmin along one dim match brute force") {
   for (Device dev : test_devices()) {
     INFO(dev.str());

@@ -76,7 +76,8 @@ double run(int64_t B, int64_t H, int64_t Tq, int64_t Tk, int D, bool causal, dou
   Geo<W> g;
   g.BH = BH; g.Tq = Tq; g.Tk = Tk; g.D = D; g.ld = D | 1; g.scale = W(scale); g.causal = causal; g.dropout = p > 0;
   g.key = key; g.threshold = thr; g.keep = W(keep);
-  std::vector<T> o_k(BH * Tq * D), l_k(BH * Tq), dq_k(BH * Tq * D), dk_k(BH * Tk * D), dv_k(BH * Tk * D);
+  std::vector<lse_t<T>> l_k(BH * Tq);  // float32 for bfloat16 inputs
+  std::vector<T> o_k(BH * Tq * D), dq_k(BH * Tq * D), dk_k(BH * Tk * D), dv_k(BH * Tk * D);
   constexpr int BQ = std::is_same_v<W, double> ? 32 : 64, BK = 32, BQb = 32;
   const unsigned fblocks = unsigned(BH * ((Tq + BQ - 1) / BQ));
   const size_t fsmem = (size_t(BQ + 2 * BK) * g.ld + size_t(BQ) * (BK + 1)) * sizeof(W);
@@ -94,7 +95,7 @@ double run(int64_t B, int64_t H, int64_t Tq, int64_t Tk, int D, bool causal, dou
     emu_launch(unsigned(BH * ((Tk + 31) / 32)), 128, smem_kv, [&] { dkdv_kernel<T, W, BK, BQb, DC>(qt.data(), kt.data(), vt.data(), dOt.data(), lw.data(), di.data(), dk_k.data(), dv_k.data(), g); });
     emu_launch(unsigned(BH * ((Tq + 31) / 32)), 128, smem_q, [&] { dq_kernel<T, W, BQb, BK, DC>(qt.data(), kt.data(), vt.data(), dOt.data(), lw.data(), di.data(), dq_k.data(), g); });
   });
-  auto err = [](const std::vector<T>& a, const std::vector<double>& b) {
+  auto err = [](const auto& a, const std::vector<double>& b) {
     double m = 0, s = 0;
     for (size_t i = 0; i < b.size(); ++i) { m = std::max(m, std::abs(to_d(a[i]) - b[i])); s = std::max(s, std::abs(b[i])); }
     return m / (s > 0 ? s : 1);

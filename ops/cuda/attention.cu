@@ -53,14 +53,13 @@ constexpr int kMaxD = 128;     // head dims beyond it are refused (accumulators 
 
 // ---------------------------------------------------------------- the dropout mask
 
-// The device twin of attention_dropout_bits (ops/kernels/attention.h): the same splitmix64
-// finaliser on the same counter, so that CPU and CUDA draw the same mask.
-__device__ __forceinline__ uint32_t dropout_bits(uint64_t key, uint64_t n) {
-  uint64_t z = key + n * 0x9e3779b97f4a7c15ULL;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return uint32_t((z ^ (z >> 31)) >> 32);
-}
+// attention_dropout_bits (ops/kernels/attention.h) is host and device code: CPU and CUDA
+// draw the same mask.
+using kernels::attention_dropout_bits;
+
+// The log-sum-exps' type: float32 for bfloat16 inputs (ops/kernels/attention.h), T else.
+template <class T>
+using lse_t = std::conditional_t<std::is_same_v<T, cuda::bf16>, float, T>;
 
 // What every kernel needs to know about a call.
 template <class W>
@@ -82,7 +81,7 @@ __device__ __forceinline__ double log_w(double x) { return log(x); }
 template <class W>
 __device__ __forceinline__ W dropout_factor(const Geo<W>& g, int64_t bh, int64_t i, int64_t j) {
   const uint64_t n = uint64_t((bh * g.Tq + i) * g.Tk + j);
-  return uint64_t(dropout_bits(g.key, n)) >= g.threshold ? g.keep : W(0);
+  return uint64_t(attention_dropout_bits(g.key, n)) >= g.threshold ? g.keep : W(0);
 }
 
 // ---------------------------------------------------------------- tile helpers
@@ -147,7 +146,7 @@ __device__ __forceinline__ void tile_acc(const W* P, int ldp, int n, const W* Z,
 template <class T, class W, int BQ, int BK, int DC>
 __global__ void __launch_bounds__(kThreads)
     forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ out,
-                   T* __restrict__ lse, Geo<W> g) {
+                   lse_t<T>* __restrict__ lse, Geo<W> g) {
   constexpr int RA = BQ / 16, RB = BK / 8, LDP = BK + 1;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   W* Qs = reinterpret_cast<W*>(smem_raw);
@@ -243,7 +242,7 @@ __global__ void __launch_bounds__(kThreads)
       const int d = tx + 8 * c;
       if (d < g.D) oh[(q0 + r) * g.D + d] = narrow<T>(o[a][c] * inv);
     }
-    if (tx == 0) lse[bh * g.Tq + q0 + r] = narrow<T>(l[a] > 0 ? m[a] + log_w(l[a]) : -inf);
+    if (tx == 0) lse[bh * g.Tq + q0 + r] = lse_t<T>(l[a] > 0 ? m[a] + log_w(l[a]) : -inf);
   }
 }
 
@@ -253,7 +252,7 @@ __global__ void __launch_bounds__(kThreads)
 // per row, lanes striding over D, a shuffle sum at the end.
 template <class T, class W>
 __global__ void __launch_bounds__(256)
-    row_terms_kernel(const T* __restrict__ dout, const T* __restrict__ out, const T* __restrict__ lse,
+    row_terms_kernel(const T* __restrict__ dout, const T* __restrict__ out, const lse_t<T>* __restrict__ lse,
                      W* __restrict__ di, W* __restrict__ lw, int64_t rows, int D) {
   const int lane = threadIdx.x % 32;
   const int64_t warps = int64_t(gridDim.x) * (blockDim.x / 32);
@@ -264,7 +263,7 @@ __global__ void __launch_bounds__(256)
     for (int w = 16; w > 0; w /= 2) s += __shfl_xor_sync(0xffffffffu, s, w);
     if (lane == 0) {
       di[r] = s;
-      lw[r] = W(widen(lse[r]));
+      lw[r] = W(lse[r]);
     }
   }
 }
@@ -517,7 +516,7 @@ void forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
   dispatch_dc(g.D, [&](auto dc) {
     launch(forward_kernel<T, W, BQ, kBK, decltype(dc)::value>, blocks, smem, q, "attention_forward",
            static_cast<const T*>(q.raw_data()), static_cast<const T*>(k.raw_data()),
-           static_cast<const T*>(v.raw_data()), static_cast<T*>(out.raw_data()), static_cast<T*>(lse.raw_data()), g);
+           static_cast<const T*>(v.raw_data()), static_cast<T*>(out.raw_data()), static_cast<lse_t<T>*>(lse.raw_data()), g);
   });
 }
 
@@ -546,7 +545,7 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
   W* lw = di + rows;
   row_terms_kernel<T, W><<<cuda::grid_for(rows, 8), 256, 0, stream>>>(
       static_cast<const T*>(grad_out.raw_data()), static_cast<const T*>(out.raw_data()),
-      static_cast<const T*>(lse.raw_data()), di, lw, rows, g.D);
+      static_cast<const lse_t<T>*>(lse.raw_data()), di, lw, rows, g.D);
   MU_CUDA_CHECK_LAUNCH("attention_backward (row terms)");
 
   const T* qd = static_cast<const T*>(q.raw_data());

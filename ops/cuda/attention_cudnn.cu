@@ -9,8 +9,8 @@
 // its execution plan cached; a shape no engine supports is remembered as unsupported.
 // Only bfloat16 without dropout goes here: cuDNN's dropout draws its own mask, not the
 // counter-based one every backend of this framework shares (attention_dropout_bits). The
-// stats (float, one per query row) are the forward's lse; they are narrowed into the
-// bfloat16 lse tensor the op allocated. The backward stays the tiled kernel's.
+// stats (float, one per query row) are the forward's lse, written straight into the
+// float32 lse tensor the op allocated. The backward stays the tiled kernel's.
 #ifdef MUMOE_CUDNN
 #include <cudnn.h>
 
@@ -250,13 +250,6 @@ std::unique_ptr<Plan> build(cudnnHandle_t handle, const Shape5& s, bool causal) 
   return nullptr;
 }
 
-// stats (float, one per row) narrowed into the lse tensor (bfloat16): one thread per row.
-__global__ void stats_to_lse_kernel(const float* __restrict__ stats, cuda::bf16* __restrict__ lse, int64_t n) {
-  const int64_t step = int64_t(gridDim.x) * blockDim.x;
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += step)
-    lse[i] = cuda::narrow<cuda::bf16>(stats[i]);
-}
-
 // Per device: the cuDNN handle and the plans built so far (nullptr: unsupported shape).
 struct DeviceState {
   std::mutex mu;
@@ -301,11 +294,11 @@ bool attention_forward_cudnn(const Tensor& q, const Tensor& k, const Tensor& v, 
   const Plan* plan = it->second.get();
   if (plan == nullptr) return false;
 
-  // Stats come out as float; cuDNN's workspace follows them in one block (256-byte aligned).
-  const int64_t rows = s.B * s.H * s.Tq, stats_bytes = (rows * int64_t(sizeof(float)) + 255) / 256 * 256;
-  cuda::Workspace ws(size_t(stats_bytes + plan->workspace), dev);
-  float* stats = ws.as<float>();
-  void* cudnn_ws = static_cast<char*>(ws.as<void>()) + stats_bytes;
+  // The stats (float, dense (B, H, Tq, 1)) are the lse tensor itself (float32 for
+  // bfloat16 inputs, ops/kernels/attention.h).
+  float* stats = static_cast<float*>(lse.raw_data());
+  cuda::Workspace ws(size_t(plan->workspace), dev);
+  void* cudnn_ws = ws.as<void>();
   float scale = float(params.scale), neg_inf = -INFINITY;
   // By-value tensors are passed as host pointers to their value.
   int64_t uids[] = {kQ, kK, kV, kO, kStats, kScale, kNegInf};
@@ -325,11 +318,6 @@ bool attention_forward_cudnn(const Tensor& q, const Tensor& k, const Tensor& v, 
       "setting the workspace");
   chk(cudnnBackendFinalize(pack.get()), "finalizing the variant pack");
   chk(cudnnBackendExecute(st.handle, plan->plan.get(), pack.get()), "cudnnBackendExecute");
-
-  const int threads = 256;
-  stats_to_lse_kernel<<<cuda::grid_for(rows, threads), threads, 0, stream>>>(
-      stats, static_cast<cuda::bf16*>(lse.raw_data()), rows);
-  MU_CUDA_CHECK_LAUNCH("attention_forward (cuDNN stats to lse)");
   return true;
 }
 
