@@ -53,7 +53,7 @@ class AdamW : public Optimizer {
   AdamW(const std::vector<Tensor>& params, const AdamWOptions& opts = AdamWOptions());
 
  protected:
-  void update(const ParamGroup& group, const Tensor& param, const Tensor& grad, ParamState& state) override;
+  void update(const ParamGroup& group, const std::vector<ParamUpdate>& items) override;
   void check_group(const ParamGroup& group) const override;
 
  private:

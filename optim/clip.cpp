@@ -1,6 +1,7 @@
-// Gradient norms and clipping: one reduction pass per gradient, in double.
+// Gradient norms and clipping: one reduction per device over all gradients, in double.
 #include "optim/clip.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -25,11 +26,19 @@ double total_norm(const std::vector<Tensor>& grads, double norm_type, const char
   // Negated test so that NaN is refused too.
   MU_CHECK(norm_type > 0.0, who, ": norm_type must be > 0 or INFINITY, got ", norm_type);
   const bool inf = std::isinf(norm_type);
-  double acc = 0.0;
+  // One kernel call per device and dtype (one value read back from a GPU, not one per
+  // gradient); the parts combine in the order of their first gradient.
+  std::vector<std::pair<std::pair<Device, DType>, std::vector<Tensor>>> parts;
   for (const Tensor& g : grads) {
     MU_CHECK(g.is_floating_point(), who, ": gradient ", g.describe(), " is not floating-point");
-    acc = kernels::combine_norm_parts(acc, kernels::norm_power_sum(g.device(), g.contiguous(), norm_type), inf);
+    const std::pair<Device, DType> key{g.device(), g.dtype()};
+    auto it = std::find_if(parts.begin(), parts.end(), [&](const auto& e) { return e.first == key; });
+    if (it == parts.end()) it = parts.insert(parts.end(), {key, {}});
+    it->second.push_back(g.contiguous());
   }
+  double acc = 0.0;
+  for (const auto& [key, list] : parts)
+    acc = kernels::combine_norm_parts(acc, kernels::norm_power_sum(key.first, list, norm_type), inf);
   if (inf) return acc;
   return norm_type == 2.0 ? std::sqrt(acc) : norm_type == 1.0 ? acc : std::pow(acc, 1.0 / norm_type);
 }

@@ -99,6 +99,7 @@ void Optimizer::step() {
   NoGradGuard no_grad;
   for (size_t g = 0; g < groups_.size(); ++g) {
     const ParamGroup& group = groups_[g];
+    std::vector<ParamUpdate> items;
     for (size_t i = 0; i < group.params.size(); ++i) {
       const Tensor& p = group.params[i];
       Tensor grad = p.grad();
@@ -111,8 +112,9 @@ void Optimizer::step() {
                  b, "\" of parameter ", i, " of group ", g, " is ", t.describe(), " but the parameter is ",
                  p.describe(), "; was the parameter converted or moved after the optimizer stepped?");
       }
-      update(group, p, grad, state_[g][i]);
+      items.push_back({p, grad, &state_[g][i]});
     }
+    if (!items.empty()) update(group, items);
   }
 }
 

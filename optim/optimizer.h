@@ -99,8 +99,14 @@ class Optimizer {
   // members exist, since add_param_group calls check_group (a virtual).
   void init_groups(std::vector<ParamGroup> groups);
 
-  // One parameter's update: `grad` has the parameter's shape, dtype and device.
-  virtual void update(const ParamGroup& group, const Tensor& param, const Tensor& grad, ParamState& state) = 0;
+  // One parameter to update: `grad` has the parameter's shape, dtype and device.
+  struct ParamUpdate {
+    Tensor param, grad;
+    ParamState* state;
+  };
+  // The update of every parameter of `group` that has a gradient, in the group's order:
+  // all at once, so that a device can run one fused kernel over all of them.
+  virtual void update(const ParamGroup& group, const std::vector<ParamUpdate>& items) = 0;
   // Refuses invalid hyper-parameters with an error naming the value (lr and weight_decay
   // are checked by the base).
   virtual void check_group(const ParamGroup& group) const = 0;

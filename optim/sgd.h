@@ -43,7 +43,7 @@ class SGD : public Optimizer {
   SGD(const std::vector<Tensor>& params, const SGDOptions& opts);
 
  protected:
-  void update(const ParamGroup& group, const Tensor& param, const Tensor& grad, ParamState& state) override;
+  void update(const ParamGroup& group, const std::vector<ParamUpdate>& items) override;
   void check_group(const ParamGroup& group) const override;
 };
 

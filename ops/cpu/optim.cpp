@@ -189,33 +189,42 @@ double reduce_grad(const T* x, int64_t n, double p) {
 
 }  // namespace
 
-static void adamw_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
-                         const Tensor& max_exp_avg_sq, const kernels::AdamWStep& k) {
-  MU_DISPATCH_FLOAT(param.dtype(), "AdamW", [&] {
-    using T = scalar_t;
-    AdamWScalars<T> s{T(k.decay), T(k.beta1),    T(k.one_minus_beta1), T(k.beta2), T(k.one_minus_beta2),
-                      T(k.bc2_sqrt), T(k.eps), T(k.neg_step),        k.amsgrad,   k.maximize};
-    T* vmax = k.amsgrad ? max_exp_avg_sq.data_ptr<T>() : nullptr;
-    adamw_loop<T>(param.data_ptr<T>(), grad.data_ptr<T>(), exp_avg.data_ptr<T>(), exp_avg_sq.data_ptr<T>(), vmax,
-                  param.numel(), s);
-  });
+// One parameter after another, each loop parallel over its own elements.
+static void adamw_update(const kernels::AdamWTensors& t, const kernels::AdamWStep& k) {
+  for (size_t i = 0; i < t.params.size(); ++i) {
+    MU_DISPATCH_FLOAT(t.params[i].dtype(), "AdamW", [&] {
+      using T = scalar_t;
+      AdamWScalars<T> s{T(k.decay), T(k.beta1),    T(k.one_minus_beta1), T(k.beta2), T(k.one_minus_beta2),
+                        T(k.bc2_sqrt), T(k.eps), T(k.neg_step),        k.amsgrad,   k.maximize};
+      T* vmax = k.amsgrad ? t.max_exp_avg_sqs[i].data_ptr<T>() : nullptr;
+      adamw_loop<T>(t.params[i].data_ptr<T>(), t.grads[i].data_ptr<T>(), t.exp_avgs[i].data_ptr<T>(),
+                    t.exp_avg_sqs[i].data_ptr<T>(), vmax, t.params[i].numel(), s);
+    });
+  }
 }
 
-static void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_buffer,
-                       const kernels::SGDStep& k) {
-  MU_DISPATCH_FLOAT(param.dtype(), "SGD", [&] {
-    using T = scalar_t;
-    SGDScalars<T> s{T(k.neg_lr), T(k.weight_decay), T(k.momentum), T(k.one_minus_damp),
-                    k.has_decay, k.has_momentum,    k.nesterov,     k.first};
-    T* buf = k.has_momentum ? momentum_buffer.data_ptr<T>() : nullptr;
-    sgd_loop<T>(param.data_ptr<T>(), grad.data_ptr<T>(), buf, param.numel(), s);
-  });
+static void sgd_update(const kernels::SGDTensors& t, const kernels::SGDStep& k) {
+  for (size_t i = 0; i < t.params.size(); ++i) {
+    MU_DISPATCH_FLOAT(t.params[i].dtype(), "SGD", [&] {
+      using T = scalar_t;
+      SGDScalars<T> s{T(k.neg_lr), T(k.weight_decay), T(k.momentum), T(k.one_minus_damp),
+                      k.has_decay, k.has_momentum,    k.nesterov,     k.first};
+      T* buf = k.has_momentum ? t.momentum_buffers[i].data_ptr<T>() : nullptr;
+      sgd_loop<T>(t.params[i].data_ptr<T>(), t.grads[i].data_ptr<T>(), buf, t.params[i].numel(), s);
+    });
+  }
 }
 
-static double norm_power_sum(const Tensor& x, double p) {
-  double r = 0.0;
-  MU_DISPATCH_FLOAT(x.dtype(), "clip_grad_norm", [&] { r = reduce_grad<scalar_t>(x.data_ptr<scalar_t>(), x.numel(), p); });
-  return r;
+static double norm_power_sum(const std::vector<Tensor>& xs, double p) {
+  const bool inf = std::isinf(p);
+  double total = 0.0;
+  for (const Tensor& x : xs) {
+    double r = 0.0;
+    MU_DISPATCH_FLOAT(x.dtype(), "clip_grad_norm",
+                      [&] { r = reduce_grad<scalar_t>(x.data_ptr<scalar_t>(), x.numel(), p); });
+    total = kernels::combine_norm_parts(total, r, inf);
+  }
+  return total;
 }
 
 MU_REGISTER_KERNEL(kernels::adamw_update, DeviceType::CPU, adamw_update);

@@ -1,6 +1,8 @@
 // CUDA kernels of the optimisers (declared in ops/kernels/optim.h; the CPU twins are in
-// ops/cpu/optim.cpp): the fused AdamW and SGD updates, one thread per element in a
-// grid-stride loop, and the gradient-norm reduction of clipping.
+// ops/cpu/optim.cpp): the fused AdamW and SGD updates of every parameter of a step in
+// one launch (per 320 chunks of 64Ki elements: each block updates one chunk of one
+// parameter, the pointers and sizes passed by value in the kernel's arguments), and the
+// gradient-norm reduction of clipping over all gradients with one read-back.
 //
 // The updates round exactly where the CPU's do, so a step on the GPU equals a step on
 // the CPU bit for bit: every multiply, add, divide and square root is an explicit
@@ -8,7 +10,9 @@
 // and the CPU's fmadds (std::fma: the CPU build uses -march=native, whose x86-64 targets
 // have FMA) are __fmaf_rn / __fma_rn. The step scalars are rounded to the dtype on the
 // host, as the CPU kernel rounds them.
+#include <array>
 #include <cmath>
+#include <vector>
 
 #include "ops/cuda/dtypes.cuh"
 #include "ops/cuda/runtime.cuh"
@@ -38,11 +42,79 @@ struct AdamWScalars {
   T decay, beta1, one_minus_beta1, beta2, one_minus_beta2, bc2_sqrt, eps, neg_step;
 };
 
-// One thread per element: the CPU's adamw_range, operation for operation.
+// ---------------------------------------------------------------- lists of tensors
+
+constexpr int kListTensors = 24;           // parameters per launch
+constexpr int kListBlocks = 320;           // blocks per launch
+constexpr int64_t kListChunk = 1 << 16;    // elements per block
+constexpr int kListThreads = 512;
+
+// What one launch updates: N pointers per parameter (param, grad, state buffers), each
+// parameter's size, and for block b the parameter and the chunk of it that it takes.
+// 5 pointers: 5·24·8 + 24·8 + 320 + 320·4 = 2752 bytes, within the 4 KiB of arguments.
+template <int N>
+struct TensorChunks {
+  void* ptr[N][kListTensors];
+  int64_t numel[kListTensors];
+  unsigned char tensor[kListBlocks];
+  int chunk[kListBlocks];
+};
+
+// Fills TensorChunks from the lists and calls launch(chunks, blocks) whenever the
+// parameter slots or the blocks are full, and once at the end. A parameter cut by a
+// launch continues in slot 0 of the next.
+template <int N, class Launch>
+void for_tensor_chunks(const std::vector<std::array<void*, N>>& ptrs, const std::vector<int64_t>& numels,
+                       Launch launch) {
+  TensorChunks<N> c{};
+  int nt = 0, nb = 0;
+  for (size_t i = 0; i < ptrs.size(); ++i) {
+    if (numels[i] == 0) continue;
+    for (int k = 0; k < N; ++k) c.ptr[k][nt] = ptrs[i][size_t(k)];
+    c.numel[nt] = numels[i];
+    const int64_t chunks = (numels[i] + kListChunk - 1) / kListChunk;
+    for (int64_t ch = 0; ch < chunks; ++ch) {
+      c.tensor[nb] = static_cast<unsigned char>(nt);
+      c.chunk[nb] = int(ch);
+      ++nb;
+      const bool last = ch == chunks - 1;
+      if (nb == kListBlocks || (last && nt == kListTensors - 1)) {
+        launch(c, nb);
+        nb = 0;
+        if (last) {
+          nt = -1;  // done; the next parameter takes slot 0
+        } else {
+          for (int k = 0; k < N; ++k) c.ptr[k][0] = c.ptr[k][nt];
+          c.numel[0] = c.numel[nt];
+          nt = 0;
+        }
+      }
+    }
+    ++nt;
+  }
+  if (nb > 0) launch(c, nb);
+}
+
+// The element range [begin, end) of block blockIdx.x's chunk, and its parameter's slot.
+template <int N>
+__device__ __forceinline__ int chunk_range(const TensorChunks<N>& c, int64_t& begin, int64_t& end) {
+  const int t = c.tensor[blockIdx.x];
+  begin = int64_t(c.chunk[blockIdx.x]) * kListChunk;
+  end = begin + kListChunk < c.numel[t] ? begin + kListChunk : c.numel[t];
+  return t;
+}
+
+// One thread per element of each chunk: the CPU's adamw_range, operation for operation.
 template <class T, bool kAmsgrad, bool kMaximize>
-__global__ void adamw_kernel(T* p, const T* g, T* m, T* v, T* vmax, int64_t n, AdamWScalars<T> s) {
-  const int64_t step = int64_t(gridDim.x) * blockDim.x;
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += step) {
+__global__ void __launch_bounds__(kListThreads) adamw_kernel(TensorChunks<5> c, AdamWScalars<T> s) {
+  int64_t begin, end;
+  const int t = chunk_range(c, begin, end);
+  T* p = static_cast<T*>(c.ptr[0][t]);
+  const T* g = static_cast<const T*>(c.ptr[1][t]);
+  T* m = static_cast<T*>(c.ptr[2][t]);
+  T* v = static_cast<T*>(c.ptr[3][t]);
+  T* vmax = static_cast<T*>(c.ptr[4][t]);
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
     const T gi = kMaximize ? -g[i] : g[i];  // negation is exact
     const T pi = mul(p[i], s.decay);
     const T mi = fmadd(s.one_minus_beta1, gi, mul(m[i], s.beta1));
@@ -62,9 +134,12 @@ __global__ void adamw_kernel(T* p, const T* g, T* m, T* v, T* vmax, int64_t n, A
 }
 
 template <class T, bool kAmsgrad, bool kMaximize>
-void launch_adamw(const Tensor& param, T* p, const T* g, T* m, T* v, T* vmax, int64_t n, const AdamWScalars<T>& s) {
-  adamw_kernel<T, kAmsgrad, kMaximize><<<cuda::grid_for(n, 256), 256, 0, cuda::stream(param)>>>(p, g, m, v, vmax, n, s);
-  MU_CUDA_CHECK_LAUNCH("AdamW");
+void launch_adamw(const std::vector<std::array<void*, 5>>& ptrs, const std::vector<int64_t>& numels,
+                  const AdamWScalars<T>& s, cudaStream_t stream) {
+  for_tensor_chunks<5>(ptrs, numels, [&](const TensorChunks<5>& c, int blocks) {
+    adamw_kernel<T, kAmsgrad, kMaximize><<<unsigned(blocks), kListThreads, 0, stream>>>(c, s);
+    MU_CUDA_CHECK_LAUNCH("AdamW");
+  });
 }
 
 // ---------------------------------------------------------------- SGD
@@ -75,11 +150,15 @@ struct SGDScalars {
   bool has_decay, has_momentum, nesterov, first;
 };
 
-// One thread per element: the CPU's sgd_loop body.
+// One thread per element of each chunk: the CPU's sgd_loop body.
 template <class T>
-__global__ void sgd_kernel(T* p, const T* g, T* buf, int64_t n, SGDScalars<T> s) {
-  const int64_t step = int64_t(gridDim.x) * blockDim.x;
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += step) {
+__global__ void __launch_bounds__(kListThreads) sgd_kernel(TensorChunks<3> c, SGDScalars<T> s) {
+  int64_t begin, end;
+  const int t = chunk_range(c, begin, end);
+  T* p = static_cast<T*>(c.ptr[0][t]);
+  const T* g = static_cast<const T*>(c.ptr[1][t]);
+  T* buf = static_cast<T*>(c.ptr[2][t]);
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
     T d = g[i];
     // torch skips the add when wd == 0, which matters for -0 and non-finite parameters.
     if (s.has_decay) d = fmadd(s.weight_decay, p[i], d);
@@ -139,7 +218,7 @@ __global__ void norm_parts_kernel(const T* x, int64_t n, double p, int mode, dou
   if (threadIdx.x == 0) part[blockIdx.x] = acc;
 }
 
-// Pass 2: one block combines the partials the same way into part[0]'s slot `out`.
+// Pass 2: one block combines one tensor's partials the same way into *out.
 __global__ void norm_total_kernel(const double* part, int64_t parts, bool inf, double* out) {
   __shared__ double scratch[32];
   double acc = 0.0;
@@ -148,66 +227,96 @@ __global__ void norm_total_kernel(const double* part, int64_t parts, bool inf, d
   if (threadIdx.x == 0) *out = acc;
 }
 
+// Pass 3: the tensors' totals combined in list order (the CPU's order) into *out.
+__global__ void norm_list_kernel(const double* totals, int64_t n, bool inf, double* out) {
+  double acc = 0.0;
+  for (int64_t i = 0; i < n; ++i) acc = combine(acc, totals[i], inf);
+  *out = acc;
+}
+
 }  // namespace
 
-static void adamw_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
-                         const Tensor& max_exp_avg_sq, const kernels::AdamWStep& k) {
-  const int64_t n = param.numel();
-  if (n == 0) return;
-  cuda::dispatch_float(param.dtype(), "AdamW", [&](auto tag) {
+static void adamw_update(const kernels::AdamWTensors& t, const kernels::AdamWStep& k) {
+  if (t.params.empty()) return;
+  const Tensor& first = t.params[0];
+  std::vector<std::array<void*, 5>> ptrs;
+  std::vector<int64_t> numels;
+  for (size_t i = 0; i < t.params.size(); ++i) {
+    ptrs.push_back({t.params[i].raw_data(), t.grads[i].raw_data(), t.exp_avgs[i].raw_data(),
+                    t.exp_avg_sqs[i].raw_data(), k.amsgrad ? t.max_exp_avg_sqs[i].raw_data() : nullptr});
+    numels.push_back(t.params[i].numel());
+  }
+  cudaStream_t stream = cuda::stream(first);
+  cuda::dispatch_float(first.dtype(), "AdamW", [&](auto tag) {
     using T = decltype(tag);
     const AdamWScalars<T> s{T(k.decay),           T(k.beta1),    T(k.one_minus_beta1), T(k.beta2),
                             T(k.one_minus_beta2), T(k.bc2_sqrt), T(k.eps),             T(k.neg_step)};
-    T* p = static_cast<T*>(param.raw_data());
-    const T* g = static_cast<const T*>(grad.raw_data());
-    T* m = static_cast<T*>(exp_avg.raw_data());
-    T* v = static_cast<T*>(exp_avg_sq.raw_data());
-    T* vmax = k.amsgrad ? static_cast<T*>(max_exp_avg_sq.raw_data()) : nullptr;
     if (k.amsgrad) {
-      k.maximize ? launch_adamw<T, true, true>(param, p, g, m, v, vmax, n, s)
-                 : launch_adamw<T, true, false>(param, p, g, m, v, vmax, n, s);
+      k.maximize ? launch_adamw<T, true, true>(ptrs, numels, s, stream)
+                 : launch_adamw<T, true, false>(ptrs, numels, s, stream);
     } else {
-      k.maximize ? launch_adamw<T, false, true>(param, p, g, m, v, vmax, n, s)
-                 : launch_adamw<T, false, false>(param, p, g, m, v, vmax, n, s);
+      k.maximize ? launch_adamw<T, false, true>(ptrs, numels, s, stream)
+                 : launch_adamw<T, false, false>(ptrs, numels, s, stream);
     }
   });
 }
 
-static void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_buffer,
-                       const kernels::SGDStep& k) {
-  const int64_t n = param.numel();
-  if (n == 0) return;
-  cuda::dispatch_float(param.dtype(), "SGD", [&](auto tag) {
+static void sgd_update(const kernels::SGDTensors& t, const kernels::SGDStep& k) {
+  if (t.params.empty()) return;
+  const Tensor& first = t.params[0];
+  std::vector<std::array<void*, 3>> ptrs;
+  std::vector<int64_t> numels;
+  for (size_t i = 0; i < t.params.size(); ++i) {
+    ptrs.push_back({t.params[i].raw_data(), t.grads[i].raw_data(),
+                    k.has_momentum ? t.momentum_buffers[i].raw_data() : nullptr});
+    numels.push_back(t.params[i].numel());
+  }
+  cudaStream_t stream = cuda::stream(first);
+  cuda::dispatch_float(first.dtype(), "SGD", [&](auto tag) {
     using T = decltype(tag);
     const SGDScalars<T> s{T(k.neg_lr),  T(k.weight_decay), T(k.momentum), T(k.one_minus_damp),
                           k.has_decay, k.has_momentum,    k.nesterov,    k.first};
-    T* buf = k.has_momentum ? static_cast<T*>(momentum_buffer.raw_data()) : nullptr;
-    sgd_kernel<T><<<cuda::grid_for(n, 256), 256, 0, cuda::stream(param)>>>(
-        static_cast<T*>(param.raw_data()), static_cast<const T*>(grad.raw_data()), buf, n, s);
-    MU_CUDA_CHECK_LAUNCH("SGD");
+    for_tensor_chunks<3>(ptrs, numels, [&](const TensorChunks<3>& c, int blocks) {
+      sgd_kernel<T><<<unsigned(blocks), kListThreads, 0, stream>>>(c, s);
+      MU_CUDA_CHECK_LAUNCH("SGD");
+    });
   });
 }
 
-static double norm_power_sum(const Tensor& x, double p) {
-  const int64_t n = x.numel();
-  if (n == 0) return 0.0;
+static double norm_power_sum(const std::vector<Tensor>& xs, double p) {
+  if (xs.empty()) return 0.0;
   const bool inf = std::isinf(p);
   const int mode = inf ? 3 : p == 2.0 ? 0 : p == 1.0 ? 1 : 2;
-  const int64_t parts = (n + kNormChunk - 1) / kNormChunk;
-  cudaStream_t s = cuda::stream(x);
-  // The partials, then the total in the slot after them.
-  cuda::Workspace ws(size_t(parts + 1) * sizeof(double), x.device().index);
+  // Each tensor's partials (a fixed partition of its elements), then its total, then the
+  // totals in list order: the CPU's order of combination, one value read back.
+  int64_t parts_all = 0;
+  for (const Tensor& x : xs) parts_all += (x.numel() + kNormChunk - 1) / kNormChunk;
+  const int64_t n = int64_t(xs.size());
+  cudaStream_t s = cuda::stream(xs[0]);
+  cuda::Workspace ws(size_t(parts_all + n + 1) * sizeof(double), xs[0].device().index);
   double* part = ws.as<double>();
-  cuda::dispatch_float(x.dtype(), "clip_grad_norm", [&](auto tag) {
-    using T = decltype(tag);
-    norm_parts_kernel<T><<<unsigned(parts), kNormThreads, 0, s>>>(static_cast<const T*>(x.raw_data()), n, p, mode,
-                                                                   part);
-    MU_CUDA_CHECK_LAUNCH("clip_grad_norm (parts)");
-  });
-  norm_total_kernel<<<1, 1024, 0, s>>>(part, parts, inf, part + parts);
-  MU_CUDA_CHECK_LAUNCH("clip_grad_norm (total)");
+  double* totals = part + parts_all;
+  int64_t at = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const Tensor& x = xs[size_t(i)];
+    const int64_t parts = (x.numel() + kNormChunk - 1) / kNormChunk;
+    if (parts > 0) {
+      cuda::dispatch_float(x.dtype(), "clip_grad_norm", [&](auto tag) {
+        using T = decltype(tag);
+        norm_parts_kernel<T><<<unsigned(parts), kNormThreads, 0, s>>>(static_cast<const T*>(x.raw_data()), x.numel(),
+                                                                       p, mode, part + at);
+        MU_CUDA_CHECK_LAUNCH("clip_grad_norm (parts)");
+      });
+    }
+    // An empty tensor's total is 0 (the one-block pass over no partials).
+    norm_total_kernel<<<1, 1024, 0, s>>>(part + at, parts, inf, totals + i);
+    MU_CUDA_CHECK_LAUNCH("clip_grad_norm (total)");
+    at += parts;
+  }
+  norm_list_kernel<<<1, 1, 0, s>>>(totals, n, inf, totals + n);
+  MU_CUDA_CHECK_LAUNCH("clip_grad_norm (list)");
   double total = 0.0;
-  MU_CUDA_CHECK(cudaMemcpyAsync(&total, part + parts, sizeof(double), cudaMemcpyDeviceToHost, s));
+  MU_CUDA_CHECK(cudaMemcpyAsync(&total, totals + n, sizeof(double), cudaMemcpyDeviceToHost, s));
   MU_CUDA_CHECK(cudaStreamSynchronize(s));
   return total;
 }

@@ -1,6 +1,9 @@
-// Kernels of the optimisers (optim/): fused per-parameter update loops and the
-// gradient-norm reduction of clipping. Tensors are dense, of one dtype and device.
+// Kernels of the optimisers (optim/): fused update loops over every parameter of a step
+// (on CUDA one launch for them all, not one per parameter) and the gradient-norm
+// reduction of clipping. Tensors are dense, of one dtype and device.
 #pragma once
+#include <vector>
+
 #include "ops/dispatch.h"
 #include "tensor/tensor.h"
 
@@ -18,10 +21,14 @@ struct AdamWStep {
   bool amsgrad;      // the denominator uses the running max of exp_avg_sq (kept in max_exp_avg_sq)
   bool maximize;     // ascend: the gradient's sign is flipped
 };
-// param, exp_avg, exp_avg_sq (and max_exp_avg_sq when amsgrad; undefined otherwise)
-// updated in place from grad, with torch.optim.AdamW's roundings.
-MU_DECLARE_KERNEL(adamw_update, void(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
-                                     const Tensor& exp_avg_sq, const Tensor& max_exp_avg_sq, const AdamWStep& s));
+// Parameters that take one AdamW step with the same scalars: element k of every list
+// belongs to parameter k (max_exp_avg_sqs empty unless amsgrad).
+struct AdamWTensors {
+  std::vector<Tensor> params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs;
+};
+// Every param, exp_avg, exp_avg_sq (and max_exp_avg_sq when amsgrad) updated in place
+// from its grad, with torch.optim.AdamW's roundings.
+MU_DECLARE_KERNEL(adamw_update, void(const AdamWTensors& t, const AdamWStep& s));
 
 struct SGDStep {
   double neg_lr;
@@ -31,14 +38,20 @@ struct SGDStep {
   bool has_decay, has_momentum, nesterov;
   bool first;             // the momentum buffer is created from this step's direction
 };
-// param (and momentum_buffer when has_momentum; undefined otherwise) updated in place
-// from grad, with torch.optim.SGD's roundings.
-MU_DECLARE_KERNEL(sgd_update, void(const Tensor& param, const Tensor& grad, const Tensor& momentum_buffer,
-                                   const SGDStep& s));
+// Parameters that take one SGD step with the same scalars (momentum_buffers empty
+// unless has_momentum).
+struct SGDTensors {
+  std::vector<Tensor> params, grads, momentum_buffers;
+};
+// Every param (and momentum_buffer when has_momentum) updated in place from its grad,
+// with torch.optim.SGD's roundings.
+MU_DECLARE_KERNEL(sgd_update, void(const SGDTensors& t, const SGDStep& s));
 
-// Σ |x|^p over the dense x, or max |x| (NaN if any element is NaN) when p is infinite,
-// in double, in an order that does not depend on the thread count.
-MU_DECLARE_KERNEL(norm_power_sum, double(const Tensor& x, double p));
+// Σ |x|^p over every element of the dense xs (one device and dtype), or max |x| (NaN if
+// any element is NaN) when p is infinite, in double, in an order that depends neither on
+// the thread count nor on the device: each tensor's own sum, combined in list order.
+// One result for the whole list: a device reads one value back, not one per tensor.
+MU_DECLARE_KERNEL(norm_power_sum, double(const std::vector<Tensor>& xs, double p));
 
 // Combines two partial results of norm_power_sum: sums add; maxima (inf) keep the
 // larger, and NaN once seen.
