@@ -89,10 +89,11 @@ inline double peak_tflops(bool bf16, bool tf32, double override_tflops) {
 // closed by end_line).
 inline void begin_line(Device dev, const std::string& workload, const std::string& dtype, bool tf32,
                        const Timing& t) {
-  std::printf("{\"workload\": \"%s\", \"impl\": \"mumoe-cuda\", \"threads\": 0, \"device\": \"%s\", "
+  std::printf("{\"workload\": \"%s\", \"impl\": \"mumoe-%s\", \"threads\": 0, \"device\": \"%s\", "
               "\"dtype\": \"%s\", \"tf32\": %s, \"median_ms\": %.3f, \"min_ms\": %.3f, \"max_ms\": %.3f",
-              workload.c_str(), dev.is_cuda() ? cuda::device_name(dev.index).c_str() : "cpu", dtype.c_str(),
-              tf32 ? "true" : "false", t.median_ms, t.min_ms, t.max_ms);
+              workload.c_str(), dev.is_cuda() ? "cuda" : "cpu",
+              dev.is_cuda() ? cuda::device_name(dev.index).c_str() : "cpu", dtype.c_str(), tf32 ? "true" : "false",
+              t.median_ms, t.min_ms, t.max_ms);
 }
 inline void end_line() {
   std::printf("}\n");
