@@ -45,7 +45,7 @@ fi
 
 if [[ $what == bench || $what == all ]]; then
   if [[ -x experiments/bench/compare_gpu.sh ]]; then
-    BUILD=$build bash experiments/bench/compare_gpu.sh 2>&1 | tee "$out/bench.txt" | tail -30
+    bash experiments/bench/compare_gpu.sh "$build" 2>&1 | tee "$out/bench.txt" | tail -30
   else
     echo "experiments/bench/compare_gpu.sh not found"
   fi
