@@ -94,6 +94,36 @@ inline void check_close_or_nan(const mu::Tensor& got, const mu::Shape& shape, co
   check_elements_close(got, want, tol, /*nan_matches=*/true);
 }
 
+// got against want element by element: NaN for NaN, an infinity exactly, otherwise within
+// tol * max(1, |want|). Reports the first five bad elements.
+inline void check_close_special(const mu::Tensor& got, const std::vector<double>& want, double tol) {
+  std::vector<double> g = got.to_vector<double>();
+  REQUIRE(g.size() == want.size());
+  size_t bad = 0;
+  for (size_t i = 0; i < g.size(); ++i) {
+    const bool ok = std::isnan(want[i])   ? std::isnan(g[i])
+                    : std::isinf(want[i]) ? g[i] == want[i]
+                                          : std::fabs(g[i] - want[i]) <= tol * std::max(1.0, std::fabs(want[i]));
+    if (!ok && bad++ < 5) FAIL_CHECK("element " << i << ": got " << g[i] << ", want " << want[i]);
+  }
+  CHECK(bad == 0);
+}
+
+// For suites that need a CUDA device throughout: without one, prints why and exits 77
+// (ctest: skipped). Call from a static initialiser, before any case runs.
+inline bool skip_without_cuda(const char* what) {
+  if (mu::cuda::device_count() > 0) return true;
+  std::printf("SKIPPED: no CUDA device on this machine%s; %s need one\n",
+#ifdef MUMOE_CUDA
+              " (the CUDA backend is compiled in)",
+#else
+              " (and this build has no CUDA backend)",
+#endif
+              what);
+  std::fflush(stdout);
+  std::exit(77);
+}
+
 // Random float64 inputs for gradchecks, seeded so a failure reproduces.
 inline mu::Tensor rnd(const mu::Shape& s, uint64_t seed) {
   mu::manual_seed(seed);

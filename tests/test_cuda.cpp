@@ -1,26 +1,10 @@
 // CUDA device plumbing. Skipped (exit code 77, which ctest reports as skipped) with the
 // reason printed when this machine has no CUDA device or the build has no CUDA.
-#include <cstdio>
-#include <cstdlib>
-
 #include "helpers.h"
 
 using namespace mu;
 
-static const bool kHaveDevice = [] {
-  if (cuda::device_count() == 0) {
-    std::printf("SKIPPED: no CUDA device on this machine%s; the CUDA tests need one\n",
-#ifdef MUMOE_CUDA
-                " (the CUDA backend is compiled in)"
-#else
-                " (and this build has no CUDA backend)"
-#endif
-    );
-    std::fflush(stdout);
-    std::exit(77);
-  }
-  return true;
-}();
+[[maybe_unused]] static const bool kHaveDevice = skip_without_cuda("the CUDA tests");
 
 TEST_CASE("host -> device -> host round trip keeps every value") {
   manual_seed(0);

@@ -9,8 +9,6 @@
 // ~1e-6 relative per op: losses within 1e-4. With bf16 autocast, products round to 8
 // bits on both devices but not always to the same neighbour: losses within 1e-2.
 #include <cmath>
-#include <cstdio>
-#include <cstdlib>
 
 #include "file_helpers.h"
 #include "helpers.h"
@@ -22,20 +20,7 @@
 
 using namespace mu;
 
-static const bool kHaveDevice = [] {
-  if (cuda::device_count() == 0) {
-    std::printf("SKIPPED: no CUDA device on this machine%s; the CUDA training tests need one\n",
-#ifdef MUMOE_CUDA
-                " (the CUDA backend is compiled in)"
-#else
-                " (and this build has no CUDA backend)"
-#endif
-    );
-    std::fflush(stdout);
-    std::exit(77);
-  }
-  return true;
-}();
+[[maybe_unused]] static const bool kHaveDevice = skip_without_cuda("the CUDA training tests");
 
 namespace {
 

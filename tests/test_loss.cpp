@@ -481,21 +481,6 @@ CeRef ref_ce_lines(const Vec& x, const Shape& shape, const std::vector<int64_t>&
   return r;
 }
 
-// got against want element by element: NaN for NaN, an infinity exactly, otherwise within
-// tol * max(1, |want|).
-void check_specials(const Tensor& got, const Vec& want, double tol) {
-  Vec g = got.to_vector<double>();
-  REQUIRE(g.size() == want.size());
-  size_t bad = 0;
-  for (size_t i = 0; i < g.size(); ++i) {
-    bool ok = std::isnan(want[i])   ? std::isnan(g[i])
-              : std::isinf(want[i]) ? g[i] == want[i]
-                                    : std::fabs(g[i] - want[i]) <= tol * std::max(1.0, std::fabs(want[i]));
-    if (!ok && bad++ < 5) FAIL_CHECK("element " << i << ": got " << g[i] << ", want " << want[i]);
-  }
-  CHECK(bad == 0);
-}
-
 }  // namespace
 
 // Shapes for each mapping of the CUDA kernels (ops/cuda/lines.cuh): more (N, C) lines than
@@ -546,14 +531,14 @@ TEST_CASE("cross_entropy on every line scheme, with NaN and -inf logits: losses 
             CHECK(std::isnan(ref.loss[size_t(kept[0])]));
             CHECK(std::isfinite(ref.loss[size_t(kept[1])]) == (eps == 0));
             CHECK(std::isinf(ref.loss[size_t(kept[2])]));
-            check_specials(per, ref.loss, tol);
-            check_specials(xl.grad(), ref.grad, tol);
+            check_close_special(per, ref.loss, tol);
+            check_close_special(xl.grad(), ref.grad, tol);
 
             // The mean: one upstream value for every line, scaled by 1 / sum of w[t].
             Tensor xm = on(from_vector(xv, shape, dt), dev).requires_grad_();
             cross_entropy(xm, target, CrossEntropyOptions(o).reduction(Reduction::Mean)).backward();
             CeRef mref = ref_ce_lines(xv, shape, t, wv, 1, eps, Vec(t.size(), 1.0 / ref.weight_sum));
-            check_specials(xm.grad(), mref.grad, tol);
+            check_close_special(xm.grad(), mref.grad, tol);
           }
 }
 

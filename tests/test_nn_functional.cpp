@@ -233,21 +233,6 @@ std::vector<double> ref_softmax_grad(const Shape& s, int64_t dim, const std::vec
   return dx;
 }
 
-// got against want element by element: NaN for NaN, an infinity exactly, otherwise within
-// tol * max(1, |want|).
-void check_with_specials(const Tensor& got, const std::vector<double>& want, double tol) {
-  std::vector<double> g = got.to_vector<double>();
-  REQUIRE(g.size() == want.size());
-  size_t bad = 0;
-  for (size_t i = 0; i < g.size(); ++i) {
-    bool ok = std::isnan(want[i])   ? std::isnan(g[i])
-              : std::isinf(want[i]) ? g[i] == want[i]
-                                    : std::fabs(g[i] - want[i]) <= tol * std::max(1.0, std::fabs(want[i]));
-    if (!ok && bad++ < 5) FAIL_CHECK("element " << i << ": got " << g[i] << ", want " << want[i]);
-  }
-  CHECK(bad == 0);
-}
-
 }  // namespace
 
 // The shapes take each mapping of the CUDA kernels (ops/cuda/lines.cuh): contiguous lines
@@ -282,14 +267,14 @@ TEST_CASE("softmax and log_softmax on every line scheme, with NaN and -inf lines
         for (bool log : {false, true}) {
           INFO((log ? "log_softmax" : "softmax"));
           Tensor xs = on(special, dev);
-          check_with_specials(log ? log_softmax(xs, c.dim) : softmax(xs, c.dim),
+          check_close_special(log ? log_softmax(xs, c.dim) : softmax(xs, c.dim),
                               ref_softmax_lines(special, c.dim, log), tol);
           // Gradients on the clean input.
           Tensor x = on(clean.to(dt), dev).requires_grad_();
           Tensor g = randn(s, kFloat64).to(dt);
           (log ? log_softmax(x, c.dim) : softmax(x, c.dim)).backward(on(g, dev));
           std::vector<double> y = ref_softmax_lines(clean.to(dt), c.dim, false);
-          check_with_specials(x.grad(), ref_softmax_grad(s, c.dim, y, g.to_vector<double>(), log), tol * 10);
+          check_close_special(x.grad(), ref_softmax_grad(s, c.dim, y, g.to_vector<double>(), log), tol * 10);
         }
       }
 }
