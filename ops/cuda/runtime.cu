@@ -2,6 +2,7 @@
 // discovery, the caching allocator, pinned staging buffers for host transfers, the one
 // stream and cuBLAS handle per device. Every CUDA and cuBLAS call is checked.
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -145,10 +146,16 @@ void release_cached(DeviceCache& c, int device) {
   if (c.free_blocks.empty()) return;
   // Kernels queued on the stream may still use a cached block (freed by a tensor, not yet
   // reached by the stream): wait for them before the memory goes back.
-  cudaStreamSynchronize(stream(device));
-  for (auto& [sz, p] : c.free_blocks) cudaFree(p);
+  MU_CUDA_CHECK(cudaStreamSynchronize(stream(device)));
+  // Forgotten even if a free fails: the error is raised after the books are right.
+  cudaError_t first = cudaSuccess;
+  for (auto& [sz, p] : c.free_blocks) {
+    const cudaError_t e = cudaFree(p);
+    if (first == cudaSuccess) first = e;
+  }
   c.free_blocks.clear();
   c.st.cached_bytes = 0;
+  MU_CUDA_CHECK(first);
 }
 
 }  // namespace
@@ -200,10 +207,14 @@ void deallocate(void* ptr, size_t nbytes, int device) {
     c.free_blocks.emplace(sz, ptr);
     c.st.cached_bytes += int64_t(sz);
   } else {
-    // No throwing here (a destructor calls this): wait for the stream, then free.
-    cudaSetDevice(device);
-    cudaStreamSynchronize(stream(device));
-    cudaFree(ptr);
+    // No throwing here (a destructor calls this): wait for the stream, then free, and
+    // say so on stderr if the driver refuses (a fault in an earlier kernel, usually).
+    cudaError_t e = cudaSetDevice(device);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(per_device(device).stream);
+    if (e == cudaSuccess) e = cudaFree(ptr);
+    if (e != cudaSuccess)
+      std::fprintf(stderr, "mumoe: freeing %zu bytes on cuda:%d failed: %s (%s)\n", sz, device, cudaGetErrorName(e),
+                   cudaGetErrorString(e));
   }
 }
 
