@@ -64,6 +64,9 @@ struct MuMoEOptions {
   MuMoEOptions& gelu_approximate(std::string a) { gelu_approximate_ = std::move(a); return *this; }
   // The generator the layers' factors are drawn from (null: the global one). Not owned.
   MuMoEOptions& generator(Generator* g) { generator_ = g; return *this; }
+  // CP layers run the fused kernel (CPMuMoE::set_fused); off by default. Other kinds ignore it.
+  MuMoEOptions& fused_cp(bool on) { fused_cp_ = on; return *this; }
+  bool fused_cp() const { return fused_cp_; }
   Generator* generator() const { return generator_; }
 
   int64_t in() const { return in_; }
@@ -96,6 +99,7 @@ struct MuMoEOptions {
   int64_t rank_ = 0;
   std::vector<int64_t> ranks_;
   bool bias_ = true;
+  bool fused_cp_ = false;
   GateNorm gate_norm_ = GateNorm::BatchNorm;
   GateActivation activation_ = GateActivation::Entmax15;
   double gate_eps_ = 1e-5;
