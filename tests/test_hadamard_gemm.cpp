@@ -154,20 +154,18 @@ TEST_CASE("hadamard_gemm: gradcheck in float64 (one and two levels, with a scale
       for (int k = 0; k < factors; ++k) in.push_back(on(rnd({2 + k, R}, 40 + k).requires_grad_(), dev));
       in.push_back(on(rnd({M, R}, 50).requires_grad_(), dev));
       INFO(dev.str() << " factors=" << factors);
-      CHECK_GRAD(
-          [factors](const TensorList& x) {
-            std::vector<Tensor> a(x.begin(), x.begin() + factors), b(x.begin() + factors, x.begin() + 2 * factors);
-            return hadamard_gemm(a, b, x[size_t(2 * factors)]);
-          },
-          in);
+      auto with_scale = [factors](const TensorList& x) {
+        std::vector<Tensor> a(x.begin(), x.begin() + factors), b(x.begin() + factors, x.begin() + 2 * factors);
+        return hadamard_gemm(a, b, x[size_t(2 * factors)]);
+      };
+      CHECK_GRAD(with_scale, in);
       // Without a scale.
       TensorList in2(in.begin(), in.end() - 1);
-      CHECK_GRAD(
-          [factors](const TensorList& x) {
-            std::vector<Tensor> a(x.begin(), x.begin() + factors), b(x.begin() + factors, x.end());
-            return hadamard_gemm(a, b);
-          },
-          in2);
+      auto without_scale = [factors](const TensorList& x) {
+        std::vector<Tensor> a(x.begin(), x.begin() + factors), b(x.begin() + factors, x.end());
+        return hadamard_gemm(a, b);
+      };
+      CHECK_GRAD(without_scale, in2);
     }
 }
 
@@ -281,11 +279,10 @@ TEST_CASE("CP layer: gradcheck through the fused path; the block option turns it
                    softmax(rnd({2, 3}, 92), -1).detach().requires_grad_(),
                    softmax(rnd({2, 2}, 93), -1).detach().requires_grad_()};
   in.insert(in.end(), values.begin(), values.end());
-  CHECK_GRAD(
-      [&l](const TensorList& x) {
-        return l.forward_with(x[0], {x[1], x[2]}, std::vector<Tensor>(x.begin() + 3, x.end()));
-      },
-      in);
+  auto fn = [&l](const TensorList& x) {
+    return l.forward_with(x[0], {x[1], x[2]}, std::vector<Tensor>(x.begin() + 3, x.end()));
+  };
+  CHECK_GRAD(fn, in);
   nn::MuMoE block(nn::MuMoEOptions(6, 4).experts({3}).kind(nn::MoEKind::CP).rank(5).fused_cp(true));
   auto* cp = dynamic_cast<const nn::CPMuMoE*>(block.layer(0).get());
   REQUIRE(cp != nullptr);

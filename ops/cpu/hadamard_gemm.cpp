@@ -41,7 +41,7 @@ void hadamard_gemm_rows(T* out, const std::vector<const T*>& a, const std::vecto
 #pragma omp parallel if (M * R > 4096)
   {
     // Per thread: one factor's row of sums and the running product of the factors.
-    std::vector<A> acc(size_t(R)), prod(size_t(R));
+    std::vector<A> acc(static_cast<size_t>(R)), prod(static_cast<size_t>(R));
 #pragma omp for schedule(static)
     for (int64_t m = 0; m < M; ++m) {
       for (size_t k = 0; k < n; ++k) {
