@@ -4,6 +4,7 @@
 //   the CUDA kernel's 64 x 64 tiles (several tiles in both directions), one and two
 //   expert levels, with and without a scale, an empty inner size, and more products
 //   than one CUDA launch takes (the chained path);
+// - non-contiguous operands; a NaN / inf in one row of an operand reaches only that row;
 // - gradcheck in float64, and each device's gradients against the einsum composition's;
 // - the CP layer with the fused path on equals the layer without it and the DenseMoE of
 //   its materialised tensor, values and gradients;
@@ -124,6 +125,42 @@ TEST_CASE("hadamard_gemm: more products than one CUDA launch takes (9 and 17 fac
       }
       const Tensor s = mat(70, 66, kFloat64, dev);
       CHECK(rel_err(hadamard_gemm(a, b, s), from_vector(brute(a, b, s), {70, 66})) <= 1e-12);
+    }
+}
+
+TEST_CASE("hadamard_gemm: non-contiguous operands (transposed views, column slices) give the dense result") {
+  for (Device dev : test_devices())
+    for (DType dt : {kFloat32, kBFloat16}) {
+      manual_seed(15);
+      const Tensor a0 = mat(70, 9, dt, dev), b0 = mat(9, 66, dt, dev), a1 = mat(70, 5, dt, dev), b1 = mat(5, 66, dt, dev);
+      const Tensor want = hadamard_gemm({a0, a1}, {b0, b1});
+      // a0 as the transpose of its transpose, b1 as a slice of a wider matrix.
+      const Tensor a0t = a0.t().contiguous().t(), wide = cat({b1, mat(5, 3, dt, dev)}, 1);
+      REQUIRE(!a0t.is_contiguous());
+      const Tensor b1s = wide.narrow(1, 0, 66);
+      REQUIRE(!b1s.is_contiguous());
+      INFO(dev.str() << " " << dtype_name(dt));
+      CHECK(max_abs_diff(hadamard_gemm({a0t, a1}, {b0, b1s}), want) == 0.0);
+    }
+}
+
+TEST_CASE("hadamard_gemm: a NaN or an inf in one row of an operand reaches only that row") {
+  for (Device dev : test_devices())
+    for (DType dt : {kFloat32, kFloat64, kBFloat16}) {
+      manual_seed(16);
+      Tensor a0 = mat(70, 20, kFloat64, Device::cpu());
+      a0.set({3, 7}, std::nan(""));
+      a0.set({68, 19}, INFINITY);
+      const Tensor y = hadamard_gemm({a0.to(dt).to(dev), mat(70, 4, dt, dev)}, {mat(20, 66, dt, dev), mat(4, 66, dt, dev)});
+      const auto v = y.to_vector<double>();
+      INFO(dev.str() << " " << dtype_name(dt));
+      for (int64_t m = 0; m < 70; ++m)
+        for (int64_t r = 0; r < 66; ++r) {
+          const double x = v[size_t(m * 66 + r)];
+          if (m == 3) CHECK(std::isnan(x));
+          else if (m == 68) CHECK(!std::isfinite(x));  // ±inf, or NaN where inf meets a zero sum
+          else CHECK(std::isfinite(x));
+        }
     }
 }
 
