@@ -4,7 +4,8 @@
 // Mapping: one thread block per output tile (blockIdx.x: tile row, blockIdx.y: tile
 // column). For each factor k in turn the block runs a tiled GEMM over K_k, staging
 // a_k and b_k tiles in shared memory (zero-padded past the matrix edges, so sizes need
-// not be multiples of the tile), and keeps the factor's tile of sums in registers; the
+// not be multiples of the tile; each thread reads the next stage into registers while the
+// current one is multiplied), and keeps the factor's tile of sums in registers; the
 // tile is then multiplied into the running product, also in registers. Only the final
 // product, times scale, is written: no (M, R) intermediate ever reaches global memory.
 //
@@ -54,6 +55,10 @@ constexpr int kTileK = 16;     // depth of one shared-memory stage
 constexpr int kSimtThreads = 256;
 constexpr int kMicro = 4;      // each thread: kMicro x kMicro outputs
 constexpr int kLanes = kTile / kMicro;  // 16 threads across a tile's rows (and columns)
+// Elements of each tile (a's and b's are the same size) one thread moves per stage.
+constexpr int kSimtLoads = kTile * kTileK / kSimtThreads;  // 4
+static_assert(kSimtThreads % kTileK == 0 && kSimtThreads % kTile == 0,
+              "a thread keeps one tile column across its loads (fetch's indexing)");
 
 template <class T>
 __global__ void __launch_bounds__(kSimtThreads)
@@ -64,6 +69,9 @@ __global__ void __launch_bounds__(kSimtThreads)
   __shared__ T Bs[kTileK][kTile];
   const int tid = threadIdx.x, tx = tid % kLanes, ty = tid / kLanes;
   const int64_t row0 = int64_t(blockIdx.x) * kTile, col0 = int64_t(blockIdx.y) * kTile;
+  // This thread's place in the tile loads (see fetch).
+  constexpr int a_step = kSimtThreads / kTileK, b_step = kSimtThreads / kTile;
+  const int a_r = tid / kTileK, a_c = tid % kTileK, b_r = tid / kTile, b_c = tid % kTile;
 
   T prod[kMicro][kMicro];
   for (int fi = 0; fi < f.n; ++fi) {
@@ -76,22 +84,34 @@ __global__ void __launch_bounds__(kSimtThreads)
 #pragma unroll
       for (int j = 0; j < kMicro; ++j) acc[i][j] = T(0);
 
+    // Each thread's share of the next stage's tiles, fetched from global memory into
+    // registers while the current stage is being multiplied (software pipelining).
+    T ra[kSimtLoads], rb[kSimtLoads];
+    // Element e = tid + kSimtThreads l of a tile: in a's, row e / kTileK = a_r + l a_step,
+    // column a_c (fixed per thread); in b's, row b_r + l b_step, column b_c. So consecutive
+    // threads read consecutive k of one row of a, consecutive columns of one row of b.
+    auto fetch = [&](int64_t k0) {
+      const bool a_in = k0 + a_c < K;
+      const T* pa = A + (row0 + a_r) * K + k0 + a_c;
+#pragma unroll
+      for (int l = 0; l < kSimtLoads; ++l)
+        ra[l] = a_in && row0 + a_r + l * a_step < M ? pa[int64_t(l * a_step) * K] : T(0);
+      const bool b_in = col0 + b_c < R;
+      const T* pb = B + (k0 + b_r) * R + col0 + b_c;
+#pragma unroll
+      for (int l = 0; l < kSimtLoads; ++l)
+        rb[l] = b_in && k0 + b_r + l * b_step < K ? pb[int64_t(l * b_step) * R] : T(0);
+    };
+    if (K > 0) fetch(0);
     for (int64_t k0 = 0; k0 < K; k0 += kTileK) {
-      // a's tile (kTile x kTileK): consecutive threads read consecutive k of one row.
+      // The fetched stage into shared memory, at the positions fetch read them from.
 #pragma unroll
-      for (int l = 0; l < kTile * kTileK / kSimtThreads; ++l) {
-        const int e = tid + kSimtThreads * l, r = e / kTileK, c = e % kTileK;
-        const int64_t gr = row0 + r, gc = k0 + c;
-        As[c][r] = gr < M && gc < K ? A[gr * K + gc] : T(0);
-      }
-      // b's tile (kTileK x kTile): consecutive threads read consecutive columns of one row.
-#pragma unroll
-      for (int l = 0; l < kTileK * kTile / kSimtThreads; ++l) {
-        const int e = tid + kSimtThreads * l, r = e / kTile, c = e % kTile;
-        const int64_t gr = k0 + r, gc = col0 + c;
-        Bs[r][c] = gr < K && gc < R ? B[gr * R + gc] : T(0);
+      for (int l = 0; l < kSimtLoads; ++l) {
+        As[a_c][a_r + l * a_step] = ra[l];
+        Bs[b_r + l * b_step][b_c] = rb[l];
       }
       __syncthreads();
+      if (k0 + kTileK < K) fetch(k0 + kTileK);  // in flight during the multiply below
 #pragma unroll
       for (int kk = 0; kk < kTileK; ++kk) {
         T av[kMicro], bv[kMicro];
@@ -142,6 +162,11 @@ constexpr int kLdA = kWTileK + 8;  // 40
 constexpr int kLdB = kTile + 8;    // 72
 constexpr int kLdC = kTile + 4;    // 68
 
+// Elements of each tile (a's and b's are the same size) one thread moves per stage.
+constexpr int kWLoads = kTile * kWTileK / kWThreads;  // 16
+static_assert(kWThreads % kWTileK == 0 && kWThreads % kTile == 0,
+              "a thread keeps one tile column across its loads (fetch's indexing)");
+
 using AccFrag = wmma::fragment<wmma::accumulator, kFrag, kFrag, kFrag, float>;
 
 __global__ void __launch_bounds__(kWThreads)
@@ -151,6 +176,9 @@ __global__ void __launch_bounds__(kWThreads)
   __shared__ __align__(32) float Cs[kTile][kLdC];
   const int tid = threadIdx.x, warp = tid / 32, wm = warp / 2, wn = warp % 2;
   const int64_t row0 = int64_t(blockIdx.x) * kTile, col0 = int64_t(blockIdx.y) * kTile;
+  // This thread's place in the tile loads (see fetch).
+  constexpr int a_step = kWThreads / kWTileK, b_step = kWThreads / kTile;
+  const int a_r = tid / kWTileK, a_c = tid % kWTileK, b_r = tid / kTile, b_c = tid % kTile;
   const bf16 zero = __float2bfloat16_rn(0.0f);
 
   AccFrag prod[kFragsPerWarp][kFragsPerWarp];
@@ -164,22 +192,34 @@ __global__ void __launch_bounds__(kWThreads)
 #pragma unroll
       for (int j = 0; j < kFragsPerWarp; ++j) wmma::fill_fragment(acc[i][j], 0.0f);
 
+    // Each thread's share of the next stage's tiles, fetched from global memory into
+    // registers while the current stage is being multiplied (software pipelining).
+    bf16 ra[kWLoads], rb[kWLoads];
+    // Element e = tid + kWThreads l of a tile: in a's, row e / kWTileK = a_r + l a_step,
+    // column a_c (fixed per thread); in b's, row b_r + l b_step, column b_c. Zeros past
+    // M, K and R.
+    auto fetch = [&](int64_t k0) {
+      const bool a_in = k0 + a_c < K;
+      const bf16* pa = A + (row0 + a_r) * K + k0 + a_c;
+#pragma unroll
+      for (int l = 0; l < kWLoads; ++l)
+        ra[l] = a_in && row0 + a_r + l * a_step < M ? pa[int64_t(l * a_step) * K] : zero;
+      const bool b_in = col0 + b_c < R;
+      const bf16* pb = B + (k0 + b_r) * R + col0 + b_c;
+#pragma unroll
+      for (int l = 0; l < kWLoads; ++l)
+        rb[l] = b_in && k0 + b_r + l * b_step < K ? pb[int64_t(l * b_step) * R] : zero;
+    };
+    if (K > 0) fetch(0);
     for (int64_t k0 = 0; k0 < K; k0 += kWTileK) {
-      // a's tile (kTile x kWTileK), row-major; zeros past M and K.
-#pragma unroll 4
-      for (int l = 0; l < kTile * kWTileK / kWThreads; ++l) {
-        const int e = tid + kWThreads * l, r = e / kWTileK, c = e % kWTileK;
-        const int64_t gr = row0 + r, gc = k0 + c;
-        As[r][c] = gr < M && gc < K ? A[gr * K + gc] : zero;
-      }
-      // b's tile (kWTileK x kTile), row-major; zeros past K and R.
-#pragma unroll 4
-      for (int l = 0; l < kWTileK * kTile / kWThreads; ++l) {
-        const int e = tid + kWThreads * l, r = e / kTile, c = e % kTile;
-        const int64_t gr = k0 + r, gc = col0 + c;
-        Bs[r][c] = gr < K && gc < R ? B[gr * R + gc] : zero;
+      // The fetched stage into shared memory, at the positions fetch read them from.
+#pragma unroll
+      for (int l = 0; l < kWLoads; ++l) {
+        As[a_r + l * a_step][a_c] = ra[l];
+        Bs[b_r + l * b_step][b_c] = rb[l];
       }
       __syncthreads();
+      if (k0 + kWTileK < K) fetch(k0 + kWTileK);  // in flight during the multiply below
 #pragma unroll
       for (int kk = 0; kk < kWTileK; kk += kFrag) {
         wmma::fragment<wmma::matrix_a, kFrag, kFrag, kFrag, bf16, wmma::row_major> fa[kFragsPerWarp];
