@@ -304,6 +304,27 @@ TEST_CASE("CP layer: the fused path equals the einsum path and the DenseMoE of i
       }
 }
 
+TEST_CASE("CP layer: fused and einsum paths agree in float32 and bfloat16 (GPT-2-like proportions, small)") {
+  for (Device dev : test_devices())
+    for (DType dt : {kFloat32, kBFloat16}) {
+      manual_seed(85);
+      // I + 1 = 97 and R = 70: neither a multiple of the CUDA tiles nor of their depth.
+      nn::MoEShape s{96, 40, {16}, true};
+      nn::CPMuMoE l(s, 70);
+      l.to(dt);
+      l.to(dev);
+      const Tensor z = randn({130, s.in}).to(dt).to(dev);
+      const Tensor a = softmax(randn({130, 16}), -1).to(dt).to(dev);
+      l.set_fused(false);
+      const Tensor plain = l.forward(z, {a});
+      l.set_fused(true);
+      const Tensor fused = l.forward(z, {a});
+      INFO(dev.str() << " " << dtype_name(dt));
+      CHECK(fused.dtype() == dt);
+      CHECK(rel_err(fused, plain) <= (dt == kFloat32 ? 1e-5 : 3e-2));
+    }
+}
+
 TEST_CASE("CP layer: gradcheck through the fused path; the block option turns it on") {
   manual_seed(90);
   nn::MoEShape s{3, 2, {3, 2}, true};
