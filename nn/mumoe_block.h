@@ -64,10 +64,10 @@ struct MuMoEOptions {
   MuMoEOptions& gelu_approximate(std::string a) { gelu_approximate_ = std::move(a); return *this; }
   // The generator the layers' factors are drawn from (null: the global one). Not owned.
   MuMoEOptions& generator(Generator* g) { generator_ = g; return *this; }
+  Generator* generator() const { return generator_; }
   // CP layers run the fused kernel (CPMuMoE::set_fused); off by default. Other kinds ignore it.
   MuMoEOptions& fused_cp(bool on) { fused_cp_ = on; return *this; }
   bool fused_cp() const { return fused_cp_; }
-  Generator* generator() const { return generator_; }
 
   int64_t in() const { return in_; }
   int64_t out() const { return out_; }
