@@ -107,7 +107,11 @@ void MuMoEOptions::validate() const {
 
 std::shared_ptr<MuMoELayer> make_mumoe_layer(const MuMoEOptions& o, const MoEShape& shape) {
   switch (o.kind()) {
-    case MoEKind::CP: return std::make_shared<CPMuMoE>(shape, o.rank(), o.generator());
+    case MoEKind::CP: {
+      auto l = std::make_shared<CPMuMoE>(shape, o.rank(), o.generator());
+      l->set_fused(o.fused_cp());
+      return l;
+    }
     case MoEKind::TR: return std::make_shared<TRMuMoE>(shape, o.resolved_ranks(), o.generator());
     case MoEKind::TT: return std::make_shared<TTMuMoE>(shape, o.resolved_ranks(), o.generator());
     case MoEKind::Tucker: return std::make_shared<TuckerMuMoE>(shape, o.resolved_ranks(), o.generator());

@@ -65,6 +65,9 @@ struct MuMoEOptions {
   // The generator the layers' factors are drawn from (null: the global one). Not owned.
   MuMoEOptions& generator(Generator* g) { generator_ = g; return *this; }
   Generator* generator() const { return generator_; }
+  // CP layers run the fused kernel (CPMuMoE::set_fused); off by default. Other kinds ignore it.
+  MuMoEOptions& fused_cp(bool on) { fused_cp_ = on; return *this; }
+  bool fused_cp() const { return fused_cp_; }
 
   int64_t in() const { return in_; }
   int64_t out() const { return out_; }
@@ -96,6 +99,7 @@ struct MuMoEOptions {
   int64_t rank_ = 0;
   std::vector<int64_t> ranks_;
   bool bias_ = true;
+  bool fused_cp_ = false;
   GateNorm gate_norm_ = GateNorm::BatchNorm;
   GateActivation activation_ = GateActivation::Entmax15;
   double gate_eps_ = 1e-5;

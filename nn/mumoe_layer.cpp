@@ -129,6 +129,7 @@ Tensor MuMoELayer::forward_with(const Tensor& z, const std::vector<Tensor>& a,
              factors_[k].name, " has shape ", shape_str(factor_values[k].shape()), "; expected ",
              shape_str(factors_[k].param.shape()));
   auto [zf, af] = flatten_inputs(z, a, "forward");
+  if (Tensor y = fused_forward(zf, af, factor_values); y.defined()) return restore_leading(y, z);
   // "b n1, ..., b nE, b i, <factors> -> b o": the planner orders the contraction.
   std::string spec;
   std::vector<Tensor> ops;
@@ -143,6 +144,10 @@ Tensor MuMoELayer::forward_with(const Tensor& z, const std::vector<Tensor>& a,
     ops.push_back(factor_values[k]);
   }
   return restore_leading(einsum(spec + " -> b o", ops), z);
+}
+
+Tensor MuMoELayer::fused_forward(const Tensor&, const std::vector<Tensor>&, const std::vector<Tensor>&) const {
+  return Tensor();
 }
 
 Tensor MuMoELayer::materialize() const {
@@ -228,6 +233,16 @@ CPMuMoE::CPMuMoE(MoEShape s, int64_t rank, Generator* gen) : MuMoELayer("CPMuMoE
                {expert_axis(e), "r"});
   add_factor("U_in", uniform_init({shape_.in_rows(), rank}, shape_.in, gen), {"i", "r"});
   add_factor("U_out", uniform_init({shape_.out, rank}, rank, gen), {"o", "r"});
+}
+
+// Factors in add_factor order: U_1..U_E, U_in, U_out.
+Tensor CPMuMoE::fused_forward(const Tensor& zf, const std::vector<Tensor>& af,
+                              const std::vector<Tensor>& factor_values) const {
+  if (!fused_) return Tensor();
+  const size_t E = af.size();
+  std::vector<Tensor> u(factor_values.begin(), factor_values.begin() + std::ptrdiff_t(E));
+  Tensor h = cp_hadamard(zf, factor_values[E], af, u);  // (B, R), the products never stored
+  return h.matmul(factor_values[E + 1].t());            // (B, R) · (R, O)
 }
 
 int64_t CPMuMoE::count_parameters(const MoEShape& s, int64_t rank) {

@@ -70,6 +70,11 @@ class MuMoELayer : public Module {
   MuMoELayer(std::string type_name, MoEShape shape);
   void add_factor(const std::string& name, Tensor value, std::vector<std::string> axes);
   static std::string expert_axis(int64_t level) { return "n" + std::to_string(level + 1); }
+  // A variant's own kernel for the forward contraction: y (B, O) from the flattened input
+  // zf (B, I(+1), the 1 appended), coefficients af (B, N_e) and the factor values, or an
+  // undefined Tensor to use the planner's einsum (the default).
+  virtual Tensor fused_forward(const Tensor& zf, const std::vector<Tensor>& af,
+                               const std::vector<Tensor>& factor_values) const;
   MoEShape shape_;
 
  private:
@@ -91,8 +96,22 @@ class CPMuMoE : public MuMoELayer {
   int64_t flops_per_token() const override;
   static int64_t count_parameters(const MoEShape& s, int64_t rank);
 
+  // The fused path (off by default): h = (z U_in) ∗ (a_1 U_1) ∗ ... in one hadamard_gemm
+  // kernel (ops/hadamard_gemm.h), then y = h U_outᵀ; the same values as the einsum path
+  // up to rounding. Kept off until a GPU benchmark (bench_gpu_fused_mumoe) shows it faster.
+  CPMuMoE& set_fused(bool on) {
+    fused_ = on;
+    return *this;
+  }
+  bool fused() const { return fused_; }
+
+ protected:
+  Tensor fused_forward(const Tensor& zf, const std::vector<Tensor>& af,
+                       const std::vector<Tensor>& factor_values) const override;
+
  private:
   int64_t rank_;
+  bool fused_ = false;
 };
 
 // Tensor ring: cores U_e (R_e, N_e, R_{e+1}), U_I (R_{E+1}, I+1, R_{E+2}),
