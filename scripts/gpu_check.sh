@@ -49,4 +49,7 @@ if [[ $what == bench || $what == all ]]; then
   else
     echo "experiments/bench/compare_gpu.sh not found"
   fi
+  # The fused CPμMoE core against the einsum composition (einsum_over_fused > 1: fused
+  # is faster; CPMuMoE's fused_cp option stays off unless it is).
+  "$build"/experiments/bench_gpu_fused_mumoe 2>&1 | tee "$out/bench_fused.txt" | grep einsum_over_fused
 fi
