@@ -256,21 +256,23 @@ struct Staging {
 };
 
 Staging& staging(int device) {
-  static Staging* all = new Staging[kMaxDevices];
-  Staging& s = all[device];
-  if (!s.buf[0]) {
-    for (int k = 0; k < 2; ++k) {
-      MU_CUDA_CHECK(cudaMallocHost(&s.buf[k], kChunk));
-      MU_CUDA_CHECK(cudaEventCreateWithFlags(&s.done[k], cudaEventDisableTiming));
-    }
+  static Staging* all = new Staging[kMaxDevices];  // never destroyed, as above
+  return all[device];
+}
+
+// The buffers and events, made on first use; the caller holds s.mu.
+void ensure_staging(Staging& s) {
+  for (int k = 0; k < 2; ++k) {
+    if (!s.buf[k]) MU_CUDA_CHECK(cudaMallocHost(&s.buf[k], kChunk));
+    if (!s.done[k]) MU_CUDA_CHECK(cudaEventCreateWithFlags(&s.done[k], cudaEventDisableTiming));
   }
-  return s;
 }
 
 void host_to_device(void* dst, const void* src, size_t n, int device) {
   cudaStream_t st = stream(device);
   Staging& s = staging(device);
   std::lock_guard<std::mutex> g(s.mu);
+  ensure_staging(s);
   const char* from = static_cast<const char*>(src);
   char* to = static_cast<char*>(dst);
   for (size_t off = 0, k = 0; off < n; off += kChunk, k ^= 1) {
@@ -288,6 +290,7 @@ void device_to_host(void* dst, const void* src, size_t n, int device) {
   cudaStream_t st = stream(device);
   Staging& s = staging(device);
   std::lock_guard<std::mutex> g(s.mu);
+  ensure_staging(s);
   const char* from = static_cast<const char*>(src);
   char* to = static_cast<char*>(dst);
   // Queue chunk k + 1 before copying chunk k out of its buffer, so that the two overlap.
