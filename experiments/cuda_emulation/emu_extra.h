@@ -1,0 +1,105 @@
+// Shims beyond emu.h for the elementwise, indexing, entmax and optimiser kernels (see
+// run.sh): the rest of the warp and block intrinsics those kernels call, the
+// correctly-rounded arithmetic intrinsics as plain host arithmetic (the harness is built
+// with -ffp-contract=off, so every operation rounds once, as the intrinsics do), and a
+// launch that takes the <<<grid, block, smem, stream>>> configuration as written.
+#pragma once
+// The runtime header first, so that the launch check below replaces its own.
+#include "ops/cuda/runtime.cuh"
+#include "emu.h"
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+
+#undef MU_CUDA_CHECK_LAUNCH
+#define MU_CUDA_CHECK_LAUNCH(name) (void)(name)
+// Copies on the (absent) stream are immediate; errors are never raised.
+#include <cstring>
+#define cudaMemcpyAsync(dst, src, n, kind, s) (std::memcpy((dst), (src), (n)), cudaSuccess)
+#define cudaStreamSynchronize(s) cudaSuccess
+#define cudaGetErrorName(e) "emulated"
+#define cudaGetErrorString(e) "emulated"
+
+// Block-wide "any": every thread's predicate ORed, handed to every thread. The three
+// barriers keep one call's flag apart from the next call's (blocks run one at a time).
+inline std::atomic<int> emu_or_flag{0};
+inline int __syncthreads_or(int pred) {
+  __syncthreads();
+  if (pred) emu_or_flag.store(1);
+  __syncthreads();
+  const int r = emu_or_flag.load();
+  __syncthreads();
+  if (threadIdx.x == 0) emu_or_flag.store(0);
+  return r;
+}
+
+// Lane `lane` - d's value (this lane's own below d), through the warp's exchange buffer.
+template <class V>
+V __shfl_up_sync(unsigned, V v, unsigned d) {
+  int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  V* slots = reinterpret_cast<V*>(ctx->shfl) + warp * 32;
+  slots[lane] = v;
+  ctx->warp[warp]->arrive_and_wait();
+  V r = lane >= int(d) ? slots[lane - int(d)] : v;
+  ctx->warp[warp]->arrive_and_wait();
+  return r;
+}
+template <class V>
+V __shfl_sync(unsigned, V v, int src) {
+  int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  V* slots = reinterpret_cast<V*>(ctx->shfl) + warp * 32;
+  slots[lane] = v;
+  ctx->warp[warp]->arrive_and_wait();
+  V r = slots[src & 31];
+  ctx->warp[warp]->arrive_and_wait();
+  return r;
+}
+
+// One IEEE rounding each (no contraction under -ffp-contract=off).
+#define __dmul_rn(a, b) emu_dmul(a, b)
+#define __dadd_rn(a, b) emu_dadd(a, b)
+#define __ddiv_rn(a, b) emu_ddiv(a, b)
+#define __dsqrt_rn(a) emu_dsqrt(a)
+#define __fmul_rn(a, b) emu_fmul(a, b)
+#define __fadd_rn(a, b) emu_fadd(a, b)
+#define __fdiv_rn(a, b) emu_fdiv(a, b)
+#define __fsqrt_rn(a) emu_fsqrt(a)
+#define __fmaf_rn(a, b, c) emu_fmaf(a, b, c)
+#define __fma_rn(a, b, c) emu_fma(a, b, c)
+inline double emu_dmul(double a, double b) { return a * b; }
+inline double emu_dadd(double a, double b) { return a + b; }
+inline double emu_ddiv(double a, double b) { return a / b; }
+inline double emu_dsqrt(double a) { return std::sqrt(a); }
+inline float emu_fmul(float a, float b) { return a * b; }
+inline float emu_fadd(float a, float b) { return a + b; }
+inline float emu_fdiv(float a, float b) { return a / b; }
+inline float emu_fsqrt(float a) { return std::sqrt(a); }
+inline float emu_fmaf(float a, float b, float c) { return std::fma(a, b, c); }
+inline double emu_fma(double a, double b, double c) { return std::fma(a, b, c); }
+
+// kernel<<<grid, block, smem, stream>>>(args) as rewritten by extract.py.
+// With emu_sequential set, the threads run one after another (see emu_launch_seq): for
+// kernels without barriers or shuffles only (one that has them then crashes on ctx).
+inline bool emu_sequential = false;
+template <class F>
+void emu_launch_seq(unsigned blocks, unsigned threads, F body);
+template <class G, class B, class S, class F>
+void emu_launch_cfg(G grid, B block, S smem, F body) {
+  if (emu_sequential) emu_launch_seq(unsigned(grid), unsigned(block), body);
+  else emu_launch(unsigned(grid), unsigned(block), size_t(smem), body);
+}
+
+// A kernel without barriers or shuffles run one thread after another (much faster than
+// a std::thread each; only for kernels whose threads never wait on one another).
+template <class F>
+void emu_launch_seq(unsigned blocks, unsigned threads, F body) {
+  gridDim_.x = blocks;
+  blockDim_.x = threads;
+  for (unsigned b = 0; b < blocks; ++b)
+    for (unsigned t = 0; t < threads; ++t) {
+      threadIdx_.x = t;
+      blockIdx_.x = b;
+      ctx = nullptr;
+      body();
+    }
+}
