@@ -2,7 +2,7 @@
 // index arithmetic, masking and synchronisation can be checked on a machine without a
 // GPU: one std::thread per CUDA thread, blocks run one after another, __syncthreads a
 // barrier of the block, the warp shuffles (__shfl_xor_sync, __shfl_down_sync,
-// __shfl_sync) an exchange through a per-warp buffer between two warp barriers.
+// __shfl_sync) an exchange through per-warp slots and one warp barrier.
 // Grids and blocks are dim3 (threads numbered x fastest, warps cut from that linear
 // order, as on the GPU). Shared memory, dynamic (ctx->smem) or static (emu_shared, which
 // run.sh substitutes for `__shared__ T name[N]`), starts as garbage (not zeros), so an
@@ -34,7 +34,7 @@ inline Dim gridDim_, blockDim_;
 struct BlockCtx {
   std::barrier<>* bar;
   std::barrier<>* warp[32];
-  double shfl[1024];
+  double shfl[2][1024];  // two rounds of slots, used alternately (see emu_shuffle)
   unsigned char* smem;
   // Static __shared__ arrays of this block, by the address of their key (one per
   // declaration and template instance), allocated by the first thread to reach one.
@@ -43,6 +43,7 @@ struct BlockCtx {
 };
 inline thread_local BlockCtx* ctx;  // the block the calling thread belongs to
 inline thread_local unsigned linear_tid;  // x + y * blockDim.x + z * blockDim.x * blockDim.y
+inline thread_local unsigned shfl_round;  // shuffles this thread has made in the launch
 inline void __syncthreads() { ctx->bar->arrive_and_wait(); }
 
 // The block's instance of a static __shared__ array of type A (an array type), filled
@@ -60,20 +61,21 @@ A& emu_shared(const void* key) {
 }
 
 // Every lane of the warp publishes v, then reads the value of lane src(lane) (its own
-// when src is out of the warp, as __shfl_down_sync leaves the top lanes).
+// when src is out of the warp, as __shfl_down_sync leaves the top lanes). Rounds
+// alternate between two sets of slots, so one barrier per shuffle is enough: a lane can
+// write round k + 2's values (into round k's slots) only after the barrier of round
+// k + 1, which every lane reaches after reading round k's.
 template <class V, class Src>
 V emu_shuffle(V v, Src src) {
   static_assert(sizeof(V) <= sizeof(double), "one slot per lane");
   const int lane = int(linear_tid % 32), warp = int(linear_tid / 32);
   // Each lane's slot is a double wide: a V of any size <= 8 sits at its start.
-  double* base = ctx->shfl + warp * 32;
+  double* base = ctx->shfl[shfl_round++ & 1] + warp * 32;
   auto slot = [&](int l) -> V& { return *reinterpret_cast<V*>(base + l); };
   slot(lane) = v;
   ctx->warp[warp]->arrive_and_wait();
   const int s = src(lane);
-  V r = (s >= 0 && s < 32) ? slot(s) : v;
-  ctx->warp[warp]->arrive_and_wait();
-  return r;
+  return (s >= 0 && s < 32) ? slot(s) : v;
 }
 template <class V>
 V __shfl_xor_sync(unsigned, V v, int w) { return emu_shuffle(v, [w](int l) { return l ^ w; }); }
@@ -115,6 +117,7 @@ void emu_launch(dim3 grid, dim3 block, size_t smem, F body) {
             threadIdx_ = {t % block.x, t / block.x % block.y, t / (block.x * block.y)};
             blockIdx_ = {bx, by, bz};
             linear_tid = t;
+            shfl_round = 0;
             ctx = &c;
             body();
           });
