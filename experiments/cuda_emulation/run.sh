@@ -1,8 +1,13 @@
 #!/bin/sh
-# Host checks of the CUDA attention kernels and of matmul's cuBLAS operand mapping, for
-# machines without a GPU (see emu.h), and of the entmax, optimiser, indexing, map, copy
-# and dropout kernels (emu_extra.h, emu_host.h: their host functions run too).
+# Host checks of the CUDA attention kernels, of matmul's cuBLAS operand mapping, of the
+# line-wise and reduction kernels (softmax, cross_entropy, layer_norm, batch_norm, sum,
+# max/min, argmax/argmin), and of the entmax, optimiser, indexing, map, copy and dropout
+# kernels (emu_extra.h, emu_host.h: their host functions run too), for machines without
+# a GPU (see emu.h).
 # Usage: experiments/cuda_emulation/run.sh
+# The line-wise checks compare with the library's CPU kernels, so they link a CPU build of
+# the library: $MUMOE_EMU_BUILD (default build-emu/ at the root), configured without CUDA
+# and brought up to date here (the first time, a full build of the library).
 set -e
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -25,11 +30,39 @@ s = open(sys.argv[1]).read()
 view = s[s.index('bool cublas_view('):s.index('// dst[(bi * rows + r) * cols + c]')]
 open(sys.argv[2], 'w').write('#include <cstdint>\nenum cublasOperation_t { CUBLAS_OP_N, CUBLAS_OP_T };\n' + view)
 PY
+# ops/cuda/{lines.cuh,softmax.cu,loss.cu,norm.cu,reduce.cu} rewritten for the emulator
+# (extract_lines.py) into $out/ops/cuda/, found there before the real ones; runtime.cuh is
+# replaced by runtime_shim.cuh plus the real grid_for, its block cap set to
+# EMU_MAX_BLOCKS as extract_lines.py does for kMaxBlocks.
+mkdir -p "$out/ops/cuda"
+for f in lines.cuh softmax.cu loss.cu norm.cu reduce.cu; do
+  python3 "$here/extract_lines.py" "$root/ops/cuda/$f" "$out/ops/cuda/$f"
+done
+python3 - "$root/ops/cuda/runtime.cuh" "$here/runtime_shim.cuh" "$out/ops/cuda/runtime.cuh" <<'PY'
+import re, sys
+s = open(sys.argv[1]).read()
+grid_for = s[s.index('inline unsigned grid_for('):s.index('// Device scratch memory')]
+grid_for, k = re.subn(r'const int64_t cap = [^;]+;', 'const int64_t cap = EMU_MAX_BLOCKS;', grid_for)
+assert k == 1, 'grid_for changed: update run.sh'
+end = '}  // namespace mu::cuda'
+shim = open(sys.argv[2]).read().rstrip()
+assert shim.endswith(end)
+open(sys.argv[3], 'w').write(shim[:-len(end)] + grid_for + end + '\n')
+PY
+lib=${MUMOE_EMU_BUILD:-$root/build-emu}
+if [ ! -f "$lib/CMakeCache.txt" ]; then
+  cmake -S "$root" -B "$lib" -DCMAKE_BUILD_TYPE=Release -DMUMOE_CUDA=OFF -DMUMOE_EXPERIMENTS=OFF >/dev/null
+fi
+cmake --build "$lib" -j2 --target mumoe >/dev/null
 cuda_inc=${CUDA_HOME:-/usr/local/cuda}/include
 g++ -std=c++20 -O1 -w -I"$out" -I"$here" -I"$root" -I"$cuda_inc" "$here/attention_emulated.cpp" -o "$out/attention" -lpthread
 g++ -std=c++20 -O1 -I"$out" "$here/matmul_views.cpp" -o "$out/matmul_views"
+g++ -std=c++20 -O1 -w -I"$out" -I"$here" -I"$root" -I"$cuda_inc" "$here/lines_emulated.cpp" -o "$out/lines" \
+  -L"$lib" -lmumoe -Wl,-rpath,"$lib" -lpthread
 "$out/attention"
 "$out/matmul_views"
+# A shuffle or barrier that some thread never reaches hangs the emulation: bounded here.
+timeout 600 "$out/lines"
 
 # Entmax, optimisers, indexing and the elementwise kernels: each .cu file's namespace up
 # to its registrations (kernels and host side, Tensor read as EmuTensor), and the CPU
