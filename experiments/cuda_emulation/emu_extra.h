@@ -33,26 +33,10 @@ inline int __syncthreads_or(int pred) {
   return r;
 }
 
-// Lane `lane` - d's value (this lane's own below d), through the warp's exchange buffer.
+// Lane `lane` - d's value (this lane's own below d), through emu.h's shuffle slots.
 template <class V>
 V __shfl_up_sync(unsigned, V v, unsigned d) {
-  int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  V* slots = reinterpret_cast<V*>(ctx->shfl) + warp * 32;
-  slots[lane] = v;
-  ctx->warp[warp]->arrive_and_wait();
-  V r = lane >= int(d) ? slots[lane - int(d)] : v;
-  ctx->warp[warp]->arrive_and_wait();
-  return r;
-}
-template <class V>
-V __shfl_sync(unsigned, V v, int src) {
-  int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  V* slots = reinterpret_cast<V*>(ctx->shfl) + warp * 32;
-  slots[lane] = v;
-  ctx->warp[warp]->arrive_and_wait();
-  V r = slots[src & 31];
-  ctx->warp[warp]->arrive_and_wait();
-  return r;
+  return emu_shuffle(v, [d](int l) { return l - int(d); });
 }
 
 // One IEEE rounding each (no contraction under -ffp-contract=off).
@@ -93,8 +77,8 @@ void emu_launch_cfg(G grid, B block, S smem, F body) {
 // a std::thread each; only for kernels whose threads never wait on one another).
 template <class F>
 void emu_launch_seq(unsigned blocks, unsigned threads, F body) {
-  gridDim_.x = blocks;
-  blockDim_.x = threads;
+  gridDim_ = {blocks, 1, 1};
+  blockDim_ = {threads, 1, 1};
   for (unsigned b = 0; b < blocks; ++b)
     for (unsigned t = 0; t < threads; ++t) {
       threadIdx_.x = t;

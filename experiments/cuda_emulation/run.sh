@@ -31,14 +31,14 @@ view = s[s.index('bool cublas_view('):s.index('// dst[(bi * rows + r) * cols + c
 open(sys.argv[2], 'w').write('#include <cstdint>\nenum cublasOperation_t { CUBLAS_OP_N, CUBLAS_OP_T };\n' + view)
 PY
 # ops/cuda/{lines.cuh,softmax.cu,loss.cu,norm.cu,reduce.cu} rewritten for the emulator
-# (extract_lines.py) into $out/ops/cuda/, found there before the real ones; runtime.cuh is
+# (extract_lines.py) into $out/lines_src/ops/cuda/, found there before the real ones; runtime.cuh is
 # replaced by runtime_shim.cuh plus the real grid_for, its block cap set to
 # EMU_MAX_BLOCKS as extract_lines.py does for kMaxBlocks.
-mkdir -p "$out/ops/cuda"
+mkdir -p "$out/lines_src/ops/cuda"
 for f in lines.cuh softmax.cu loss.cu norm.cu reduce.cu; do
-  python3 "$here/extract_lines.py" "$root/ops/cuda/$f" "$out/ops/cuda/$f"
+  python3 "$here/extract_lines.py" "$root/ops/cuda/$f" "$out/lines_src/ops/cuda/$f"
 done
-python3 - "$root/ops/cuda/runtime.cuh" "$here/runtime_shim.cuh" "$out/ops/cuda/runtime.cuh" <<'PY'
+python3 - "$root/ops/cuda/runtime.cuh" "$here/runtime_shim.cuh" "$out/lines_src/ops/cuda/runtime.cuh" <<'PY'
 import re, sys
 s = open(sys.argv[1]).read()
 grid_for = s[s.index('inline unsigned grid_for('):s.index('// Device scratch memory')]
@@ -57,7 +57,7 @@ cmake --build "$lib" -j2 --target mumoe >/dev/null
 cuda_inc=${CUDA_HOME:-/usr/local/cuda}/include
 g++ -std=c++20 -O1 -w -I"$out" -I"$here" -I"$root" -I"$cuda_inc" "$here/attention_emulated.cpp" -o "$out/attention" -lpthread
 g++ -std=c++20 -O1 -I"$out" "$here/matmul_views.cpp" -o "$out/matmul_views"
-g++ -std=c++20 -O1 -w -I"$out" -I"$here" -I"$root" -I"$cuda_inc" "$here/lines_emulated.cpp" -o "$out/lines" \
+g++ -std=c++20 -O1 -w -I"$out/lines_src" -I"$out" -I"$here" -I"$root" -I"$cuda_inc" "$here/lines_emulated.cpp" -o "$out/lines" \
   -L"$lib" -lmumoe -Wl,-rpath,"$lib" -lpthread
 "$out/attention"
 "$out/matmul_views"
