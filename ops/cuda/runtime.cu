@@ -268,11 +268,20 @@ void ensure_staging(Staging& s) {
   }
 }
 
+// The device's staging buffers, held for one transfer, and the stream it runs on.
+struct HeldStaging {
+  cudaStream_t stream;
+  Staging& s;
+  std::lock_guard<std::mutex> hold;
+  explicit HeldStaging(int device) : stream(cuda::stream(device)), s(staging(device)), hold(s.mu) {
+    ensure_staging(s);
+  }
+};
+
 void host_to_device(void* dst, const void* src, size_t n, int device) {
-  cudaStream_t st = stream(device);
-  Staging& s = staging(device);
-  std::lock_guard<std::mutex> g(s.mu);
-  ensure_staging(s);
+  HeldStaging h(device);
+  Staging& s = h.s;
+  cudaStream_t st = h.stream;
   const char* from = static_cast<const char*>(src);
   char* to = static_cast<char*>(dst);
   for (size_t off = 0, k = 0; off < n; off += kChunk, k ^= 1) {
@@ -287,10 +296,9 @@ void host_to_device(void* dst, const void* src, size_t n, int device) {
 }
 
 void device_to_host(void* dst, const void* src, size_t n, int device) {
-  cudaStream_t st = stream(device);
-  Staging& s = staging(device);
-  std::lock_guard<std::mutex> g(s.mu);
-  ensure_staging(s);
+  HeldStaging h(device);
+  Staging& s = h.s;
+  cudaStream_t st = h.stream;
   const char* from = static_cast<const char*>(src);
   char* to = static_cast<char*>(dst);
   // Queue chunk k + 1 before copying chunk k out of its buffer, so that the two overlap.
