@@ -1,55 +1,82 @@
 #!/usr/bin/env bash
-# On a GPU machine (CUDA toolkit, CMake, a compiler; the dependencies carried in
-# .gpu_deps/ from scripts/gpu_deps.sh): build, run every CUDA test, then the GPU
-# benchmarks beside PyTorch. Logs go to $OUT (default ./gpu_out); the end of the output
-# is a short summary.
-#   bash scripts/gpu_check.sh [build|test|bench|all]   (default all)
+# On a GPU machine: run every CUDA test suite, then the GPU benchmarks beside PyTorch.
+# The binaries come either from .gpu_bin/ (made on a build machine by
+# scripts/gpu_stage.sh and carried along) or, when that folder is missing or its
+# programs do not load there, from a build on the spot (CUDA toolkit, CMake, a compiler,
+# and the header dependencies carried in .gpu_deps/ from scripts/gpu_deps.sh).
+# Logs go to $OUT (default ./gpu_out); the end of the output is a short summary.
+#   bash scripts/gpu_check.sh [test|bench|all]      (default all)
+# Environment: SUITE_TIMEOUT (s, per test suite, default 240), TESTS_TIMEOUT (s, all
+# suites, default 600), JOBS (suites at once, default 6), BENCH_TIMEOUT (s, the whole
+# comparison with PyTorch, default 300), FUSED_TIMEOUT (s, default 90).
 set -uo pipefail
 cd "$(dirname "$0")/.."
+repo=$PWD
 what=${1:-all}
 out=${OUT:-gpu_out}
 mkdir -p "$out"
-deps=$PWD/.gpu_deps
-build=build-gpu
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv,noheader | tee "$out/gpu.txt"
 
-if [[ $what == build || $what == all ]]; then
-  # zlib: the machine's own library, the carried headers.
+# cuBLAS and cuDNN: the toolkit's, else the ones PyTorch's wheels bring along.
+for d in /usr/local/cuda/lib64 $(python3 -c 'import nvidia, os; print(" ".join(os.path.join(p, q, "lib") for p in nvidia.__path__ for q in os.listdir(p)))' 2>/dev/null); do
+  [[ -d $d ]] && LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$d
+done
+
+bin=$repo/.gpu_bin
+loads() { [[ -x $bin/tests/test_cuda ]] && ! LD_LIBRARY_PATH=$bin:$LD_LIBRARY_PATH ldd "$bin/tests/test_cuda" | grep -q "not found"; }
+if ! loads; then
+  [[ -d $bin ]] && { echo "carried binaries do not load here:"; LD_LIBRARY_PATH=$bin:$LD_LIBRARY_PATH ldd "$bin/tests/test_cuda" | grep "not found"; }
+  deps=$repo/.gpu_deps
   zlib=$(ls /usr/lib/x86_64-linux-gnu/libz.so* /lib/x86_64-linux-gnu/libz.so* 2>/dev/null | head -1)
-  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMUMOE_CUDA=ON -DMUMOE_OPENBLAS=OFF \
+  cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DMUMOE_CUDA=ON -DMUMOE_OPENBLAS=OFF \
     -DCMAKE_PREFIX_PATH="$deps" -Ddoctest_DIR="$deps/cmake" -Dnlohmann_json_DIR="$deps/cmake" \
     -DCLI11_DIR="$deps/cmake" -DZLIB_INCLUDE_DIR="$deps/include" -DZLIB_LIBRARY="$zlib" \
     >"$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
   start=$(date +%s)
-  cmake --build "$build" -j"$(nproc)" >"$out/build.log" 2>&1 || { grep -B2 -A8 "error" "$out/build.log" | head -60; exit 1; }
+  cmake --build build-gpu -j"$(nproc)" >"$out/build.log" 2>&1 || { grep -B2 -A8 "error" "$out/build.log" | head -60; exit 1; }
   echo "build: $(( $(date +%s) - start )) s"
+  bash scripts/gpu_stage.sh build-gpu
 fi
+export LD_LIBRARY_PATH=$bin:$LD_LIBRARY_PATH
 
 if [[ $what == test || $what == all ]]; then
-  # Every suite with CUDA cases, run directly (its ctest twin NAME_cuda sets the same
-  # variable); failures are listed, their output kept in $out/tests.log.
-  : >"$out/tests.log"
-  failed=()
-  for t in "$build"/tests/test_*; do
-    [[ -x $t && -f $t ]] || continue
-    name=$(basename "$t")
-    grep -q "test_devices()\|cuda::" "tests/$name.cpp" 2>/dev/null || continue
-    s=$(date +%s)
-    MUMOE_TEST_DEVICES=cuda MUMOE_SOURCE_DIR=$PWD OMP_NUM_THREADS=8 timeout 600 "$t" >>"$out/tests.log" 2>&1
+  # The suites labelled cuda in tests/CMakeLists.txt (mu_device_test ones run with
+  # MUMOE_TEST_DEVICES=cuda, as their ctest twins NAME_cuda do), several at once.
+  suites=$(grep -oP '^mu_device_test\(\K\w+' tests/CMakeLists.txt; grep -oP '^mu_test\(\K\w+(?= .*\bcuda\b)' tests/CMakeLists.txt)
+  : >"$out/tests.log"; : >"$out/tests_summary.txt"
+  one_suite() {
+    local name=$1 log s rc
+    log=$(mktemp); s=$(date +%s)
+    MUMOE_TEST_DEVICES=cuda MUMOE_SOURCE_DIR=$repo OMP_NUM_THREADS=2 timeout "${SUITE_TIMEOUT:-240}" \
+      "$bin/tests/$name" >"$log" 2>&1
     rc=$?
-    echo "$name rc=$rc $(( $(date +%s) - s ))s" | tee -a "$out/tests_summary.txt"
-    [[ $rc == 0 || $rc == 77 ]] || failed+=("$name")
-  done
-  echo "failed: ${failed[*]:-none}"
+    {
+      flock 9
+      echo "$name rc=$rc $(( $(date +%s) - s ))s" | tee -a "$out/tests_summary.txt"
+      # Whole output of a failing suite; the doctest summary line of a passing one.
+      if [[ $rc == 0 || $rc == 77 ]]; then grep -E "^\[doctest\] (test cases|Status)|skip" "$log" | sed "s/^/$name: /" >>"$out/tests.log"
+      else echo "===== $name rc=$rc" >>"$out/tests.log"; cat "$log" >>"$out/tests.log"; fi
+    } 9>"$out/.lock"
+    rm -f "$log"
+  }
+  export -f one_suite; export bin repo out
+  start=$(date +%s)
+  printf '%s\n' $suites | timeout "${TESTS_TIMEOUT:-600}" xargs -P "${JOBS:-6}" -I{} bash -c 'one_suite {}'
+  rm -f "$out/.lock"
+  failed=$(grep -v " rc=0 \| rc=77 " "$out/tests_summary.txt" | awk '{print $1}' | tr '\n' ' ')
+  unfinished=$(for s in $suites; do grep -q "^$s " "$out/tests_summary.txt" || printf '%s ' "$s"; done)
+  echo "tests: $(( $(date +%s) - start )) s; failed: ${failed:-none}; unfinished: ${unfinished:-none}"
 fi
 
 if [[ $what == bench || $what == all ]]; then
-  if [[ -x experiments/bench/compare_gpu.sh ]]; then
-    bash experiments/bench/compare_gpu.sh "$build" 2>&1 | tee "$out/bench.txt" | tail -30
-  else
-    echo "experiments/bench/compare_gpu.sh not found"
-  fi
+  # Each side's JSON lines are kept in $out/bench_lines.txt as they come (a timeout
+  # still leaves them); the table of ratios is printed last.
+  BENCH_LOG=$out/bench_lines.txt timeout "${BENCH_TIMEOUT:-300}" bash experiments/bench/compare_gpu.sh "$bin" >"$out/bench.txt" 2>&1
+  echo "compare_gpu.sh rc=$?"
   # The fused CPμMoE core against the einsum composition (einsum_over_fused > 1: fused
   # is faster; CPMuMoE's fused_cp option stays off unless it is).
-  "$build"/experiments/bench_gpu_fused_mumoe 2>&1 | tee "$out/bench_fused.txt" | grep einsum_over_fused
+  timeout "${FUSED_TIMEOUT:-90}" "$bin/experiments/bench_gpu_fused_mumoe" >"$out/bench_fused.txt" 2>&1
+  echo "bench_gpu_fused_mumoe rc=$?"
+  grep -v "^{" "$out/bench.txt" | tail -25
+  grep einsum_over_fused "$out/bench_fused.txt"
 fi

@@ -11,7 +11,8 @@
 # (GPT-2 124M, dense and CPμMoE N = 256, B 8, T 1024; bf16 autocast and fp32).
 # Environment: REPS (step count of both sides; defaults: 20 layers, 10 GPT-2), GPT2_DTYPE
 # (default bf16,fp32), LAYER_DTYPE (default fp32,bf16), TF32 (0 or 1, default 0: float32
-# matmuls in full float32 on both sides), PYTHON (an interpreter with a CUDA build of
+# matmuls in full float32 on both sides), BENCH_LOG (a file each side's JSON lines are
+# appended to as they come), PYTHON (an interpreter with a CUDA build of
 # PyTorch 2; default: python3 if it imports torch, else /usr/bin/python3).
 # Without a GPU it says so and exits with status 1 before running anything.
 set -euo pipefail
@@ -42,6 +43,7 @@ run() {
     echo "compare_gpu.sh: '$*' failed with status $rc" >&2
     exit 1
   fi
+  [ -n "${BENCH_LOG:-}" ] && printf '%s\n' "$out" >>"$BENCH_LOG"
   printf '%s\n' "$out"
 }
 

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Copies what scripts/gpu_check.sh runs out of a CUDA build folder into .gpu_bin/
+# (libmumoe.so, the CUDA test suites, the GPU benchmarks; stripped), a folder small
+# enough to carry to a GPU machine:
+#   bash scripts/gpu_stage.sh [BUILD_DIR]       (default build-gpu)
+# .gpu_bin/ is listed in .gitignore.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build-gpu}
+out=.gpu_bin
+rm -rf "$out.partial"
+mkdir -p "$out.partial/tests" "$out.partial/experiments"
+cp "$build"/libmumoe.so* "$out.partial/"
+for name in $(grep -oP '^mu_device_test\(\K\w+' tests/CMakeLists.txt; grep -oP '^mu_test\(\K\w+(?= .*\bcuda\b)' tests/CMakeLists.txt); do
+  cp "$build/tests/$name" "$out.partial/tests/"
+done
+for name in bench_gpu_layers bench_gpu_gpt2 bench_gpu_fused_mumoe bench_cuda_linalg train_gpt2; do
+  cp "$build/experiments/$name" "$out.partial/experiments/"
+done
+strip --strip-unneeded "$out.partial"/libmumoe.so* "$out.partial"/tests/* "$out.partial"/experiments/* 2>/dev/null || true
+rm -rf "$out"
+mv "$out.partial" "$out"
+du -sh "$out"
