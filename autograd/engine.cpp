@@ -178,6 +178,8 @@ void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
              " but the output has shape ", shape_str(shape()));
     MU_CHECK(g.dtype() == dtype(), "backward: gradient has dtype ", dtype_name(g.dtype()),
              " but the output has dtype ", dtype_name(dtype()));
+    MU_CHECK(g.device() == device(), "backward: gradient on ", g.device().str(), " but the output on ",
+             device().str(), "; move it with .to(", device().str(), ")");
   }
   autograd::run_backward({*this}, {g}, retain_graph);
 }

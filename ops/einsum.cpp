@@ -528,7 +528,7 @@ Tensor take_diagonals(const Tensor& x, const Labels& dims, Labels* unique) {
   Tensor v = make_view(x.storage(), shape, strides, x.storage_offset(), x.dtype());
   return autograd::record("EinsumDiagonalBackward", v, {x}, [dims, from = x.shape()](const Tensor& g) -> TensorList {
     // The gradient lives on the diagonal of a zero tensor of the input's shape.
-    Tensor z = zeros(from, g.dtype());
+    Tensor z = zeros(from, TensorOptions(g.dtype()).device(g.device()));
     Labels u;
     Shape shape, strides;
     diagonal_geometry(dims, from, contiguous_strides(from), &u, &shape, &strides);

@@ -122,7 +122,7 @@ Tensor Tensor::t() const {
 
 // Gradient of a slicing view: zeros of the input's shape with g written into the slice.
 static Tensor scatter_into_zeros(const Tensor& g, const Shape& shape, const std::function<Tensor(const Tensor&)>& slicer) {
-  Tensor z = zeros(shape, g.dtype());
+  Tensor z = zeros(shape, TensorOptions(g.dtype()).device(g.device()));
   slicer(z).copy_(g);
   return z;
 }
@@ -325,8 +325,9 @@ static Tensor triangle(const Tensor& x, int64_t k, bool lower) {
   const char* op = lower ? "tril" : "triu";
   MU_CHECK(x.dim() >= 2, op, ": expects a tensor with at least 2 dimensions, got shape ", shape_str(x.shape()));
   int64_t r = x.size(-2), c = x.size(-1);
-  Tensor rows = arange(r).reshape({r, 1}), cols = arange(c).reshape({1, c});
-  Tensor keep = lower ? le(cols - rows, full({}, double(k), kInt64)) : ge(cols - rows, full({}, double(k), kInt64));
+  const TensorOptions index(TensorOptions(kInt64).device(x.device()));
+  Tensor rows = arange(r, index).reshape({r, 1}), cols = arange(c, index).reshape({1, c});
+  Tensor keep = lower ? le(cols - rows, full({}, double(k), index)) : ge(cols - rows, full({}, double(k), index));
   return where(keep, x, zeros({}, TensorOptions(x.dtype()).device(x.device())));
 }
 

@@ -47,7 +47,7 @@ if [[ $what == test || $what == all ]]; then
   one_suite() {
     local name=$1 log s rc
     log=$(mktemp); s=$(date +%s)
-    MUMOE_TEST_DEVICES=cuda MUMOE_SOURCE_DIR=$repo OMP_NUM_THREADS=2 timeout "${SUITE_TIMEOUT:-240}" \
+    MUMOE_TEST_DEVICES=cuda MUMOE_SOURCE_DIR=$repo MUMOE_PYTHON=python3 MUMOE_BACKTRACE=1 OMP_NUM_THREADS=2 timeout "${SUITE_TIMEOUT:-240}" \
       "$bin/tests/$name" >"$log" 2>&1
     rc=$?
     {

@@ -9,7 +9,10 @@ namespace mu {
 
 class Error : public std::runtime_error {
  public:
-  explicit Error(const std::string& what) : std::runtime_error(what) {}
+  // With MUMOE_BACKTRACE=1 in the environment the message ends with the call stack where
+  // the error was raised (function names of libmumoe.so), for failures seen far away
+  // from a debugger (a GPU machine reached through a batch job).
+  explicit Error(const std::string& what);
 };
 
 namespace detail {

@@ -172,11 +172,6 @@ Tensor empty(const Shape& shape, TensorOptions opts) {
 }
 
 Tensor full(const Shape& shape, double value, TensorOptions opts) {
-  if (!opts.device().is_cpu()) {  // filled on the host, then one copy to the device
-    Tensor t = full(shape, value, opts.device(Device::cpu()).requires_grad(false)).to(opts.device());
-    if (opts.requires_grad()) t.requires_grad_(true);
-    return t;
-  }
   Tensor t = empty(shape, opts.requires_grad(false));
   {
     NoGradGuard g;

@@ -62,11 +62,13 @@ inline std::filesystem::path make_temp_dir(const std::string& tag) {
   return dir;
 }
 
-// Runs tests/parity/<script> on `dir`; stops the test case when it fails.
+// Runs tests/parity/<script> on `dir` with /usr/bin/python3 (Debian's python3-torch), or
+// the interpreter $MUMOE_PYTHON names; stops the test case when it fails.
 inline void run_torch_script(const std::string& script, const std::filesystem::path& dir) {
   const char* src = std::getenv("MUMOE_SOURCE_DIR");
   REQUIRE_MESSAGE(src != nullptr, "MUMOE_SOURCE_DIR is not set (ctest sets it)");
-  std::string cmd = "/usr/bin/python3 " + std::string(src) + "/tests/parity/" + script + " " + dir.string();
+  const char* python = std::getenv("MUMOE_PYTHON");
+  std::string cmd = std::string(python && *python ? python : "/usr/bin/python3") + " " + std::string(src) + "/tests/parity/" + script + " " + dir.string();
   int rc = std::system(cmd.c_str());
   REQUIRE_MESSAGE(rc == 0, "the PyTorch side failed (" << cmd << "); is python3-torch installed? "
                                "scripts/setup.sh installs it");

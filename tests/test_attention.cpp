@@ -87,7 +87,7 @@ void check_against_composed(const Shapes& s, bool causal, DType dt, Device dev, 
 // out = P ∘ M / (1 - p), so an entry is 0 exactly where it was dropped (or masked).
 Tensor recover_mask(const Tensor& q, const Tensor& k, bool causal, double p, uint64_t seed) {
   const Shape& ks = k.shape();
-  Tensor eye_v = eye(ks[2], ks[3], q.dtype()).reshape({1, 1, ks[2], ks[3]}).expand(ks).contiguous();
+  Tensor eye_v = eye(ks[2], ks[3], TensorOptions(q.dtype()).device(q.device())).reshape({1, 1, ks[2], ks[3]}).expand(ks).contiguous();
   Tensor out = scaled_dot_product_attention(q, k, eye_v, causal, p, true, std::nullopt, seed);
   return ne(out, zeros_like(out));
 }

@@ -47,6 +47,13 @@ models::MixerConfig small_mixer(bool cp) {
   return c;
 }
 
+// Weight tolerance after five AdamW steps at lr 1e-3 in float32: Adam divides each
+// gradient by its own running magnitude, so a component whose gradient is near zero
+// moves by up to lr per step in a direction that float32 rounding (reduction order, which
+// differs between the devices) can flip; 1e-3 is one such step. The losses, compared at
+// every step, carry the tighter check.
+constexpr double kFloat32WeightTol = 1e-3;
+
 // The largest |a - b| over every parameter of two models of one architecture.
 double max_param_diff(nn::Module& a, nn::Module& b) {
   std::vector<Tensor> pa = a.parameters(), pb = b.parameters();
@@ -106,7 +113,7 @@ TEST_CASE("GPT-2 training steps on cuda:0 match the CPU's (dense and CPμMoE; fl
         return m.forward(idx.select(1, step).to(dev), tgt.select(1, step).to(dev)).loss;
       };
       const double loss_tol = mode == "float64" ? 1e-9 : mode == "float32" ? 1e-4 : 1e-2;
-      const double weight_tol = mode == "float64" ? 1e-8 : mode == "float32" ? 1e-4 : 5e-3;
+      const double weight_tol = mode == "float64" ? 1e-8 : mode == "float32" ? kFloat32WeightTol : 5e-3;
       five_steps(cpu, gpu, loss_of, mode == "bf16", loss_tol, weight_tol);
     }
   }
@@ -129,7 +136,7 @@ TEST_CASE("MLP-Mixer training steps on cuda:0 match the CPU's (dense and CPμMoE
       auto loss_of = [&](models::MlpMixer& m, Device dev, int step) {
         return cross_entropy(m.forward(images.select(0, step).to(dev)), labels.select(0, step).to(dev));
       };
-      five_steps(cpu, gpu, loss_of, false, mode == "float64" ? 1e-9 : 1e-4, mode == "float64" ? 1e-8 : 1e-4);
+      five_steps(cpu, gpu, loss_of, false, mode == "float64" ? 1e-9 : 1e-4, mode == "float64" ? 1e-8 : kFloat32WeightTol);
     }
   }
 }

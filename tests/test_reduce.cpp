@@ -129,7 +129,7 @@ TEST_CASE("16-bit floats sum in float32 and round once; their gradient is float3
   for (Device dev : test_devices()) {
     INFO(dev.str());
     for (DType t : {kBFloat16, kFloat16}) {
-      INFO(dtype_name(t));
+      INFO(std::string(dtype_name(t)));
       Tensor x = on(x0.to(t), dev).requires_grad_();
       Tensor s = x.sum({1});
       CHECK(s.dtype() == t);
