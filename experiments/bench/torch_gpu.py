@@ -38,8 +38,11 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 
 # ---------------------------------------------------------------- the reference's models, device-explicit
 def entmax15(x, dim=-1):
-    """Exact entmax-1.5 by sorting (the reference's algorithm)."""
-    x = x / 2
+    """Exact entmax-1.5 by sorting (the reference's algorithm), in float32 as mumoe's
+    autocast keeps entmax; at least one entry stays in the support (exactly true, but a
+    low-precision cumsum can put tau above every entry, and gather would then read
+    index -1)."""
+    x = x.float() / 2
     x = x - x.max(dim=dim, keepdim=True).values
     xs, _ = torch.sort(x, dim=dim, descending=True)
     d = x.shape[dim]
@@ -49,7 +52,7 @@ def entmax15(x, dim=-1):
     mean_sq = (xs ** 2).cumsum(dim) / rho
     delta = (1 - rho * (mean_sq - mean ** 2)) / rho
     tau = mean - torch.sqrt(torch.clamp(delta, 0))
-    support = (tau <= xs).sum(dim=dim, keepdim=True)
+    support = (tau <= xs).sum(dim=dim, keepdim=True).clamp(min=1)
     return torch.clamp(x - tau.gather(dim, support - 1), min=0) ** 2
 
 

@@ -1,0 +1,319 @@
+// Attention through cuBLAS for long sequences (float32 and bfloat16): the score matrix
+// S = Q Kᵀ and every product with it are strided-batched GEMMs on the tensor cores, and
+// the softmax, the causal mask and the dropout mask are row kernels over S in between.
+//
+//   forward   S = Q Kᵀ (float32)   P = softmax(scale S, mask) ∘ M/(1-p)   O = P V
+//   backward  S = Q Kᵀ again, P from S and the forward's lse
+//             dV = Pdᵀ dO    dP = dO Vᵀ    dS = scale · P ∘ (dP ∘ M/(1-p) - Di)
+//             dQ = dS K      dK = dSᵀ Q                 (Di = rowsum(dO ∘ O))
+//
+// It moves O(Tq·Tk) bytes per head through memory (the tiled kernel of attention.cu
+// moves none), but the GEMMs run on the matrix units, which the tiled kernel's scalar
+// float arithmetic does not use: for T in the hundreds and above it is several times
+// faster. attention.cu asks attention_gemm_wanted() before its tiled kernels. The
+// probabilities and the dropout mask are the tiled kernel's, entry for entry
+// (ops/kernels/attention.h), so both paths compute the same function.
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <type_traits>
+
+#include "ops/cuda/attention_gemm.cuh"
+#include "ops/cuda/dtypes.cuh"
+#include "ops/cuda/runtime.cuh"
+
+namespace mu::cuda_kernels {
+
+namespace {
+
+// Scratch for S, P and dP is at most this many bytes; longer calls run in chunks of heads.
+constexpr size_t kWorkspaceCap = size_t(2) << 30;
+
+// What the row kernels need to know about a call.
+struct RowGeo {
+  int64_t Tq, Tk;
+  int64_t bh0;  // the first (batch · head) of this chunk: the dropout counter's offset
+  float scale;
+  bool causal, dropout;
+  uint64_t key, threshold;  // the dropout mask (ops/kernels/attention.h)
+  float keep;               // 1 / (1 - p) for a kept entry
+};
+
+// The dropout factor of entry (i, j) of head bh: 0 when dropped, keep when kept.
+__device__ __forceinline__ float dropout_factor(const RowGeo& g, int64_t bh, int64_t i, int64_t j) {
+  const uint64_t n = (uint64_t(bh) * uint64_t(g.Tq) + uint64_t(i)) * uint64_t(g.Tk) + uint64_t(j);
+  return kernels::attention_dropout_bits(g.key, n) >= g.threshold ? g.keep : 0.f;
+}
+
+// Sum of v over the block (blockDim.x a multiple of 32, at most 1024); every thread gets it.
+template <bool Max>
+__device__ __forceinline__ float block_reduce(float v, float* scratch) {
+  for (int w = 16; w > 0; w /= 2) {
+    const float o = __shfl_xor_sync(0xffffffffu, v, w);
+    v = Max ? fmaxf(v, o) : v + o;
+  }
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+  __syncthreads();  // scratch may still be read by a previous reduction
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  v = lane < warps ? scratch[lane] : (Max ? -INFINITY : 0.f);
+  for (int w = 16; w > 0; w /= 2) {
+    const float o = __shfl_xor_sync(0xffffffffu, v, w);
+    v = Max ? fmaxf(v, o) : v + o;
+  }
+  return v;
+}
+
+// Forward rows: one block per query row of the chunk. From the raw scores S (float32)
+// writes P ∘ M/(1-p) in T and the row's log-sum-exp (scaled-score units).
+template <class T, class L>
+__global__ void softmax_rows_kernel(const float* __restrict__ S, T* __restrict__ P, L* __restrict__ lse, RowGeo g) {
+  __shared__ float scratch[32];
+  const int64_t row = blockIdx.x, i = row % g.Tq, bh = g.bh0 + row / g.Tq;
+  const float* s = S + row * g.Tk;
+  T* p = P + row * g.Tk;
+  const int64_t seen = g.causal ? (i + 1 < g.Tk ? i + 1 : g.Tk) : g.Tk;  // keys j < seen are visible
+  float m = -INFINITY;
+  for (int64_t j = threadIdx.x; j < seen; j += blockDim.x) m = fmaxf(m, g.scale * s[j]);
+  m = block_reduce<true>(m, scratch);
+  float l = 0;
+  for (int64_t j = threadIdx.x; j < seen; j += blockDim.x) l += expf(g.scale * s[j] - m);
+  l = block_reduce<false>(l, scratch);
+  const float lse_row = m + logf(l);  // seen >= 1: l >= 1
+  for (int64_t j = threadIdx.x; j < g.Tk; j += blockDim.x) {
+    float pj = j < seen ? expf(g.scale * s[j] - lse_row) : 0.f;
+    if (g.dropout && pj != 0.f) pj *= dropout_factor(g, bh, i, j);
+    p[j] = cuda::narrow<T>(pj);
+  }
+  if (threadIdx.x == 0) lse[row] = L(lse_row);
+}
+
+// Di = rowsum(dO ∘ O), one warp per query row (float32 sums).
+template <class T>
+__global__ void row_dot_kernel(const T* __restrict__ dout, const T* __restrict__ out, float* __restrict__ di,
+                               int64_t rows, int64_t D) {
+  const int lane = threadIdx.x % 32;
+  const int64_t warps = int64_t(gridDim.x) * (blockDim.x / 32);
+  for (int64_t r = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32; r < rows; r += warps) {
+    float s = 0;
+    for (int64_t d = lane; d < D; d += 32) s += float(cuda::widen(dout[r * D + d])) * float(cuda::widen(out[r * D + d]));
+    for (int w = 16; w > 0; w /= 2) s += __shfl_xor_sync(0xffffffffu, s, w);
+    if (lane == 0) di[r] = s;
+  }
+}
+
+// Backward rows, first pass: Pd = P ∘ M/(1-p) in T from S and the forward's lse.
+template <class T, class L>
+__global__ void probs_rows_kernel(const float* __restrict__ S, const L* __restrict__ lse, T* __restrict__ Pd,
+                                  RowGeo g) {
+  const int64_t row = blockIdx.x, i = row % g.Tq, bh = g.bh0 + row / g.Tq;
+  const float* s = S + row * g.Tk;
+  T* p = Pd + row * g.Tk;
+  const float L_row = float(lse[row]);
+  const int64_t seen = g.causal ? (i + 1 < g.Tk ? i + 1 : g.Tk) : g.Tk;
+  for (int64_t j = threadIdx.x; j < g.Tk; j += blockDim.x) {
+    float pj = j < seen ? expf(g.scale * s[j] - L_row) : 0.f;
+    if (g.dropout && pj != 0.f) pj *= dropout_factor(g, bh, i, j);
+    p[j] = cuda::narrow<T>(pj);
+  }
+}
+
+// Backward rows, second pass: dS = scale · (Pd ∘ dP - P · Di) (with Pd = P without
+// dropout this is scale · P ∘ (dP - Di)), the gradient of the raw scores, in T.
+template <class T, class L>
+__global__ void dscores_rows_kernel(const float* __restrict__ S, const float* __restrict__ dP,
+                                    const L* __restrict__ lse, const float* __restrict__ di, T* __restrict__ dS,
+                                    RowGeo g) {
+  const int64_t row = blockIdx.x, i = row % g.Tq, bh = g.bh0 + row / g.Tq;
+  const float* s = S + row * g.Tk;
+  const float* dp = dP + row * g.Tk;
+  T* ds = dS + row * g.Tk;
+  const float L_row = float(lse[row]), D_row = di[row];
+  const int64_t seen = g.causal ? (i + 1 < g.Tk ? i + 1 : g.Tk) : g.Tk;
+  for (int64_t j = threadIdx.x; j < g.Tk; j += blockDim.x) {
+    float v = 0;
+    if (j < seen) {
+      const float p = expf(g.scale * s[j] - L_row);
+      const float pd = g.dropout ? p * dropout_factor(g, bh, i, j) : p;
+      v = g.scale * (pd * dp[j] - p * D_row);
+    }
+    ds[j] = cuda::narrow<T>(v);
+  }
+}
+
+// Row-major batched GEMM: C[b] (M x N, ldc) = op(A[b]) · op(B[b]), op a transposition
+// when asked; A and B of type `ab`, C of type `c`, sums in float32 (TF32 for float32
+// operands when the user allowed it). In cuBLAS's column-major terms Cᵀ = op(B)ᵀ · op(A)ᵀ,
+// so the operands swap places and keep their transposition flags.
+void gemm_rm(cublasHandle_t h, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const void* A, int64_t lda,
+             int64_t sa, const void* B, int64_t ldb, int64_t sb, void* C, int64_t ldc, int64_t sc, int64_t batch,
+             cudaDataType_t ab, cudaDataType_t c) {
+  const float alpha = 1, beta = 0;
+  const cublasComputeType_t compute =
+      ab == CUDA_R_32F && cuda::allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  MU_CUBLAS_CHECK(cublasGemmStridedBatchedEx(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                             int(N), int(M), int(K), &alpha, B, ab, int(ldb), sb, A, ab, int(lda), sa,
+                                             &beta, C, c, int(ldc), sc, int(batch), compute, CUBLAS_GEMM_DEFAULT));
+}
+
+template <class T>
+constexpr cudaDataType_t cuda_type() {
+  return std::is_same_v<T, cuda::bf16> ? CUDA_R_16BF : CUDA_R_32F;
+}
+
+// The log-sum-exps' type: float32 for bfloat16 inputs (ops/kernels/attention.h), T else.
+template <class T>
+using lse_of = std::conditional_t<std::is_same_v<T, cuda::bf16>, float, T>;
+
+// The call's shape, and the heads per chunk that keep `per_entry` bytes of scratch per
+// score entry under the cap.
+struct Plan {
+  int64_t BH, Tq, Tk, D, chunk;
+};
+Plan plan_for(const Tensor& q, const Tensor& k, size_t per_entry) {
+  Plan p{q.size(0) * q.size(1), q.size(2), k.size(2), q.size(3), 1};
+  const size_t per_head = size_t(p.Tq) * size_t(p.Tk) * per_entry;
+  p.chunk = std::max<int64_t>(1, std::min<int64_t>(p.BH, int64_t(kWorkspaceCap / std::max<size_t>(per_head, 1))));
+  return p;
+}
+
+RowGeo row_geo(const Plan& pl, const kernels::AttentionParams& p) {
+  RowGeo g{};
+  g.Tq = pl.Tq;
+  g.Tk = pl.Tk;
+  g.scale = float(p.scale);
+  g.causal = p.causal;
+  g.dropout = p.dropout_p > 0;
+  g.key = kernels::attention_dropout_key(p.seed);
+  g.threshold = kernels::attention_dropout_threshold(p.dropout_p);
+  g.keep = p.dropout_p < 1 ? float(1 / (1 - p.dropout_p)) : 0.f;
+  return g;
+}
+
+// Threads per row kernel block: enough for a row of Tk, at most 256.
+unsigned row_threads(int64_t Tk) { return Tk >= 256 ? 256u : Tk > 64 ? 128u : 64u; }
+
+template <class T>
+void forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+                   const kernels::AttentionParams& params) {
+  using L = lse_of<T>;
+  const Plan pl = plan_for(q, k, sizeof(float) + sizeof(T));
+  const int dev = q.device().index;
+  cudaStream_t stream = cuda::stream(dev);
+  cublasHandle_t h = cuda::cublas(dev);
+  const int64_t qs = pl.Tq * pl.D, ks = pl.Tk * pl.D, ss = pl.Tq * pl.Tk;
+  cuda::Workspace ws(size_t(pl.chunk * ss) * (sizeof(float) + sizeof(T)), dev);
+  float* S = ws.as<float>();
+  T* P = reinterpret_cast<T*>(S + pl.chunk * ss);
+  const T* qd = static_cast<const T*>(q.raw_data());
+  const T* kd = static_cast<const T*>(k.raw_data());
+  const T* vd = static_cast<const T*>(v.raw_data());
+  T* od = static_cast<T*>(out.raw_data());
+  L* ld = static_cast<L*>(lse.raw_data());
+  RowGeo g = row_geo(pl, params);
+  for (int64_t b0 = 0; b0 < pl.BH; b0 += pl.chunk) {
+    const int64_t nb = std::min(pl.chunk, pl.BH - b0);
+    g.bh0 = b0;
+    // S = Q Kᵀ: (Tq x D) · (Tk x D)ᵀ per head.
+    gemm_rm(h, false, true, pl.Tq, pl.Tk, pl.D, qd + b0 * qs, pl.D, qs, kd + b0 * ks, pl.D, ks, S, pl.Tk, ss, nb,
+            cuda_type<T>(), CUDA_R_32F);
+    softmax_rows_kernel<T, L><<<unsigned(nb * pl.Tq), row_threads(pl.Tk), 0, stream>>>(S, P, ld + b0 * pl.Tq, g);
+    MU_CUDA_CHECK_LAUNCH("attention_forward (cuBLAS path: softmax rows)");
+    // O = P V: (Tq x Tk) · (Tk x D).
+    gemm_rm(h, false, false, pl.Tq, pl.D, pl.Tk, P, pl.Tk, ss, vd + b0 * ks, pl.D, ks, od + b0 * qs, pl.D, qs, nb,
+            cuda_type<T>(), cuda_type<T>());
+  }
+}
+
+template <class T>
+void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+                    const Tensor& grad_out, const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                    const kernels::AttentionParams& params) {
+  using L = lse_of<T>;
+  const Plan pl = plan_for(q, k, 2 * sizeof(float) + sizeof(T));
+  const int dev = q.device().index;
+  cudaStream_t stream = cuda::stream(dev);
+  cublasHandle_t h = cuda::cublas(dev);
+  const int64_t qs = pl.Tq * pl.D, ks = pl.Tk * pl.D, ss = pl.Tq * pl.Tk;
+  cuda::Workspace ws(size_t(pl.chunk * ss) * (2 * sizeof(float) + sizeof(T)) + size_t(pl.BH * pl.Tq) * sizeof(float),
+                     dev);
+  float* S = ws.as<float>();
+  float* dP = S + pl.chunk * ss;
+  float* di = dP + pl.chunk * ss;
+  T* Pd = reinterpret_cast<T*>(di + pl.BH * pl.Tq);  // then dS, once dV is done with Pd
+  const T* qd = static_cast<const T*>(q.raw_data());
+  const T* kd = static_cast<const T*>(k.raw_data());
+  const T* vd = static_cast<const T*>(v.raw_data());
+  const T* gd = static_cast<const T*>(grad_out.raw_data());
+  const L* ld = static_cast<const L*>(lse.raw_data());
+  T* dqd = static_cast<T*>(dq.raw_data());
+  T* dkd = static_cast<T*>(dk.raw_data());
+  T* dvd = static_cast<T*>(dv.raw_data());
+  const int64_t rows = pl.BH * pl.Tq;
+  row_dot_kernel<T><<<cuda::grid_for(rows, 8), 256, 0, stream>>>(gd, static_cast<const T*>(out.raw_data()), di, rows,
+                                                                   pl.D);
+  MU_CUDA_CHECK_LAUNCH("attention_backward (cuBLAS path: row dots)");
+  RowGeo g = row_geo(pl, params);
+  const unsigned threads = row_threads(pl.Tk);
+  for (int64_t b0 = 0; b0 < pl.BH; b0 += pl.chunk) {
+    const int64_t nb = std::min(pl.chunk, pl.BH - b0);
+    const unsigned blocks = unsigned(nb * pl.Tq);
+    g.bh0 = b0;
+    gemm_rm(h, false, true, pl.Tq, pl.Tk, pl.D, qd + b0 * qs, pl.D, qs, kd + b0 * ks, pl.D, ks, S, pl.Tk, ss, nb,
+            cuda_type<T>(), CUDA_R_32F);
+    probs_rows_kernel<T, L><<<blocks, threads, 0, stream>>>(S, ld + b0 * pl.Tq, Pd, g);
+    MU_CUDA_CHECK_LAUNCH("attention_backward (cuBLAS path: probabilities)");
+    // dV = Pdᵀ dO: (Tq x Tk)ᵀ · (Tq x D).
+    gemm_rm(h, true, false, pl.Tk, pl.D, pl.Tq, Pd, pl.Tk, ss, gd + b0 * qs, pl.D, qs, dvd + b0 * ks, pl.D, ks, nb,
+            cuda_type<T>(), cuda_type<T>());
+    // dP = dO Vᵀ: (Tq x D) · (Tk x D)ᵀ, float32.
+    gemm_rm(h, false, true, pl.Tq, pl.Tk, pl.D, gd + b0 * qs, pl.D, qs, vd + b0 * ks, pl.D, ks, dP, pl.Tk, ss, nb,
+            cuda_type<T>(), CUDA_R_32F);
+    T* dS = Pd;  // stream order: the dV product above has read Pd already
+    dscores_rows_kernel<T, L><<<blocks, threads, 0, stream>>>(S, dP, ld + b0 * pl.Tq, di + b0 * pl.Tq, dS, g);
+    MU_CUDA_CHECK_LAUNCH("attention_backward (cuBLAS path: score gradients)");
+    // dQ = dS K: (Tq x Tk) · (Tk x D); dK = dSᵀ Q: (Tq x Tk)ᵀ · (Tq x D).
+    gemm_rm(h, false, false, pl.Tq, pl.D, pl.Tk, dS, pl.Tk, ss, kd + b0 * ks, pl.D, ks, dqd + b0 * qs, pl.D, qs, nb,
+            cuda_type<T>(), cuda_type<T>());
+    gemm_rm(h, true, false, pl.Tk, pl.D, pl.Tq, dS, pl.Tk, ss, qd + b0 * qs, pl.D, qs, dkd + b0 * ks, pl.D, ks, nb,
+            cuda_type<T>(), cuda_type<T>());
+  }
+}
+
+}  // namespace
+
+bool attention_gemm_wanted(const Tensor& q, const Tensor& k) {
+  if (q.dtype() != DType::Float32 && q.dtype() != DType::BFloat16) return false;
+  const int64_t Tq = q.size(2), Tk = k.size(2), D = q.size(3);
+  if (q.size(0) * q.size(1) == 0 || Tq == 0 || Tk == 0 || D == 0) return false;
+  if (D > 128) return false;  // the tiled kernel's limit, which refuses such calls by name: one rule for both
+  // cuBLAS takes int sizes and leading dimensions; one head's S, dP and Pd must fit the cap.
+  if (Tq > INT32_MAX || Tk > INT32_MAX || D > INT32_MAX || q.size(0) * q.size(1) > INT32_MAX) return false;
+  if (double(Tq) * double(Tk) * double(2 * sizeof(float) + sizeof(float)) > double(kWorkspaceCap)) return false;
+  // MUMOE_ATTENTION=tiled or =gemm picks a path for every call it can take (benchmarks,
+  // tests of both); unset or anything else: the cuBLAS path from 128 x 128 scores on.
+  const char* choice = std::getenv("MUMOE_ATTENTION");
+  if (choice != nullptr && std::strcmp(choice, "tiled") == 0) return false;
+  if (choice != nullptr && std::strcmp(choice, "gemm") == 0) return true;
+  return Tq >= 128 && Tk >= 128;
+}
+
+void attention_forward_gemm(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+                            const kernels::AttentionParams& params) {
+  if (q.dtype() == DType::BFloat16)
+    forward_typed<cuda::bf16>(q, k, v, out, lse, params);
+  else
+    forward_typed<float>(q, k, v, out, lse, params);
+}
+
+void attention_backward_gemm(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+                             const Tensor& grad_out, const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                             const kernels::AttentionParams& params) {
+  if (q.dtype() == DType::BFloat16)
+    backward_typed<cuda::bf16>(q, k, v, out, lse, grad_out, dq, dk, dv, params);
+  else
+    backward_typed<float>(q, k, v, out, lse, grad_out, dq, dk, dv, params);
+}
+
+}  // namespace mu::cuda_kernels
