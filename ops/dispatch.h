@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <utility>
 
+#include "ops/profile.h"
 #include "tensor/device.h"
 #include "tensor/error.h"
 
@@ -43,6 +44,10 @@ class KernelTable<R(Args...)> {
   R operator()(Device device, A&&... args) const {
     Fn f = fns_[size_t(device.type)];
     if (f == nullptr) missing(device);
+    if (profile::detail::active) {  // the kernel profiler (ops/profile.h) marks this call
+      profile::detail::Span span(name_, device);
+      return f(std::forward<A>(args)...);
+    }
     return f(std::forward<A>(args)...);
   }
 

@@ -10,6 +10,7 @@
 #include "ops/loss.h"
 #include "ops/nn_functional.h"
 #include "ops/normalization.h"
+#include "ops/profile.h"
 #include "ops/reduce.h"
 #include "ops/shape.h"
 #include "ops/tensor_algebra.h"

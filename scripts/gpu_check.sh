@@ -77,16 +77,25 @@ if [[ $what == bench || $what == all ]]; then
   # is faster; CPMuMoE's fused_cp option stays off unless it is).
   timeout "${FUSED_TIMEOUT:-90}" "$bin/experiments/bench_gpu_fused_mumoe" >"$out/bench_fused.txt" 2>&1
   echo "bench_gpu_fused_mumoe rc=$?"
+  cat "$out/bench_fused.txt" >>"$out/bench.txt" && rm "$out/bench_fused.txt"
   # Attention through the tiled kernels alone, beside the default choice above.
   MUMOE_ATTENTION=tiled timeout 60 "$bin/experiments/bench_gpu_layers" --reps 20 --dtype fp32,bf16 2>&1 |
-    grep attention >"$out/bench_tiled.txt"
+    grep attention | sed 's/^/tiled: /' >>"$out/bench.txt"
   # Why cuDNN does or does not take the bfloat16 forward: its own log of one call.
   if [[ ${CUDNN_DIAG:-0} == 1 ]]; then
     MUMOE_ATTENTION=tiled CUDNN_LOGLEVEL_DBG=3 CUDNN_LOGDEST_DBG=/tmp/cudnn.log timeout 60 \
       "$bin/experiments/bench_gpu_layers" --reps 1 --warmup 0 --dtype bf16 >/dev/null 2>&1
     head -c 2000000 /tmp/cudnn.log >"$out/cudnn.log"
   fi
-  grep -v "^{" "$out/bench.txt" | tail -25
-  cat "$out/bench_tiled.txt"
+  # One bf16 GPT-2 step under each side's kernel profiler (ops/profile.h, torch.profiler).
+  if [[ ${PROFILE:-0} == 1 ]]; then
+    timeout 90 "$bin/experiments/bench_gpu_gpt2" --workload gpt2-124m --dtype bf16 --reps 2 --warmup 2 --profile 1 \
+      >/dev/null 2>"$out/profile.txt"
+    timeout 90 python3 experiments/bench/torch_gpu.py gpt2 --workload gpt2-124m --dtype bf16 --reps 2 --warmup 2 \
+      --profile 1 >/dev/null 2>>"$out/profile.txt"
+    head -45 "$out/profile.txt"
+  fi
+  grep -v "^{" "$out/bench.txt" | grep -v "^tiled" | tail -18
+  grep "^tiled\|einsum_over_fused" "$out/bench.txt"
   grep einsum_over_fused "$out/bench_fused.txt"
 fi

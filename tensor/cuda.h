@@ -46,6 +46,14 @@ void synchronize(int device = 0);
 void set_allow_tf32(bool allow);
 bool allow_tf32();
 
+// Timing marks on the device's stream (the kernel profiler, ops/profile.h): event_record
+// queues a timestamp behind the work already queued and returns its handle;
+// event_elapsed_ms waits for both marks and gives the milliseconds between them;
+// event_destroy releases a handle.
+void* event_record(int device);
+float event_elapsed_ms(void* start, void* end);
+void event_destroy(void* event);
+
 // The device's name and compute capability, e.g. "NVIDIA H100 80GB HBM3 (sm_90)".
 std::string device_name(int device = 0);
 

@@ -27,5 +27,8 @@ static bool tf32 = false;
 void set_allow_tf32(bool allow) { tf32 = allow; }
 bool allow_tf32() { return tf32; }
 std::string device_name(int) { MU_FAIL(kNoCuda); }
+void* event_record(int) { MU_FAIL(kNoCuda); }
+float event_elapsed_ms(void*, void*) { MU_FAIL(kNoCuda); }
+void event_destroy(void*) {}
 
 }  // namespace mu::cuda

@@ -231,6 +231,11 @@ def bench_gpt2(name, dtype, a):
         loss.backward(); opt.step()
 
     times = time_steps(step, a.reps, a.warmup)
+    if a.profile:  # one more step under torch.profiler: its kernels by GPU time, on stderr
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            step(); torch.cuda.synchronize()
+        print(f'torch profile of one step of {name}-{dtype}:', file=sys.stderr)
+        print(prof.key_averages().table(sort_by='cuda_time_total', row_limit=30), file=sys.stderr)
     fpt = m.flops_per_token(T)
     tokens_per_s = B * T / (times[0] * 1e-3)
     tflops = fpt * tokens_per_s / 1e12
@@ -327,6 +332,7 @@ if __name__ == '__main__':
     ap.add_argument('--peak-tflops', type=float, default=0)
     ap.add_argument('--reps', type=int, default=None, help='gpt2: 10, layers: 20')
     ap.add_argument('--warmup', type=int, default=3)
+    ap.add_argument('--profile', type=int, choices=[0, 1], default=0, help='gpt2: a kernel table of one step on stderr')
     ap.add_argument('--reference', default=None, help='torch_reference.py, for check')
     a = ap.parse_args()
     if a.cmd == 'check':

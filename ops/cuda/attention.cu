@@ -572,7 +572,7 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
 #ifdef MUMOE_CUDNN
   if (attention_forward_cudnn(q, k, v, out, lse, p)) return;  // cuDNN took it (bfloat16 without dropout)
 #endif
-  if (attention_gemm_wanted(q, k)) return attention_forward_gemm(q, k, v, out, lse, p);
+  if (attention_gemm_wanted(q, k, false)) return attention_forward_gemm(q, k, v, out, lse, p);
   cuda::dispatch_float_bf16(q.dtype(), "attention_forward",
                             [&](auto tag) { forward_typed<decltype(tag)>(q, k, v, out, lse, p); });
 }
@@ -580,7 +580,7 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
 void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
                         const Tensor& grad_out, const Tensor& dq, const Tensor& dk, const Tensor& dv,
                         const kernels::AttentionParams& p) {
-  if (attention_gemm_wanted(q, k)) return attention_backward_gemm(q, k, v, out, lse, grad_out, dq, dk, dv, p);
+  if (attention_gemm_wanted(q, k, true)) return attention_backward_gemm(q, k, v, out, lse, grad_out, dq, dk, dv, p);
   cuda::dispatch_float_bf16(q.dtype(), "attention_backward", [&](auto tag) {
     backward_typed<decltype(tag)>(q, k, v, out, lse, grad_out, dq, dk, dv, p);
   });

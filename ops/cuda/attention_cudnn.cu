@@ -202,7 +202,9 @@ std::unique_ptr<Plan> build(cudnnHandle_t handle, const Shape5& s, bool causal) 
   g.reduction(CUDNN_REDUCE_TENSOR_ADD, e, sum);
   g.pointwise(CUDNN_POINTWISE_LOG, sum, nullptr, log_sum);
   g.pointwise(CUDNN_POINTWISE_ADD, mx, log_sum, stats);
-  auto probs = scores();
+  // bfloat16, as v: cuDNN's fused engine takes a matmul only with both operands of one type
+  // ("A and B need to have the same datatype", its log said of a float32 P).
+  auto probs = scores(CUDNN_DATA_BFLOAT16);
   g.pointwise(CUDNN_POINTWISE_DIV, e, sum, probs);
   g.matmul(probs, v, o);
   if (!g.ok) return nullptr;

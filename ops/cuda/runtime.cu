@@ -39,6 +39,24 @@ static void require_device(int device) {
            n == 1 ? "" : "s", " present");
 }
 
+void* event_record(int device) {
+  cudaEvent_t e = nullptr;
+  MU_CUDA_CHECK(cudaEventCreate(&e));
+  MU_CUDA_CHECK(cudaEventRecord(e, stream(device)));
+  return e;
+}
+
+float event_elapsed_ms(void* start, void* end) {
+  MU_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(end)));
+  float ms = 0;
+  MU_CUDA_CHECK(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(start), static_cast<cudaEvent_t>(end)));
+  return ms;
+}
+
+void event_destroy(void* event) {
+  if (event != nullptr) cudaEventDestroy(static_cast<cudaEvent_t>(event));  // nothing to do about a failure here
+}
+
 std::string device_name(int device) {
   require_device(device);
   cudaDeviceProp prop{};
