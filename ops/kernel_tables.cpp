@@ -5,6 +5,7 @@
 #include "ops/kernels/copy.h"
 #include "ops/kernels/dropout.h"
 #include "ops/kernels/entmax.h"
+#include "ops/kernels/grouped_mm.h"
 #include "ops/kernels/hadamard_gemm.h"
 #include "ops/kernels/index.h"
 #include "ops/kernels/linalg.h"

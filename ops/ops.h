@@ -3,6 +3,7 @@
 #include "ops/attention.h"
 #include "ops/einsum.h"
 #include "ops/elementwise.h"
+#include "ops/grouped_mm.h"
 #include "ops/hadamard_gemm.h"
 #include "ops/type_promotion.h"
 #include "ops/index.h"

@@ -4,6 +4,7 @@
 #include "ops/kernels/attention.h"
 #include "ops/kernels/copy.h"
 #include "ops/kernels/entmax.h"
+#include "ops/kernels/grouped_mm.h"
 #include "ops/kernels/index.h"
 #include "ops/kernels/linalg.h"
 #include "ops/kernels/loss.h"
@@ -51,6 +52,8 @@ TEST_CASE("every declared kernel has a CPU entry") {
   CHECK(kernels::entmax_forward.has(DeviceType::CPU));
   CHECK(kernels::entmax_backward.has(DeviceType::CPU));
   CHECK(kernels::matmul.has(DeviceType::CPU));
+  CHECK(kernels::grouped_mm.has(DeviceType::CPU));
+  CHECK(kernels::grouped_mm_weight_grad.has(DeviceType::CPU));
   CHECK(kernels::adamw_update.has(DeviceType::CPU));
   CHECK(kernels::sgd_update.has(DeviceType::CPU));
   CHECK(kernels::norm_power_sum.has(DeviceType::CPU));
@@ -78,5 +81,8 @@ TEST_CASE("every declared kernel has a CPU entry") {
   CHECK(kernels::layer_norm_backward.has(DeviceType::CUDA));
   CHECK(kernels::batch_norm_forward.has(DeviceType::CUDA));
   CHECK(kernels::batch_norm_backward.has(DeviceType::CUDA));
+  // ... and the grouped products (cuBLAS per group).
+  CHECK(kernels::grouped_mm.has(DeviceType::CUDA));
+  CHECK(kernels::grouped_mm_weight_grad.has(DeviceType::CUDA));
 #endif
 }

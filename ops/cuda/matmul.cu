@@ -21,6 +21,7 @@
 #include <memory>
 #include <type_traits>
 
+#include "ops/cuda/cublas_view.cuh"
 #include "ops/cuda/dtypes.cuh"
 #include "ops/cuda/runtime.cuh"
 #include "ops/kernels/linalg.h"
@@ -36,31 +37,6 @@ struct Operand {
   int64_t ld = 1;
   int64_t batch_stride = 0;
 };
-
-// The cuBLAS view of a rows x cols matrix with strides (sr, sc), or false when none fits.
-// Row-major (sc == 1) read column-major is the cols x rows transpose: op N, ld = sr >= cols.
-// Column-major (sr == 1) is the matrix itself: op T turns it, ld = sc >= rows. A size-1 dim
-// makes its stride irrelevant, and then the leading dimension is set to the smallest legal one.
-bool cublas_view(int64_t rows, int64_t cols, int64_t sr, int64_t sc, cublasOperation_t& op, int64_t& ld) {
-  const int64_t min_row_ld = cols > 1 ? cols : 1, min_col_ld = rows > 1 ? rows : 1;
-  if (sc == 1 || cols == 1) {
-    const int64_t l = rows == 1 ? min_row_ld : sr;
-    if (l >= min_row_ld) {
-      op = CUBLAS_OP_N;
-      ld = l;
-      return true;
-    }
-  }
-  if (sr == 1 || rows == 1) {
-    const int64_t l = cols == 1 ? min_col_ld : sc;
-    if (l >= min_col_ld) {
-      op = CUBLAS_OP_T;
-      ld = l;
-      return true;
-    }
-  }
-  return false;
-}
 
 // dst[(bi * rows + r) * cols + c] = src[bi * sb + r * sr + c * sc]: a dense row-major copy
 // of `batch` strided matrices. One thread per element in a grid-stride loop.
@@ -82,7 +58,7 @@ Operand operand(const Tensor& t, bool batched, int64_t batch, std::unique_ptr<cu
   Operand o;
   o.data = t.raw_data();
   o.batch_stride = batched && batch > 1 ? t.stride(0) : 0;
-  if (cublas_view(rows, cols, t.stride(-2), t.stride(-1), o.op, o.ld)) return o;
+  if (cuda::cublas_view(rows, cols, t.stride(-2), t.stride(-1), o.op, o.ld)) return o;
   // Pack: a dense row-major copy, which cublas_view accepts (op N, ld = cols).
   const int64_t copies = o.batch_stride == 0 ? 1 : batch, n = copies * rows * cols;
   ws = std::make_unique<cuda::Workspace>(size_t(n) * sizeof(T), t.device().index);

@@ -1,0 +1,141 @@
+// CUDA grouped matrix-product kernels (declared in ops/kernels/grouped_mm.h; the CPU
+// twin is ops/cpu/grouped_mm.cpp): one cuBLAS GEMM per non-empty group, all on the
+// device's stream, so the groups run in order without any host synchronisation (the
+// offsets are host integers: every launch's sizes are known without reading the device).
+//
+// cuBLAS is column-major. A dense row-major C (rows x cols) is, read column-major, Cᵀ
+// (cols x rows, leading dimension cols), and Cᵀ = Qᵀ · Pᵀ for C = P · Q: so cuBLAS's "A"
+// is Q and its "B" is P, each read through its strided view (ops/cuda/cublas_view.cuh).
+// The forward's P is a group's rows of x and Q is w[g]; the weight gradient's P is the
+// transpose of a group's rows of x (the same memory, strides swapped) and Q is the
+// group's rows of dy.
+//
+// float64: cublasDgemm. float32: cublasGemmEx in full float32 unless TF32 was allowed
+// (cuda::set_allow_tf32, as matmul). bfloat16: cublasGemmEx on bfloat16 operands and
+// result, the products summed in float32 and rounded once.
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <climits>
+#include <cstdint>
+#include <type_traits>
+
+#include "ops/cuda/cublas_view.cuh"
+#include "ops/cuda/dtypes.cuh"
+#include "ops/cuda/runtime.cuh"
+#include "ops/kernels/grouped_mm.h"
+
+namespace mu::cuda_kernels {
+namespace {
+
+// A strided matrix on the device: element (i, j) at data[i * sr + j * sc].
+template <class T>
+struct Mat {
+  const T* data;
+  int64_t rows, cols, sr, sc;
+};
+
+// cuBLAS takes sizes and leading dimensions as int: larger ones are refused by name.
+void check_int(int64_t v, const char* what, const char* op) {
+  MU_CHECK(v <= INT_MAX, op, " on CUDA: ", what, " = ", v, " exceeds cuBLAS's int32 limit (", INT_MAX, ")");
+}
+
+// Its cuBLAS view, which the op guarantees exists (ops/kernels/grouped_mm.h).
+template <class T>
+void view(const Mat<T>& a, const char* name, const char* op, cublasOperation_t& t, int64_t& ld) {
+  MU_CHECK(cuda::cublas_view(a.rows, a.cols, a.sr, a.sc, t, ld), op, ": ", name, " (", a.rows, " x ", a.cols,
+           ", strides ", a.sr, ", ", a.sc, ") has no layout cuBLAS can read; the op should have made it dense");
+  check_int(ld, "a leading dimension", op);
+}
+
+// c (p.rows x q.cols, dense row-major) = p · q, with p.cols == q.rows > 0, on the stream
+// `h` is bound to.
+template <class T>
+void gemm(cublasHandle_t h, T* c, const Mat<T>& p, const Mat<T>& q, const char* op) {
+  const int64_t m = q.cols, n = p.rows, k = p.cols;
+  check_int(m, "N (output columns)", op);
+  check_int(n, "rows of a group", op);
+  check_int(k, "the inner size", op);
+  cublasOperation_t ta, tb;
+  int64_t lda, ldb;
+  view(q, "the right operand", op, ta, lda);
+  view(p, "the left operand", op, tb, ldb);
+  // cᵀ (m x n, ld m) = qᵀ (m x k) · pᵀ (k x n).
+  if constexpr (std::is_same_v<T, double>) {
+    const double alpha = 1, beta = 0;
+    MU_CUBLAS_CHECK(cublasDgemm(h, ta, tb, int(m), int(n), int(k), &alpha, q.data, int(lda), p.data, int(ldb), &beta,
+                                c, int(m)));
+  } else {
+    constexpr bool is_bf16 = std::is_same_v<T, cuda::bf16>;
+    const cudaDataType_t type = is_bf16 ? CUDA_R_16BF : CUDA_R_32F;
+    const cublasComputeType_t compute =
+        !is_bf16 && cuda::allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    const float alpha = 1, beta = 0;  // the scale type of CUBLAS_COMPUTE_32F* is float
+    MU_CUBLAS_CHECK(cublasGemmEx(h, ta, tb, int(m), int(n), int(k), &alpha, q.data, type, int(lda), p.data, type,
+                                 int(ldb), &beta, c, type, int(m), compute, CUBLAS_GEMM_DEFAULT));
+  }
+}
+
+template <class T>
+void grouped_mm_typed(const Tensor& out, const Tensor& x, const Tensor& w, const std::vector<int64_t>& offsets) {
+  const int64_t G = w.size(0), K = x.size(1), N = w.size(2);
+  if (out.numel() == 0) return;  // no rows or no columns: nothing to write
+  cudaStream_t stream = cuda::stream(out);
+  if (K == 0) {
+    // An empty sum: zeros (all-zero bits are +0 in every float type); out is dense.
+    MU_CUDA_CHECK(cudaMemsetAsync(out.raw_data(), 0, size_t(out.numel()) * sizeof(T), stream));
+    return;
+  }
+  const T* xp = static_cast<const T*>(x.raw_data());
+  const T* wp = static_cast<const T*>(w.raw_data());
+  T* op = static_cast<T*>(out.raw_data());
+  cublasHandle_t h = cuda::cublas(out.device().index);  // bound to `stream`
+  for (int64_t g = 0; g < G; ++g) {
+    const int64_t r0 = offsets[size_t(g)], rows = offsets[size_t(g) + 1] - r0;
+    if (rows == 0) continue;
+    const Mat<T> p{xp + r0 * x.stride(0), rows, K, x.stride(0), x.stride(1)};
+    const Mat<T> q{wp + g * w.stride(0), K, N, w.stride(1), w.stride(2)};
+    gemm<T>(h, op + r0 * N, p, q, "grouped_mm");
+  }
+}
+
+template <class T>
+void weight_grad_typed(const Tensor& dw, const Tensor& x, const Tensor& dy, const std::vector<int64_t>& offsets) {
+  const int64_t G = dw.size(0), K = x.size(1), N = dy.size(1);
+  if (dw.numel() == 0) return;
+  cudaStream_t stream = cuda::stream(dw);
+  const T* xp = static_cast<const T*>(x.raw_data());
+  const T* dyp = static_cast<const T*>(dy.raw_data());
+  T* dwp = static_cast<T*>(dw.raw_data());
+  cublasHandle_t h = cuda::cublas(dw.device().index);
+  for (int64_t g = 0; g < G; ++g) {
+    const int64_t r0 = offsets[size_t(g)], rows = offsets[size_t(g) + 1] - r0;
+    T* c = dwp + g * K * N;  // dw is dense
+    if (rows == 0) {
+      // No rows: an empty sum, zeros (cuBLAS is not asked to make them from k = 0).
+      MU_CUDA_CHECK(cudaMemsetAsync(c, 0, size_t(K * N) * sizeof(T), stream));
+      continue;
+    }
+    // x_gᵀ (K x rows): x's group rows with the strides swapped.
+    const Mat<T> p{xp + r0 * x.stride(0), K, rows, x.stride(1), x.stride(0)};
+    const Mat<T> q{dyp + r0 * dy.stride(0), rows, N, dy.stride(0), dy.stride(1)};
+    gemm<T>(h, c, p, q, "grouped_mm_weight_grad");
+  }
+}
+
+void grouped_mm(const Tensor& out, const Tensor& x, const Tensor& w, const std::vector<int64_t>& offsets) {
+  cuda::dispatch_float_bf16(x.dtype(), "grouped_mm",
+                            [&](auto tag) { grouped_mm_typed<decltype(tag)>(out, x, w, offsets); });
+}
+
+void grouped_mm_weight_grad(const Tensor& dw, const Tensor& x, const Tensor& dy, const std::vector<int64_t>& offsets) {
+  cuda::dispatch_float_bf16(x.dtype(), "grouped_mm_weight_grad",
+                            [&](auto tag) { weight_grad_typed<decltype(tag)>(dw, x, dy, offsets); });
+}
+
+}  // namespace
+
+MU_REGISTER_KERNEL(kernels::grouped_mm, DeviceType::CUDA, grouped_mm);
+MU_REGISTER_KERNEL(kernels::grouped_mm_weight_grad, DeviceType::CUDA, grouped_mm_weight_grad);
+
+}  // namespace mu::cuda_kernels
