@@ -1,5 +1,5 @@
 // Every nn header: modules, layers, initialisation, sparse probability maps, μMoE
-// layers and blocks, and expert analysis.
+// layers and blocks, expert analysis, and the top-K and product-key MLP approximations.
 #pragma once
 #include "nn/activation.h"
 #include "nn/embedding.h"
@@ -11,3 +11,5 @@
 #include "nn/mumoe_block.h"
 #include "nn/mumoe_layer.h"
 #include "nn/norm.h"
+#include "nn/pkm.h"
+#include "nn/topk_mlp.h"
