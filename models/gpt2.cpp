@@ -208,6 +208,58 @@ static MlpChoice mumoe_choice(nn::MoEKind kind, int64_t experts, int64_t rank) {
 MlpChoice cp_mumoe(int64_t experts, int64_t rank) { return mumoe_choice(nn::MoEKind::CP, experts, rank); }
 MlpChoice tr_mumoe(int64_t experts, int64_t last_rank) { return mumoe_choice(nn::MoEKind::TR, experts, last_rank); }
 
+MlpChoice sparse_moe(std::string name, std::function<nn::SparseMoEOptions(const GPT2Config&)> options) {
+  MlpChoice m;
+  m.name = std::move(name);
+  auto resolved = [options](const GPT2Config& c, Generator* gen) {
+    nn::SparseMoEOptions o = options(c).n_layers(c.n_layer).generator(gen);
+    MU_CHECK(o.d_model() == c.n_embd, "GPT2: the sparse MoE MLP's d_model (", o.d_model(), ") must be n_embd (",
+             c.n_embd, ")");
+    return o;
+  };
+  m.make = [resolved](int64_t, const GPT2Config& c, Generator* gen) -> std::shared_ptr<nn::UnaryModule> {
+    return std::make_shared<nn::SparseMoE>(resolved(c, gen));
+  };
+  m.count = [resolved](const GPT2Config& c) { return nn::SparseMoE::count_parameters(resolved(c, nullptr)); };
+  m.pre_norm = true;
+  return m;
+}
+
+MlpChoice sigma_moe(int64_t experts, int64_t expert_size, int64_t k, double expert_dropout, double entropy_weight) {
+  return sparse_moe(detail::str("sigma_moe-", experts, "x", expert_size, "-k", k),
+                    [=](const GPT2Config& c) {
+                      return nn::sigma_moe_options(c.n_embd, experts, expert_size, k, expert_dropout, entropy_weight);
+                    });
+}
+
+MlpChoice topk_mlp(int64_t k) {
+  auto options = [k](const GPT2Config& c, Generator* gen) {
+    return nn::TopKMLPOptions(c.n_embd, 4 * c.n_embd).k(k).bias(c.bias).generator(gen);
+  };
+  MlpChoice m;
+  m.name = detail::str("topk_mlp-k", k);
+  m.make = [options](int64_t, const GPT2Config& c, Generator* gen) -> std::shared_ptr<nn::UnaryModule> {
+    return std::make_shared<nn::TopKMLP>(options(c, gen));
+  };
+  m.count = [options](const GPT2Config& c) { return nn::TopKMLP::count_parameters(options(c, nullptr)); };
+  m.pre_norm = true;
+  return m;
+}
+
+MlpChoice pkm(int64_t n_sub, int64_t heads, int64_t k, nn::PKMActivation activation) {
+  auto options = [=](const GPT2Config& c, Generator* gen) {
+    return nn::PKMOptions(c.n_embd, n_sub).heads(heads).k(k).activation(activation).generator(gen);
+  };
+  MlpChoice m;
+  m.name = detail::str("pkm-", n_sub, "x", n_sub, "-h", heads, "-k", k, "-", nn::to_string(activation));
+  m.make = [options](int64_t, const GPT2Config& c, Generator* gen) -> std::shared_ptr<nn::UnaryModule> {
+    return std::make_shared<nn::PKM>(options(c, gen));
+  };
+  m.count = [options](const GPT2Config& c) { return nn::PKM::count_parameters(options(c, nullptr)); };
+  m.pre_norm = true;
+  return m;
+}
+
 MlpChoice custom(std::string name, MlpFactory make, bool pre_norm, MlpCounter count) {
   MlpChoice m;
   m.name = std::move(name);
@@ -344,6 +396,11 @@ GPT2::Output GPT2::forward(const Tensor& idx, const Tensor& targets) {
   const int64_t V = config_.vocab_size;
   // nanoGPT: F.cross_entropy(logits.view(-1, V), targets.view(-1), ignore_index=-1).
   out.loss = cross_entropy(out.logits.reshape({-1, V}), targets.reshape({-1}), Reduction::Mean, -1);
+  // Sparse MoE MLPs (load balancing, entropy) regularise the loss they are trained with.
+  for (int64_t i = 0; i < config_.n_layer; ++i)
+    if (auto reg = std::dynamic_pointer_cast<nn::AuxiliaryLoss>(mlp(i)))
+      if (Tensor a = reg->aux_loss(); a.defined()) out.aux_loss = out.aux_loss.defined() ? out.aux_loss + a : a;
+  if (out.aux_loss.defined()) out.loss = out.loss + out.aux_loss.to(out.loss.dtype());
   return out;
 }
 

@@ -27,6 +27,9 @@
 #include "nn/linear.h"
 #include "nn/module.h"
 #include "nn/mumoe_block.h"
+#include "nn/pkm.h"
+#include "nn/sparse_moe.h"
+#include "nn/topk_mlp.h"
 #include "tensor/random.h"
 
 namespace mu::models {
@@ -64,6 +67,19 @@ MlpChoice dense();
 MlpChoice cp_mumoe(int64_t experts, int64_t rank = 0);
 // TR ranks (4, 4, last_rank).
 MlpChoice tr_mumoe(int64_t experts, int64_t last_rank = 0);
+// A sparse MoE of nn/sparse_moe.h in ln_2's wake, as the dense MLP (pre_norm true): the
+// options for a configuration (their d_model must be n_embd; n_layers and the generator
+// are filled in from the model). Its regulariser is added to the training loss.
+MlpChoice sparse_moe(std::string name, std::function<nn::SparseMoEOptions(const GPT2Config&)> options);
+// σ-MoE (sigmoid selection, K of `experts` experts of size `expert_size`, expert dropout,
+// entropy regularisation, the dense-MLP initialisation).
+MlpChoice sigma_moe(int64_t experts, int64_t expert_size, int64_t k = 4, double expert_dropout = 0.0,
+                    double entropy_weight = 0.001);
+// The top-K activation MLP (nn/topk_mlp.h): d -> 4d, ReLU keeping the K largest units per
+// token, 4d -> d; biases as the config says.
+MlpChoice topk_mlp(int64_t k);
+// A product-key memory (nn/pkm.h) of n_sub² values, `heads` heads, K kept per head.
+MlpChoice pkm(int64_t n_sub, int64_t heads, int64_t k, nn::PKMActivation activation = nn::PKMActivation::ReLU);
 // Any module through the same factory; `count` may be null (see MlpChoice::count).
 MlpChoice custom(std::string name, MlpFactory make, bool pre_norm = true, MlpCounter count = nullptr);
 
@@ -109,7 +125,9 @@ class GPT2 : public nn::Module {
   Tensor features(const Tensor& idx);
   struct Output {
     Tensor logits;  // (B, T, vocab_size)
-    Tensor loss;    // mean cross-entropy over the B*T positions (targets of -1 ignored, as nanoGPT)
+    Tensor loss;    // mean cross-entropy over the B*T positions (targets of -1 ignored, as nanoGPT),
+                    // plus aux_loss when defined
+    Tensor aux_loss;  // the sum of the MLPs' regularisers (nn::AuxiliaryLoss); undefined when none
   };
   Output forward(const Tensor& idx, const Tensor& targets);
 

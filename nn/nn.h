@@ -12,4 +12,5 @@
 #include "nn/mumoe_layer.h"
 #include "nn/norm.h"
 #include "nn/pkm.h"
+#include "nn/sparse_moe.h"
 #include "nn/topk_mlp.h"

@@ -139,6 +139,32 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
   return index_select_as(x, dim, index, "index_select");
 }
 
+Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src) {
+  const char* op = "index_add";
+  require_int64_index(index, op);
+  MU_CHECK(index.device() == x.device() && src.device() == x.device(), op, ": x on ", x.device().str(), ", index on ",
+           index.device().str(), ", src on ", src.device().str());
+  MU_CHECK(src.dtype() == x.dtype(), op, ": src has dtype ", dtype_name(src.dtype()), ", x has ", dtype_name(x.dtype()));
+  MU_CHECK(index.dim() <= 1, op, ": index must be 1-D, got shape ", shape_str(index.shape()));
+  Tensor xv = at_least_1d(x), sv = at_least_1d(src);
+  const int64_t d = wrap_dim(dim, xv.dim(), op);
+  Shape want = xv.shape();
+  want[size_t(d)] = index.numel();
+  MU_CHECK(sv.shape() == want, op, ": src must have shape ", shape_str(want), " (x's with dimension ", d, " of size ",
+           index.numel(), ", the index length), got ", shape_str(src.shape()));
+  const int64_t n = xv.shape()[size_t(d)], m = index.numel();
+  check_bounds(index, n, d, op);
+  auto [outer, n_d, inner] = line_geometry(xv.shape(), d);
+  Tensor ic = index.contiguous();
+  Tensor y = xv.detach().contiguous().clone();
+  kernels::index_add_rows(x.device(), y, sv.detach().contiguous(), ic, outer, n, m, inner);
+  y = y.reshape(x.shape());
+  return record("IndexAddBackward", y, {x, src}, [is = save(ic), d, ss = src.shape()](const Tensor& g) -> TensorList {
+    // x's gradient is g; src's is g read back at the index.
+    return {g, index_select(g, d, is.get()).reshape(ss)};
+  });
+}
+
 Tensor embedding(const Tensor& weight, const Tensor& ids) {
   require_int64_index(ids, "embedding");
   MU_CHECK(weight.dim() == 2, "embedding: weight must be 2-D (num_embeddings, dim), got shape ",

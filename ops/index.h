@@ -11,6 +11,10 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);
 Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src);
 // Slices of x at `index` (1-D) along dim.
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);
+// x with the slices of src added at `index` (1-D, src.size(dim) entries) along dim:
+// out[..., index[j], ...] += src[..., j, ...] (torch.index_add); repeated indices add up.
+// Deterministic. Differentiable in x and src.
+Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src);
 // Rows of weight (V, D) picked by ids of any shape: result ids.shape + [D].
 Tensor embedding(const Tensor& weight, const Tensor& ids);
 Tensor cumsum(const Tensor& x, int64_t dim);

@@ -122,6 +122,17 @@ TEST_CASE("gradcheck scatter_add in x and src") {
   }
 }
 
+TEST_CASE("gradcheck index_add (repeated indices, any dim, strided operands)") {
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    Tensor i = idx({2, 0, 2, 3, 1}, {5}, dev);
+    check_grad(dev, [&](const TensorList& in) { return index_add(in[0], 0, i, in[1]); },
+               {rnd({4, 3}, 60), rnd({5, 3}, 61)});
+    check_grad(dev, [&](const TensorList& in) { return index_add(in[0], 1, i, in[1].transpose(1, 2)); },
+               {rnd({2, 4, 3}, 62), rnd({2, 3, 5}, 63)});
+  }
+}
+
 TEST_CASE("gradcheck index_select and embedding") {
   for (Device dev : test_devices()) {
     INFO(dev.str());

@@ -257,6 +257,38 @@ TEST_CASE("index_select matches brute force along every dim") {
   }
 }
 
+TEST_CASE("index_add adds each slice of src at its index, repeats summed, along every dim") {
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    manual_seed(15);
+    const Tensor x = randn({4, 5, 6}, kFloat64);
+    for (int64_t d : {0, 1, 2}) {
+      const int64_t n = x.shape()[size_t(d)];
+      const Tensor index = rand_index(n, {9});  // 9 entries of n: repeats guaranteed
+      Shape ss = x.shape();
+      ss[size_t(d)] = 9;
+      const Tensor src = randn(ss, kFloat64);
+      // Brute force: every element of src added to x at its index along d.
+      std::vector<double> want = x.contiguous().to_vector<double>(), s = src.contiguous().to_vector<double>();
+      const std::vector<int64_t> iv = index.to_vector<int64_t>();
+      const Shape& xs = x.shape();
+      for (int64_t a = 0; a < ss[0]; ++a)
+        for (int64_t b = 0; b < ss[1]; ++b)
+          for (int64_t c = 0; c < ss[2]; ++c) {
+            int64_t at[3] = {a, b, c};
+            at[d] = iv[size_t(at[d])];
+            want[size_t((at[0] * xs[1] + at[1]) * xs[2] + at[2])] += s[size_t((a * ss[1] + b) * ss[2] + c)];
+          }
+      INFO("dim " << d);
+      check_equal(index_add(on(x, dev), d, on(index, dev), on(src, dev)).cpu(), xs, want, 1e-12);
+    }
+    CHECK_THROWS_MU(index_add(on(x, dev), 0, on(from_vector<int64_t>({0, 1}, {2}), dev), on(randn({3, 5, 6}, kFloat64), dev)),
+                    "index_add: src must have shape [2, 5, 6]");
+    CHECK_THROWS_MU(index_add(on(x, dev), 0, on(from_vector<int64_t>({0, 4}, {2}), dev), on(randn({2, 5, 6}, kFloat64), dev)),
+                    "index_add");
+  }
+}
+
 TEST_CASE("index_select backward adds each selected slice back") {
   for (Device dev : test_devices()) {
     INFO(dev.str());
