@@ -5,7 +5,8 @@
 # programs do not load there, from a build on the spot (CUDA toolkit, CMake, a compiler,
 # and the header dependencies carried in .gpu_deps/ from scripts/gpu_deps.sh).
 # Logs go to $OUT (default ./gpu_out); the end of the output is a short summary.
-#   bash scripts/gpu_check.sh [test|bench|all]      (default all)
+#   bash scripts/gpu_check.sh [test|bench|sparse|all]      (default all; sparse: the
+#   sparse-MoE scaling benchmark alone)
 # Environment: SUITE_TIMEOUT (s, per test suite, default 240), TESTS_TIMEOUT (s, all
 # suites, default 600), JOBS (suites at once, default 6), BENCH_TIMEOUT (s, the whole
 # comparison with PyTorch, default 300), FUSED_TIMEOUT (s, default 90).
@@ -98,4 +99,16 @@ if [[ $what == bench || $what == all ]]; then
   grep -v "^{" "$out/bench.txt" | grep -v "^tiled" | tail -18
   grep "^tiled\|einsum_over_fused" "$out/bench.txt"
   grep einsum_over_fused "$out/bench_fused.txt"
+fi
+
+if [[ $what == sparse ]]; then
+  # σ-MoE forward + backward as N_E grows at fixed K and G, beside the dense MLP of the
+  # same d_ff: the paper-like size, then a small one (64 tokens per expert at N_E = 128).
+  timeout 120 "$bin/experiments/bench_sparse_moe" --device cuda --reps 10 --warmup 3 >"$out/sparse.txt" 2>&1
+  timeout 60 "$bin/experiments/bench_sparse_moe" --device cuda --reps 10 --warmup 3 --d-model 256 --tokens 2048 \
+    >>"$out/sparse.txt" 2>&1
+  timeout 60 "$bin/experiments/bench_sparse_moe" --device cuda --reps 3 --warmup 2 --experts 16,128 --profile 1 \
+    2>"$out/sparse_profile.txt" >/dev/null
+  cat "$out/sparse.txt"
+  grep -A14 "kernel profile" "$out/sparse_profile.txt"
 fi
