@@ -29,6 +29,8 @@ Tensor to_low(const Tensor& x) {
   return x.to(t_dtype);
 }
 
+DType low_dtype(const Tensor& x) { return t_enabled && x.dtype() == kFloat32 ? t_dtype : x.dtype(); }
+
 Tensor to_full(const Tensor& x) {
   if (!t_enabled || !x.defined() || (x.dtype() != kBFloat16 && x.dtype() != kFloat16)) return x;
   return x.to(kFloat32);

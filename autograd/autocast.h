@@ -46,6 +46,8 @@ Tensor to_low(const Tensor& x);
 // x in float32 when autocast is on and x is a 16-bit float; x itself otherwise. For the
 // inputs of the full-precision ops.
 Tensor to_full(const Tensor& x);
+// The dtype to_low(x) would have, without converting anything (for an op's checks).
+DType low_dtype(const Tensor& x);
 }  // namespace autocast
 
 }  // namespace mu::autograd

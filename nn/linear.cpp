@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "autograd/autocast.h"
 #include "nn/init.h"
 #include "ops/ops.h"
 
@@ -30,7 +31,10 @@ Tensor Linear::forward(const Tensor& x) {
            options_.in_features(), ", got ", x.describe());
   // weight.t() is a transposed view: the GEMM reads it in place, nothing is copied.
   Tensor y = matmul(x, weight.t());
-  return bias.defined() ? y + bias : y;
+  // Under autocast the product is bfloat16 and so is the bias it gets, as torch's
+  // F.linear, which autocast runs whole in bfloat16: a float32 bias would promote the
+  // output back to float32, and every op after it would move twice the bytes.
+  return bias.defined() ? y + autograd::autocast::to_low(bias) : y;
 }
 
 std::string Linear::extra_repr() const {

@@ -22,17 +22,13 @@ using autograd::TensorList;
 
 namespace {
 
-// The dtype t is multiplied in: bfloat16 for a float32 t under autocast (as matmul).
-DType product_dtype(const Tensor& t) {
-  return autograd::is_autocast_enabled() && t.dtype() == kFloat32 ? autograd::autocast_dtype() : t.dtype();
-}
 
 // Ranks, dtypes, devices and sizes; offsets against w's group count and x's rows.
 void check_inputs(const Tensor& x, const Tensor& w, const std::vector<int64_t>& offsets) {
   MU_CHECK(x.defined() && w.defined(), "grouped_mm: x and w must be defined tensors");
   MU_CHECK(x.dim() == 2, "grouped_mm: x must be a matrix (M, K), got shape ", shape_str(x.shape()));
   MU_CHECK(w.dim() == 3, "grouped_mm: w must be a stack of matrices (G, K, N), got shape ", shape_str(w.shape()));
-  const DType dx = product_dtype(x), dw = product_dtype(w);
+  const DType dx = autograd::autocast::low_dtype(x), dw = autograd::autocast::low_dtype(w);
   MU_CHECK(dx == dw, "grouped_mm: dtype mismatch: x is ", dtype_name(x.dtype()), " but w is ", dtype_name(w.dtype()),
            "; convert one with .to(dtype)");
   MU_CHECK(dx == kFloat32 || dx == kFloat64 || dx == kBFloat16, "grouped_mm: ", dtype_name(x.dtype()),

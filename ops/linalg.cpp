@@ -19,15 +19,11 @@ using autograd::TensorList;
 
 namespace {
 
-// The dtype t is multiplied in: bfloat16 for a float32 t under autocast.
-DType product_dtype(const Tensor& t) {
-  return autograd::is_autocast_enabled() && t.dtype() == kFloat32 ? autograd::autocast_dtype() : t.dtype();
-}
 
 // Same dtype (as multiplied) and device, and a dtype the GEMM has: float32, float64 or
 // bfloat16 (float32 accumulation).
 void check_operands(const Tensor& a, const Tensor& b, const char* op) {
-  const DType da = product_dtype(a), db = product_dtype(b);
+  const DType da = autograd::autocast::low_dtype(a), db = autograd::autocast::low_dtype(b);
   MU_CHECK(da == db, op, ": dtype mismatch: ", dtype_name(a.dtype()), " vs ", dtype_name(b.dtype()), " (shapes ",
            shape_str(a.shape()), " and ", shape_str(b.shape()), "); convert one with .to(dtype)");
   MU_CHECK(a.device() == b.device(), op, ": device mismatch: ", a.device().str(), " vs ", b.device().str());

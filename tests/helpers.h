@@ -163,6 +163,26 @@ inline const std::vector<mu::Device>& test_devices() {
   return devices;
 }
 
+// gradcheck of m.forward with respect to x and the member tensors named in `members`.
+// gradcheck calls fn with float64 leaves of its own; fn rebinds the members to them so
+// the module's forward differentiates into those leaves, and the members are restored.
+template <class M>
+inline void check_module_grad(M& m, const mu::Tensor& x, std::vector<mu::Tensor*> members) {
+  std::vector<mu::Tensor> saved;
+  mu::autograd::TensorList inputs = {x};
+  for (mu::Tensor* p : members) {
+    saved.push_back(*p);
+    inputs.push_back(*p);
+  }
+  auto fn = [&](const mu::autograd::TensorList& in) {
+    for (size_t i = 0; i < members.size(); ++i) *members[i] = in[i + 1];
+    return m.forward(in[0]);
+  };
+  auto r = mu::autograd::gradcheck(fn, inputs);
+  for (size_t i = 0; i < members.size(); ++i) *members[i] = saved[i];
+  CHECK_MESSAGE(r.ok, r.message);
+}
+
 // `t` (made on the CPU) moved to `dev`, keeping requires_grad as a fresh leaf.
 inline mu::Tensor on(const mu::Tensor& t, mu::Device dev) {
   mu::Tensor d = t.detach().to(dev);

@@ -141,25 +141,6 @@ PKMRef brute_pkm(const nn::PKM& m, const Tensor& x) {
   return r;
 }
 
-// gradcheck of m.forward with respect to x and the parameters in `members`: gradcheck
-// calls fn with float64 leaves of its own, fn rebinds the members to them so the forward
-// differentiates into those leaves, and the members are restored afterwards.
-template <class M>
-void check_module_grad(M& m, const Tensor& x, std::vector<Tensor*> members) {
-  std::vector<Tensor> saved;
-  TensorList inputs = {x};
-  for (Tensor* p : members) {
-    saved.push_back(*p);
-    inputs.push_back(*p);
-  }
-  auto fn = [&](const TensorList& in) {
-    for (size_t i = 0; i < members.size(); ++i) *members[i] = in[i + 1];
-    return m.forward(in[0]);
-  };
-  auto r = autograd::gradcheck(fn, inputs);
-  for (size_t i = 0; i < members.size(); ++i) *members[i] = saved[i];
-  CHECK_MESSAGE(r.ok, r.message);
-}
 
 }  // namespace
 
