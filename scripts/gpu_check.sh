@@ -5,8 +5,8 @@
 # programs do not load there, from a build on the spot (CUDA toolkit, CMake, a compiler,
 # and the header dependencies carried in .gpu_deps/ from scripts/gpu_deps.sh).
 # Logs go to $OUT (default ./gpu_out); the end of the output is a short summary.
-#   bash scripts/gpu_check.sh [test|bench|sparse|all]      (default all; sparse: the
-#   sparse-MoE scaling benchmark alone)
+#   bash scripts/gpu_check.sh [test|bench|sparse|gpt2|all]   (default all; sparse: the
+#   sparse-MoE scaling benchmark alone; gpt2: the bf16 comparison and a profiled step)
 # Environment: SUITE_TIMEOUT (s, per test suite, default 240), TESTS_TIMEOUT (s, all
 # suites, default 600), JOBS (suites at once, default 6), BENCH_TIMEOUT (s, the whole
 # comparison with PyTorch, default 300), FUSED_TIMEOUT (s, default 90).
@@ -111,4 +111,14 @@ if [[ $what == sparse ]]; then
     2>"$out/sparse_profile.txt" >/dev/null
   cat "$out/sparse.txt"
   grep -A14 "kernel profile" "$out/sparse_profile.txt"
+fi
+
+if [[ $what == gpt2 ]]; then
+  # The bf16 comparison alone (layers and GPT-2, both sides), then one profiled step each.
+  LAYER_DTYPE=bf16 GPT2_DTYPE=bf16 REPS=10 timeout 150 bash experiments/bench/compare_gpu.sh "$bin" >"$out/bench.txt" 2>&1
+  echo "compare_gpu.sh rc=$?"
+  timeout 60 "$bin/experiments/bench_gpu_gpt2" --workload gpt2-124m --dtype bf16 --reps 2 --warmup 2 --profile 1 \
+    >/dev/null 2>"$out/profile.txt"
+  grep -v "^{" "$out/bench.txt" | tail -9
+  head -12 "$out/profile.txt"
 fi
