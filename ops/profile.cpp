@@ -3,8 +3,11 @@
 #include "ops/profile.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <utility>
@@ -16,6 +19,48 @@ namespace mu::profile {
 namespace detail {
 bool active = false;
 }
+
+namespace {
+
+// MUMOE_PROFILE=1: on from the start, the table printed at exit.
+const bool g_from_env = [] {
+  const char* v = std::getenv("MUMOE_PROFILE");
+  const bool on = v != nullptr && std::strcmp(v, "1") == 0;
+  if (on) detail::active = true;
+  return on;
+}();
+
+// The exit report. The CUDA runtime tears its context down in an exit handler of its own,
+// registered when CUDA first starts, and handlers run in reverse order of registration:
+// a handler registered before CUDA started would run after that teardown, when the
+// events can no longer be read. So a new handler is registered once the first CUDA span
+// has started CUDA, and only the newest handler prints.
+std::atomic<int> g_newest_handler{0};
+void print_at_exit(int generation) {
+  if (g_newest_handler.load() != generation) return;
+  try {
+    std::fprintf(stderr, "mumoe kernel profile (MUMOE_PROFILE=1):\n%s", table().c_str());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "mumoe kernel profile (MUMOE_PROFILE=1): unavailable at exit: %s\n", e.what());
+  }
+}
+void exit_handler_1() { print_at_exit(1); }
+void exit_handler_2() { print_at_exit(2); }
+
+void register_exit_report(bool cuda) {
+  static std::once_flag first, after_cuda;
+  std::call_once(first, [] {
+    g_newest_handler = 1;
+    std::atexit(exit_handler_1);
+  });
+  if (cuda)
+    std::call_once(after_cuda, [] {
+      g_newest_handler = 2;
+      std::atexit(exit_handler_2);
+    });
+}
+
+}  // namespace
 
 namespace {
 
@@ -51,9 +96,10 @@ namespace detail {
 
 Span::Span(const char* kernel, Device device) : kernel_(kernel), device_(device) {
   if (device.is_cuda())
-    start_event_ = cuda::event_record(device.index);
+    start_event_ = cuda::event_record(device.index);  // starts CUDA, if nothing did yet
   else
     start_ns_ = now_ns();
+  if (g_from_env) register_exit_report(device.is_cuda());
 }
 
 Span::~Span() {

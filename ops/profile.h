@@ -11,6 +11,9 @@
 // wall clock. Times are inclusive: a kernel that runs another kernel's table counts it
 // too. Off, the cost is one load and branch per kernel call.
 //
+// Any program: MUMOE_PROFILE=1 in the environment turns the profiler on when the library
+// loads and prints the table of the whole run on stderr when the program exits.
+//
 // Compiled by g++ (C++20) and nvcc (C++17): keep it C++17.
 #pragma once
 #include <cstdint>

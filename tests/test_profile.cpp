@@ -1,5 +1,12 @@
 // The kernel profiler (ops/profile.h): counts every kernel call while on, none while
 // off, on every device; a report empties it.
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
 #include "helpers.h"
 
 using namespace mu;
@@ -50,4 +57,33 @@ TEST_CASE("the profiler records nothing while disabled; a report or reset emptie
   CHECK(profile::report().empty());
   profile::disable();
   CHECK_FALSE(profile::enabled());
+}
+
+// Run alone by the next case with MUMOE_PROFILE=1 (and in the full run without it): the
+// variable turns the profiler on before anything calls enable().
+TEST_CASE("MUMOE_PROFILE=1 turns the profiler on from the start") {
+  const char* v = std::getenv("MUMOE_PROFILE");
+  const bool from_env = v != nullptr && std::string(v) == "1";
+  CHECK(profile::enabled() == from_env);
+  Tensor a = randn({16, 16});
+  CHECK(matmul(a, eye(16)).to_vector<float>() == a.to_vector<float>());
+}
+
+TEST_CASE("MUMOE_PROFILE=1 prints the table of the whole run at exit, for any program") {
+  // This test binary run again on one case that computes, with the variable set.
+  char self[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
+  REQUIRE(n > 0);
+  self[n] = '\0';
+  const std::string log = std::filesystem::temp_directory_path() / ("mumoe_profile_" + std::to_string(::getpid()));
+  const std::string cmd = "MUMOE_PROFILE=1 MUMOE_TEST_DEVICES=cpu '" + std::string(self) +
+                          "' --test-case='MUMOE_PROFILE=1 turns the profiler on from the start' >/dev/null 2>'" + log + "'";
+  CHECK(std::system(cmd.c_str()) == 0);
+  std::ifstream f(log);
+  const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  std::filesystem::remove(log);
+  INFO(text);
+  CHECK(text.find("mumoe kernel profile (MUMOE_PROFILE=1):") != std::string::npos);
+  CHECK(text.find("matmul") != std::string::npos);  // the kernels of that case, none called enable()
+  CHECK(text.find("all kernels") != std::string::npos);
 }
