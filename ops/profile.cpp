@@ -121,6 +121,11 @@ Span::~Span() {
 
 }  // namespace detail
 
+Scope::Scope(const char* name, Device device) {
+  if (detail::active) span_ = new detail::Span(name, device);
+}
+Scope::~Scope() { delete span_; }
+
 void enable() {
   reset();
   detail::active = true;

@@ -45,6 +45,25 @@ std::string table();
 void reset();
 
 namespace detail {
+class Span;
+}
+
+// A named region of a program in the same table, beside the kernels it runs (which are
+// also listed on their own): on `device`'s stream for a CUDA device, the wall clock for
+// the CPU. `name` must outlive the report (a string literal).
+//   { profile::Scope s("forward", dev); loss = model.forward(x, y).loss; }
+class Scope {
+ public:
+  explicit Scope(const char* name, Device device = Device::cpu());
+  ~Scope();
+  Scope(const Scope&) = delete;
+  Scope& operator=(const Scope&) = delete;
+
+ private:
+  detail::Span* span_ = nullptr;  // null while the profiler is off
+};
+
+namespace detail {
 // Read by every kernel table call; written by enable()/disable().
 extern bool active;
 // Marks one kernel call while the profiler is on (ops/dispatch.h).

@@ -43,6 +43,31 @@ TEST_CASE("the profiler counts each kernel call while enabled, on every device")
   }
 }
 
+TEST_CASE("a Scope times a named region beside the kernels it runs; none while disabled") {
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    Tensor a = on(randn({32, 32}), dev);
+    profile::enable();
+    {
+      profile::Scope s("two products", dev);
+      (void)matmul(matmul(a, a), a);
+    }
+    const std::vector<profile::KernelTime> ks = profile::report();
+    profile::disable();
+    const profile::KernelTime* scope = find(ks, "two products");
+    REQUIRE(scope != nullptr);
+    CHECK(scope->calls == 1);
+    const profile::KernelTime* mm = find(ks, "matmul");
+    REQUIRE(mm != nullptr);
+    CHECK(mm->calls == 2);
+    CHECK(scope->total_ms >= mm->total_ms * 0.999);  // the region holds both products
+    {
+      profile::Scope off("not recorded", dev);
+    }
+    CHECK(profile::report().empty());
+  }
+}
+
 TEST_CASE("the profiler records nothing while disabled; a report or reset empties it") {
   Tensor a = randn({8, 8});
   profile::disable();
