@@ -218,7 +218,10 @@ MlpChoice sparse_moe(std::string name, std::function<nn::SparseMoEOptions(const 
     return o;
   };
   m.make = [resolved](int64_t, const GPT2Config& c, Generator* gen) -> std::shared_ptr<nn::UnaryModule> {
-    return std::make_shared<nn::SparseMoE>(resolved(c, gen));
+    const nn::SparseMoEOptions o = resolved(c, gen);
+    // A sigmoid selection is σ-MoE: built as such, so models can be asked what they hold.
+    if (o.selection() == nn::Selection::Sigmoid) return std::make_shared<nn::SigmaMoE>(o);
+    return std::make_shared<nn::SparseMoE>(o);
   };
   m.count = [resolved](const GPT2Config& c) { return nn::SparseMoE::count_parameters(resolved(c, nullptr)); };
   m.pre_norm = true;

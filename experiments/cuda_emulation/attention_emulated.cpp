@@ -87,7 +87,7 @@ double run(int64_t B, int64_t H, int64_t Tq, int64_t Tk, int D, bool causal, dou
     emu_launch(fblocks, 128, fsmem, [&] { forward_kernel<T, W, BQ, BK, DC>(qt.data(), kt.data(), vt.data(), o_k.data(), l_k.data(), g); });
   });
   std::vector<W> di(BH * Tq), lw(BH * Tq);
-  emu_launch(unsigned((BH * Tq + 7) / 8), 256, 0, [&] { row_terms_kernel<T, W>(dOt.data(), o_k.data(), l_k.data(), di.data(), lw.data(), BH * Tq, D); });
+  emu_launch(unsigned((BH * Tq + 7) / 8), 256, 0, [&] { attention_row_terms_kernel<T, W, lse_t<T>>(dOt.data(), o_k.data(), l_k.data(), di.data(), lw.data(), BH * Tq, D); });
   const size_t smem_kv = (size_t(4 * 32) * g.ld + 2 * size_t(32) * 33 + 64) * sizeof(W);
   const size_t smem_q = (size_t(4 * 32) * g.ld + size_t(32) * 33) * sizeof(W);
   dispatch([&](auto dc) {

@@ -21,7 +21,7 @@ s = open(sys.argv[1]).read()
 body = s[s.index('namespace mu::cuda_kernels {'):s.index('// ---------------------------------------------------------------- host side')]
 body = body.replace('extern __shared__ __align__(16) unsigned char smem_raw[];', 'unsigned char* smem_raw = ctx->smem;')
 head = ('#include "emu.h"\n#include <cmath>\n#include <cstdint>\n#include <type_traits>\n'
-        '#include "ops/cuda/dtypes.cuh"\n#include "ops/kernels/attention.h"\n')
+        '#include "ops/cuda/dtypes.cuh"\n#include "ops/kernels/attention.h"\n#include "ops/cuda/attention_common.cuh"\n')
 open(sys.argv[2], 'w').write(head + body + '\n}  // namespace\n}  // namespace mu::cuda_kernels\n')
 PY
 python3 - "$root/ops/cuda/matmul.cu" "$out/view.h" <<'PY'

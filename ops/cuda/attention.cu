@@ -29,6 +29,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "ops/cuda/attention_common.cuh"
 #include "ops/cuda/attention_gemm.cuh"
 #include "ops/cuda/dtypes.cuh"
 #include "ops/cuda/runtime.cuh"
@@ -55,8 +56,7 @@ constexpr int kMaxD = 128;     // head dims beyond it are refused (accumulators 
 // ---------------------------------------------------------------- the dropout mask
 
 // attention_dropout_bits (ops/kernels/attention.h) is host and device code: CPU and CUDA
-// draw the same mask.
-using kernels::attention_dropout_bits;
+// draw the same mask (through attention_keep_factor, ops/cuda/attention_common.cuh).
 
 // The log-sum-exps' type: float32 for bfloat16 inputs (ops/kernels/attention.h), T else.
 template <class T>
@@ -81,8 +81,7 @@ __device__ __forceinline__ double log_w(double x) { return log(x); }
 // The dropout factor of query i, key j of head bh: 0 when dropped, keep when kept.
 template <class W>
 __device__ __forceinline__ W dropout_factor(const Geo<W>& g, int64_t bh, int64_t i, int64_t j) {
-  const uint64_t n = uint64_t((bh * g.Tq + i) * g.Tk + j);
-  return uint64_t(attention_dropout_bits(g.key, n)) >= g.threshold ? g.keep : W(0);
+  return attention_keep_factor(g.key, g.threshold, g.keep, bh, g.Tq, g.Tk, i, j);
 }
 
 // ---------------------------------------------------------------- tile helpers
@@ -248,26 +247,6 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // ---------------------------------------------------------------- backward
-
-// di[r] = dO_r · O_r and lw[r] = lse[r] widened, for every row r of every head: one warp
-// per row, lanes striding over D, a shuffle sum at the end.
-template <class T, class W>
-__global__ void __launch_bounds__(256)
-    row_terms_kernel(const T* __restrict__ dout, const T* __restrict__ out, const lse_t<T>* __restrict__ lse,
-                     W* __restrict__ di, W* __restrict__ lw, int64_t rows, int D) {
-  const int lane = threadIdx.x % 32;
-  const int64_t warps = int64_t(gridDim.x) * (blockDim.x / 32);
-  for (int64_t r = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32; r < rows; r += warps) {
-    W s = 0;
-    for (int d = lane; d < D; d += 32) s += W(widen(dout[r * D + d])) * W(widen(out[r * D + d]));
-#pragma unroll
-    for (int w = 16; w > 0; w /= 2) s += __shfl_xor_sync(0xffffffffu, s, w);
-    if (lane == 0) {
-      di[r] = s;
-      lw[r] = W(lse[r]);
-    }
-  }
-}
 
 // P (after the dropout mask: pd) and dS of query i, key j from the scaled score s and
 // dP = dO_i · V_j, or zeros when key j is not seen by query i. Both backward kernels use
@@ -544,7 +523,7 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
   cuda::Workspace ws(size_t(2 * rows) * sizeof(W), q.device().index);
   W* di = ws.as<W>();
   W* lw = di + rows;
-  row_terms_kernel<T, W><<<cuda::grid_for(rows, 8), 256, 0, stream>>>(
+  attention_row_terms_kernel<T, W, lse_t<T>><<<cuda::grid_for(rows, 8), 256, 0, stream>>>(
       static_cast<const T*>(grad_out.raw_data()), static_cast<const T*>(out.raw_data()),
       static_cast<const lse_t<T>*>(lse.raw_data()), di, lw, rows, g.D);
   MU_CUDA_CHECK_LAUNCH("attention_backward (row terms)");

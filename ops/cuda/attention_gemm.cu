@@ -19,8 +19,10 @@
 #include <cstring>
 #include <type_traits>
 
+#include "ops/cuda/attention_common.cuh"
 #include "ops/cuda/attention_gemm.cuh"
 #include "ops/cuda/dtypes.cuh"
+#include "ops/cuda/lines.cuh"
 #include "ops/cuda/runtime.cuh"
 
 namespace mu::cuda_kernels {
@@ -40,46 +42,28 @@ struct RowGeo {
   float keep;               // 1 / (1 - p) for a kept entry
 };
 
-// The dropout factor of entry (i, j) of head bh: 0 when dropped, keep when kept.
+// The dropout factor of entry (i, j) of head bh: 0 when dropped, keep when kept (the
+// tiled kernels' mask, ops/cuda/attention_common.cuh).
 __device__ __forceinline__ float dropout_factor(const RowGeo& g, int64_t bh, int64_t i, int64_t j) {
-  const uint64_t n = (uint64_t(bh) * uint64_t(g.Tq) + uint64_t(i)) * uint64_t(g.Tk) + uint64_t(j);
-  return kernels::attention_dropout_bits(g.key, n) >= g.threshold ? g.keep : 0.f;
-}
-
-// Sum of v over the block (blockDim.x a multiple of 32, at most 1024); every thread gets it.
-template <bool Max>
-__device__ __forceinline__ float block_reduce(float v, float* scratch) {
-  for (int w = 16; w > 0; w /= 2) {
-    const float o = __shfl_xor_sync(0xffffffffu, v, w);
-    v = Max ? fmaxf(v, o) : v + o;
-  }
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
-  __syncthreads();  // scratch may still be read by a previous reduction
-  if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  v = lane < warps ? scratch[lane] : (Max ? -INFINITY : 0.f);
-  for (int w = 16; w > 0; w /= 2) {
-    const float o = __shfl_xor_sync(0xffffffffu, v, w);
-    v = Max ? fmaxf(v, o) : v + o;
-  }
-  return v;
+  return attention_keep_factor(g.key, g.threshold, g.keep, bh, g.Tq, g.Tk, i, j);
 }
 
 // Forward rows: one block per query row of the chunk. From the raw scores S (float32)
 // writes P ∘ M/(1-p) in T and the row's log-sum-exp (scaled-score units).
 template <class T, class L>
 __global__ void softmax_rows_kernel(const float* __restrict__ S, T* __restrict__ P, L* __restrict__ lse, RowGeo g) {
-  __shared__ float scratch[32];
+  __shared__ alignas(8) unsigned char scratch[cuda::kScratchBytes];
+  const cuda::BlockGroup group{int(threadIdx.x), int(blockDim.x), scratch};  // ops/cuda/lines.cuh
   const int64_t row = blockIdx.x, i = row % g.Tq, bh = g.bh0 + row / g.Tq;
   const float* s = S + row * g.Tk;
   T* p = P + row * g.Tk;
   const int64_t seen = g.causal ? (i + 1 < g.Tk ? i + 1 : g.Tk) : g.Tk;  // keys j < seen are visible
   float m = -INFINITY;
   for (int64_t j = threadIdx.x; j < seen; j += blockDim.x) m = fmaxf(m, g.scale * s[j]);
-  m = block_reduce<true>(m, scratch);
+  m = group.reduce(m, cuda::MaxOf{}, -INFINITY);
   float l = 0;
   for (int64_t j = threadIdx.x; j < seen; j += blockDim.x) l += expf(g.scale * s[j] - m);
-  l = block_reduce<false>(l, scratch);
+  l = group.reduce(l, cuda::SumOf{}, 0.f);
   const float lse_row = m + logf(l);  // seen >= 1: l >= 1
   for (int64_t j = threadIdx.x; j < g.Tk; j += blockDim.x) {
     float pj = j < seen ? expf(g.scale * s[j] - lse_row) : 0.f;
@@ -87,20 +71,6 @@ __global__ void softmax_rows_kernel(const float* __restrict__ S, T* __restrict__
     p[j] = cuda::narrow<T>(pj);
   }
   if (threadIdx.x == 0) lse[row] = L(lse_row);
-}
-
-// Di = rowsum(dO ∘ O), one warp per query row (float32 sums).
-template <class T>
-__global__ void row_dot_kernel(const T* __restrict__ dout, const T* __restrict__ out, float* __restrict__ di,
-                               int64_t rows, int64_t D) {
-  const int lane = threadIdx.x % 32;
-  const int64_t warps = int64_t(gridDim.x) * (blockDim.x / 32);
-  for (int64_t r = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32; r < rows; r += warps) {
-    float s = 0;
-    for (int64_t d = lane; d < D; d += 32) s += float(cuda::widen(dout[r * D + d])) * float(cuda::widen(out[r * D + d]));
-    for (int w = 16; w > 0; w /= 2) s += __shfl_xor_sync(0xffffffffu, s, w);
-    if (lane == 0) di[r] = s;
-  }
 }
 
 // Backward rows, first pass: Pd = P ∘ M/(1-p) in T from S and the forward's lse.
@@ -251,8 +221,9 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
   T* dkd = static_cast<T*>(dk.raw_data());
   T* dvd = static_cast<T*>(dv.raw_data());
   const int64_t rows = pl.BH * pl.Tq;
-  row_dot_kernel<T><<<cuda::grid_for(rows, 8), 256, 0, stream>>>(gd, static_cast<const T*>(out.raw_data()), di, rows,
-                                                                   pl.D);
+  // Di = rowsum(dO ∘ O) (float32 sums), as the tiled backward computes it.
+  attention_row_terms_kernel<T, float, float><<<cuda::grid_for(rows, 8), 256, 0, stream>>>(
+      gd, static_cast<const T*>(out.raw_data()), nullptr, di, nullptr, rows, int(pl.D));
   MU_CUDA_CHECK_LAUNCH("attention_backward (cuBLAS path: row dots)");
   RowGeo g = row_geo(pl, params);
   const unsigned threads = row_threads(pl.Tk);
