@@ -29,7 +29,7 @@ TensorList LambdaNode::apply(const TensorList& grad_outputs) {
   MU_CHECK(fn_ != nullptr, "trying to backward through the graph a second time (", name_,
            " was already run and its saved tensors freed); pass retain_graph=true to the first "
            "backward() if you need to backward twice");
-  return fn_(grad_outputs[0]);
+  return fn_(grad_outputs);
 }
 
 TensorList AccumulateGrad::apply(const TensorList& grad_outputs) {
@@ -65,9 +65,11 @@ Edge gradient_edge(const Tensor& t) {
 void set_history(const TensorList& outputs, const std::shared_ptr<Node>& node, const TensorList& inputs) {
   node->next_edges.clear();
   node->input_shapes.clear();
+  node->input_dtypes.clear();
   for (const Tensor& in : inputs) {
     node->next_edges.push_back(gradient_edge(in));
     node->input_shapes.push_back(in.defined() ? in.shape() : Shape{});
+    node->input_dtypes.push_back(in.defined() ? in.dtype() : kFloat32);
   }
   node->num_outputs = uint32_t(outputs.size());
   for (size_t i = 0; i < outputs.size(); ++i) {
@@ -84,6 +86,13 @@ Tensor record(const char* name, Tensor out, const TensorList& inputs, BackwardFn
   auto node = std::make_shared<LambdaNode>(name, std::move(fn));
   set_history({out}, node, inputs);
   return out;
+}
+
+TensorList record_multi(const char* name, TensorList outs, const TensorList& inputs, MultiBackwardFn fn) {
+  if (!needs_grad(inputs)) return outs;
+  auto node = std::make_shared<LambdaNode>(name, std::move(fn));
+  set_history(outs, node, inputs);
+  return outs;
 }
 
 void run_backward(const TensorList& roots, const TensorList& grad_roots, bool retain_graph) {
@@ -149,9 +158,10 @@ void run_backward(const TensorList& roots, const TensorList& grad_roots, bool re
       const Edge& e = n->next_edges[i];
       if (!e.fn) continue;
       if (i < input_grads.size() && input_grads[i].defined()) {
-        const Tensor& g = input_grads[i];
+        Tensor g = input_grads[i];
         MU_CHECK(g.shape() == n->input_shapes[i], n->name(), " returned a gradient of shape ",
                  shape_str(g.shape()), " for input ", i, " of shape ", shape_str(n->input_shapes[i]));
+        if (i < n->input_dtypes.size() && g.dtype() != n->input_dtypes[i]) g = g.to(n->input_dtypes[i]);
         deliver(e, g);
       }
       keep_alive.emplace(e.fn.get(), e.fn);

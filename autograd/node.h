@@ -23,6 +23,9 @@ struct Edge {
 struct Node {
   std::vector<Edge> next_edges;  // one per input of the op
   std::vector<Shape> input_shapes;  // to check what backward returns
+  // Each gradient is rounded to its input's dtype (a float32 gradient of a bfloat16
+  // operand that met a float32 one in an elementwise op).
+  std::vector<DType> input_dtypes;
   uint32_t num_outputs = 1;
 
   // Frees the part of the graph that only this node keeps alive without recursing, so a
@@ -54,17 +57,24 @@ inline SavedTensor save(const Tensor& t) { return SavedTensor(t); }
 
 // A built-in op's node: a closure from the output gradient to the input gradients.
 using BackwardFn = std::function<TensorList(const Tensor& grad_output)>;
+// The same for an op of several outputs: one gradient per output in (undefined where
+// none reached that output), one per input out.
+using MultiBackwardFn = std::function<TensorList(const TensorList& grad_outputs)>;
 
 class LambdaNode : public Node {
  public:
-  LambdaNode(std::string name, BackwardFn fn) : name_(std::move(name)), fn_(std::move(fn)) {}
+  LambdaNode(std::string name, BackwardFn fn) : name_(std::move(name)) {
+    if (fn) fn_ = [f = std::move(fn)](const TensorList& g) { return f(g[0]); };
+  }
+  LambdaNode(std::string name, MultiBackwardFn fn) : name_(std::move(name)), fn_(std::move(fn)) {}
+  LambdaNode(std::string name, std::nullptr_t) : name_(std::move(name)) {}  // a node whose backward already ran
   std::string name() const override { return name_; }
   TensorList apply(const TensorList& grad_outputs) override;
   void release() override { fn_ = nullptr; }
 
  private:
   std::string name_;
-  BackwardFn fn_;
+  MultiBackwardFn fn_;
 };
 
 class AccumulateGrad : public Node {
@@ -87,6 +97,8 @@ void set_history(const TensorList& outputs, const std::shared_ptr<Node>& node, c
 // The one call every built-in op makes: when the op must be recorded, attaches a
 // LambdaNode named `name` whose closure `fn` maps d(out) to one gradient per input.
 Tensor record(const char* name, Tensor out, const TensorList& inputs, BackwardFn fn);
+// The same for an op of several outputs, all made the outputs of one node.
+TensorList record_multi(const char* name, TensorList outs, const TensorList& inputs, MultiBackwardFn fn);
 
 // Runs the backward pass from `roots` seeded with `grad_roots` (same shapes).
 void run_backward(const TensorList& roots, const TensorList& grad_roots, bool retain_graph);

@@ -120,10 +120,17 @@ namespace {
 // a and b converted to the dtype PyTorch computes a binary op in (ops/type_promotion.h);
 // `floating`: an integer or bool result becomes float32 (true division). The
 // conversions are recorded, so each gradient comes back in its operand's own dtype.
+// Float operands that all compute in float32 (bfloat16 or float16 beside float32:
+// autocast's activations meeting a float32 bias or residual) are not converted: the
+// kernels read each in its own dtype and write the promoted one, and the engine
+// rounds each gradient to its operand's dtype.
 std::pair<Tensor, Tensor> promoted(const Tensor& a, const Tensor& b, bool floating = false) {
   if (!a.defined() || !b.defined()) return {a, b};  // map() names the undefined operand
   DType r = result_type(a, b);
   if (floating && !is_floating(r)) r = kFloat32;
+  if (r == kFloat32 && is_floating(a.dtype()) && is_floating(b.dtype()) && compute_dtype(a.dtype()) == kFloat32 &&
+      compute_dtype(b.dtype()) == kFloat32)
+    return {a, b};
   return {a.to(r), b.to(r)};
 }
 

@@ -10,6 +10,7 @@
 #include "ops/functors.h"
 #include "ops/kernels/copy.h"
 #include "ops/kernels/map.h"
+#include "ops/type_promotion.h"
 #include "tensor/tensor.h"
 
 namespace mu::detail {
@@ -66,9 +67,17 @@ DType result_dtype_for(DType t) {
   return t;
 }
 
+// Whether a map kernel reads operands of dtype t as they are when the functor computes
+// in c: t is c itself, or c is float32 and t a 16-bit float (widened as it is read).
+inline bool kernel_reads(DType t, DType c) {
+  return t == c || (c == kFloat32 && (t == kBFloat16 || t == kFloat16));
+}
+
 // The checks of map() and map_into(): the value operands (all but where's condition)
-// share one dtype; every operand is on one device. Returns the operands converted to
-// the dtype F computes in (compute_dtype_for), which F takes.
+// share one dtype, or are floats that all compute in float32 (bfloat16 beside
+// float32); every operand is on one device. Returns the operands, those of a dtype
+// the kernels do not read as they are (kernel_reads) converted to the dtype F
+// computes in (compute_dtype_for).
 template <class F>
 std::array<Tensor, 3> checked_operands(std::initializer_list<Tensor> operands) {
   static_assert(F::arity >= 1 && F::arity <= 3, "a functor takes one to three operands");
@@ -80,32 +89,60 @@ std::array<Tensor, 3> checked_operands(std::initializer_list<Tensor> operands) {
     in[k++] = t;
   }
   const size_t first = F::select ? 1 : 0;
-  for (size_t j = first + 1; j < size_t(F::arity); ++j) require_same(in[first], in[j], F::name);
+  const DType c = compute_dtype_for<F>(in[first].dtype());
+  for (size_t j = first + 1; j < size_t(F::arity); ++j) {
+    const bool float32_mix = is_floating(in[first].dtype()) && is_floating(in[j].dtype()) && c == kFloat32 &&
+                             compute_dtype_for<F>(in[j].dtype()) == kFloat32;
+    if (!float32_mix) require_same(in[first], in[j], F::name);
+    MU_CHECK(in[first].device() == in[j].device(), F::name, ": device mismatch: ", in[first].device().str(), " vs ",
+             in[j].device().str());
+  }
   if (F::select) {
     MU_CHECK(in[0].dtype() == kBool, F::name, ": the condition must be bool, got ", dtype_name(in[0].dtype()));
     MU_CHECK(in[0].device() == in[1].device(), F::name, ": condition on ", in[0].device().str(), ", values on ",
              in[1].device().str());
   }
-  const DType c = compute_dtype_for<F>(in[first].dtype());
   require_functor_dtype<F>(c);
-  for (size_t j = first; j < size_t(F::arity); ++j) in[j] = cast(in[j], c);
+  for (size_t j = first; j < size_t(F::arity); ++j)
+    if (!kernel_reads(in[j].dtype(), c)) in[j] = cast(in[j], c);
   return in;
 }
 
-// f over the operands, broadcast: a new tensor of the broadcast shape, in the operands'
-// dtype (bool for comparisons, see result_dtype_for), on their device.
+// The dtype the value operands as given promote to (they passed checked_operands).
+template <class F>
+DType promote_given(std::initializer_list<Tensor> operands) {
+  const size_t first = F::select ? 1 : 0;
+  DType d = operands.begin()[first].dtype();
+  for (size_t j = first + 1; j < operands.size(); ++j) d = promote_types(d, operands.begin()[j].dtype());
+  return d;
+}
+
+// Runs F's kernel into out, which has the result dtype: directly when the kernels
+// write that dtype (the compute dtype c, bool for a comparison, a 16-bit float for c
+// float32), else into a temporary of c then converted (a narrow integer, a bool sum).
+template <class F>
+void run_map(const Tensor& out, const std::array<Tensor, 3>& in, const F& f) {
+  const DType c = compute_dtype_for<F>(in[F::select ? 1 : 0].dtype());
+  if (F::result == fn::Result::Bool || kernel_reads(out.dtype(), c)) {
+    kernels::map<F>()(out.device(), out, in, f);
+    return;
+  }
+  Tensor wide = empty(out.shape(), TensorOptions(c).device(out.device()));
+  kernels::map<F>()(out.device(), wide, in, f);
+  kernels::copy(out.device(), out, wide);
+}
+
+// f over the operands, broadcast: a new tensor of the broadcast shape, in the dtype the
+// operands promote to (bool for comparisons, see result_dtype_for), on their device.
 template <class F>
 Tensor map(const F& f, std::initializer_list<Tensor> operands) {
-  const DType given = operands.begin()[F::select ? 1 : 0].dtype();
   std::array<Tensor, 3> in = checked_operands<F>(operands);
+  const DType given = promote_given<F>(operands);
   Shape shape = in[0].shape();
   for (int k = 1; k < F::arity; ++k) shape = broadcast_shapes(shape, in[size_t(k)].shape(), F::name);
-  const Tensor& typed = in[F::select ? 1 : 0];
-  DType out_dtype = F::result == fn::Result::Bool ? kBool : typed.dtype();
-  Tensor out = empty(shape, TensorOptions(out_dtype).device(typed.device()));
-  kernels::map<F>()(out.device(), out, in, f);
-  // A storage dtype computed wider is rounded back to itself.
-  return cast(out, result_dtype_for<F>(given));
+  Tensor out = empty(shape, TensorOptions(result_dtype_for<F>(given)).device(in[F::select ? 1 : 0].device()));
+  run_map(out, in, f);
+  return out;
 }
 
 // f over the operands, written into `out` (which may be one of them): every operand
@@ -114,11 +151,10 @@ Tensor map(const F& f, std::initializer_list<Tensor> operands) {
 template <class F>
 void map_into(const Tensor& out, const F& f, std::initializer_list<Tensor> operands) {
   MU_CHECK(int(operands.size()) == F::arity, F::name, ": expected ", F::arity, " operands, got ", operands.size());
-  const DType given = operands.begin()[F::select ? 1 : 0].dtype();
-  const DType out_dtype = result_dtype_for<F>(given);
+  std::array<Tensor, 3> in = checked_operands<F>(operands);
+  const DType out_dtype = result_dtype_for<F>(promote_given<F>(operands));
   MU_CHECK(out.dtype() == out_dtype, F::name, ": destination is ", dtype_name(out.dtype()), ", the result is ",
            dtype_name(out_dtype));
-  std::array<Tensor, 3> in = checked_operands<F>(operands);
   const Tensor& typed = in[F::select ? 1 : 0];
   MU_CHECK(out.device() == typed.device(), F::name, ": destination on ", out.device().str(), ", operands on ",
            typed.device().str());
@@ -126,15 +162,7 @@ void map_into(const Tensor& out, const F& f, std::initializer_list<Tensor> opera
     MU_CHECK(broadcast_shapes(out.shape(), in[size_t(k)].shape(), F::name) == out.shape(), F::name,
              ": operand of shape ", shape_str(in[size_t(k)].shape()), " does not broadcast to the destination's shape ",
              shape_str(out.shape()));
-  if (is_compute_dtype(out.dtype())) {
-    kernels::map<F>()(out.device(), out, in, f);
-    return;
-  }
-  // A storage-dtype destination: computed wide into a temporary, then rounded into out.
-  Shape shape = out.shape();
-  Tensor wide = empty(shape, TensorOptions(F::result == fn::Result::Bool ? kBool : typed.dtype()).device(out.device()));
-  kernels::map<F>()(out.device(), wide, in, f);
-  kernels::copy(out.device(), out, wide);
+  run_map(out, in, f);
 }
 
 // A 0-dim tensor holding `v` in t's dtype and on t's device, for tensor-scalar arithmetic.

@@ -15,12 +15,15 @@ using autograd::save;
 using autograd::TensorList;
 
 Tensor sum(const Tensor& x, const Shape& dims, bool keepdim) {
-  // The 16-bit floats (autocast's bfloat16 activations) sum in float32 and are rounded
-  // back once, as in PyTorch; the casts carry the gradient.
-  if (x.dtype() == kBFloat16 || x.dtype() == kFloat16) return sum(x.to(kFloat32), dims, keepdim).to(x.dtype());
   ReducePlan p = plan_reduce(x, dims, keepdim, "sum");
-  Tensor y = empty(p.out_shape, TensorOptions(x.dtype() == kBool ? kInt64 : x.dtype()).device(x.device()));
+  // The 16-bit floats (autocast's bfloat16 activations) are summed in float32 by the
+  // kernel, which reads them as they are, and the result rounded back once, as in
+  // PyTorch; bool counts in int64.
+  const bool narrow_float = x.dtype() == kBFloat16 || x.dtype() == kFloat16;
+  const DType acc = narrow_float ? kFloat32 : x.dtype() == kBool ? kInt64 : x.dtype();
+  Tensor y = empty(p.out_shape, TensorOptions(acc).device(x.device()));
   kernels::sum(x.device(), y, x, p);
+  if (narrow_float) y = detail::cast(y, x.dtype());
   return record("SumBackward", y, {x}, [keep = p.keep_shape, sx = x.shape()](const Tensor& g) -> TensorList {
     return {g.reshape(keep).expand(sx)};
   });

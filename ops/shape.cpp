@@ -12,6 +12,7 @@
 namespace mu {
 
 using autograd::record;
+using autograd::record_multi;
 using autograd::TensorList;
 
 // A view of x's storage with new geometry, recorded with `backward`.
@@ -295,12 +296,33 @@ std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, in
   MU_CHECK(total == x.shape()[size_t(d)], "split: section sizes add up to ", total, " but dimension ", d,
            " has size ", x.shape()[size_t(d)]);
   std::vector<Tensor> out;
-  int64_t at = 0;
-  for (int64_t s : sizes) {
-    out.push_back(x.narrow(d, at, s));
-    at += s;
+  {
+    // The pieces are plain views; the one node below records them all.
+    NoGradGuard no_grad;
+    int64_t at = 0;
+    for (int64_t s : sizes) {
+      out.push_back(x.narrow(d, at, s));
+      at += s;
+    }
   }
-  return out;
+  // One node for all pieces: its backward joins their gradients with one cat (zeros for
+  // a piece no gradient reached), where a node per piece would each fill an input-sized
+  // tensor of zeros around its slice and the engine would sum those.
+  return record_multi("SplitBackward", out, {x},
+                      [d, sizes, shape = x.shape(), opts = TensorOptions(x.dtype()).device(x.device())](
+                          const TensorList& g) -> TensorList {
+                        TensorList parts;
+                        for (size_t i = 0; i < sizes.size(); ++i) {
+                          if (g[i].defined()) {
+                            parts.push_back(g[i]);
+                          } else {
+                            Shape piece = shape;
+                            piece[size_t(d)] = sizes[i];
+                            parts.push_back(zeros(piece, opts));
+                          }
+                        }
+                        return {cat(parts, d)};
+                      });
 }
 
 std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim) {

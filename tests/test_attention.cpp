@@ -222,28 +222,52 @@ TEST_CASE("attention head dims past 128: computed on the CPU, refused by name on
 }
 
 TEST_CASE("attention in bfloat16: computed in float32 with a float32 lse, close to float64, on every device") {
-  for (Device dev : test_devices()) {
-    manual_seed(21);
-    const int64_t B = 1, H = 2, T = 70, D = 64;
-    Tensor q = randn({B, H, T, D}, kFloat64), k = randn({B, H, T, D}, kFloat64), v = randn({B, H, T, D}, kFloat64);
-    auto bf = [&](const Tensor& t) { return on(t.to(kBFloat16), dev).requires_grad_(); };
-    Tensor qb = bf(q), kb = bf(k), vb = bf(v);
-    Tensor w = randn({B, H, T, D}, kFloat64);
-    Tensor out = scaled_dot_product_attention(qb, kb, vb, true);
-    CHECK(out.dtype() == kBFloat16);
-    (out * on(w.to(kBFloat16), dev)).sum().backward();
-    // The reference: float64 on the same (bf16-rounded) inputs and upstream gradient.
-    auto leaf = [](const Tensor& t) { return t.to(kBFloat16).to(kFloat64).requires_grad_(); };
-    Tensor q64 = leaf(q), k64 = leaf(k), v64 = leaf(v);
-    Tensor want = composed(q64, k64, v64, true, 1 / std::sqrt(double(D)));
-    (want * w.to(kBFloat16).to(kFloat64)).sum().backward();
-    // bf16 keeps 8 bits: the output and the gradients are rounded once to 2^-9 relative
-    // (lse stays float32, so the backward's P carries no extra rounding).
-    CHECK(rel_err(out.cpu().to(kFloat64), want) <= 1e-2);
-    CHECK(rel_err(qb.grad().cpu().to(kFloat64), q64.grad()) <= 1e-2);
-    CHECK(rel_err(kb.grad().cpu().to(kFloat64), k64.grad()) <= 1e-2);
-    CHECK(rel_err(vb.grad().cpu().to(kFloat64), v64.grad()) <= 1e-2);
-  }
+  // On CUDA the backward at D = 64 is the tensor-core kernel (ops/cuda/attention_flash.cu):
+  // partial tiles, causal and not, Tq != Tk, several heads, dropout.
+  struct Case {
+    int64_t B, H, Tq, Tk, D;
+    bool causal;
+    double p;
+  };
+  const Case cases[] = {{1, 2, 70, 70, 64, true, 0.0},
+                        {2, 3, 45, 130, 64, false, 0.2},
+                        {1, 2, 200, 200, 64, true, 0.1},
+                        {1, 1, 33, 33, 16, true, 0.0}};
+  for (Device dev : test_devices())
+    for (const Case& c : cases) {
+      INFO(dev.str() << ": B " << c.B << " H " << c.H << " T " << c.Tq << " x " << c.Tk << " D " << c.D
+                     << (c.causal ? " causal" : "") << " p " << c.p);
+      manual_seed(21);
+      Tensor q = randn({c.B, c.H, c.Tq, c.D}, kFloat64), k = randn({c.B, c.H, c.Tk, c.D}, kFloat64),
+             v = randn({c.B, c.H, c.Tk, c.D}, kFloat64);
+      auto bf = [&](const Tensor& t) { return on(t.to(kBFloat16), dev).requires_grad_(); };
+      Tensor qb = bf(q), kb = bf(k), vb = bf(v);
+      Tensor w = randn({c.B, c.H, c.Tq, c.D}, kFloat64);
+      const uint64_t seed = 55;
+      Tensor out = scaled_dot_product_attention(qb, kb, vb, c.causal, c.p, true, std::nullopt, seed);
+      CHECK(out.dtype() == kBFloat16);
+      (out * on(w.to(kBFloat16), dev)).sum().backward();
+      // The reference: float64 on the same (bf16-rounded) inputs and upstream gradient,
+      // under the documented dropout mask built here from its counter.
+      Tensor mask;
+      if (c.p > 0) {
+        const uint64_t key = kernels::attention_dropout_key(seed), threshold = kernels::attention_dropout_threshold(c.p);
+        std::vector<double> keep(size_t(c.B * c.H * c.Tq * c.Tk));
+        for (size_t n = 0; n < keep.size(); ++n) keep[n] = kernels::attention_dropout_bits(key, n) >= threshold ? 1.0 : 0.0;
+        mask = from_vector<double>(keep, {c.B, c.H, c.Tq, c.Tk}, kFloat64);
+      }
+      auto leaf = [](const Tensor& t) { return t.to(kBFloat16).to(kFloat64).requires_grad_(); };
+      Tensor q64 = leaf(q), k64 = leaf(k), v64 = leaf(v);
+      Tensor want = composed(q64, k64, v64, c.causal, 1 / std::sqrt(double(c.D)), mask, c.p);
+      (want * w.to(kBFloat16).to(kFloat64)).sum().backward();
+      // bf16 keeps 8 bits: the output and the gradients are rounded once to 2^-9 relative,
+      // and the backward's score gradients pass through bfloat16 on their way into the
+      // products (lse stays float32, so P carries no extra rounding).
+      CHECK(rel_err(out.cpu().to(kFloat64), want) <= 1e-2);
+      CHECK(rel_err(qb.grad().cpu().to(kFloat64), q64.grad()) <= 1e-2);
+      CHECK(rel_err(kb.grad().cpu().to(kFloat64), k64.grad()) <= 1e-2);
+      CHECK(rel_err(vb.grad().cpu().to(kFloat64), v64.grad()) <= 1e-2);
+    }
 }
 
 // ---------------------------------------------------------------- dropout

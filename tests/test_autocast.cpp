@@ -64,6 +64,41 @@ TEST_CASE("autocast: matmul runs in bfloat16 on rounded operands with float32 su
   }
 }
 
+TEST_CASE("autocast: a Linear layer adds its bias in bfloat16, its output stays bfloat16, its gradients float32") {
+  manual_seed(4);
+  nn::Linear lin(nn::LinearOptions(12, 5));
+  const Tensor x0 = randn({7, 12});
+  // The reference: rounded operands multiplied in double, plus the rounded bias.
+  const Tensor product = matmul(rounded(x0), rounded(lin.weight).t());
+  const Tensor want = product + rounded(lin.bias);
+  const std::vector<double> pv = product.to_vector<double>();
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    lin.to(dev);
+    lin.zero_grad();
+    Tensor y;
+    {
+      AutocastGuard amp;
+      y = lin.forward(on(x0, dev));
+    }
+    CHECK(y.dtype() == kBFloat16);
+    // Two roundings to 8 bits, each within 2^-8 of its value: the product's, then the
+    // sum's with the bias (the float32 sums' own error is far below).
+    std::vector<double> got = y.to_vector<double>(), w = want.to_vector<double>();
+    for (size_t i = 0; i < got.size(); ++i) {
+      INFO("element " << i << ": " << got[i] << " vs " << w[i]);
+      CHECK(std::fabs(got[i] - w[i]) <= std::ldexp(std::fabs(pv[i]), -8) + std::ldexp(std::fabs(w[i]), -8) + 1e-5);
+    }
+    y.to(kFloat32).sum().backward();
+    REQUIRE(lin.bias.grad().defined());
+    CHECK(lin.bias.grad().dtype() == kFloat32);
+    CHECK(lin.weight.grad().dtype() == kFloat32);
+    // d(sum y)/d bias = the 7 rows' ones, summed exactly even in bfloat16.
+    CHECK(lin.bias.grad().to_vector<double>() == std::vector<double>(5, 7.0));
+    lin.to(Device::cpu());
+  }
+}
+
 TEST_CASE("autocast: softmax, log_softmax, layer_norm, entmax and cross_entropy compute in float32") {
   manual_seed(2);
   const Tensor x0 = randn({6, 10});

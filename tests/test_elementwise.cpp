@@ -1,6 +1,8 @@
 // Elementwise ops against the C++ standard library, element by element, in double, on
 // every test device (inputs made on the CPU and moved; results read back on the host).
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <functional>
 
 #include "helpers.h"
@@ -160,5 +162,91 @@ TEST_CASE("clamp's gradient passes inside the bounds only") {
     Tensor x = on(tensor({-2.0, -1.0, 0.0, 1.0, 2.0}, kFloat64).requires_grad_(), dev);
     clamp(x, -1.0, 1.0).sum().backward();
     CHECK(x.grad().to_vector<double>() == std::vector<double>{0, 1, 1, 1, 0});
+  }
+}
+
+// float x rounded to the nearest bfloat16, ties to even (finite x): the host reference
+// for what a kernel writes into a bfloat16 tensor.
+static float round_bf16(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  u &= 0xffff0000u;
+  float r;
+  std::memcpy(&r, &u, 4);
+  return r;
+}
+
+static std::vector<float> floats(const Tensor& t) {
+  std::vector<double> v = t.to_vector<double>();
+  return std::vector<float>(v.begin(), v.end());
+}
+
+// autocast's bfloat16 activations meet float32 biases and residuals: the kernels read
+// each operand in its own dtype, compute in float32 and write the promoted dtype once
+// (bfloat16 with float32 gives float32; bfloat16 with bfloat16 gives bfloat16, rounded
+// once), and each gradient comes back in its operand's dtype. The references are float
+// arithmetic on the host and a host rounding to bfloat16.
+TEST_CASE("bfloat16 beside float32: computed in float32, rounded once, gradients in each operand's dtype") {
+  Generator gen(11);
+  const Tensor a32 = randn({4, 6}, TensorOptions(kFloat32), &gen), b32 = randn({4, 6}, TensorOptions(kFloat32), &gen);
+  const Tensor col = randn({4}, TensorOptions(kFloat32), &gen);
+  const Tensor a16c = a32.to(kBFloat16), b16c = b32.to(kBFloat16);
+  const std::vector<float> av = floats(a16c), bv = floats(b32), b16v = floats(b16c), cv = floats(col);
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    const Tensor a16 = on(a16c, dev), b16 = on(b16c, dev), b = on(b32, dev), c = on(col, dev);
+
+    Tensor s = a16 + b;  // dense, mixed
+    REQUIRE(s.dtype() == kFloat32);
+    std::vector<float> sv = floats(s);
+    for (size_t i = 0; i < av.size(); ++i) CHECK(sv[i] == av[i] + bv[i]);
+
+    Tensor p = a16 * b16;  // all bfloat16
+    REQUIRE(p.dtype() == kBFloat16);
+    std::vector<float> pv = floats(p);
+    for (size_t i = 0; i < av.size(); ++i) CHECK(pv[i] == round_bf16(av[i] * b16v[i]));
+
+    Tensor t = a16.t() - c;  // strided bfloat16 minus a broadcast float32 row
+    REQUIRE(t.dtype() == kFloat32);
+    REQUIRE(t.shape() == Shape{6, 4});
+    std::vector<float> tv = floats(t);
+    for (int j = 0; j < 6; ++j)
+      for (int i = 0; i < 4; ++i) CHECK(tv[size_t(j * 4 + i)] == av[size_t(i * 6 + j)] - cv[size_t(i)]);
+
+    Tensor w = where(a16 > b, a16, b);  // a mixed comparison, then a mixed selection
+    REQUIRE(w.dtype() == kFloat32);
+    std::vector<float> wv = floats(w);
+    for (size_t i = 0; i < av.size(); ++i) CHECK(wv[i] == (av[i] > bv[i] ? av[i] : bv[i]));
+
+    Tensor g = gelu(a16);  // a unary op stays bfloat16: within one rounding of float gelu
+    REQUIRE(g.dtype() == kBFloat16);
+    std::vector<float> gv = floats(g);
+    for (size_t i = 0; i < av.size(); ++i) {
+      const double want = 0.5 * av[i] * (1 + std::erf(av[i] / std::sqrt(2.0)));
+      CHECK(std::fabs(gv[i] - want) <= std::ldexp(std::fabs(want), -8) + 1e-30);
+    }
+
+    Tensor r = a16.sum({1});  // summed in float32, rounded once
+    REQUIRE(r.dtype() == kBFloat16);
+    std::vector<float> rv = floats(r);
+    for (int i = 0; i < 4; ++i) {
+      double want = 0;
+      for (int j = 0; j < 6; ++j) want += av[size_t(i * 6 + j)];
+      CHECK(std::fabs(rv[size_t(i)] - want) <= std::ldexp(std::fabs(want), -8) + 1e-6);
+    }
+
+    // d(sum(a * b) + sum(aᵀ + c))/da = b + 1, each term rounded to a's bfloat16 as it
+    // arrives and their sum rounded again; d/db = a, in float32; d/dc = 6 per entry.
+    Tensor al = a16.detach().requires_grad_(), bl = b.detach().requires_grad_(), cl = c.detach().requires_grad_();
+    ((al * bl).sum() + (al.t() + cl).sum()).backward();
+    REQUIRE(al.grad().dtype() == kBFloat16);
+    REQUIRE(bl.grad().dtype() == kFloat32);
+    std::vector<float> ga = floats(al.grad()), gb = floats(bl.grad()), gc = floats(cl.grad());
+    for (size_t i = 0; i < av.size(); ++i) {
+      CHECK(ga[i] == round_bf16(round_bf16(bv[i]) + 1.0f));
+      CHECK(gb[i] == av[i]);
+    }
+    for (int i = 0; i < 4; ++i) CHECK(gc[size_t(i)] == 6.0f);
   }
 }

@@ -166,6 +166,10 @@ TEST_CASE("gradcheck: cat, stack, split, chunk, tril, triu") {
       auto parts = chunk(in[0], 2, 0);
       return parts[0] * parts[1];
     }, TensorList{b});
+    CHECK_GRAD([](const TensorList& in) {
+      auto parts = split(in[0], std::vector<int64_t>{1, 1, 1}, 1);  // the outer pieces get no gradient
+      return parts[1].exp();
+    }, TensorList{b});
     Tensor sq = on(randn({2, 4, 4}, kFloat64), dev);
     CHECK_GRAD([](const TensorList& in) { return tril(in[0]); }, TensorList{sq});
     CHECK_GRAD([](const TensorList& in) { return triu(in[0], 1); }, TensorList{sq});

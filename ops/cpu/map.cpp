@@ -1,16 +1,28 @@
 // The CPU map kernel of every functor in ops/functors.h: one instantiation of the
 // strided loop of ops/cpu/map.h per functor and scalar type, registered into the
-// functor's table (ops/kernels/map.h).
+// functor's table (ops/kernels/map.h). The CPU has no 16-bit float arithmetic: 16-bit
+// float operands and outputs (autocast's bfloat16 activations) are widened to float32
+// copies, computed in float32 and rounded once into the output.
 #include "ops/cpu/map.h"
 
 #include <type_traits>
 
+#include "ops/cpu/widen.h"
 #include "ops/kernels/map.h"
 
 namespace mu::cpu {
 
 template <class F>
-static void map_kernel(const Tensor& out, const std::array<Tensor, 3>& in, const F& f) {
+static void map_kernel(const Tensor& out, const std::array<Tensor, 3>& in_given, const F& f) {
+  std::array<Tensor, 3> in = in_given;
+  for (int k = 0; k < F::arity; ++k)
+    if (!is_compute_dtype(in[size_t(k)].dtype())) in[size_t(k)] = widened(in[size_t(k)]);
+  if (!is_compute_dtype(out.dtype())) {
+    Tensor wide = wide_like(out);
+    map_kernel(wide, in, f);
+    narrow_into(out, wide);
+    return;
+  }
   // The scalar type comes from the first value operand (after where's condition).
   const Tensor& typed = in[F::select ? 1 : 0];
   kernels::dispatch_functor<F>(typed.dtype(), [&](auto tag) {

@@ -3,11 +3,15 @@
 #include <type_traits>
 
 #include "ops/cpu/reduce_loop.h"
+#include "ops/cpu/widen.h"
 #include "ops/kernels/reduce.h"
 
 namespace mu::cpu {
 
 static void sum(const Tensor& out, const Tensor& x, const ReducePlan& p) {
+  // A 16-bit float x sums in float32 into a float32 out: widened first (the plan
+  // names dims and sizes, which the dense copy keeps).
+  if (x.dtype() == kBFloat16 || x.dtype() == kFloat16) return sum(out, widened(x), p);
   MU_DISPATCH_ALL(x.dtype(), "sum", [&] {
     using A = acc_t<scalar_t>;
     using O = std::conditional_t<std::is_same_v<scalar_t, bool>, int64_t, scalar_t>;

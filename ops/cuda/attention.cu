@@ -30,6 +30,7 @@
 #include <type_traits>
 
 #include "ops/cuda/attention_common.cuh"
+#include "ops/cuda/attention_flash.cuh"
 #include "ops/cuda/attention_gemm.cuh"
 #include "ops/cuda/dtypes.cuh"
 #include "ops/cuda/runtime.cuh"
@@ -559,6 +560,7 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
 void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
                         const Tensor& grad_out, const Tensor& dq, const Tensor& dk, const Tensor& dv,
                         const kernels::AttentionParams& p) {
+  if (attention_backward_flash(q, k, v, out, lse, grad_out, dq, dk, dv, p)) return;  // bfloat16, D = 64
   if (attention_gemm_wanted(q, k, true)) return attention_backward_gemm(q, k, v, out, lse, grad_out, dq, dk, dv, p);
   cuda::dispatch_float_bf16(q.dtype(), "attention_backward", [&](auto tag) {
     backward_typed<decltype(tag)>(q, k, v, out, lse, grad_out, dq, dk, dv, p);

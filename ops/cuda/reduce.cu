@@ -81,7 +81,7 @@ struct SumOp {
   using State = Acc;
   using Out = O;
   __device__ State identity() const { return Acc(0); }
-  __device__ State take(T v, int64_t) const { return Acc(v); }
+  __device__ State take(T v, int64_t) const { return Acc(cuda::widen(v)); }
   __device__ State combine(State a, State b) const { return a + b; }
   __device__ Out finish(State s) const { return O(s); }
 };
@@ -288,10 +288,12 @@ static void sum(const Tensor& out, const Tensor& x, const ReducePlan& p) {
     case DType::Float64: return run_reduce<double>(out, x, p, SumOp<double, double, double>{}, "sum");
     case DType::Int64: return run_reduce<int64_t>(out, x, p, SumOp<int64_t, int64_t, int64_t>{}, "sum");
     case DType::Bool: return run_reduce<bool>(out, x, p, SumOp<bool, int64_t, int64_t>{}, "sum");  // a count
+    // The 16-bit floats are read as they are and summed in float32 into a float32 out.
+    case DType::BFloat16: return run_reduce<cuda::bf16>(out, x, p, SumOp<cuda::bf16, float, float>{}, "sum");
+    case DType::Float16: return run_reduce<cuda::fp16>(out, x, p, SumOp<cuda::fp16, float, float>{}, "sum");
     default: break;
   }
-  MU_FAIL("sum: dtype ", dtype_name(x.dtype()), " is a storage dtype; convert the tensor with .to(kFloat32) or "
-          ".to(kInt64)");
+  MU_FAIL("sum: dtype ", dtype_name(x.dtype()), " is a narrow integer dtype; convert the tensor with .to(kInt64)");
 }
 
 // max/min (Arg false) or argmax/argmin (Arg true) for x's dtype.

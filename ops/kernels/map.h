@@ -11,8 +11,10 @@ namespace mu::kernels {
 
 // `out` may be any strided view (an in-place op passes its destination, which may also
 // be in[0]); each input is read through its strides broadcast to out's shape. Slots
-// past the functor's arity are undefined tensors. Dtypes are the functor's: the op has
-// checked them (ops/pointwise.h).
+// past the functor's arity are undefined tensors. Dtypes (checked by the op,
+// ops/pointwise.h): the functor computes in T, that of the first value operand's compute
+// dtype; each value operand and the output (bool for a comparison) hold T, or, when T
+// is float32, bfloat16 or float16, widened as read and rounded as written.
 template <class F>
 using MapFn = void(const Tensor& out, const std::array<Tensor, 3>& in, const F& f);
 

@@ -7,8 +7,9 @@
 
 namespace mu::kernels {
 
-// Sum over the plan's reduced dims. out is x's dtype (int64 for bool x). float32 sums
-// are carried in double.
+// Sum over the plan's reduced dims. out is x's dtype (int64 for bool x, float32 for the
+// 16-bit floats, which are read as they are and summed in float32). float32 sums are
+// carried in double.
 MU_DECLARE_KERNEL(sum, void(const Tensor& out, const Tensor& x, const ReducePlan& plan));
 // The max (take_max) or min of each run, NaN-propagating: a run holding NaN gives NaN.
 // Every run is non-empty (the op checks).
