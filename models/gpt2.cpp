@@ -6,6 +6,7 @@
 #include <numeric>
 #include <vector>
 
+#include "autograd/autocast.h"
 #include "autograd/grad_mode.h"
 #include "nn/init.h"
 #include "ops/ops.h"
@@ -388,7 +389,10 @@ Tensor GPT2::features(const Tensor& idx) {
   return ln_f_->forward(x);
 }
 
-Tensor GPT2::forward(const Tensor& idx) { return features(idx).matmul(lm_head_weight_.t()); }
+// Under autocast the tied weight is cast before it is transposed: a dense copy.
+Tensor GPT2::forward(const Tensor& idx) {
+  return features(idx).matmul(autograd::autocast::to_low(lm_head_weight_).t());
+}
 
 GPT2::Output GPT2::forward(const Tensor& idx, const Tensor& targets) {
   MU_CHECK(targets.defined() && targets.dtype() == kInt64 && idx.defined() && targets.shape() == idx.shape(),

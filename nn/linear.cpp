@@ -30,7 +30,9 @@ Tensor Linear::forward(const Tensor& x) {
   MU_CHECK(x.defined() && x.dim() >= 1 && x.size(-1) == options_.in_features(), "Linear: expected input with last dim ",
            options_.in_features(), ", got ", x.describe());
   // weight.t() is a transposed view: the GEMM reads it in place, nothing is copied.
-  Tensor y = matmul(x, weight.t());
+  // Under autocast the weight is cast before it is transposed, so that the cast is a
+  // dense copy rather than a transposing one.
+  Tensor y = matmul(x, autograd::autocast::to_low(weight).t());
   // Under autocast the bias is added in bfloat16 too (as torch's F.linear), so the
   // output stays bfloat16 for the next low-precision op (a GELU, the attention, the
   // next matmul) without a float32 round trip; the bias's cast is a node of the graph,

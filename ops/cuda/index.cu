@@ -43,6 +43,7 @@ Strided<3> index_space(const Tensor& index, const Tensor* const (&a)[3], int64_t
     g.sizes[d] = lines && d == dim ? 1 : index.shape()[size_t(d)];
     for (int k = 0; k < 3; ++k) g.strides[k][d] = zero_dim[k] && d == dim ? 0 : a[k]->strides()[size_t(d)];
   }
+  g.prepare();  // 32-bit divisions when every position fits
   return g;
 }
 

@@ -13,7 +13,7 @@
 //  - mixed: float32 computation over operands and output of different 16- and 32-bit
 //    float dtypes (a bfloat16 product plus a float32 bias or residual), each element's
 //    dtype picked at run time (the same branch for a whole warp); strided addressing,
-//    collapsed to one dim when every tensor is dense.
+//    one dim when every tensor is dense.
 // All run a grid-stride loop on the device's stream.
 #include <cstdint>
 #include <type_traits>
@@ -75,19 +75,29 @@ struct alignas(sizeof(T) * kVec) Pack {
   T v[kVec];
 };
 
+// Per operand, 0 when it is dense with the output's shape, else the length in packs of
+// the row it repeats (a bias broadcast over all but the last dim).
+struct RowPacks {
+  int64_t n[3];
+};
+
+// Pack p of an operand: p itself, or p modulo its row's pack count.
+__device__ __forceinline__ int64_t pack_at(int64_t p, int64_t row) { return row == 0 ? p : p % row; }
+
 // Thread t handles elements [kVec t, kVec t + kVec) of every operand; the tail of fewer
-// than kVec elements is done one at a time by the first threads.
+// than kVec elements is done one at a time by the first threads (never with a row
+// operand: its length is a multiple of kVec, and so is numel).
 template <class TO, class T0, class T1, class T2, int N, int kVec, class F>
-__global__ void map_vectorized(TO* out, Operands in, int64_t numel, F f) {
+__global__ void map_vectorized(TO* out, Operands in, RowPacks rows, int64_t numel, F f) {
   const int64_t packs = numel / kVec;
   const int64_t step = int64_t(gridDim.x) * blockDim.x;
   const int64_t first = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   for (int64_t p = first; p < packs; p += step) {
-    Pack<T0, kVec> a = reinterpret_cast<const Pack<T0, kVec>*>(in.p[0])[p];
+    Pack<T0, kVec> a = reinterpret_cast<const Pack<T0, kVec>*>(in.p[0])[pack_at(p, rows.n[0])];
     Pack<T1, kVec> b;
     Pack<T2, kVec> c;
-    if constexpr (N > 1) b = reinterpret_cast<const Pack<T1, kVec>*>(in.p[1])[p];
-    if constexpr (N > 2) c = reinterpret_cast<const Pack<T2, kVec>*>(in.p[2])[p];
+    if constexpr (N > 1) b = reinterpret_cast<const Pack<T1, kVec>*>(in.p[1])[pack_at(p, rows.n[1])];
+    if constexpr (N > 2) c = reinterpret_cast<const Pack<T2, kVec>*>(in.p[2])[pack_at(p, rows.n[2])];
     Pack<TO, kVec> r;
 #pragma unroll
     for (int k = 0; k < kVec; ++k) {
@@ -109,17 +119,10 @@ __global__ void map_vectorized(TO* out, Operands in, int64_t numel, F f) {
 
 static bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-// The iteration space of out and the N operands: their broadcast strides, or one dim of
-// numel elements and unit strides when every tensor is dense with out's shape.
+// The iteration space of out and the N operands (their broadcast strides, dims merged
+// where all allow: one dim when every tensor is dense with out's shape).
 template <int N>
-static Strided<N + 1> layout(const Tensor& out, const std::array<Tensor, 3>& in, bool dense, const char* op) {
-  if (dense) {
-    Strided<N + 1> g;
-    g.nd = 1;
-    g.sizes[0] = out.numel();
-    for (int k = 0; k <= N; ++k) g.strides[k][0] = 1;
-    return g;
-  }
+static Strided<N + 1> layout(const Tensor& out, const std::array<Tensor, 3>& in, const char* op) {
   if constexpr (N == 1) {
     const Tensor* t[2] = {&out, &in[0]};
     return strided<2>(out.shape(), t, op);
@@ -145,6 +148,30 @@ static std::pair<bool, bool> dense_aligned(const Tensor& out, const std::array<T
   return {dense, aligned};
 }
 
+// The row pack counts of map_vectorized for out and the N operands, or -1 in n[0] when
+// that kernel cannot run them: out must be dense and every operand either dense with
+// out's shape or one contiguous row along out's last dim (strides 0 elsewhere) whose
+// length is a multiple of kVec, all 16-byte aligned.
+template <int N>
+static RowPacks row_packs(const Tensor& out, const std::array<Tensor, 3>& in, int kVec) {
+  RowPacks r{{0, 0, 0}};
+  const RowPacks no{{-1, -1, -1}};
+  if (!out.is_contiguous() || out.dim() == 0 || !aligned16(out.raw_data())) return no;
+  const int64_t last = out.size(-1);
+  if (last % kVec != 0) return no;
+  for (int k = 0; k < N; ++k) {
+    const Tensor& t = in[size_t(k)];
+    if (!aligned16(t.raw_data())) return no;
+    if (t.is_contiguous() && t.shape() == out.shape()) continue;
+    const Shape st = broadcast_strides(t.shape(), t.strides(), out.shape());
+    bool row = st.back() == 1;
+    for (size_t d = 0; d + 1 < st.size() && row; ++d) row = st[d] == 0 || out.shape()[d] == 1;
+    if (!row) return no;
+    r.n[k] = last / kVec;
+  }
+  return r;
+}
+
 template <class TO, class T0, class T1, class T2, class F>
 static void launch(const Tensor& out, const std::array<Tensor, 3>& in, const F& f) {
   constexpr int N = F::arity;
@@ -160,13 +187,18 @@ static void launch(const Tensor& out, const std::array<Tensor, 3>& in, const F& 
   constexpr size_t widest = sizeof(TO) > sizeof(T0) ? (sizeof(TO) > sizeof(T1) ? sizeof(TO) : sizeof(T1))
                                                     : (sizeof(T0) > sizeof(T1) ? sizeof(T0) : sizeof(T1));
   constexpr int kVec = int(16 / widest);
+  const RowPacks rows = kVec > 1 ? row_packs<N>(out, in, kVec) : RowPacks{{-1, -1, -1}};
   if (dense && aligned && kVec > 1) {
     map_vectorized<TO, T0, T1, T2, N, kVec, F><<<grid_for((numel + kVec - 1) / kVec, threads), threads, 0, s>>>(
-        o, ops, numel, f);
+        o, ops, RowPacks{{0, 0, 0}}, numel, f);
+  } else if (rows.n[0] >= 0 && rows.n[1] >= 0 && rows.n[2] >= 0) {
+    // out dense, each operand dense or a repeated row (a bias): still 16-byte accesses.
+    map_vectorized<TO, T0, T1, T2, N, kVec, F><<<grid_for(numel / kVec, threads), threads, 0, s>>>(o, ops, rows,
+                                                                                                   numel, f);
   } else if (dense) {
     map_dense<TO, T0, T1, T2, N, F><<<grid_for(numel, threads), threads, 0, s>>>(o, ops, numel, f);
   } else {
-    map_strided<TO, T0, T1, T2, N, F><<<grid_for(numel, threads), threads, 0, s>>>(o, ops, layout<N>(out, in, false, F::name),
+    map_strided<TO, T0, T1, T2, N, F><<<grid_for(numel, threads), threads, 0, s>>>(o, ops, layout<N>(out, in, F::name),
                                                                                     numel, f);
   }
   MU_CUDA_CHECK_LAUNCH(F::name);
@@ -250,10 +282,9 @@ static void launch_mixed(const Tensor& out, const std::array<Tensor, 3>& in, con
     if (!(F::select && k == 0)) kinds.in[k] = kind_of(in[size_t(k)].dtype(), false, F::name);
   }
   kinds.out = kind_of(out.dtype(), F::result == fn::Result::Bool, F::name);
-  const bool dense = dense_aligned<N>(out, in).first;
   constexpr int threads = 256;
   map_mixed<N, F::select, F><<<grid_for(numel, threads), threads, 0, stream(out)>>>(
-      out.raw_data(), ops, kinds, layout<N>(out, in, dense, F::name), numel, f);
+      out.raw_data(), ops, kinds, layout<N>(out, in, F::name), numel, f);
   MU_CUDA_CHECK_LAUNCH(F::name);
 }
 
