@@ -131,7 +131,8 @@ Tensor cross_entropy_indices(const Tensor& logits, const Tensor& target, const C
   kernels::CrossEntropyLines L{ct.outer, ct.classes, ct.inner, o.ignore_index(), o.label_smoothing()};
   Tensor x = logits.detach().contiguous(), t = target.contiguous();
   Tensor w = o.weight().defined() ? o.weight().detach().contiguous() : Tensor();
-  TensorOptions opts = TensorOptions(x.dtype()).device(x.device());
+  // bfloat16 logits (autocast's) are computed in float32: the per-line losses are float32.
+  TensorOptions opts = TensorOptions(compute_dtype(x.dtype())).device(x.device());
   Tensor per = empty({ct.outer * ct.inner}, opts), lse = empty({ct.outer * ct.inner}, opts.dtype(kFloat64));
   kernels::cross_entropy_forward(x.device(), x, t, w, per, lse, L);
   Tensor out = reduce(per.reshape(ct.loss_shape), o.reduction(), ct.weight_sum);
@@ -174,8 +175,15 @@ Tensor cross_entropy_probabilities(const Tensor& logits, const Tensor& target, c
 }  // namespace
 
 Tensor cross_entropy(const Tensor& logits_in, const Tensor& target_in, const CrossEntropyOptions& options) {
-  // In float32 under autocast (a probability target too).
-  const Tensor logits = autograd::autocast::to_full(logits_in), target = autograd::autocast::to_full(target_in);
+  // In float32 under autocast (a probability target too). With class indices and no
+  // class weights the fused kernels read bfloat16 logits as they are, compute in float32
+  // and round the gradient once into bfloat16: the same numbers as a float32 copy of the
+  // logits would give, without that copy (and its gradient's) of a (tokens x
+  // vocabulary) matrix.
+  const bool direct = autograd::is_autocast_enabled() && logits_in.defined() && logits_in.dtype() == kBFloat16 &&
+                      target_in.defined() && !is_floating(target_in.dtype()) && !options.weight().defined();
+  const Tensor logits = direct ? logits_in : autograd::autocast::to_full(logits_in);
+  const Tensor target = autograd::autocast::to_full(target_in);
   check_reduction("cross_entropy", options.reduction());
   double s = options.label_smoothing();
   MU_CHECK(s >= 0 && s <= 1, "cross_entropy: label_smoothing must be between 0.0 and 1.0, got ", s);

@@ -116,6 +116,12 @@ TEST_CASE("autocast: softmax, log_softmax, layer_norm, entmax and cross_entropy 
     Tensor t = on(target0, dev);
     CHECK(cross_entropy(xb, t).dtype() == kFloat32);
     CHECK(cross_entropy(xb, t).item() == cross_entropy(xf, t).item());
+    // bfloat16 logits are read as they are: the gradient is the float32 one, rounded once.
+    Tensor xg = xb.detach().requires_grad_(), xfg = xf.detach().requires_grad_();
+    cross_entropy(xg, t).backward();
+    cross_entropy(xfg, t).backward();
+    REQUIRE(xg.grad().dtype() == kBFloat16);
+    CHECK(max_abs_diff(xg.grad(), xfg.grad().to(kBFloat16)) == 0.0);
   }
 }
 

@@ -21,6 +21,7 @@
 
 #include "ops/cpu/loops.h"
 #include "ops/cpu/vec_exp.h"
+#include "ops/cpu/widen.h"
 #include "ops/kernels/loss.h"
 
 namespace mu::cpu {
@@ -173,6 +174,9 @@ const T* optional_ptr(const Tensor& t) {
 
 void cross_entropy_forward(const Tensor& logits, const Tensor& target, const Tensor& weight, const Tensor& loss,
                            const Tensor& lse, const CrossEntropyLines& L) {
+  // bfloat16 logits (autocast's): computed on a float32 copy (the CPU has no bfloat16
+  // arithmetic); the loss is float32 already.
+  if (logits.dtype() == kBFloat16) return cross_entropy_forward(widened(logits), target, weight, loss, lse, L);
   MU_DISPATCH_FLOAT(logits.dtype(), "cross_entropy_forward", [&] {
     const scalar_t *x = logits.data_ptr<scalar_t>(), *w = optional_ptr<scalar_t>(weight);
     const int64_t* t = target.data_ptr<int64_t>();
@@ -187,6 +191,11 @@ void cross_entropy_forward(const Tensor& logits, const Tensor& target, const Ten
 void cross_entropy_backward(const Tensor& grad, double scale, const Tensor& logits, const Tensor& target,
                             const Tensor& weight, const Tensor& lse, const Tensor& dlogits,
                             const CrossEntropyLines& L) {
+  if (logits.dtype() == kBFloat16) {  // computed in float32, the gradient rounded once
+    Tensor wide = wide_like(dlogits);
+    cross_entropy_backward(grad, scale, widened(logits), target, weight, lse, wide, L);
+    return narrow_into(dlogits, wide);
+  }
   MU_DISPATCH_FLOAT(logits.dtype(), "cross_entropy_backward", [&] {
     const scalar_t *x = logits.data_ptr<scalar_t>(), *w = optional_ptr<scalar_t>(weight);
     const scalar_t* g = grad.data_ptr<scalar_t>();

@@ -3,9 +3,12 @@
 // in ops/cuda/lines.cuh: a warp per line for C <= 1024 and a block per line above when
 // the logits are (N, C); for (N, C, d1, ...) logits, whose C values of one position are
 // `inner` apart, a column of a 2-d block per line with consecutive threads on
-// neighbouring positions (consecutive addresses). The forward reads a line twice (max,
-// then the sums); the backward reads and writes it once. float32 sums are carried in
-// double; the log-sum-exp is float64 whatever the logits' dtype.
+// neighbouring positions (consecutive addresses). The forward reads a line once (a
+// running max with the sum of exponentials rescaled as it grows); the backward reads and
+// writes it once. float32 sums are carried in double; the log-sum-exp is float64
+// whatever the logits' dtype. bfloat16 logits (autocast's) are read as they are and
+// computed in float32, and their gradient is rounded once into bfloat16: no float32
+// copy of a (tokens x vocabulary) matrix on either side.
 #include "ops/cuda/dtypes.cuh"
 #include "ops/cuda/lines.cuh"
 #include "ops/kernels/loss.h"
@@ -37,9 +40,11 @@ static const double* weight_total(const T* w, const CrossEntropyLines& L, const 
   return ws.as<double>();
 }
 
-template <class T>
+// T: the arithmetic type (float32 or float64); X: the logits' storage type (T, or
+// bfloat16 with T float32).
+template <class T, class X>
 struct CrossEntropyForward {
-  const T* x;
+  const X* x;
   const int64_t* target;
   const T* w;           // null: every class weighs 1
   const double* wsum_p;  // sum of w, on the device; null: C (no weight, or no smoothing)
@@ -57,21 +62,30 @@ struct CrossEntropyForward {
     // over no elements.
     const bool live = t != ignore_index;
     const int64_t len = live ? n : 0;
-    const T* xl = x + off;
-    T m = -cuda::dev_inf<T>();
-    // A NaN never wins the max but reaches the sum through exp(NaN - m); a line of only
-    // -inf gives -inf - -inf = NaN, as on the CPU.
-    for (int64_t j = g.rank; j < len; j += g.size) m = xl[j * st] > m ? xl[j * st] : m;
-    m = g.reduce(m, cuda::MaxOf{}, -cuda::dev_inf<T>());
-    A s = 0, sx = 0;  // sum exp(x - m), sum w x (with smoothing)
+    const X* xl = x + off;
+    // One pass: each thread keeps the largest logit it has seen, mt, and s = sum
+    // exp(x - mt) over its elements, rescaling s when mt grows; then the group's max m
+    // and the sum of every thread's s exp(mt - m).
     const bool smooth = eps > 0;
+    T mt = -cuda::dev_inf<T>();
+    A s = 0, sx = 0;  // sum exp(x - mt), sum w x (with smoothing)
     for (int64_t j = g.rank; j < len; j += g.size) {
-      const T v = xl[j * st];
-      s += A(cuda::dev_exp(T(v - m)));
+      const T v = T(cuda::widen(xl[j * st]));
+      if (v > mt) {  // never for NaN, which reaches s through exp(NaN - mt) below
+        s *= A(cuda::dev_exp(T(mt - v)));  // 0 while mt is still -inf (s is 0 then)
+        mt = v;
+      }
+      // An -inf logit adds nothing (its exp(-inf - mt) is 0, or NaN while mt is -inf).
+      if (v != -cuda::dev_inf<T>()) s += A(cuda::dev_exp(T(v - mt)));
       if (smooth) sx += w ? A(w[j]) * A(v) : A(v);
     }
+    const T m = g.reduce(mt, cuda::MaxOf{}, -cuda::dev_inf<T>());
+    // This thread's terms in units of the line's max (nothing when it saw only -inf).
+    if (mt != -cuda::dev_inf<T>()) s *= A(cuda::dev_exp(T(mt - m)));
     s = g.reduce(s, cuda::SumOf{}, A(0));
     if (smooth) sx = g.reduce(sx, cuda::SumOf{}, A(0));
+    // A line of only -inf: exp(-inf - -inf) is NaN, its loss NaN, as on the CPU.
+    if (len > 0 && m == -cuda::dev_inf<T>()) s = A(NAN);
     // One thread per line writes: rank 0 of the group (the line's own thread in the
     // column scheme, where the rank is the row of the block).
     if (g.rank != 0 || !active) return;
@@ -83,24 +97,24 @@ struct CrossEntropyForward {
     const A l = A(m) + cuda::dev_log(s);
     const A wt = w ? A(w[t]) : A(1);
     // (1 - s) w[t] (lse - x[t]) + (s / C) (sum_c w[c] lse - sum_c w[c] x[c])
-    A val = (1 - eps) * wt * (l - A(xl[t * st]));
+    A val = (1 - eps) * wt * (l - A(cuda::widen(xl[t * st])));
     if (smooth) val += eps / double(n) * ((wsum_p ? *wsum_p : double(n)) * l - sx);
     loss[line] = T(val);
     lse[line] = l;
   }
 };
 
-template <class T>
+template <class T, class X>
 struct CrossEntropyBackward {
   const T* grad;
   int64_t grad_numel;
   double scale;
-  const T* x;
+  const X* x;
   const int64_t* target;
   const T* w;
   const double* wsum_p;
   const double* lse;
-  T* dx;
+  X* dx;
   int64_t n;
   int64_t ignore_index;
   double eps;
@@ -109,11 +123,11 @@ struct CrossEntropyBackward {
   template <class G>
   __device__ void operator()(const G& g, int64_t off, int64_t st, int64_t line, bool active) const {
     if (!active) return;
-    const T* xl = x + off;
-    T* dl = dx + off;
+    const X* xl = x + off;
+    X* dl = dx + off;
     const int64_t t = target[line];
     if (t == ignore_index) {  // no loss, no gradient
-      for (int64_t j = g.rank; j < n; j += g.size) dl[j * st] = T(0);
+      for (int64_t j = g.rank; j < n; j += g.size) dl[j * st] = cuda::narrow<X>(T(0));
       return;
     }
     // One upstream value per line (Reduction::None) or one for all (a reduced loss).
@@ -126,31 +140,39 @@ struct CrossEntropyBackward {
     const double l = lse[line];
     const T hi = T(l), lo = T(l - double(hi));
     for (int64_t j = g.rank; j < n; j += g.size) {
-      const T xv = xl[j * st];
+      const T xv = T(cuda::widen(xl[j * st]));
       if (j == t) {
         // The target's element is a difference of two nearly equal terms when its
         // probability is near 1: done in double, so that T's rounding of the first does
         // not dominate it.
         const double pt = exp(double(xv) - l);
-        dl[j * st] = T(ad * pt - (smooth ? bd * wt : 0.0) - gl * (1 - eps) * wt);
+        dl[j * st] = cuda::narrow<X>(T(ad * pt - (smooth ? bd * wt : 0.0) - gl * (1 - eps) * wt));
       } else {
         T v = a * cuda::dev_exp(T(T(xv - hi) - lo));
         if (smooth) v -= w ? b * w[j] : b;
-        dl[j * st] = v;
+        dl[j * st] = cuda::narrow<X>(v);
       }
     }
   }
 };
 
+// Calls body(T{}, X{}): the arithmetic and storage types of the logits' dtype.
+template <class Body>
+static void dispatch_logits(DType dtype, const char* op, Body&& body) {
+  if (dtype == DType::BFloat16) return body(float{}, cuda::bf16{});
+  cuda::dispatch_float(dtype, op, [&](auto tag) { body(tag, tag); });
+}
+
 static void cross_entropy_forward(const Tensor& logits, const Tensor& target, const Tensor& weight,
                                   const Tensor& loss, const Tensor& lse, const CrossEntropyLines& L) {
   if (L.outer * L.inner == 0) return;
-  cuda::dispatch_float(logits.dtype(), "cross_entropy", [&](auto tag) {
+  dispatch_logits(logits.dtype(), "cross_entropy", [&](auto tag, auto storage) {
     using T = decltype(tag);
+    using X = decltype(storage);
     const cudaStream_t st = cuda::stream(logits);
     const T* w = weight.defined() ? static_cast<const T*>(weight.raw_data()) : nullptr;
     const cuda::Workspace ws(sizeof(double), logits.device().index);
-    const CrossEntropyForward<T> body{static_cast<const T*>(logits.raw_data()),
+    const CrossEntropyForward<T, X> body{static_cast<const X*>(logits.raw_data()),
                                       static_cast<const int64_t*>(target.raw_data()),
                                       w,
                                       weight_total(w, L, ws, st),
@@ -167,20 +189,21 @@ static void cross_entropy_backward(const Tensor& grad, double scale, const Tenso
                                    const Tensor& weight, const Tensor& lse, const Tensor& dlogits,
                                    const CrossEntropyLines& L) {
   if (L.outer * L.inner == 0 || L.classes == 0) return;  // nothing to write
-  cuda::dispatch_float(logits.dtype(), "cross_entropy backward", [&](auto tag) {
+  dispatch_logits(logits.dtype(), "cross_entropy backward", [&](auto tag, auto storage) {
     using T = decltype(tag);
+    using X = decltype(storage);
     const cudaStream_t st = cuda::stream(logits);
     const T* w = weight.defined() ? static_cast<const T*>(weight.raw_data()) : nullptr;
     const cuda::Workspace ws(sizeof(double), logits.device().index);
-    const CrossEntropyBackward<T> body{static_cast<const T*>(grad.raw_data()),
+    const CrossEntropyBackward<T, X> body{static_cast<const T*>(grad.raw_data()),
                                        grad.numel(),
                                        scale,
-                                       static_cast<const T*>(logits.raw_data()),
+                                       static_cast<const X*>(logits.raw_data()),
                                        static_cast<const int64_t*>(target.raw_data()),
                                        w,
                                        weight_total(w, L, ws, st),
                                        static_cast<const double*>(lse.raw_data()),
-                                       static_cast<T*>(dlogits.raw_data()),
+                                       static_cast<X*>(dlogits.raw_data()),
                                        L.classes,
                                        L.ignore_index,
                                        L.label_smoothing};

@@ -11,6 +11,9 @@ namespace mu::kernels {
 // losses and log-sum-exps are dense tensors of outer * inner elements in the same order;
 // the log-sum-exps are float64 whatever the logits' dtype (a float32 lse of ~10 would
 // carry ~5e-7 of rounding into every probability of the backward).
+// Dtypes: logits float32 or float64, with weight, loss and grad alike; or bfloat16 logits
+// (autocast's) with float32 weight, loss and grad: read widened, computed in float32,
+// dlogits (bfloat16) rounded once.
 struct CrossEntropyLines {
   int64_t outer, classes, inner;
   int64_t ignore_index;
