@@ -35,9 +35,14 @@ TensorList LambdaNode::apply(const TensorList& grad_outputs) {
 TensorList AccumulateGrad::apply(const TensorList& grad_outputs) {
   const Tensor& g = grad_outputs[0];
   // The incoming gradient may alias a buffer other nodes also received (add's backward
-  // passes the same tensor to both inputs): the leaf always gets memory of its own.
+  // passes the same tensor to both inputs), or be a view of a larger one: the leaf gets
+  // memory of its own. A dense gradient nothing else refers to (this list holds the only
+  // reference to it, and it is its storage's only tensor) is that already, and is kept
+  // as it is rather than copied.
+  const bool sole = g.impl_ptr().use_count() == 1 && g.storage().use_count() == 1 && g.is_contiguous() &&
+                    g.storage_offset() == 0 && g.storage()->nbytes == size_t(g.numel()) * element_size(g.dtype());
   if (!leaf_->grad)
-    leaf_->grad = g.clone().impl_ptr();
+    leaf_->grad = sole ? g.impl_ptr() : g.clone().impl_ptr();
   else
     leaf_->grad = (Tensor(leaf_->grad) + g).impl_ptr();
   return {};

@@ -67,9 +67,17 @@ Tensor product(const Tensor& a0, const Tensor& b0, const char* op, const char* n
   Tensor y = product_kernel(a, b, op);
   const bool ga = a.requires_grad(), gb = b.requires_grad();
   SavedTensor as = gb ? save(a) : SavedTensor(), bs = ga ? save(b) : SavedTensor();
-  return record(node_name, y, {a, b}, [as, bs, ga, gb, op](const Tensor& g) -> TensorList {
+  // A b that is the transpose of a dense matrix (a Linear layer's weight.t()) gets its
+  // gradient in that layout: (gᵀ a)ᵀ, a dense matrix seen transposed, so the gradient
+  // reaching the weight is dense with no transposing copy on the way.
+  const bool b_transposed = b.dim() == 2 && !b.is_contiguous() && b.t().is_contiguous();
+  return record(node_name, y, {a, b}, [as, bs, ga, gb, op, b_transposed](const Tensor& g) -> TensorList {
     Tensor da = ga ? product_kernel(g, bs.get().transpose(-2, -1), op) : Tensor();
-    Tensor db = gb ? product_kernel(as.get().transpose(-2, -1), g, op) : Tensor();
+    Tensor db;
+    if (gb && b_transposed)
+      db = product_kernel(g.transpose(-2, -1), as.get(), op).transpose(-2, -1);
+    else if (gb)
+      db = product_kernel(as.get().transpose(-2, -1), g, op);
     return {da, db};
   });
 }
