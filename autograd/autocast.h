@@ -5,7 +5,9 @@
 // batch norm, entmax, the losses) turn 16-bit inputs back into float32 and compute in it.
 // Parameters stay float32 (the optimiser's master weights): each cast is a node of the
 // graph, so their gradients arrive in float32. Elementwise ops on a bfloat16 and a
-// float32 operand compute in float32 (type promotion), as in PyTorch.
+// float32 operand compute in float32 (type promotion), as in PyTorch, reading each
+// operand in its own dtype (no conversion copy); cross_entropy with class indices reads
+// bfloat16 logits the same way and returns their gradient in bfloat16.
 //
 // The state is per thread, like grad mode, and nests; a backward pass runs without it
 // (gradient formulas use the dtypes the forward saved).

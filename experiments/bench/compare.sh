@@ -19,13 +19,82 @@
 #   experiments/bench/compare.sh gpt2 [BUILD_DIR]       gpt2-mini, gpt2-mini-cpmumoe, gpt2-mini-trmumoe
 #                         (forward + backward + AdamW step of the whole model)
 #
+#   experiments/bench/compare.sh all [BUILD_DIR]        every workload of the reference, each
+#                         run as its own process, the two sides alternating (ROUNDS rounds,
+#                         default 3, the order flipped every round): per workload both medians
+#                         (the median of the rounds' medians), the ratio and both peak
+#                         resident memories (the largest of the rounds)
+#
 # BUILD_DIR defaults to build. THREADS and REPS may be set in the environment.
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-which="${1:?usage: compare.sh sgemm|layers|layer_norm|cross_entropy|attention|mixer|gpt2 [BUILD_DIR]}"
+which="${1:?usage: compare.sh all|sgemm|layers|layer_norm|cross_entropy|attention|mixer|gpt2 [BUILD_DIR]}"
 build="${2:-build}"
 case "$build" in /*) ;; *) build="$repo/$build" ;; esac
 threads="${THREADS:-2}"
+if [ "$which" = all ]; then
+  reference="$repo/../shared/reference/torch_reference.py"
+  [ -f "$reference" ] || { echo "compare.sh: reference script not found at $reference" >&2; exit 1; }
+  for b in bench_gpt2 bench_mumoe_layers bench_mixer bench_sgemm; do
+    [ -x "$build/experiments/$b" ] || { echo "compare.sh: $build/experiments/$b not built" >&2; exit 1; }
+  done
+  exec /usr/bin/python3 - "$reference" "$build/experiments" "$threads" "${REPS:-}" "${ROUNDS:-3}" <<'PY'
+import json, os, resource, statistics, subprocess, sys
+reference, bench_dir, threads, reps, rounds = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5])
+# Every workload of the reference, with the program that is its twin here.
+ours = {"gpt2-mini": "bench_gpt2", "gpt2-mini-cpmumoe": "bench_gpt2", "gpt2-mini-trmumoe": "bench_gpt2",
+        "cpmumoe-layer": "bench_mumoe_layers", "trmumoe-layer": "bench_mumoe_layers",
+        "mixer-fmnist": "bench_mixer", "mixer-fmnist-cpmumoe": "bench_mixer", "sgemm-1024": "bench_sgemm"}
+listed = subprocess.run(["/usr/bin/python3", reference, "list"], check=True, capture_output=True, text=True).stdout.split()
+missing = [w for w in listed if w not in ours]
+if missing:
+    sys.exit(f"compare.sh all: no twin here for reference workloads {missing}")
+env = dict(os.environ, OMP_NUM_THREADS=threads)
+
+def run(cmd):
+    """Runs cmd as a child of a fresh interpreter that reports the child's peak RSS."""
+    probe = ("import resource, subprocess, sys; r = subprocess.run(sys.argv[1:], capture_output=True, text=True); "
+             "sys.stderr.write(r.stderr); print(r.stdout, end=''); "
+             "print('PEAK_KB', resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); sys.exit(r.returncode)")
+    p = subprocess.run(["/usr/bin/python3", "-c", probe] + cmd, capture_output=True, text=True, env=env)
+    if p.returncode != 0:
+        sys.exit(f"compare.sh all: {' '.join(cmd)} failed ({p.returncode}): {p.stderr[-2000:]}")
+    lines = p.stdout.splitlines()
+    peak = int(lines[-1].split()[1]) / 1024.0
+    return [json.loads(l) for l in lines[:-1] if l.startswith("{")], peak
+
+rep_args = ["--reps", reps] if reps else []
+results = {}  # (workload, impl) -> {"medians": [...], "peak": MiB}
+for r in range(rounds):
+    for w in listed:
+        sides = [("torch", ["/usr/bin/python3", reference, "bench", "--workload", w, "--threads", threads] + rep_args),
+                 ("mumoe", [os.path.join(bench_dir, ours[w]), "--workload", w] + rep_args if ours[w] != "bench_sgemm"
+                  else [os.path.join(bench_dir, ours[w])] + rep_args)]
+        if r % 2 == 1:
+            sides.reverse()
+        for side, cmd in sides:
+            lines, peak = run(cmd)
+            for j in lines:
+                if j["workload"] != w:
+                    continue
+                key = (w, "torch" if side == "torch" else j["impl"])
+                e = results.setdefault(key, {"medians": [], "peak": 0.0, "impl": j["impl"]})
+                e["medians"].append(j["median_ms"])
+                e["peak"] = max(e["peak"], peak)
+        print(f"round {r + 1}/{rounds}: {w} done", file=sys.stderr, flush=True)
+
+print(f"{'workload':<22} {'impl':<16} {'ours ms':>9} {'torch ms':>9} {'ratio':>6} {'ours MiB':>9} {'torch MiB':>9}")
+for w in listed:
+    t = results[(w, "torch")]
+    tm = statistics.median(t["medians"])
+    for (wk, impl), e in results.items():
+        if wk != w or impl == "torch":
+            continue
+        m = statistics.median(e["medians"])
+        print(f"{w:<22} {impl:<16} {m:>9.3f} {tm:>9.3f} {m / tm:>6.2f} {e['peak']:>9.1f} {t['peak']:>9.1f}")
+print(f"threads {threads}; {rounds} rounds alternating; torch {t['impl']}")
+PY
+fi
 case "$which" in
   sgemm) bench=bench_sgemm; workloads=sgemm-1024; reps="${REPS:-20}" ;;
   layers) bench=bench_mumoe_layers; workloads=cpmumoe-layer,trmumoe-layer; reps="${REPS:-10}" ;;
