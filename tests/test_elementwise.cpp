@@ -59,6 +59,32 @@ TEST_CASE("unary ops on float32 agree with float64 to float precision, and with 
   }
 }
 
+// float32 GELU (the CPU's runs a vectorisable erf, ops/cpu/vec_exp.h) and its derivative
+// against float64 over a dense grid: within a few float32 ulp of the value, or, where
+// 1 + erf(x/√2) cancels (x below about -3, on any implementation), of |x| ulp(1).
+TEST_CASE("float32 gelu and its gradient are accurate to a few ulp over [-10, 10]") {
+  Tensor x64 = arange(-10.0, 10.0, 1.0 / 4096, kFloat64);
+  Tensor x32 = x64.to(kFloat32).to(kFloat64);  // the float32 grid, exactly
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    std::vector<double> xv = x32.to_vector<double>();
+    std::vector<double> got = gelu(on(x32.to(kFloat32), dev)).to_vector<double>();
+    Tensor xg = on(x32.to(kFloat32), dev).requires_grad_();
+    gelu(xg).sum().backward();
+    std::vector<double> dgot = xg.grad().to_vector<double>();
+    double worst = 0, dworst = 0;
+    for (size_t i = 0; i < xv.size(); ++i) {
+      const double x = xv[i], cdf = 0.5 * std::erfc(-x / std::sqrt(2.0));
+      const double want = x * cdf, dwant = cdf + x * std::exp(-0.5 * x * x) / std::sqrt(2 * M_PI);
+      worst = std::max(worst, std::fabs(got[i] - want) / (std::fabs(want) * 0x1p-23 + std::fabs(x) * 0x1p-24));
+      dworst = std::max(dworst, std::fabs(dgot[i] - dwant) / (std::fabs(dwant) * 0x1p-23 + (1 + std::fabs(x)) * 0x1p-24));
+    }
+    MESSAGE(dev.str() << ": gelu within " << worst << " ulp, its gradient " << dworst);
+    CHECK(worst <= 8);
+    CHECK(dworst <= 8);
+  }
+}
+
 TEST_CASE("binary ops broadcast like PyTorch") {
   for (Device dev : test_devices()) {
     INFO(dev.str());

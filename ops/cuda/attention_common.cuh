@@ -18,6 +18,30 @@ __device__ __forceinline__ W attention_keep_factor(uint64_t key, uint64_t thresh
   return uint64_t(kernels::attention_dropout_bits(key, n)) >= threshold ? keep : W(0);
 }
 
+// What the tensor-core paths' kernels (attention_gemm.cu's row kernels, attention_flash.cu)
+// need to know about a call.
+struct AttentionGeo {
+  int64_t Tq, Tk;
+  int64_t bh0;  // the first (batch · head) a launch sees: the dropout counter's offset
+  float scale;
+  bool causal, dropout;
+  uint64_t key, threshold;  // the dropout mask (ops/kernels/attention.h)
+  float keep;               // 1 / (1 - p) for a kept entry
+};
+
+inline AttentionGeo attention_geo(int64_t Tq, int64_t Tk, const kernels::AttentionParams& p) {
+  AttentionGeo g{};
+  g.Tq = Tq;
+  g.Tk = Tk;
+  g.scale = float(p.scale);
+  g.causal = p.causal;
+  g.dropout = p.dropout_p > 0;
+  g.key = kernels::attention_dropout_key(p.seed);
+  g.threshold = kernels::attention_dropout_threshold(p.dropout_p);
+  g.keep = p.dropout_p < 1 ? float(1 / (1 - p.dropout_p)) : 0.f;
+  return g;
+}
+
 // di[r] = dO_r · O_r for every row r of every head, and, when lse and lw are given,
 // lw[r] = lse[r] widened: one warp per row, lanes striding over D, a shuffle sum at the end.
 template <class T, class W, class L>

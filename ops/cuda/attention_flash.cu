@@ -48,13 +48,7 @@ using FragB = wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major>;
 using FragBT = wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major>;
 using FragC = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
 
-struct Geo {
-  int64_t Tq, Tk;
-  float scale;
-  bool causal, dropout;
-  uint64_t key, threshold;
-  float keep;
-};
+using Geo = AttentionGeo;  // ops/cuda/attention_common.cuh
 
 // The shared memory of one block, in bytes: Q_i, dO_i, K_j, V_j, Pd, dS (bfloat16
 // tiles), S/P and dP (float tiles), lse_i and Di (64 floats each).
@@ -72,30 +66,10 @@ __device__ __forceinline__ void load_tile(bf16* dst, const bf16* src, int64_t r0
   }
 }
 
-// C (16 x 64, four fragments) = A (16 x 64 at a, pitch lda) times B, where B's 16 x 16
-// block (k, n) is at b + k * 16 * bk + n * 16 * bn (pitch ldb); A and B in the layouts
-// of FA and FB.
-template <class FA, class FB>
-__device__ __forceinline__ void row_times(FragC (&c)[4], const bf16* a, int lda, bool a_col, const bf16* b, int ldb,
-                                          bool b_col) {
-#pragma unroll
-  for (int n = 0; n < 4; ++n) wmma::fill_fragment(c[n], 0.f);
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    FA fa;
-    // A's 16 x 16 block (0, k): row-major at a + 16k, column-major at a + 16k * lda.
-    wmma::load_matrix_sync(fa, a_col ? a + k * 16 * lda : a + k * 16, lda);
-#pragma unroll
-    for (int n = 0; n < 4; ++n) {
-      FB fb;
-      // B's block (k, n): row-major at b + 16k * ldb + 16n, column-major at b + 16n * ldb + 16k.
-      wmma::load_matrix_sync(fb, b_col ? b + n * 16 * ldb + k * 16 : b + k * 16 * ldb + n * 16, ldb);
-      wmma::mma_sync(c[n], fa, fb, c[n]);
-    }
-  }
-}
-
-// The same, accumulating into c.
+// C (16 x 64, four fragments) += A (16 x 64 at a, pitch lda) times B, where B's 16 x 16
+// block (k, n) is at b + 16k * ldb + 16n (row-major) or b + 16n * ldb + 16k (column-major),
+// A's block (0, k) at a + 16k (row-major) or a + 16k * lda (column-major); the layouts
+// are those of the fragment types FA and FB.
 template <class FA, class FB>
 __device__ __forceinline__ void row_times_acc(FragC (&c)[4], const bf16* a, int lda, bool a_col, const bf16* b,
                                               int ldb, bool b_col) {
@@ -110,6 +84,15 @@ __device__ __forceinline__ void row_times_acc(FragC (&c)[4], const bf16* a, int 
       wmma::mma_sync(c[n], fa, fb, c[n]);
     }
   }
+}
+
+// The same into a zeroed C.
+template <class FA, class FB>
+__device__ __forceinline__ void row_times(FragC (&c)[4], const bf16* a, int lda, bool a_col, const bf16* b, int ldb,
+                                          bool b_col) {
+#pragma unroll
+  for (int n = 0; n < 4; ++n) wmma::fill_fragment(c[n], 0.f);
+  row_times_acc<FA, FB>(c, a, lda, a_col, b, ldb, b_col);
 }
 
 __global__ void __launch_bounds__(kThreads)
@@ -249,15 +232,7 @@ bool attention_backward_flash(const Tensor& q, const Tensor& k, const Tensor& v,
       ws.as<float>(), nullptr, rows, int(kD));
   MU_CUDA_CHECK_LAUNCH("attention_backward (flash: row dots)");
 
-  Geo g{};
-  g.Tq = Tq;
-  g.Tk = Tk;
-  g.scale = float(params.scale);
-  g.causal = params.causal;
-  g.dropout = params.dropout_p > 0;
-  g.key = kernels::attention_dropout_key(params.seed);
-  g.threshold = kernels::attention_dropout_threshold(params.dropout_p);
-  g.keep = params.dropout_p < 1 ? float(1.0 / (1.0 - params.dropout_p)) : 0.f;
+  const Geo g = attention_geo(Tq, Tk, params);
 
   int limit = 0;
   MU_CUDA_CHECK(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));

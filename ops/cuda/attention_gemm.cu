@@ -32,15 +32,8 @@ namespace {
 // Scratch for S, P and dP is at most this many bytes; longer calls run in chunks of heads.
 constexpr size_t kWorkspaceCap = size_t(2) << 30;
 
-// What the row kernels need to know about a call.
-struct RowGeo {
-  int64_t Tq, Tk;
-  int64_t bh0;  // the first (batch · head) of this chunk: the dropout counter's offset
-  float scale;
-  bool causal, dropout;
-  uint64_t key, threshold;  // the dropout mask (ops/kernels/attention.h)
-  float keep;               // 1 / (1 - p) for a kept entry
-};
+// What the row kernels need to know about a call (bh0: the chunk's first head).
+using RowGeo = AttentionGeo;
 
 // The dropout factor of entry (i, j) of head bh: 0 when dropped, keep when kept (the
 // tiled kernels' mask, ops/cuda/attention_common.cuh).
@@ -148,18 +141,7 @@ Plan plan_for(const Tensor& q, const Tensor& k, size_t per_entry) {
   return p;
 }
 
-RowGeo row_geo(const Plan& pl, const kernels::AttentionParams& p) {
-  RowGeo g{};
-  g.Tq = pl.Tq;
-  g.Tk = pl.Tk;
-  g.scale = float(p.scale);
-  g.causal = p.causal;
-  g.dropout = p.dropout_p > 0;
-  g.key = kernels::attention_dropout_key(p.seed);
-  g.threshold = kernels::attention_dropout_threshold(p.dropout_p);
-  g.keep = p.dropout_p < 1 ? float(1 / (1 - p.dropout_p)) : 0.f;
-  return g;
-}
+RowGeo row_geo(const Plan& pl, const kernels::AttentionParams& p) { return attention_geo(pl.Tq, pl.Tk, p); }
 
 // Threads per row kernel block: enough for a row of Tk, at most 256.
 unsigned row_threads(int64_t Tk) { return Tk >= 256 ? 256u : Tk > 64 ? 128u : 64u; }
