@@ -17,10 +17,10 @@ namespace mu::cpu {
 // (2.4 and 1 ulp): the formulas of fn::Gelu and fn::GeluGrad, whose libm erff keeps the
 // loop scalar (several times slower; GELU was a third of an MLP-Mixer step).
 struct GeluFloat {
-  float operator()(float v) const { return v * (0.5f * (1.0f + erf_vec(v * float(fn::kSqrt1_2)))); }
+  [[gnu::always_inline]] float operator()(float v) const { return v * (0.5f * (1.0f + erf_vec(v * float(fn::kSqrt1_2)))); }
 };
 struct GeluGradFloat {
-  float operator()(float g, float x) const {
+  [[gnu::always_inline]] float operator()(float g, float x) const {
     const float cdf = 0.5f * (1.0f + erf_vec(x * float(fn::kSqrt1_2)));
     const float pdf = exp_vec(-0.5f * x * x) * float(fn::kInvSqrt2Pi);
     return g * (cdf + x * pdf);

@@ -22,7 +22,7 @@ namespace mu::cpu {
 // No select on the result: with GCC's default -ftrapping-math a final `x < lo ? 0 : y`
 // keeps a loop that sums the results in double from vectorising. The zero comes from
 // the bits instead: n = -127 makes the exponent field 0, so 2^n is built as +0.0.
-inline float exp_vec(float x) {
+[[gnu::always_inline]] inline float exp_vec(float x) {
   constexpr float kLo = -88.0f;  // n = round(-88 log2 e) = -127: 2^n is +0.0
   constexpr float kHi = 88.37f;  // keeps n <= 127
   constexpr float kLog2e = 1.44269504088896341f;
@@ -62,7 +62,9 @@ inline float exp_vec(float x) {
 // sets are picked per element); ±1 beyond 4 (erfc(4) < 2^-25). The coefficients are
 // least-squares fits of the relative error on 6000 Chebyshev nodes; the largest error
 // over [-5, 5] is about 2.5 ulp (tests/test_elementwise.cpp checks 4). NaN gives NaN.
-inline float erf_vec(float x) {
+// Always inlined: an out-of-line call in a loop body keeps the loop scalar, and GCC's
+// heuristics leave it out of line in the larger bodies (GELU's derivative).
+[[gnu::always_inline]] inline float erf_vec(float x) {
   const float ax = std::fabs(x), u = ax * ax;
   float p = 1.132861087e-06f;
   p = std::fma(p, u, -1.416631258e-05f);
