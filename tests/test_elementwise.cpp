@@ -62,7 +62,7 @@ TEST_CASE("unary ops on float32 agree with float64 to float precision, and with 
 // float32 GELU (the CPU's runs a vectorisable erf, ops/cpu/vec_exp.h) and its derivative
 // against float64 over a dense grid: within a few float32 ulp of the value, or, where
 // 1 + erf(x/√2) cancels (x below about -3, on any implementation), of |x| ulp(1).
-TEST_CASE("float32 gelu and its gradient are accurate to a few ulp over [-10, 10]") {
+TEST_CASE("float32 gelu (exact and tanh) and its gradient are accurate to a few ulp over [-10, 10]") {
   Tensor x64 = arange(-10.0, 10.0, 1.0 / 4096, kFloat64);
   Tensor x32 = x64.to(kFloat32).to(kFloat64);  // the float32 grid, exactly
   for (Device dev : test_devices()) {
@@ -80,6 +80,22 @@ TEST_CASE("float32 gelu and its gradient are accurate to a few ulp over [-10, 10
       dworst = std::max(dworst, std::fabs(dgot[i] - dwant) / (std::fabs(dwant) * 0x1p-23 + (1 + std::fabs(x)) * 0x1p-24));
     }
     MESSAGE(dev.str() << ": gelu within " << worst << " ulp, its gradient " << dworst);
+    CHECK(worst <= 8);
+    CHECK(dworst <= 8);
+    // approximate = "tanh": 0.5 x (1 + tanh(k (x + c x³))), k = sqrt(2/pi), c = 0.044715.
+    got = gelu(on(x32.to(kFloat32), dev), "tanh").to_vector<double>();
+    Tensor xt = on(x32.to(kFloat32), dev).requires_grad_();
+    gelu(xt, "tanh").sum().backward();
+    dgot = xt.grad().to_vector<double>();
+    worst = dworst = 0;
+    const double k = std::sqrt(2 / M_PI), c = 0.044715;
+    for (size_t i = 0; i < xv.size(); ++i) {
+      const double x = xv[i], t = std::tanh(k * (x + c * x * x * x));
+      const double want = 0.5 * x * (1 + t), dwant = 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * k * (1 + 3 * c * x * x);
+      worst = std::max(worst, std::fabs(got[i] - want) / (std::fabs(want) * 0x1p-23 + std::fabs(x) * 0x1p-24));
+      dworst = std::max(dworst, std::fabs(dgot[i] - dwant) / (std::fabs(dwant) * 0x1p-23 + (1 + std::fabs(x)) * 0x1p-24));
+    }
+    MESSAGE(dev.str() << ": gelu (tanh) within " << worst << " ulp, its gradient " << dworst);
     CHECK(worst <= 8);
     CHECK(dworst <= 8);
   }

@@ -27,6 +27,23 @@ struct GeluGradFloat {
   }
 };
 
+// The tanh form likewise, through 0.5 (1 + tanh(u)) = sigmoid(2u) with the vectorisable
+// exp (libm's tanhf keeps the loop scalar): x / (1 + exp(-2u)), u = k (x + c x³), which
+// has no cancellation at either end; its derivative s + 2 x s (1 - s) k (1 + 3 c x²).
+struct GeluTanhFloat {
+  [[gnu::always_inline]] float operator()(float x) const {
+    const float u = float(fn::kGeluK) * (x + float(fn::kGeluC) * x * x * x);
+    return x / (1.0f + exp_vec(-2.0f * u));
+  }
+};
+struct GeluTanhGradFloat {
+  [[gnu::always_inline]] float operator()(float g, float x) const {
+    const float u = float(fn::kGeluK) * (x + float(fn::kGeluC) * x * x * x);
+    const float s = 1.0f / (1.0f + exp_vec(-2.0f * u));
+    return g * (s + 2.0f * x * s * (1.0f - s) * float(fn::kGeluK) * (1.0f + float(3 * fn::kGeluC) * x * x));
+  }
+};
+
 template <class F>
 static void map_kernel(const Tensor& out, const std::array<Tensor, 3>& in_given, const F& f) {
   std::array<Tensor, 3> in = in_given;
@@ -44,6 +61,10 @@ static void map_kernel(const Tensor& out, const std::array<Tensor, 3>& in_given,
     if (typed.dtype() == kFloat32) return map_n<float, float>(out, {in[0]}, GeluFloat{});
   } else if constexpr (std::is_same_v<F, fn::GeluGrad>) {
     if (typed.dtype() == kFloat32) return map_n<float, float, float>(out, {in[0], in[1]}, GeluGradFloat{});
+  } else if constexpr (std::is_same_v<F, fn::GeluTanh>) {
+    if (typed.dtype() == kFloat32) return map_n<float, float>(out, {in[0]}, GeluTanhFloat{});
+  } else if constexpr (std::is_same_v<F, fn::GeluTanhGrad>) {
+    if (typed.dtype() == kFloat32) return map_n<float, float, float>(out, {in[0], in[1]}, GeluTanhGradFloat{});
   }
   kernels::dispatch_functor<F>(typed.dtype(), [&](auto tag) {
     using T = decltype(tag);
