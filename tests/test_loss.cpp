@@ -189,6 +189,30 @@ TEST_CASE("exp_vec is within 3 ulp of exp over float's range, 0 below it, NaN fo
   CHECK(std::isnan(cpu::exp_vec(std::numeric_limits<float>::quiet_NaN())));
 }
 
+// erf_vec (the CPU's float32 GELU) against the double erf, in float32 ulp of the value.
+TEST_CASE("erf_vec is within 3 ulp of erf over [-6, 6], odd, ±1 beyond, NaN for NaN") {
+  double worst = 0;
+  float at = 0;
+  for (int64_t i = 0; i <= 2400000; ++i) {
+    const float x = float(-6.0 + 12.0 * double(i) / 2400000.0);
+    const double want = std::erf(double(x)), got = double(cpu::erf_vec(x));
+    const float w32 = std::fabs(float(want));
+    const double ulp = double(std::nextafter(w32, 2.0f)) - double(w32);
+    if (want != 0 && std::abs(got - want) / ulp > worst) {
+      worst = std::abs(got - want) / ulp;
+      at = x;
+    }
+  }
+  INFO("worst " << worst << " ulp at " << at);
+  CHECK(worst <= 3);
+  CHECK(cpu::erf_vec(0.0f) == 0.0f);
+  CHECK(cpu::erf_vec(1e-30f) == doctest::Approx(1.1283791670955126e-30).epsilon(1e-6));
+  CHECK(cpu::erf_vec(-0.5f) == -cpu::erf_vec(0.5f));
+  CHECK(cpu::erf_vec(7.0f) == 1.0f);
+  CHECK(cpu::erf_vec(-std::numeric_limits<float>::infinity()) == -1.0f);
+  CHECK(std::isnan(cpu::erf_vec(std::numeric_limits<float>::quiet_NaN())));
+}
+
 // ---------------------------------------------------------------- cross_entropy, class indices
 
 TEST_CASE("cross_entropy with class indices: every option combination and layout against loops") {

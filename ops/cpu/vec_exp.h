@@ -61,7 +61,7 @@ namespace mu::cpu {
 // [0.921875, 2) and [2, 4), each in a variable scaled to [-1, 1] (the two coefficient
 // sets are picked per element); ±1 beyond 4 (erfc(4) < 2^-25). The coefficients are
 // least-squares fits of the relative error on 6000 Chebyshev nodes; the largest error
-// over [-5, 5] is about 2.5 ulp (tests/test_elementwise.cpp checks 4). NaN gives NaN.
+// over [-6, 6] is 2.4 ulp (tests/test_loss.cpp checks 3). NaN gives NaN.
 // Always inlined: an out-of-line call in a loop body keeps the loop scalar, and GCC's
 // heuristics leave it out of line in the larger bodies (GELU's derivative).
 [[gnu::always_inline]] inline float erf_vec(float x) {

@@ -86,6 +86,12 @@ __device__ __forceinline__ void row_times_acc(FragC (&c)[4], const bf16* a, int 
   }
 }
 
+// Rows r0..r0+15 of a float tile (pitch kLdF) from the four fragments of a 16 x 64 strip.
+__device__ __forceinline__ void store_strip(float* tile, int r0, const FragC (&c)[4]) {
+#pragma unroll
+  for (int n = 0; n < 4; ++n) wmma::store_matrix_sync(tile + r0 * kLdF + n * 16, c[n], kLdF, wmma::mem_row_major);
+}
+
 // The same into a zeroed C.
 template <class FA, class FB>
 __device__ __forceinline__ void row_times(FragC (&c)[4], const bf16* a, int lda, bool a_col, const bf16* b, int ldb,
@@ -145,15 +151,13 @@ __global__ void __launch_bounds__(kThreads)
     FragC acc[4];
     // S = Q_i K_jᵀ: Kᵀ read column-major from K's rows.
     row_times<FragA, FragBT>(acc, sQ + r0 * kLdH, kLdH, false, sK, kLdH, true);
-#pragma unroll
-    for (int n = 0; n < 4; ++n) wmma::store_matrix_sync(sS + r0 * kLdF + n * 16, acc[n], kLdF, wmma::mem_row_major);
+    store_strip(sS, r0, acc);
     // dP = dO_i V_jᵀ.
     row_times<FragA, FragBT>(acc, sdO + r0 * kLdH, kLdH, false, sV, kLdH, true);
-#pragma unroll
-    for (int n = 0; n < 4; ++n) wmma::store_matrix_sync(sdP + r0 * kLdF + n * 16, acc[n], kLdF, wmma::mem_row_major);
+    store_strip(sdP, r0, acc);
     __syncwarp();
 
-    // The warp's 16 rows x 64 keys: P, Pd and dS, elementwise (lane: two keys per row).
+    // The warp's 16 rows x 64 keys: P, Pd and dS, elementwise (each lane every 32nd entry).
     for (int e = lane; e < 16 * kTile; e += 32) {
       const int r = r0 + e / kTile, c = e % kTile;
       const int64_t i = i0 + r, j = j0 + c;
@@ -171,8 +175,7 @@ __global__ void __launch_bounds__(kThreads)
 
     // dQ_i (the warp's rows) += dS K_j: K read row-major (keys x d).
     row_times<FragA, FragB>(acc, sdS + r0 * kLdH, kLdH, false, sK, kLdH, false);
-#pragma unroll
-    for (int n = 0; n < 4; ++n) wmma::store_matrix_sync(sdP + r0 * kLdF + n * 16, acc[n], kLdF, wmma::mem_row_major);
+    store_strip(sdP, r0, acc);
     __syncwarp();
     for (int e = lane; e < 16 * kD; e += 32) {
       const int r = r0 + e / kD, c = e % kD;
@@ -190,11 +193,8 @@ __global__ void __launch_bounds__(kThreads)
   // dK_j, dV_j: through shared memory (sS, sdP are free now) into bfloat16 rows.
   __syncthreads();
   const int k0 = warp * 16;
-#pragma unroll
-  for (int n = 0; n < 4; ++n) {
-    wmma::store_matrix_sync(sS + k0 * kLdF + n * 16, dKf[n], kLdF, wmma::mem_row_major);
-    wmma::store_matrix_sync(sdP + k0 * kLdF + n * 16, dVf[n], kLdF, wmma::mem_row_major);
-  }
+  store_strip(sS, k0, dKf);
+  store_strip(sdP, k0, dVf);
   __syncwarp();
   bf16* dkh = dk + bh * g.Tk * kD;
   bf16* dvh = dv + bh * g.Tk * kD;

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "ops/cuda/dtypes.cuh"
+#include "ops/cuda/packs.cuh"
 #include "ops/cuda/runtime.cuh"
 #include "ops/cuda/strided.cuh"
 #include "ops/kernels/copy.h"
@@ -22,12 +23,6 @@ __global__ void copy_dense(TO* dst, const FROM* src, int64_t n) {
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += step) dst[i] = convert<TO>(src[i]);
 }
 
-// kVec elements as one access (16 bytes of the wider of the two types).
-template <class T, int kVec>
-struct alignas(sizeof(T) * kVec) CopyPack {
-  T v[kVec];
-};
-
 // A converting dense copy with 16-byte accesses (both pointers aligned): a float32 to
 // bfloat16 cast moves 4 elements per thread and step, where one at a time leaves the
 // memory system idle between requests. The tail is done one at a time.
@@ -37,16 +32,15 @@ __global__ void copy_dense_vectorized(TO* dst, const FROM* src, int64_t n) {
   const int64_t step = int64_t(gridDim.x) * blockDim.x;
   const int64_t first = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   for (int64_t p = first; p < packs; p += step) {
-    const CopyPack<FROM, kVec> a = reinterpret_cast<const CopyPack<FROM, kVec>*>(src)[p];
-    CopyPack<TO, kVec> r;
+    const Pack<FROM, kVec> a = reinterpret_cast<const Pack<FROM, kVec>*>(src)[p];
+    Pack<TO, kVec> r;
 #pragma unroll
     for (int k = 0; k < kVec; ++k) r.v[k] = convert<TO>(a.v[k]);
-    reinterpret_cast<CopyPack<TO, kVec>*>(dst)[p] = r;
+    reinterpret_cast<Pack<TO, kVec>*>(dst)[p] = r;
   }
   for (int64_t i = packs * kVec + first; i < n; i += step) dst[i] = convert<TO>(src[i]);
 }
 
-static bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 // Operand 0 is the destination, 1 the source (broadcast strides).
 template <class TO, class FROM>

@@ -19,6 +19,7 @@
 #include <type_traits>
 
 #include "ops/cuda/dtypes.cuh"
+#include "ops/cuda/packs.cuh"
 #include "ops/cuda/runtime.cuh"
 #include "ops/cuda/strided.cuh"
 #include "ops/kernels/map.h"
@@ -68,13 +69,6 @@ __global__ void map_dense(TO* out, Operands in, int64_t numel, F f) {
   }
 }
 
-// kVec elements of T moved as one access of kVec * sizeof(T) bytes (16 for the widest
-// operand; narrower ones, such as a comparison's bools, move fewer bytes per pack).
-template <class T, int kVec>
-struct alignas(sizeof(T) * kVec) Pack {
-  T v[kVec];
-};
-
 // Per operand, 0 when it is dense with the output's shape, else the length in packs of
 // the row it repeats (a bias broadcast over all but the last dim).
 struct RowPacks {
@@ -116,8 +110,6 @@ __global__ void map_vectorized(TO* out, Operands in, RowPacks rows, int64_t nume
     out[i] = narrow<TO>(apply<T0, T1, T2, N>(f, at, off));
   }
 }
-
-static bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 // The iteration space of out and the N operands (their broadcast strides, dims merged
 // where all allow: one dim when every tensor is dense with out's shape).
