@@ -316,6 +316,29 @@ TEST_CASE("large inputs (split over threads) match brute force") {
   }
 }
 
+// The CPU's column sums (ops/cpu/reduce.cpp) cut the rows into blocks of 256 and the
+// columns into strips of 512 and combine the blocks afterwards: 600 rows (three blocks,
+// the last partial), 530 columns (two strips, not a multiple of the vector width), two
+// matrices (a kept dim before the columns, as in a mean over the tokens of (B, T, C)),
+// read densely, through a reduced middle dim and through a transposed view.
+TEST_CASE("column sums over row blocks and column strips match brute force") {
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    manual_seed(5);
+    for (DType dt : {kFloat32, kFloat64}) {
+      Tensor x = on(randn({2, 600, 530}, dt), dev);
+      Tensor xt = on(randn({530, 600}, dt), dev).t();  // rows of stride 1, columns of stride 600
+      for (auto [v, dims] : std::vector<std::pair<Tensor, Shape>>{{x, {1}}, {x, {0, 1}}, {x.reshape({1200, 530}), {0}},
+                                                                   {x.slice(2, 3, 530), {1}}, {xt, {0}}}) {
+        INFO(dtype_name(dt) << " shape " << shape_str(v.shape()) << " dims " << shape_str(dims));
+        Buckets b = bucketize(v, dims, false);
+        check_close_or_nan(sum(v, dims), b.out_shape, reduce_ref(b, ref_sum), dt == kFloat64 ? 1e-12 : 1e-5);
+        check_close_or_nan(mean(v, dims), b.out_shape, reduce_ref(b, ref_mean), dt == kFloat64 ? 1e-12 : 1e-5);
+      }
+    }
+  }
+}
+
 // Shapes that take each mapping of the CUDA reductions (ops/cuda/reduce.cu), checked
 // against the brute-force buckets on every device: runs of 40 down the columns of 9000
 // outputs (the column mapping), columns of 5000 for 40 outputs and runs of 20000 for 3

@@ -1,12 +1,115 @@
 // CPU kernels of the reductions (declared in ops/kernels/reduce.h), each the per-run
 // function of the skeleton in ops/cpu/reduce_loop.h.
+#include <algorithm>
+#include <optional>
 #include <type_traits>
+#include <vector>
 
 #include "ops/cpu/reduce_loop.h"
 #include "ops/cpu/widen.h"
 #include "ops/kernels/reduce.h"
 
 namespace mu::cpu {
+
+// The sum of n contiguous values in sixteen interleaved partial sums (four vectors of
+// double for float32), so that the adds do not wait on one another; the order is fixed
+// by n alone, never by the thread count.
+template <class T, class A>
+[[gnu::always_inline]] inline A sum_contiguous(const T* v, int64_t n) {
+  constexpr int kLanes = 16;
+  A part[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int j = 0; j < kLanes; ++j) part[j] += A(v[i + j]);
+  A rest = 0;
+  for (; i < n; ++i) rest += A(v[i]);
+  for (int w = kLanes / 2; w >= 1; w /= 2)  // pairwise, in a fixed order
+    for (int j = 0; j < w; ++j) part[j] += part[j + w];
+  return part[0] + rest;
+}
+
+// Column sums, the shape of every bias gradient (a (rows, cols) gradient summed over its
+// rows): the generic skeleton would walk each column down with a stride of `cols`, one
+// element per cache line. Here rows are read whole and added into a strip of column
+// accumulators, so every load is contiguous and the adds vectorise across columns.
+// The work is cut into blocks of kRowBlock rows and kColStrip columns whose partial sums
+// are combined in row-block order afterwards: each block's result, and so the sum, is
+// the same whatever thread computes it.
+struct ColumnSumLayout {
+  std::vector<int64_t> bases;  // offset of each matrix (the kept dims other than the columns)
+  int64_t cols = 0, rows = 0, row_stride = 0;
+};
+
+// The layout when x's kept dims end in a stride-1 dim of at least 8 elements and its
+// reduced dims form one strided run; nullopt otherwise.
+inline std::optional<ColumnSumLayout> column_sum_layout(const Tensor& x, const ReducePlan& p) {
+  Shape head_shape, head_strides, tail_shape, tail_strides;
+  for (int64_t d = 0; d < x.dim(); ++d) {
+    (p.reduced[size_t(d)] ? tail_shape : head_shape).push_back(x.shape()[size_t(d)]);
+    (p.reduced[size_t(d)] ? tail_strides : head_strides).push_back(x.strides()[size_t(d)]);
+  }
+  if (head_shape.empty() || tail_shape.empty()) return std::nullopt;
+  auto T = coalesce<1>(tail_shape, {tail_strides});
+  auto H = coalesce<1>(head_shape, {head_strides});
+  if (T.shape.size() != 1 || T.strides[0][0] == 1 || H.strides[0].back() != 1 || H.shape.back() < 8)
+    return std::nullopt;
+  ColumnSumLayout L;
+  L.cols = H.shape.back();
+  L.rows = T.shape[0];
+  L.row_stride = T.strides[0][0];
+  // The offsets of the matrices: a row-major walk of the other head dims.
+  const size_t nh = H.shape.size() - 1;
+  int64_t count = 1;
+  for (size_t d = 0; d < nh; ++d) count *= H.shape[d];
+  L.bases.resize(size_t(count));
+  for (int64_t m = 0; m < count; ++m) {
+    int64_t rem = m, off = 0;
+    for (size_t d = nh; d-- > 0;) {
+      off += (rem % H.shape[d]) * H.strides[0][d];
+      rem /= H.shape[d];
+    }
+    L.bases[size_t(m)] = off;
+  }
+  return L;
+}
+
+template <class T, class A, class O>
+void column_sums(const T* x, const ColumnSumLayout& L, O* out) {
+  constexpr int64_t kRowBlock = 256, kColStrip = 512;
+  const int64_t nm = int64_t(L.bases.size());
+  const int64_t nrb = (L.rows + kRowBlock - 1) / kRowBlock, ncs = (L.cols + kColStrip - 1) / kColStrip;
+  // One partial row of `cols` accumulators per (matrix, row block).
+  std::vector<A> part(size_t(nm * nrb * L.cols));
+  const int64_t tasks = nm * nrb * ncs;
+  const bool par = nm * L.rows * L.cols >= kParallelGrain && tasks > 1 && !omp_in_parallel();
+#pragma omp parallel for if (par) schedule(static)
+  for (int64_t t = 0; t < tasks; ++t) {
+    const int64_t m = t / (nrb * ncs), rb = (t / ncs) % nrb, cs = t % ncs;
+    const int64_t r0 = rb * kRowBlock, r1 = std::min(L.rows, r0 + kRowBlock);
+    const int64_t c0 = cs * kColStrip, w = std::min(L.cols, c0 + kColStrip) - c0;
+    const T* src = x + L.bases[size_t(m)] + c0;
+    A* acc = part.data() + (m * nrb + rb) * L.cols + c0;
+    for (int64_t j = 0; j < w; ++j) acc[j] = 0;
+    int64_t r = r0;
+    for (; r + 4 <= r1; r += 4) {  // four rows per pass over the strip: a quarter of its loads and stores
+      const T *a = src + r * L.row_stride, *b = a + L.row_stride, *c = b + L.row_stride, *d = c + L.row_stride;
+      for (int64_t j = 0; j < w; ++j) acc[j] += (A(a[j]) + A(b[j])) + (A(c[j]) + A(d[j]));
+    }
+    for (; r < r1; ++r) {
+      const T* a = src + r * L.row_stride;
+      for (int64_t j = 0; j < w; ++j) acc[j] += A(a[j]);
+    }
+  }
+  // Combine the row blocks of each matrix in order.
+  const int64_t total = nm * L.cols;
+#pragma omp parallel for if (par && total >= 1024) schedule(static)
+  for (int64_t i = 0; i < total; ++i) {
+    const int64_t m = i / L.cols, c = i % L.cols;
+    A s = part[size_t(m * nrb * L.cols + c)];
+    for (int64_t rb = 1; rb < nrb; ++rb) s += part[size_t((m * nrb + rb) * L.cols + c)];
+    out[i] = O(s);
+  }
+}
 
 static void sum(const Tensor& out, const Tensor& x, const ReducePlan& p) {
   // A 16-bit float x sums in float32 into a float32 out: widened first (the plan
@@ -15,12 +118,13 @@ static void sum(const Tensor& out, const Tensor& x, const ReducePlan& p) {
   MU_DISPATCH_ALL(x.dtype(), "sum", [&] {
     using A = acc_t<scalar_t>;
     using O = std::conditional_t<std::is_same_v<scalar_t, bool>, int64_t, scalar_t>;
+    if constexpr (std::is_floating_point_v<scalar_t>) {
+      if (auto L = column_sum_layout(x, p)) return column_sums<scalar_t, A, O>(x.data_ptr<scalar_t>(), *L, out.data_ptr<O>());
+    }
     reduce_runs<scalar_t>(x, p, out.data_ptr<O>(), [](const scalar_t* v, int64_t n, int64_t st) {
+      if (st == 1) return O(sum_contiguous<scalar_t, A>(v, n));
       A acc = 0;
-      if (st == 1)
-        for (int64_t i = 0; i < n; ++i) acc += A(v[i]);
-      else
-        for (int64_t i = 0; i < n; ++i) acc += A(v[i * st]);
+      for (int64_t i = 0; i < n; ++i) acc += A(v[i * st]);
       return O(acc);
     });
   });
