@@ -2,6 +2,8 @@
 // each against a brute-force triple loop in double, over odd sizes, every operand layout
 // and both backends (native kernel, OpenBLAS when linked); then the error messages. The
 // tensor ops run on every test device, with operands drawn on the CPU and moved there.
+#include <omp.h>
+
 #include <cmath>
 #include <functional>
 #include <random>
@@ -129,6 +131,13 @@ void gemm_sweep() {
     // block, more depth than one depth block, the threads splitting rows and columns.
     for (Layout la : {Layout::RowMajor, Layout::Transposed})
       for (bool acc : {false, true}) check_gemm<T>(1, 300, 260, 600, la, Layout::RowMajor, false, false, acc, rng);
+    // Deep products (depth >= 2048 and >= 8 times the output's sides, as weight
+    // gradients): the depth cut into three uneven slabs whose partial products are
+    // added in order; every layout, accumulating or not, and a batch of them.
+    for (Layout la : {Layout::RowMajor, Layout::Transposed, Layout::Strided})
+      for (Layout lb : {Layout::RowMajor, Layout::Transposed, Layout::Strided})
+        check_gemm<T>(1, 13, 37, 2500, la, lb, false, false, la == lb, rng);
+    check_gemm<T>(3, 40, 70, 2100, Layout::Transposed, Layout::RowMajor, false, true, true, rng);
     // Matrix-vector shapes, each operand layout.
     for (Dims d : {Dims{300, 1, 257}, Dims{1, 300, 257}, Dims{1, 1, 1000}, Dims{700, 1, 3}, Dims{1, 700, 3}})
       for (Layout la : {Layout::RowMajor, Layout::Transposed, Layout::Strided})
@@ -155,6 +164,30 @@ void gemm_sweep() {
 
 TEST_CASE("gemm float32 matches a brute-force product over sizes, layouts and backends") { gemm_sweep<float>(); }
 TEST_CASE("gemm float64 matches a brute-force product over sizes, layouts and backends") { gemm_sweep<double>(); }
+
+// The sums of every path depend on the shape alone, never on the thread count: a deep
+// product (depth slabs), a blocked one (row and column blocks) and a small one give the
+// same bits on one thread and on four.
+TEST_CASE("gemm results are bit-identical on 1 and 4 threads") {
+  std::mt19937 rng(7);
+  struct Dims { int64_t M, N, K; };
+  for (Dims d : {Dims{64, 49, 16384}, Dims{300, 260, 600}, Dims{33, 65, 47}}) {
+    INFO("M " << d.M << " N " << d.N << " K " << d.K);
+    Operand<float> A = make_operand<float>(1, d.M, d.K, Layout::Transposed, false, rng);
+    Operand<float> B = make_operand<float>(1, d.K, d.N, Layout::RowMajor, false, rng);
+    std::vector<std::vector<float>> results;
+    for (int threads : {1, 4}) {
+      const int saved = omp_get_max_threads();
+      omp_set_num_threads(threads);
+      std::vector<float> c(size_t(d.M * d.N));
+      cpu::gemm<float>(1, d.M, d.N, d.K, {A.buf.data(), 0, A.rs, A.cs}, {B.buf.data(), 0, B.rs, B.cs},
+                       {c.data(), 0, d.N, 1}, false);
+      omp_set_num_threads(saved);
+      results.push_back(c);
+    }
+    CHECK(results[0] == results[1]);
+  }
+}
 
 TEST_CASE("gemm with an empty dimension") {
   for (GemmBackend be : backends()) {
