@@ -93,6 +93,55 @@ for w in listed:
         m = statistics.median(e["medians"])
         print(f"{w:<22} {impl:<16} {m:>9.3f} {tm:>9.3f} {m / tm:>6.2f} {e['peak']:>9.1f} {t['peak']:>9.1f}")
 print(f"threads {threads}; {rounds} rounds alternating; torch {t['impl']}")
+
+# Counts first: the multiply-adds of each step's products (2 flops each; a backward pass
+# costs twice its forward, one product for the input's gradient and one for the weight's),
+# from the reference's shapes, and the floor they imply at this run's GEMM rate (the
+# faster sgemm-1024 median of the native kernel and OpenBLAS). Elementwise work,
+# reductions and the optimiser are not counted: the share is the floor over the step.
+def gpt2_flops(mlp):
+    B, T, d, L, V = 8, 128, 256, 4, 50257
+    BT = B * T
+    attn = 2 * BT * d * 3 * d + 2 * BT * d * d + 2 * 2 * B * T * T * d  # qkv, proj, q kᵀ and p v
+    if mlp == "mlp":
+        m = 2 * 2 * BT * d * 4 * d
+    elif mlp == "cp":  # a @ U1, z @ U2, (.) @ U3ᵀ per layer, plus the gate x @ G
+        N, R = 64, int(0.78 * d)
+        m = 2 * BT * R * ((d + 1) + N + 4 * d) + 2 * BT * R * ((4 * d + 1) + N + d) + 2 * BT * d * N
+    else:  # tensor ring (4, 4, R3): the four einsums of TRMuMoE.forward per layer
+        N, R3 = 64, int(0.2 * d)
+        lay = lambda i, o: 2 * BT * ((i + 1) * 4 * R3 + R3 * o * 4 + N * 16 + 16 * R3)
+        m = lay(d, 4 * d) + lay(4 * d, d) + 2 * BT * d * N
+    return 3 * (L * (attn + m) + 2 * BT * d * V)
+def layer_flops(kind):
+    T, I, O, N = 2048, 768, 768, 256
+    if kind == "cp":
+        return 3 * 2 * T * 512 * ((I + 1) + N + O)
+    R3 = 149
+    return 3 * 2 * T * ((I + 1) * 4 * R3 + R3 * O * 4 + N * 16 + 16 * R3)
+def mixer_flops(mlp):
+    B, tok, pd, d, L, dt, dc, C = 128, 49, 16, 128, 4, 64, 512, 10
+    token = 2 * B * d * (tok * dt + dt * tok)
+    if mlp == "mlp":
+        ch = 2 * B * tok * (d * dc + dc * d)
+    else:
+        N, R = 64, int(0.75 * d)
+        ch = 2 * B * tok * R * ((d + 1) + N + dc) + 2 * B * tok * R * ((dc + 1) + N + d) + 2 * B * tok * d * N
+    return 3 * (2 * B * tok * pd * d + L * (token + ch) + 2 * B * d * C)
+flops = {"gpt2-mini": gpt2_flops("mlp"), "gpt2-mini-cpmumoe": gpt2_flops("cp"), "gpt2-mini-trmumoe": gpt2_flops("tr"),
+         "cpmumoe-layer": layer_flops("cp"), "trmumoe-layer": layer_flops("tr"), "mixer-fmnist": mixer_flops("mlp"),
+         "mixer-fmnist-cpmumoe": mixer_flops("cpmumoe")}
+gemm_ms = [statistics.median(e["medians"]) for (w, impl), e in results.items() if w == "sgemm-1024" and impl != "torch"]
+if gemm_ms:
+    rate = 2 * 1024**3 / (min(gemm_ms) * 1e-3)
+    print(f"\nGEMM rate {rate / 1e9:.1f} GFLOP/s (sgemm-1024, the faster of the native and OpenBLAS medians)")
+    print(f"{'workload':<22} {'GFLOP/step':>10} {'floor ms':>9} {'ours ms':>9} {'share':>6}")
+    for w, f in flops.items():
+        if (w, "mumoe") not in results:
+            continue
+        m = statistics.median(results[(w, "mumoe")]["medians"])
+        floor = f / rate * 1e3
+        print(f"{w:<22} {f / 1e9:>10.1f} {floor:>9.1f} {m:>9.1f} {floor / m * 100:>5.0f}%")
 PY
 fi
 case "$which" in
