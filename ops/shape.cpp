@@ -143,6 +143,8 @@ Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const 
   st[size_t(d)] = checked_mul(st[size_t(d)], step, "slice: stride of dimension ", d, " times step ", step);
   return as_view(*this, s, st, storage_offset() + start * strides()[size_t(d)], "SliceBackward",
                  [from = shape(), d, start, end, step](const Tensor& g) -> TensorList {
+                   // The whole dim: the gradient is g itself, no zeros to fill and copy into.
+                   if (g.shape() == from) return {g};
                    return {scatter_into_zeros(g, from, [&](const Tensor& z) { return z.slice(d, start, end, step); })};
                  });
 }
@@ -165,6 +167,8 @@ Tensor Tensor::select(int64_t d, int64_t index) const {
   st.erase(st.begin() + d);
   return as_view(*this, s, st, storage_offset() + i * strides()[size_t(d)], "SelectBackward",
                  [from = shape(), d, i](const Tensor& g) -> TensorList {
+                   // A dim of size 1 (einsum's single-entry batch): g with the dim put back, a view.
+                   if (from[size_t(d)] == 1) return {g.unsqueeze(d)};
                    return {scatter_into_zeros(g, from, [&](const Tensor& z) { return z.select(d, i); })};
                  });
 }

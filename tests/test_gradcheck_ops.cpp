@@ -85,6 +85,22 @@ TEST_CASE("gradcheck max/min values (along a dim and over everything)") {
 
 // ---------------------------------------------------------------- indexing
 
+// The views' gradients: a slice or select scatters g into zeros, except where the view
+// is the whole input (a full slice, a select on a dim of size 1), whose gradient is g
+// itself, reshaped. Both kinds, multiplied by a second input so the gradient is not 1.
+TEST_CASE("gradcheck select and slice, partial and whole") {
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    check_grad(dev, [&](const TensorList& in) { return in[0].select(1, 2) * in[1]; }, {rnd({3, 4, 2}, 60), rnd({3, 2}, 61)});
+    check_grad(dev, [&](const TensorList& in) { return in[0].select(0, 0) * in[1]; }, {rnd({1, 4, 2}, 62), rnd({4, 2}, 63)});
+    check_grad(dev, [&](const TensorList& in) { return in[0].transpose(0, 1).select(1, -1) * in[1]; },
+               {rnd({1, 3}, 64), rnd({3}, 65)});
+    check_grad(dev, [&](const TensorList& in) { return in[0].slice(1, 1, 4, 2) * in[1]; }, {rnd({3, 5}, 66), rnd({3, 2}, 67)});
+    check_grad(dev, [&](const TensorList& in) { return in[0].slice(1, 0, 5) * in[1]; }, {rnd({3, 5}, 68), rnd({3, 5}, 69)});
+    check_grad(dev, [&](const TensorList& in) { return in[0].t().slice(0, 0, 9) * in[1]; }, {rnd({3, 5}, 70), rnd({5, 3}, 71)});
+  }
+}
+
 TEST_CASE("gradcheck gather (repeated indices accumulate)") {
   for (Device dev : test_devices()) {
     INFO(dev.str());
