@@ -86,7 +86,7 @@ static std::string term(const std::vector<std::string>& axes) {
 }
 
 std::pair<Tensor, std::vector<Tensor>> MuMoELayer::flatten_inputs(const Tensor& z, const std::vector<Tensor>& a,
-                                                                   const char* op) const {
+                                                                   const char* op, bool append_one) const {
   const MoEShape& s = shape_;
   MU_CHECK(z.dim() >= 1 && z.size(-1) == s.in, type_name(), ".", op, ": input has shape ", shape_str(z.shape()),
            "; expected (..., ", s.in, ")");
@@ -104,8 +104,12 @@ std::pair<Tensor, std::vector<Tensor>> MuMoELayer::flatten_inputs(const Tensor& 
     flat.push_back(a[e].reshape({B, s.experts[e]}));
   }
   Tensor zf = z.reshape({B, s.in});
-  if (s.bias) zf = cat({zf, ones({B, 1}, TensorOptions(z.dtype()).device(z.device()))}, 1);
-  return {zf, flat};
+  return {append_one ? with_one(zf) : zf, flat};
+}
+
+Tensor MuMoELayer::with_one(const Tensor& z2) const {
+  if (!shape_.bias) return z2;
+  return cat({z2, ones({z2.size(0), 1}, TensorOptions(z2.dtype()).device(z2.device()))}, 1);
 }
 
 Tensor MuMoELayer::restore_leading(const Tensor& y, const Tensor& z) const {
@@ -128,8 +132,9 @@ Tensor MuMoELayer::forward_with(const Tensor& z, const std::vector<Tensor>& a,
     MU_CHECK(factor_values[k].shape() == factors_[k].param.shape(), type_name(), ".forward_with: value for factor ",
              factors_[k].name, " has shape ", shape_str(factor_values[k].shape()), "; expected ",
              shape_str(factors_[k].param.shape()));
-  auto [zf, af] = flatten_inputs(z, a, "forward");
-  if (Tensor y = fused_forward(zf, af, factor_values); y.defined()) return restore_leading(y, z);
+  auto [z2, af] = flatten_inputs(z, a, "forward", false);
+  if (Tensor y = own_forward(z2, af, factor_values); y.defined()) return restore_leading(y, z);
+  const Tensor zf = with_one(z2);
   // "b n1, ..., b nE, b i, <factors> -> b o": the planner orders the contraction.
   std::string spec;
   std::vector<Tensor> ops;
@@ -146,7 +151,7 @@ Tensor MuMoELayer::forward_with(const Tensor& z, const std::vector<Tensor>& a,
   return restore_leading(einsum(spec + " -> b o", ops), z);
 }
 
-Tensor MuMoELayer::fused_forward(const Tensor&, const std::vector<Tensor>&, const std::vector<Tensor>&) const {
+Tensor MuMoELayer::own_forward(const Tensor&, const std::vector<Tensor>&, const std::vector<Tensor>&) const {
   return Tensor();
 }
 
@@ -236,13 +241,20 @@ CPMuMoE::CPMuMoE(MoEShape s, int64_t rank, Generator* gen) : MuMoELayer("CPMuMoE
 }
 
 // Factors in add_factor order: U_1..U_E, U_in, U_out.
-Tensor CPMuMoE::fused_forward(const Tensor& zf, const std::vector<Tensor>& af,
-                              const std::vector<Tensor>& factor_values) const {
-  if (!fused_) return Tensor();
+Tensor CPMuMoE::own_forward(const Tensor& z2, const std::vector<Tensor>& af,
+                            const std::vector<Tensor>& factor_values) const {
   const size_t E = af.size();
+  const Tensor& u_in = factor_values[E];
   std::vector<Tensor> u(factor_values.begin(), factor_values.begin() + std::ptrdiff_t(E));
-  Tensor h = cp_hadamard(zf, factor_values[E], af, u);  // (B, R), the products never stored
-  return h.matmul(factor_values[E + 1].t());            // (B, R) · (R, O)
+  Tensor h;
+  if (fused_) {
+    h = cp_hadamard(with_one(z2), u_in, af, u);  // (B, R), the products never stored
+  } else {
+    // z [U_in[:I]; U_in[I]] with the 1 implied: the product plus the bias row.
+    h = shape_.bias ? z2.matmul(u_in.narrow(0, 0, shape_.in)) + u_in.select(0, shape_.in) : z2.matmul(u_in);
+    for (size_t e = 0; e < E; ++e) h = h * af[e].matmul(u[e]);
+  }
+  return h.matmul(factor_values[E + 1].t());  // (B, R) · (R, O)
 }
 
 int64_t CPMuMoE::count_parameters(const MoEShape& s, int64_t rank) {

@@ -70,17 +70,21 @@ class MuMoELayer : public Module {
   MuMoELayer(std::string type_name, MoEShape shape);
   void add_factor(const std::string& name, Tensor value, std::vector<std::string> axes);
   static std::string expert_axis(int64_t level) { return "n" + std::to_string(level + 1); }
-  // A variant's own kernel for the forward contraction: y (B, O) from the flattened input
-  // zf (B, I(+1), the 1 appended), coefficients af (B, N_e) and the factor values, or an
-  // undefined Tensor to use the planner's einsum (the default).
-  virtual Tensor fused_forward(const Tensor& zf, const std::vector<Tensor>& af,
-                               const std::vector<Tensor>& factor_values) const;
+  // A variant's own forward contraction: y (B, O) from the flattened input z2 (B, I),
+  // without the 1 (a variant with a bias adds the input factor's last row itself, or
+  // appends the 1 with with_one), coefficients af (B, N_e) and the factor values; or an
+  // undefined Tensor to use the planner's einsum on [z2, 1] (the default).
+  virtual Tensor own_forward(const Tensor& z2, const std::vector<Tensor>& af,
+                             const std::vector<Tensor>& factor_values) const;
+  // [z2, 1] when the layer has a bias (the 1 appended to every row), else z2.
+  Tensor with_one(const Tensor& z2) const;
   MoEShape shape_;
 
  private:
-  // Checks shapes of z and a; returns z and coefficients flattened to (B, ·), with the 1 appended.
+  // Checks shapes of z and a; returns z and coefficients flattened to (B, ·), with the 1
+  // appended to z when append_one (and the layer has a bias).
   std::pair<Tensor, std::vector<Tensor>> flatten_inputs(const Tensor& z, const std::vector<Tensor>& a,
-                                                        const char* op) const;
+                                                        const char* op, bool append_one = true) const;
   Tensor restore_leading(const Tensor& y, const Tensor& z) const;
   std::vector<Factor> factors_;
 };
@@ -96,9 +100,11 @@ class CPMuMoE : public MuMoELayer {
   int64_t flops_per_token() const override;
   static int64_t count_parameters(const MoEShape& s, int64_t rank);
 
-  // The fused path (off by default): h = (z U_in) ∗ (a_1 U_1) ∗ ... in one hadamard_gemm
-  // kernel (ops/hadamard_gemm.h), then y = h U_outᵀ; the same values as the einsum path
-  // up to rounding. Kept off until a GPU benchmark (bench_gpu_fused_mumoe) shows it faster.
+  // The forward is y = h U_outᵀ with h = (z U_in[:I] + U_in[I]) ∗ (a_1 U_1) ∗ ... (the
+  // bias row added to the product rather than a 1 appended to every input row, which
+  // would copy z). The fused path (off by default) computes h in one hadamard_gemm kernel
+  // (ops/hadamard_gemm.h), the products never stored; the same values up to rounding.
+  // Kept off until a GPU benchmark (bench_gpu_fused_mumoe) shows it faster.
   CPMuMoE& set_fused(bool on) {
     fused_ = on;
     return *this;
@@ -106,8 +112,8 @@ class CPMuMoE : public MuMoELayer {
   bool fused() const { return fused_; }
 
  protected:
-  Tensor fused_forward(const Tensor& zf, const std::vector<Tensor>& af,
-                       const std::vector<Tensor>& factor_values) const override;
+  Tensor own_forward(const Tensor& z2, const std::vector<Tensor>& af,
+                     const std::vector<Tensor>& factor_values) const override;
 
  private:
   int64_t rank_;
