@@ -174,13 +174,13 @@ void pack_b_panel(int64_t kc, int64_t nr, const T* b, int64_t rs, int64_t cs, T*
 // per row and issues one fused multiply-add per (i, j) (GCC contracts a * b + c into an
 // FMA in C++ by default).
 //
-// DirectA: `a` is not a packed panel but MR rows of a row-major A, `lda` apart, read in
-// place; the broadcast of a[i * lda] costs the same one load as that of a packed a[i].
+// DirectA: `a` is not a packed panel but MR rows of A read in place, row i of depth p at
+// a[i * ars + p * aps]; the broadcast costs the same one load as that of a packed a[i].
 // Packing a row-major A is a transposition, one scalar load and store per element: with
 // the 96 columns of a μMoE rank it cost a sixth of the product.
 template <class T, bool DirectA = false>
 void micro_kernel(int64_t kc, const T* __restrict a, const T* __restrict b, T* __restrict c, int64_t ldc,
-                  bool overwrite, int64_t lda = 0) {
+                  bool overwrite, int64_t ars = 0, int64_t aps = 0) {
   using V = typename Vec<T>::type;
   constexpr int W = Vec<T>::width, MR = Tile<T>::MR, NV = Tile<T>::NV, NR = Tile<T>::NR;
   V acc[MR][NV];
@@ -198,11 +198,11 @@ void micro_kernel(int64_t kc, const T* __restrict a, const T* __restrict b, T* _
     for (int j = 0; j < NV; ++j) __builtin_memcpy(&bv[j], b + j * W, sizeof(V));  // aligned: panels are 64-byte aligned
 #pragma GCC unroll 16
     for (int i = 0; i < MR; ++i) {
-      const V ai = splat(DirectA ? a[i * lda] : a[i]);
+      const V ai = splat(DirectA ? a[i * ars] : a[i]);
 #pragma GCC unroll 4
       for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
     }
-    a += DirectA ? 1 : MR;
+    a += DirectA ? aps : MR;
     b += NR;
   }
 
@@ -226,10 +226,10 @@ void micro_kernel(int64_t kc, const T* __restrict a, const T* __restrict b, T* _
 // non-unit column stride: computed into a local tile, then the valid part merged into C.
 template <class T, bool DirectA = false>
 void edge_tile(int64_t kc, const T* a, const T* b, T* c, int64_t rs, int64_t cs, int64_t mr, int64_t nr,
-               bool overwrite, int64_t lda = 0) {
+               bool overwrite, int64_t ars = 0, int64_t aps = 0) {
   constexpr int MR = Tile<T>::MR, NR = Tile<T>::NR;
   alignas(64) T tmp[MR * NR];
-  micro_kernel<T, DirectA>(kc, a, b, tmp, NR, true, lda);
+  micro_kernel<T, DirectA>(kc, a, b, tmp, NR, true, ars, aps);
   for (int64_t i = 0; i < mr; ++i)
     for (int64_t j = 0; j < nr; ++j) {
       T& dst = c[i * rs + j * cs];
@@ -252,7 +252,8 @@ void gemm_serial(int64_t M, int64_t N, int64_t K, const T* A, int64_t a_rs, int6
   // Packing pays when each packed row serves many panels of B; for a narrow B (up to 8
   // panels) a row-major A is read in place. Measured on AVX2 (Zen, one thread): 6272 x 96
   // x 512 went from ~54 to ~72 GFLOP/s, 16384 x 64 x 49 from ~50 to ~63; 1024^3 was ~15%
-  // slower in place, so wide products still pack.
+  // slower in place, so wide products still pack. A transposed A stays packed: read in
+  // place, each step of depth is a new cache line (512 x 96 x 6272: 55 -> 38 GFLOP/s).
   const bool direct_a = a_cs == 1 && N <= 8 * NR;
 
   for (int64_t jc = 0; jc < N; jc += NC) {
@@ -267,8 +268,8 @@ void gemm_serial(int64_t M, int64_t N, int64_t K, const T* A, int64_t a_rs, int6
       for (int64_t ic = 0; ic < M; ic += MC) {
         const int64_t mc = std::min(MC, M - ic), full = mc / MR * MR;
         const T* ablock = A + ic * a_rs + pc * a_cs;
-        // A row-major A is read in place (micro_kernel's DirectA) but for a last, partial
-        // panel, which is packed (zero-padded) at its usual place.
+        // An A read in place (micro_kernel's DirectA) still has its last, partial panel
+        // packed (zero-padded) at its usual place.
         if (!direct_a) pack_a<T>(mc, kc, ablock, a_rs, a_cs, apack);
         else if (full < mc) pack_a<T>(mc - full, kc, ablock + full * a_rs, a_rs, a_cs, apack + full * kc);
         for (int64_t jp = 0; jp * NR < nc; ++jp) {
@@ -280,8 +281,8 @@ void gemm_serial(int64_t M, int64_t N, int64_t K, const T* A, int64_t a_rs, int6
             const bool whole = nr == NR && c_cs == 1;
             if (direct_a && mr == MR) {
               const T* ap = ablock + ip * MR * a_rs;
-              if (whole) micro_kernel<T, true>(kc, ap, bp, cp, c_rs, overwrite, a_rs);
-              else edge_tile<T, true>(kc, ap, bp, cp, c_rs, c_cs, mr, nr, overwrite, a_rs);
+              if (whole) micro_kernel<T, true>(kc, ap, bp, cp, c_rs, overwrite, a_rs, a_cs);
+              else edge_tile<T, true>(kc, ap, bp, cp, c_rs, c_cs, mr, nr, overwrite, a_rs, a_cs);
             } else if (mr == MR && whole) {
               micro_kernel<T>(kc, apack + ip * MR * kc, bp, cp, c_rs, overwrite);
             } else {
