@@ -294,6 +294,34 @@ TEST_CASE("entmax15 matches the benchmark reference's sort-based formula") {
   }
 }
 
+// The CPU finds entmax15's threshold by Newton steps checked against the support (a sort
+// only if the check fails): lines built to be hard for that check. An entry exactly at the
+// threshold (its p is 0 either way), entries a hair above and below it, all-equal lines,
+// and spreads from 1e-9 to 1e6; each against the sort-based formula.
+TEST_CASE("entmax15 at and around its threshold matches the sort-based formula") {
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    // sqrt(p) = (0.6, 0.8) puts τ = 0.25 for z = x / 2 = (0.85, 1.05); then entries at τ
+    // (x = 0.5) and within 1e-12 of it on either side.
+    std::vector<std::vector<double>> lines = {{1.7, 2.1, 0.5},
+                                              {1.7, 2.1, 0.5 + 2e-12, 0.5 - 2e-12},
+                                              {1.7, 2.1, 0.5, 0.5, 0.5, -7.0},
+                                              std::vector<double>(64, 0.25),
+                                              std::vector<double>(3, -1e30)};
+    manual_seed(29);
+    for (double scale : {1e-9, 1e-3, 1.0, 30.0, 1e6}) {
+      std::vector<double> v = (randn({64}, kFloat64) * scale).to_vector<double>();
+      v[5] = v[9];  // a tie
+      lines.push_back(v);
+    }
+    for (const auto& line : lines) {
+      INFO("line of " << line.size() << " starting " << line[0]);
+      Tensor x = on(from_vector(line, {int64_t(line.size())}, kFloat64), dev);
+      check_values(nn::entmax15(x), ref_entmax15_sorted(line), 1e-12);
+    }
+  }
+}
+
 TEST_CASE("a large tensor, split over threads, matches the reference") {
   for (Device dev : test_devices()) {
     INFO(dev.str());
