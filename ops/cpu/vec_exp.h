@@ -64,7 +64,9 @@ namespace mu::cpu {
 // over [-6, 6] is 2.4 ulp (tests/test_loss.cpp checks 3). NaN gives NaN.
 // Always inlined: an out-of-line call in a loop body keeps the loop scalar, and GCC's
 // heuristics leave it out of line in the larger bodies (GELU's derivative).
-[[gnu::always_inline]] inline float erf_vec(float x) {
+// The second form also hands back exp(-x²), which it computes on the way: GELU's
+// derivative needs exp(-x²/2) for its density, the same value at x/√2.
+[[gnu::always_inline]] inline float erf_vec(float x, float& exp_neg_sq) {
   const float ax = std::fabs(x), u = ax * ax;
   float p = 1.132861087e-06f;
   p = std::fma(p, u, -1.416631258e-05f);
@@ -92,10 +94,15 @@ namespace mu::cpu {
   q = std::fma(q, t, near ? 2.328650871e-02f : 1.588434014e-02f);
   q = std::fma(q, t, near ? -9.149303695e-02f : -5.437225907e-02f);
   q = std::fma(q, t, near ? 3.280951285e-01f : 1.790011518e-01f);
-  float big = std::fma(-exp_vec(-u), q, 1.0f);
+  exp_neg_sq = exp_vec(-u);
+  float big = std::fma(-exp_neg_sq, q, 1.0f);
   big = ax >= 4.0f ? 1.0f : big;
   const float signed_big = std::copysign(big, x);
   return ax < 0.921875f ? small : signed_big;
+}
+[[gnu::always_inline]] inline float erf_vec(float x) {
+  float unused;
+  return erf_vec(x, unused);
 }
 
 // exp in the kernels' scalar type: the vectorisable version for float32, the library's
