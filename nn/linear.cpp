@@ -29,15 +29,11 @@ void Linear::reset_parameters() {
 Tensor Linear::forward(const Tensor& x) {
   MU_CHECK(x.defined() && x.dim() >= 1 && x.size(-1) == options_.in_features(), "Linear: expected input with last dim ",
            options_.in_features(), ", got ", x.describe());
-  // weight.t() is a transposed view: the GEMM reads it in place, nothing is copied.
-  // Under autocast the weight is cast before it is transposed, so that the cast is a
-  // dense copy rather than a transposing one.
-  Tensor y = matmul(x, autograd::autocast::to_low(weight).t());
-  // Under autocast the bias is added in bfloat16 too (as torch's F.linear), so the
-  // output stays bfloat16 for the next low-precision op (a GELU, the attention, the
-  // next matmul) without a float32 round trip; the bias's cast is a node of the graph,
-  // so its gradient arrives in float32.
-  return bias.defined() ? y + autograd::autocast::to_low(bias) : y;
+  // weight.t() is a transposed view: the GEMM reads it in place, nothing is copied. Under
+  // autocast the bias is added in bfloat16 too (as torch's F.linear), so the output stays
+  // bfloat16 for the next low-precision op without a float32 round trip; the casts are
+  // nodes of the graph, so the gradients arrive in float32.
+  return mu::linear(x, weight, bias);
 }
 
 std::string Linear::extra_repr() const {

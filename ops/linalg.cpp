@@ -157,6 +157,50 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   return y.reshape(out);
 }
 
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
+  MU_CHECK(x.defined() && w.defined(), "linear: input and weight must be defined");
+  MU_CHECK(w.dim() == 2, "linear: weight must be 2-D (out_features, in_features), got shape ", shape_str(w.shape()));
+  MU_CHECK(x.dim() >= 1 && x.size(-1) == w.size(1), "linear: input of shape ", shape_str(x.shape()),
+           " does not end in the weight's in_features ", w.size(1), " (weight shape ", shape_str(w.shape()), ")");
+  MU_CHECK(!b.defined() || (b.dim() == 1 && b.size(0) == w.size(0)), "linear: bias must have shape (", w.size(0),
+           "), got ", shape_str(b.shape()));
+  using autograd::autocast::low_dtype;
+  MU_CHECK(low_dtype(w) == low_dtype(x) && (!b.defined() || low_dtype(b) == low_dtype(x)), "linear: dtype mismatch: input ",
+           dtype_name(x.dtype()), ", weight ", dtype_name(w.dtype()), b.defined() ? ", bias " : "",
+           b.defined() ? dtype_name(b.dtype()) : "", "; convert with .to(dtype)");
+  MU_CHECK(w.device() == x.device() && (!b.defined() || b.device() == x.device()), "linear: device mismatch: input on ",
+           x.device().str(), ", weight on ", w.device().str(), b.defined() ? ", bias on " + b.device().str() : "");
+  // Under autocast the weight is cast before it is transposed (a dense copy rather than
+  // a transposing one), and the bias is added in bfloat16 too, as torch's F.linear does.
+  const Tensor wl = autograd::autocast::to_low(w), bl = b.defined() ? autograd::autocast::to_low(b) : b;
+  const DType dt = x.dtype();
+  const bool fused = bl.defined() && kernels::matmul_bias.has(x.device().type) && (dt == kFloat32 || dt == kFloat64) &&
+                     wl.dtype() == dt && low_dtype(x) == dt;
+  if (!fused) return bl.defined() ? matmul(x, wl.t()) + bl : matmul(x, wl.t());
+
+  const int64_t K = w.size(1), N = w.size(0);
+  Shape out_shape(x.shape().begin(), x.shape().end() - 1);
+  const int64_t M = numel_of(out_shape);
+  out_shape.push_back(N);
+  const Tensor x2 = x.reshape({M, K});  // a view where the leading dims merge; its gradient routes back
+  Tensor y;
+  {
+    NoGradGuard no_grad;
+    y = empty({M, N}, TensorOptions(dt).device(x.device()));
+    kernels::matmul_bias(x.device(), y, gemm_operand(x2), gemm_operand(w.t()), b.contiguous());
+  }
+  const bool gx = x2.requires_grad(), gw = w.requires_grad(), gb = b.requires_grad();
+  if (gx || gw || gb) {
+    SavedTensor xs = gw ? save(x2) : SavedTensor(), ws = gx ? save(w) : SavedTensor();
+    // dx = g w, dw = gᵀ x (dense, the weight's layout), db = the column sums of g.
+    y = record("LinearBackward", y, {x2, w, b}, [xs, ws, gx, gw, gb](const Tensor& g) -> TensorList {
+      return {gx ? product_kernel(g, ws.get(), "linear") : Tensor(),
+              gw ? product_kernel(g.t(), xs.get(), "linear") : Tensor(), gb ? sum(g, {0}) : Tensor()};
+    });
+  }
+  return y.reshape(out_shape);
+}
+
 Tensor Tensor::matmul(const Tensor& other) const { return mu::matmul(*this, other); }
 
 }  // namespace mu

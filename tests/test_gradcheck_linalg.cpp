@@ -96,3 +96,16 @@ TEST_CASE("gradcheck: matmul on non-contiguous views") {
     check_all_backends(dev, [](const TensorList& in) { return matmul(in[0], in[0].t()); }, {r({3, 4})});
   }
 }
+
+TEST_CASE("gradcheck: linear with and without bias, batched and strided inputs") {
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    check_all_backends(dev, [](const TensorList& in) { return linear(in[0], in[1], in[2]); }, {r({4, 3}), r({5, 3}), r({5})});
+    check_all_backends(dev, [](const TensorList& in) { return linear(in[0], in[1], in[2]); },
+                       {r({2, 3, 3}), r({5, 3}), r({5})});
+    check_all_backends(dev, [](const TensorList& in) { return linear(in[0].transpose(0, 1), in[1], in[2]); },
+                       {r({3, 4}), r({5, 3}), r({5})});
+    check_all_backends(dev, [](const TensorList& in) { return linear(in[0], in[1]); }, {r({4, 3}), r({5, 3})});
+    check_all_backends(dev, [](const TensorList& in) { return linear(in[0], in[1], in[2]); }, {r({3}), r({5, 3}), r({5})});
+  }
+}

@@ -73,16 +73,20 @@ Operand<T> make_operand(int64_t batch, int64_t rows, int64_t cols, Layout l, boo
 // which bounds the rounding error of any summation order.
 template <class T>
 void check_gemm(int64_t batch, int64_t M, int64_t N, int64_t K, Layout la, Layout lb, bool bcast_a, bool bcast_b,
-                bool accumulate, std::mt19937& rng) {
+                bool accumulate, std::mt19937& rng, bool with_bias = false) {
   INFO("batch " << batch << " M " << M << " N " << N << " K " << K << " A " << layout_name(la) << (bcast_a ? " (broadcast)" : "")
                 << " B " << layout_name(lb) << (bcast_b ? " (broadcast)" : "") << " accumulate " << accumulate
-                << " backend " << cpu::gemm_backend_name(cpu::gemm_backend()) << " " << sizeof(T) * 8 << "-bit");
+                << " backend " << cpu::gemm_backend_name(cpu::gemm_backend()) << " " << sizeof(T) * 8 << "-bit"
+                << (with_bias ? " with bias" : ""));
   Operand<T> A = make_operand<T>(batch, M, K, la, bcast_a, rng);
   Operand<T> B = make_operand<T>(batch, K, N, lb, bcast_b, rng);
   Operand<T> C = make_operand<T>(batch, M, N, Layout::RowMajor, false, rng);
   std::vector<T> c0 = C.buf;
+  std::vector<T> bias(static_cast<size_t>(N));
+  std::normal_distribution<double> nd;
+  for (auto& v : bias) v = T(nd(rng));
   cpu::gemm<T>(batch, M, N, K, {A.buf.data(), A.batch_stride, A.rs, A.cs}, {B.buf.data(), B.batch_stride, B.rs, B.cs},
-               {C.buf.data(), C.batch_stride, C.rs, C.cs}, accumulate);
+               {C.buf.data(), C.batch_stride, C.rs, C.cs}, accumulate, with_bias ? bias.data() : nullptr);
   const double eps = sizeof(T) == 4 ? 1e-4 : 1e-12;
   double worst = 0;
   for (int64_t b = 0; b < batch; ++b)
@@ -96,6 +100,8 @@ void check_gemm(int64_t batch, int64_t M, int64_t N, int64_t K, Layout la, Layou
         }
         const size_t at = size_t(b * C.batch_stride + i * C.rs + j);
         if (accumulate) ref += double(c0[at]), mag += std::abs(double(c0[at]));
+        // The bias goes with a product that writes C; accumulating ignores it.
+        else if (with_bias) ref += double(bias[size_t(j)]), mag += std::abs(double(bias[size_t(j)]));
         double err = std::abs(double(C.buf[at]) - ref) - eps * (mag + 1);
         worst = std::max(worst, err);
       }
@@ -138,6 +144,16 @@ void gemm_sweep() {
       for (Layout lb : {Layout::RowMajor, Layout::Transposed, Layout::Strided})
         check_gemm<T>(1, 13, 37, 2500, la, lb, false, false, la == lb, rng);
     check_gemm<T>(3, 40, 70, 2100, Layout::Transposed, Layout::RowMajor, false, true, true, rng);
+    // A bias added as C is stored (a Linear layer's), on every path: small, blocked with
+    // a packed or an in-place A and edge tiles, deep, matrix-vector, K = 0, a batch;
+    // and ignored when accumulating.
+    for (Dims d : {Dims{33, 65, 47}, Dims{200, 40, 300}, Dims{13, 37, 2500}, Dims{1, 70, 90}, Dims{70, 1, 90},
+                   Dims{9, 33, 0}})
+      for (Layout la : {Layout::RowMajor, Layout::Transposed})
+        for (Layout lb : {Layout::RowMajor, Layout::Transposed})
+          for (bool acc : {false, true}) check_gemm<T>(1, d.M, d.N, d.K, la, lb, false, false, acc, rng, true);
+    check_gemm<T>(1, 300, 260, 600, Layout::RowMajor, Layout::Transposed, false, false, false, rng, true);
+    check_gemm<T>(3, 40, 70, 200, Layout::RowMajor, Layout::Transposed, false, true, false, rng, true);
     // Matrix-vector shapes, each operand layout.
     for (Dims d : {Dims{300, 1, 257}, Dims{1, 300, 257}, Dims{1, 1, 1000}, Dims{700, 1, 3}, Dims{1, 700, 3}})
       for (Layout la : {Layout::RowMajor, Layout::Transposed, Layout::Strided})
@@ -420,6 +436,37 @@ TEST_CASE("matmul with TF32 allowed stays within TF32's precision; float64 and d
   }
 }
 
+// linear(x, w, b) = x · wᵀ + b: against a brute-force loop in double, for every leading
+// shape (none, one, two dims), a strided input, no bias, and an empty batch; on the CPU in
+// float32 and float64 the bias rides the GEMM's store, elsewhere it is matmul + add.
+TEST_CASE("linear matches x · wᵀ + b by brute force") {
+  for (Device dev : test_devices()) {
+    for (DType dt : {kFloat32, kFloat64}) {
+      INFO(dev.str() << " " << dtype_name(dt));
+      manual_seed(21);
+      Tensor w = randn({7, 5}, dt), b = randn({7}, dt), base = randn({3, 4, 10}, dt);
+      for (Tensor x : {randn({5}, dt), randn({6, 5}, dt), randn({2, 3, 5}, dt), base.slice(2, 0, 10, 2), randn({0, 5}, dt)}) {
+        for (bool with_bias : {true, false}) {
+          INFO("x " << shape_str(x.shape()) << (with_bias ? " with bias" : " without bias"));
+          Tensor y = linear(on(x, dev), on(w, dev), with_bias ? on(b, dev) : Tensor());
+          Shape want_shape(x.shape().begin(), x.shape().end() - 1);
+          want_shape.push_back(7);
+          REQUIRE(y.shape() == want_shape);
+          std::vector<double> xv = x.contiguous().to_vector<double>(), wv = w.to_vector<double>(), bv = b.to_vector<double>();
+          std::vector<double> want;
+          for (size_t r = 0; r < xv.size() / 5; ++r)
+            for (size_t o = 0; o < 7; ++o) {
+              double acc = with_bias ? bv[o] : 0;
+              for (size_t i = 0; i < 5; ++i) acc += xv[r * 5 + i] * wv[o * 5 + i];
+              want.push_back(acc);
+            }
+          check_close_or_nan(y, want_shape, want, dt == kFloat32 ? 1e-5 : 1e-12);
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("matmul errors") {
   Tensor a = randn({2, 3}), b = randn({4, 5});
   CHECK_THROWS_MU(matmul(a, b), "matmul: shapes [2, 3] and [4, 5] cannot be multiplied (3 != 4)");
@@ -438,6 +485,12 @@ TEST_CASE("matmul errors") {
   CHECK_THROWS_MU(bmm(randn({2, 3}), randn({3, 2})), "bmm: expects two 3-D tensors");
   CHECK_THROWS_MU(bmm(randn({2, 3, 4}), randn({3, 4, 5})), "bmm: batch sizes differ (2 != 3)");
   CHECK_THROWS_MU(bmm(randn({2, 3, 4}), randn({2, 5, 5})), "bmm: shapes [2, 3, 4] and [2, 5, 5] cannot be multiplied (4 != 5)");
+  CHECK_THROWS_MU(linear(randn({2, 3}), randn({4, 5})), "linear: input of shape [2, 3] does not end in the weight's in_features 5");
+  CHECK_THROWS_MU(linear(randn({2, 3}), randn({3})), "linear: weight must be 2-D");
+  CHECK_THROWS_MU(linear(randn({2, 3}), randn({4, 3}), randn({3})), "linear: bias must have shape (4), got [3]");
+  CHECK_THROWS_MU(linear(randn({2, 3}), randn({4, 3}), randn({4}, kFloat64)),
+                  "linear: dtype mismatch: input float32, weight float32, bias float64");
+  CHECK_THROWS_MU(linear(randn({2, 3}, kFloat64), randn({4, 3})), "linear: dtype mismatch: input float64, weight float32");
   if (cuda::device_count() > 0) {
     Tensor g = randn({3, 2}).to(Device::cuda(0));
     CHECK_THROWS_MU(matmul(a, g), "device mismatch");

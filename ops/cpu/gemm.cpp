@@ -180,7 +180,7 @@ void pack_b_panel(int64_t kc, int64_t nr, const T* b, int64_t rs, int64_t cs, T*
 // the 96 columns of a μMoE rank it cost a sixth of the product.
 template <class T, bool DirectA = false>
 void micro_kernel(int64_t kc, const T* __restrict a, const T* __restrict b, T* __restrict c, int64_t ldc,
-                  bool overwrite, int64_t ars = 0, int64_t aps = 0) {
+                  bool overwrite, int64_t ars = 0, int64_t aps = 0, const T* __restrict bias = nullptr) {
   using V = typename Vec<T>::type;
   constexpr int W = Vec<T>::width, MR = Tile<T>::MR, NV = Tile<T>::NV, NR = Tile<T>::NR;
   V acc[MR][NV];
@@ -216,6 +216,10 @@ void micro_kernel(int64_t kc, const T* __restrict a, const T* __restrict b, T* _
         V old;
         __builtin_memcpy(&old, cp, sizeof(V));  // C rows need not be vector-aligned
         v += old;
+      } else if (bias != nullptr) {  // a Linear layer's bias, added as C is stored
+        V bv;
+        __builtin_memcpy(&bv, bias + j * W, sizeof(V));
+        v += bv;
       }
       __builtin_memcpy(cp, &v, sizeof(V));
     }
@@ -226,14 +230,14 @@ void micro_kernel(int64_t kc, const T* __restrict a, const T* __restrict b, T* _
 // non-unit column stride: computed into a local tile, then the valid part merged into C.
 template <class T, bool DirectA = false>
 void edge_tile(int64_t kc, const T* a, const T* b, T* c, int64_t rs, int64_t cs, int64_t mr, int64_t nr,
-               bool overwrite, int64_t ars = 0, int64_t aps = 0) {
+               bool overwrite, int64_t ars = 0, int64_t aps = 0, const T* bias = nullptr) {
   constexpr int MR = Tile<T>::MR, NR = Tile<T>::NR;
   alignas(64) T tmp[MR * NR];
   micro_kernel<T, DirectA>(kc, a, b, tmp, NR, true, ars, aps);
   for (int64_t i = 0; i < mr; ++i)
     for (int64_t j = 0; j < nr; ++j) {
       T& dst = c[i * rs + j * cs];
-      dst = overwrite ? tmp[i * NR + j] : dst + tmp[i * NR + j];
+      dst = overwrite ? tmp[i * NR + j] + (bias != nullptr ? bias[j] : T(0)) : dst + tmp[i * NR + j];
     }
 }
 
@@ -244,7 +248,7 @@ void edge_tile(int64_t kc, const T* a, const T* b, T* c, int64_t rs, int64_t cs,
 // by every column panel of B, and one KC x NR panel of B by every MR-row panel of A.
 template <class T>
 void gemm_serial(int64_t M, int64_t N, int64_t K, const T* A, int64_t a_rs, int64_t a_cs, const T* B, int64_t b_rs,
-                 int64_t b_cs, T* C, int64_t c_rs, int64_t c_cs, bool accumulate) {
+                 int64_t b_cs, T* C, int64_t c_rs, int64_t c_cs, bool accumulate, const T* bias = nullptr) {
   constexpr int64_t MR = Tile<T>::MR, NR = Tile<T>::NR, KC = Tile<T>::KC, MC = Tile<T>::MC, NC = Tile<T>::NC;
   const int64_t kc_max = std::min(KC, K);
   T* bpack = packed_b_buffer<T>(kc_max * std::min(NC, (N + NR - 1) / NR * NR));
@@ -260,7 +264,7 @@ void gemm_serial(int64_t M, int64_t N, int64_t K, const T* A, int64_t a_rs, int6
     const int64_t nc = std::min(NC, N - jc);
     for (int64_t pc = 0; pc < K; pc += KC) {
       const int64_t kc = std::min(KC, K - pc);
-      // The first slice of depth writes C, later ones add to it.
+      // The first slice of depth writes C (plus the bias, if any), later ones add to it.
       const bool overwrite = !accumulate && pc == 0;
       for (int64_t jp = 0; jp * NR < nc; ++jp)
         pack_b_panel<T>(kc, std::min(NR, nc - jp * NR), B + pc * b_rs + (jc + jp * NR) * b_cs, b_rs, b_cs,
@@ -278,15 +282,16 @@ void gemm_serial(int64_t M, int64_t N, int64_t K, const T* A, int64_t a_rs, int6
           for (int64_t ip = 0; ip * MR < mc; ++ip) {
             const int64_t mr = std::min(MR, mc - ip * MR);
             T* cp = C + (ic + ip * MR) * c_rs + (jc + jp * NR) * c_cs;
+            const T* bias_tile = overwrite && bias != nullptr ? bias + jc + jp * NR : nullptr;
             const bool whole = nr == NR && c_cs == 1;
             if (direct_a && mr == MR) {
               const T* ap = ablock + ip * MR * a_rs;
-              if (whole) micro_kernel<T, true>(kc, ap, bp, cp, c_rs, overwrite, a_rs, a_cs);
-              else edge_tile<T, true>(kc, ap, bp, cp, c_rs, c_cs, mr, nr, overwrite, a_rs, a_cs);
+              if (whole) micro_kernel<T, true>(kc, ap, bp, cp, c_rs, overwrite, a_rs, a_cs, bias_tile);
+              else edge_tile<T, true>(kc, ap, bp, cp, c_rs, c_cs, mr, nr, overwrite, a_rs, a_cs, bias_tile);
             } else if (mr == MR && whole) {
-              micro_kernel<T>(kc, apack + ip * MR * kc, bp, cp, c_rs, overwrite);
+              micro_kernel<T>(kc, apack + ip * MR * kc, bp, cp, c_rs, overwrite, 0, 0, bias_tile);
             } else {
-              edge_tile<T>(kc, apack + ip * MR * kc, bp, cp, c_rs, c_cs, mr, nr, overwrite);
+              edge_tile<T>(kc, apack + ip * MR * kc, bp, cp, c_rs, c_cs, mr, nr, overwrite, 0, 0, bias_tile);
             }
           }
         }
@@ -332,11 +337,12 @@ void block_grid(int64_t M, int64_t N, int64_t MR, int64_t NR, int nt, int64_t& r
 // C = or += A · B for one product on `nt` threads, K > 0.
 template <class T>
 void gemm_blocked(int64_t M, int64_t N, int64_t K, const T* A, int64_t a_rs, int64_t a_cs, const T* B,
-                  int64_t b_rs, int64_t b_cs, T* C, int64_t c_rs, int64_t c_cs, bool accumulate, int nt) {
+                  int64_t b_rs, int64_t b_cs, T* C, int64_t c_rs, int64_t c_cs, bool accumulate, int nt,
+                  const T* bias = nullptr) {
   constexpr int64_t MR = Tile<T>::MR, NR = Tile<T>::NR;
   int64_t rb = 1, cb = 1;
   if (nt > 1) block_grid(M, N, MR, NR, nt, rb, cb);
-  if (rb * cb == 1) return gemm_serial<T>(M, N, K, A, a_rs, a_cs, B, b_rs, b_cs, C, c_rs, c_cs, accumulate);
+  if (rb * cb == 1) return gemm_serial<T>(M, N, K, A, a_rs, a_cs, B, b_rs, b_cs, C, c_rs, c_cs, accumulate, bias);
   // Block boundaries fall on whole tiles, spreading the tiles as evenly as possible.
   const int64_t pm = (M + MR - 1) / MR, pn = (N + NR - 1) / NR;
 #pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
@@ -346,7 +352,7 @@ void gemm_blocked(int64_t M, int64_t N, int64_t K, const T* A, int64_t a_rs, int
     const int64_t n0 = std::min(N, pn * c / cb * NR), n1 = std::min(N, pn * (c + 1) / cb * NR);
     if (m0 < m1 && n0 < n1)
       gemm_serial<T>(m1 - m0, n1 - n0, K, A + m0 * a_rs, a_rs, a_cs, B + n0 * b_cs, b_rs, b_cs,
-                     C + m0 * c_rs + n0 * c_cs, c_rs, c_cs, accumulate);
+                     C + m0 * c_rs + n0 * c_cs, c_rs, c_cs, accumulate, bias != nullptr ? bias + n0 : nullptr);
   }
 }
 
@@ -477,7 +483,7 @@ constexpr double kTinyWork = 32.0 * 32.0 * 32.0;
 // with row stride W, so it is a vector loop too; only its valid lanes are stored.
 template <class T, int R>
 void small_rows(int64_t N, int64_t K, const T* A, int64_t a_rs, int64_t a_cs, const T* B, int64_t b_rs,
-                const T* tail, T* C, int64_t c_rs, int64_t c_cs, bool accumulate) {
+                const T* tail, T* C, int64_t c_rs, int64_t c_cs, bool accumulate, const T* bias) {
   using V = typename Vec<T>::type;
   constexpr int W = Vec<T>::width;
   for (int64_t j = 0; j < N; j += W) {
@@ -501,10 +507,15 @@ void small_rows(int64_t N, int64_t K, const T* A, int64_t a_rs, int64_t a_cs, co
           V old;
           __builtin_memcpy(&old, dst, sizeof(V));
           v += old;
+        } else if (bias != nullptr) {
+          V bv;
+          __builtin_memcpy(&bv, bias + j, sizeof(V));
+          v += bv;
         }
         __builtin_memcpy(dst, &v, sizeof(V));
       } else {
-        for (int64_t w = 0; w < n; ++w) dst[w * c_cs] = accumulate ? dst[w * c_cs] + acc[r][w] : acc[r][w];
+        for (int64_t w = 0; w < n; ++w)
+          dst[w * c_cs] = accumulate ? dst[w * c_cs] + acc[r][w] : acc[r][w] + (bias != nullptr ? bias[j + w] : T(0));
       }
     }
   }
@@ -513,26 +524,28 @@ void small_rows(int64_t N, int64_t K, const T* A, int64_t a_rs, int64_t a_cs, co
 // Rows [i0, i1) of C = or += A · B, B row-major: blocks of 8 rows, then 4, 2, 1.
 template <class T>
 void small_row_range(int64_t i0, int64_t i1, int64_t N, int64_t K, const T* A, int64_t a_rs, int64_t a_cs,
-                     const T* B, int64_t b_rs, const T* tail, T* C, int64_t c_rs, int64_t c_cs, bool accumulate) {
+                     const T* B, int64_t b_rs, const T* tail, T* C, int64_t c_rs, int64_t c_cs, bool accumulate,
+                     const T* bias) {
   int64_t i = i0;
   for (; i + 8 <= i1; i += 8)
-    small_rows<T, 8>(N, K, A + i * a_rs, a_rs, a_cs, B, b_rs, tail, C + i * c_rs, c_rs, c_cs, accumulate);
+    small_rows<T, 8>(N, K, A + i * a_rs, a_rs, a_cs, B, b_rs, tail, C + i * c_rs, c_rs, c_cs, accumulate, bias);
   if (i + 4 <= i1) {
-    small_rows<T, 4>(N, K, A + i * a_rs, a_rs, a_cs, B, b_rs, tail, C + i * c_rs, c_rs, c_cs, accumulate);
+    small_rows<T, 4>(N, K, A + i * a_rs, a_rs, a_cs, B, b_rs, tail, C + i * c_rs, c_rs, c_cs, accumulate, bias);
     i += 4;
   }
   if (i + 2 <= i1) {
-    small_rows<T, 2>(N, K, A + i * a_rs, a_rs, a_cs, B, b_rs, tail, C + i * c_rs, c_rs, c_cs, accumulate);
+    small_rows<T, 2>(N, K, A + i * a_rs, a_rs, a_cs, B, b_rs, tail, C + i * c_rs, c_rs, c_cs, accumulate, bias);
     i += 2;
   }
-  if (i < i1) small_rows<T, 1>(N, K, A + i * a_rs, a_rs, a_cs, B, b_rs, tail, C + i * c_rs, c_rs, c_cs, accumulate);
+  if (i < i1)
+    small_rows<T, 1>(N, K, A + i * a_rs, a_rs, a_cs, B, b_rs, tail, C + i * c_rs, c_rs, c_cs, accumulate, bias);
 }
 
 // C = or += A · B without packing, for products whose B fits in L2 (see gemm_one). B is
 // copied to row-major form first unless it already is.
 template <class T>
 void gemm_small(int64_t M, int64_t N, int64_t K, const T* A, int64_t a_rs, int64_t a_cs, const T* B, int64_t b_rs,
-                int64_t b_cs, T* C, int64_t c_rs, int64_t c_cs, bool accumulate, int nt) {
+                int64_t b_cs, T* C, int64_t c_rs, int64_t c_cs, bool accumulate, int nt, const T* bias = nullptr) {
   if (b_cs != 1) {
     T* dense = packed_b_buffer<T>(K * N);
     for (int64_t k = 0; k < K; ++k)
@@ -551,36 +564,52 @@ void gemm_small(int64_t M, int64_t N, int64_t K, const T* A, int64_t a_rs, int64
   // Threads take contiguous ranges of 8-row blocks.
   split_range((M + 7) / 8, nt, [&](int64_t b0, int64_t b1) {
     small_row_range<T>(std::min(M, b0 * 8), std::min(M, b1 * 8), N, K, A, a_rs, a_cs, B, b_rs, tail, C, c_rs, c_cs,
-                       accumulate);
+                       accumulate, bias);
   });
 }
 
 // ---------------------------------------------------------------- native entry
 
-// One product on `nt` threads, K > 0: picks the path for its shape.
+// C = the bias row repeated down M rows: the paths without a bias epilogue add the
+// product onto it instead.
+template <class T>
+void fill_bias_rows(int64_t M, int64_t N, const T* bias, T* C, int64_t c_rs, int64_t c_cs) {
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) C[i * c_rs + j * c_cs] = bias[j];
+}
+
+// One product on `nt` threads, K > 0: picks the path for its shape. A bias (not when
+// accumulating) is added as the small and blocked paths store C; the matrix-vector and
+// deep paths accumulate onto C filled with it.
 template <class T>
 void gemm_one(int64_t M, int64_t N, int64_t K, const T* A, int64_t a_rs, int64_t a_cs, const T* B, int64_t b_rs,
-              int64_t b_cs, T* C, int64_t c_rs, int64_t c_cs, bool accumulate, int nt) {
+              int64_t b_cs, T* C, int64_t c_rs, int64_t c_cs, bool accumulate, int nt, const T* bias) {
+  const double work = double(M) * double(N) * double(K);
+  const bool small =
+      (work <= kSmallWork && double(K) * double(N) * sizeof(T) <= kSmallBBytes && b_cs == 1) || work <= kTinyWork;
+  if (bias != nullptr && (N == 1 || M == 1 || (!small && deep_product(M, N, K)))) {
+    fill_bias_rows(M, N, bias, C, c_rs, c_cs);
+    accumulate = true;
+    bias = nullptr;
+  }
   if (N == 1)  // C column = A · b column
     return gemv<T>(M, K, A, a_rs, a_cs, B, b_rs, C, c_rs, accumulate, nt);
   if (M == 1)  // C row = Bᵀ · a row
     return gemv<T>(N, K, B, b_cs, b_rs, A, a_cs, C, c_cs, accumulate, nt);
-  const double work = double(M) * double(N) * double(K);
-  if ((work <= kSmallWork && double(K) * double(N) * sizeof(T) <= kSmallBBytes && b_cs == 1) || work <= kTinyWork)
-    return gemm_small<T>(M, N, K, A, a_rs, a_cs, B, b_rs, b_cs, C, c_rs, c_cs, accumulate, nt);
+  if (small) return gemm_small<T>(M, N, K, A, a_rs, a_cs, B, b_rs, b_cs, C, c_rs, c_cs, accumulate, nt, bias);
   if (deep_product(M, N, K)) return gemm_deep<T>(M, N, K, A, a_rs, a_cs, B, b_rs, b_cs, C, c_rs, c_cs, accumulate, nt);
-  gemm_blocked<T>(M, N, K, A, a_rs, a_cs, B, b_rs, b_cs, C, c_rs, c_cs, accumulate, nt);
+  gemm_blocked<T>(M, N, K, A, a_rs, a_cs, B, b_rs, b_cs, C, c_rs, c_cs, accumulate, nt, bias);
 }
 
 template <class T>
 void gemm_native(int64_t batch, int64_t M, int64_t N, int64_t K, MatrixRef<const T> A, MatrixRef<const T> B,
-                 MatrixRef<T> C, bool accumulate) {
+                 MatrixRef<T> C, bool accumulate, const T* bias) {
   int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
   if (2.0 * double(M) * double(N) * double(K) * double(batch) < kParallelFlops) nt = 1;
   auto one = [&](int64_t b, int threads) {
     gemm_one<T>(M, N, K, A.data + b * A.batch_stride, A.row_stride, A.col_stride, B.data + b * B.batch_stride,
                 B.row_stride, B.col_stride, C.data + b * C.batch_stride, C.row_stride, C.col_stride, accumulate,
-                threads);
+                threads, bias);
   };
   // Enough products to share out evenly: whole products per thread, no synchronisation.
   if (nt > 1 && batch >= nt && (batch % nt == 0 || batch >= 4 * nt)) {
@@ -633,15 +662,32 @@ void blas_gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, cons
 // Runs the whole batch through OpenBLAS if every operand has a layout it accepts;
 // returns false (having done nothing) otherwise.
 template <class T>
-bool try_blas(int64_t batch, int64_t M, int64_t N, int64_t K, MatrixRef<const T> A, MatrixRef<const T> B,
-              MatrixRef<T> C, bool accumulate) {
-  CBLAS_TRANSPOSE ta, tb, tc;
-  int64_t lda, ldb, ldc;
+bool blas_layouts(int64_t M, int64_t N, int64_t K, const MatrixRef<const T>& A, const MatrixRef<const T>& B,
+                  const MatrixRef<T>& C, CBLAS_TRANSPOSE& ta, CBLAS_TRANSPOSE& tb, int64_t& lda, int64_t& ldb,
+                  int64_t& ldc) {
+  CBLAS_TRANSPOSE tc;
   if (M > INT_MAX || N > INT_MAX || K > INT_MAX) return false;
   if (!blas_layout(M, K, A.row_stride, A.col_stride, ta, lda)) return false;
   if (!blas_layout(K, N, B.row_stride, B.col_stride, tb, ldb)) return false;
   // C is written row-major, so it must be NoTrans.
-  if (!blas_layout(M, N, C.row_stride, C.col_stride, tc, ldc) || tc != CblasNoTrans) return false;
+  return blas_layout(M, N, C.row_stride, C.col_stride, tc, ldc) && tc == CblasNoTrans;
+}
+
+// Whether BLAS can run this product (the layouts it accepts).
+template <class T>
+bool blas_can(int64_t M, int64_t N, int64_t K, const MatrixRef<const T>& A, const MatrixRef<const T>& B,
+              const MatrixRef<T>& C) {
+  CBLAS_TRANSPOSE ta, tb;
+  int64_t lda, ldb, ldc;
+  return blas_layouts(M, N, K, A, B, C, ta, tb, lda, ldb, ldc);
+}
+
+template <class T>
+bool try_blas(int64_t batch, int64_t M, int64_t N, int64_t K, MatrixRef<const T> A, MatrixRef<const T> B,
+              MatrixRef<T> C, bool accumulate) {
+  CBLAS_TRANSPOSE ta, tb;
+  int64_t lda, ldb, ldc;
+  if (!blas_layouts(M, N, K, A, B, C, ta, tb, lda, ldb, ldc)) return false;
   // OpenBLAS keeps its own thread pool: size it like the OpenMP team, once.
   static std::once_flag threads_set;
   std::call_once(threads_set, [] { openblas_set_num_threads(omp_get_max_threads()); });
@@ -707,16 +753,18 @@ GemmBackend gemm_backend() {
 
 template <class T>
 void gemm(int64_t batch, int64_t M, int64_t N, int64_t K, MatrixRef<const T> A, MatrixRef<const T> B,
-          MatrixRef<T> C, bool accumulate) {
+          MatrixRef<T> C, bool accumulate, const T* bias) {
   MU_CHECK(batch >= 0 && M >= 0 && N >= 0 && K >= 0, "gemm: negative size (batch ", batch, ", M ", M, ", N ", N,
            ", K ", K, ")");
   if (batch == 0 || M == 0 || N == 0) return;
+  if (accumulate) bias = nullptr;  // documented: the bias goes with a product that writes C
   if (K == 0) {
-    // An empty sum: C = 0, or C unchanged when accumulating.
+    // An empty sum: C = 0 (or the bias), or C unchanged when accumulating.
     if (!accumulate)
       for (int64_t b = 0; b < batch; ++b)
         for (int64_t i = 0; i < M; ++i)
-          for (int64_t j = 0; j < N; ++j) C.data[b * C.batch_stride + i * C.row_stride + j * C.col_stride] = T(0);
+          for (int64_t j = 0; j < N; ++j)
+            C.data[b * C.batch_stride + i * C.row_stride + j * C.col_stride] = bias != nullptr ? bias[j] : T(0);
     return;
   }
 #ifdef MUMOE_OPENBLAS
@@ -725,14 +773,21 @@ void gemm(int64_t batch, int64_t M, int64_t N, int64_t K, MatrixRef<const T> A, 
   const bool blas_wanted =
       !omp_in_parallel() && (be == GemmBackend::Blas || (be == GemmBackend::Auto && kAutoUsesBlas &&
                                                          double(M) * double(N) * double(K) >= kBlasMinWork));
-  if (blas_wanted && try_blas<T>(batch, M, N, K, A, B, C, accumulate)) return;
+  if (blas_wanted && bias != nullptr && blas_can(M, N, K, A, B, C)) {
+    // BLAS adds onto C (beta = 1) filled with the bias.
+    for (int64_t b = 0; b < batch; ++b)
+      fill_bias_rows(M, N, bias, C.data + b * C.batch_stride, C.row_stride, C.col_stride);
+    accumulate = true;
+    bias = nullptr;
+  }
+  if (blas_wanted && bias == nullptr && try_blas<T>(batch, M, N, K, A, B, C, accumulate)) return;
 #endif
-  gemm_native<T>(batch, M, N, K, A, B, C, accumulate);
+  gemm_native<T>(batch, M, N, K, A, B, C, accumulate, bias);
 }
 
 template void gemm<float>(int64_t, int64_t, int64_t, int64_t, MatrixRef<const float>, MatrixRef<const float>,
-                          MatrixRef<float>, bool);
+                          MatrixRef<float>, bool, const float*);
 template void gemm<double>(int64_t, int64_t, int64_t, int64_t, MatrixRef<const double>, MatrixRef<const double>,
-                           MatrixRef<double>, bool);
+                           MatrixRef<double>, bool, const double*);
 
 }  // namespace mu::cpu

@@ -20,10 +20,12 @@ struct MatrixRef {
 
 // For each b < batch: C[b] (M x N) = A[b] (M x K) · B[b] (K x N), or C[b] += ... when
 // `accumulate`. C must not overlap A or B; distinct C[b] must not overlap each other.
-// K == 0 gives C = 0 (or leaves C as it is when accumulating).
+// K == 0 gives C = 0 (or leaves C as it is when accumulating). `bias` (N contiguous
+// values, ignored when accumulating) is added to every row of C as C is stored, as a
+// Linear layer's: C = A·B + 1 biasᵀ without a second pass over C.
 template <class T>
 void gemm(int64_t batch, int64_t M, int64_t N, int64_t K, MatrixRef<const T> A, MatrixRef<const T> B,
-          MatrixRef<T> C, bool accumulate = false);
+          MatrixRef<T> C, bool accumulate = false, const T* bias = nullptr);
 
 // Which implementation gemm uses. Auto: the library's choice, currently the native kernel
 // for every product (gemm.cpp, kAutoUsesBlas, says why). Native / Blas force one; Blas

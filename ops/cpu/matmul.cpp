@@ -24,6 +24,17 @@ static void matmul(const Tensor& out, const Tensor& a, const Tensor& b) {
   });
 }
 
+static void matmul_bias(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias) {
+  const int64_t M = a.size(0), K = a.size(1), N = b.size(1);
+  MU_DISPATCH_FLOAT(a.dtype(), "matmul_bias", [&] {
+    MatrixRef<const scalar_t> A{a.data_ptr<scalar_t>(), 0, a.stride(0), a.stride(1)};
+    MatrixRef<const scalar_t> B{b.data_ptr<scalar_t>(), 0, b.stride(0), b.stride(1)};
+    MatrixRef<scalar_t> C{out.data_ptr<scalar_t>(), 0, out.stride(0), out.stride(1)};
+    gemm<scalar_t>(1, M, N, K, A, B, C, false, bias.data_ptr<scalar_t>());
+  });
+}
+
 MU_REGISTER_KERNEL(kernels::matmul, DeviceType::CPU, matmul);
+MU_REGISTER_KERNEL(kernels::matmul_bias, DeviceType::CPU, matmul_bias);
 
 }  // namespace mu::cpu

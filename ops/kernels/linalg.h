@@ -10,4 +10,9 @@ namespace mu::kernels {
 // along rows or columns (the op copies other layouts).
 MU_DECLARE_KERNEL(matmul, void(const Tensor& out, const Tensor& a, const Tensor& b));
 
+// out = a · b + bias for rank-2 operands and a dense bias (N) of the same dtype, the bias
+// added to every row as out is stored (linear's forward). Not every device has it: the op
+// composes matmul and add where it is missing.
+MU_DECLARE_KERNEL(matmul_bias, void(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias));
+
 }  // namespace mu::kernels
