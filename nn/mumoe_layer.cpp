@@ -250,8 +250,9 @@ Tensor CPMuMoE::own_forward(const Tensor& z2, const std::vector<Tensor>& af,
   if (fused_) {
     h = cp_hadamard(with_one(z2), u_in, af, u);  // (B, R), the products never stored
   } else {
-    // z [U_in[:I]; U_in[I]] with the 1 implied: the product plus the bias row.
-    h = shape_.bias ? z2.matmul(u_in.narrow(0, 0, shape_.in)) + u_in.select(0, shape_.in) : z2.matmul(u_in);
+    // z [U_in[:I]; U_in[I]] with the 1 implied: the product plus the bias row, as a
+    // linear layer's (whose bias rides the product's store on the CPU).
+    h = shape_.bias ? linear(z2, u_in.narrow(0, 0, shape_.in).t(), u_in.select(0, shape_.in)) : z2.matmul(u_in);
     for (size_t e = 0; e < E; ++e) h = h * af[e].matmul(u[e]);
   }
   return h.matmul(factor_values[E + 1].t());  // (B, R) · (R, O)
