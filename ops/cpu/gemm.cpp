@@ -365,9 +365,15 @@ void gemm_blocked(int64_t M, int64_t N, int64_t K, const T* A, int64_t a_rs, int
 // by K alone (never by the thread count, so the sums, and the results, are the same on
 // any number of threads); each slab's product goes to its own partial C, and the partials
 // are added in slab order.
+// Only for outputs of at most kDeepOutput elements: a larger C has tiles enough for every
+// thread, and its partials would cost memory and traffic (GPT-2's head gradient g · wte,
+// 1024 x 256 over 50257 classes, would keep 50 partials of 1 MB).
 constexpr int64_t kSlabDepth = 1024;
+constexpr int64_t kDeepOutput = 64 * 1024;
 
-bool deep_product(int64_t M, int64_t N, int64_t K) { return K >= 2 * kSlabDepth && K >= 8 * std::max(M, N); }
+bool deep_product(int64_t M, int64_t N, int64_t K) {
+  return K >= 2 * kSlabDepth && K >= 8 * std::max(M, N) && M * N <= kDeepOutput;
+}
 
 template <class T>
 void gemm_deep(int64_t M, int64_t N, int64_t K, const T* A, int64_t a_rs, int64_t a_cs, const T* B, int64_t b_rs,
