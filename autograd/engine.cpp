@@ -100,6 +100,19 @@ TensorList record_multi(const char* name, TensorList outs, const TensorList& inp
   return outs;
 }
 
+namespace {
+thread_local bool g_last_use = false;
+
+// Marks the node being applied as run for the last time, for the extent of its apply.
+struct LastUseScope {
+  bool saved = g_last_use;
+  explicit LastUseScope(bool last) { g_last_use = last; }
+  ~LastUseScope() { g_last_use = saved; }
+};
+}  // namespace
+
+bool last_use() { return g_last_use; }
+
 void run_backward(const TensorList& roots, const TensorList& grad_roots, bool retain_graph) {
   NoGradGuard no_grad;  // gradient formulas must not record graphs of their own
   AutocastGuard no_autocast(kBFloat16, false);  // nor cast: they use the dtypes the forward saved
@@ -154,6 +167,7 @@ void run_backward(const TensorList& roots, const TensorList& grad_roots, bool re
     if (it != buffers.end()) {
       TensorList grads = std::move(it->second);
       buffers.erase(it);
+      LastUseScope last(!retain_graph);
       input_grads = n->apply(grads);
       MU_CHECK(input_grads.size() == n->next_edges.size() || n->next_edges.empty(), n->name(),
                " returned ", input_grads.size(), " gradients for ", n->next_edges.size(), " inputs");

@@ -55,6 +55,12 @@ class SavedTensor {
 
 inline SavedTensor save(const Tensor& t) { return SavedTensor(t); }
 
+// True while a node's backward runs for the last time: the pass was not asked to retain
+// the graph, so the node is released right after. A backward may then consume what it
+// saved, e.g. write its gradient over a saved tensor that nothing else references
+// (cross_entropy's over the logits, the largest tensor of a language model's step).
+bool last_use();
+
 // A built-in op's node: a closure from the output gradient to the input gradients.
 using BackwardFn = std::function<TensorList(const Tensor& grad_output)>;
 // The same for an op of several outputs: one gradient per output in (undefined where

@@ -141,7 +141,15 @@ Tensor cross_entropy_indices(const Tensor& logits, const Tensor& target, const C
   double scale = o.reduction() == Reduction::Mean ? 1.0 / ct.weight_sum : 1.0;
   return record("CrossEntropyBackward", out, {logits},
                 [xs = save(x), ts = save(t), ws = save(w), ls = save(lse), L, scale](const Tensor& g) -> TensorList {
-    Tensor xv = xs.get(), dx = empty_like(xv);
+    Tensor xv = xs.get();
+    // The gradient goes over the logits when they are this node's alone (no handle, view
+    // or saved copy elsewhere: the forward's logits were a temporary) and the node runs
+    // for the last time: GPT-2's (tokens, 50257) logits and their gradient are then never
+    // both held. The CPU kernel reads each logit before writing its gradient; the CUDA
+    // kernel has not been checked in place, so it always gets a new buffer.
+    const bool reuse = autograd::last_use() && xv.device().is_cpu() && xv.storage().use_count() == 1 &&
+                       xv.impl_ptr().use_count() == 2;
+    Tensor dx = reuse ? xv : empty_like(xv);
     kernels::cross_entropy_backward(xv.device(), g.contiguous(), scale, xv, ts.get(), ws.get(), ls.get(), dx, L);
     return {dx};
   });

@@ -253,6 +253,45 @@ TEST_CASE("cross_entropy with class indices: every option combination and layout
               }
 }
 
+// When the logits are a temporary that only the loss keeps (a model's head output), the
+// CPU writes their gradient over them instead of into a new tensor; retaining the graph
+// keeps them. The gradient must be the same bits either way, on every layout and option,
+// for float32, float64 and autocast's bfloat16, and a retained graph run twice gives
+// twice the gradient.
+TEST_CASE("cross_entropy's gradient over its own logits equals the gradient into a new tensor") {
+  uint64_t seed = 900;
+  for (Device dev : test_devices())
+    for (DType dt : {kFloat64, kFloat32, kBFloat16})
+      for (const Shape& shape : layouts())
+        for (bool weighted : {false, true})
+          for (double eps : {0.0, 0.3}) {
+            ++seed;
+            INFO(dev.str() << " " << dtype_name(dt) << " shape " << shape_str(shape) << " weight " << weighted
+                           << " smoothing " << eps);
+            Geo g = geo_of(shape);
+            manual_seed(seed);
+            Tensor x = on((randn(shape, kFloat64) * 2.0).to(dt), dev);
+            Tensor w = on((rand({g.C}, kFloat64) + 0.5).to(dt == kBFloat16 ? kFloat32 : dt), dev);
+            Tensor t = on(from_vector(make_targets(g.target_shape, g.C, 2, seed), g.target_shape), dev);
+            CrossEntropyOptions o = CrossEntropyOptions().ignore_index(2).label_smoothing(eps);
+            if (weighted && dt != kBFloat16) o.weight(w);
+            // Held: the logits are the leaf itself, which the caller keeps.
+            Tensor held = x.clone().requires_grad_();
+            cross_entropy(held, t, o).backward();
+            // Temporary: the logits are held * 1, which only the loss keeps.
+            Tensor leaf = x.clone().requires_grad_();
+            cross_entropy(leaf * 1.0, t, o).backward();
+            CHECK(max_abs_diff(leaf.grad(), held.grad()) == 0);
+            CHECK(max_abs_diff(leaf, x) == 0);
+            // Retained: run twice, the logits kept intact for the second run.
+            Tensor twice = x.clone().requires_grad_();
+            Tensor loss = cross_entropy(twice * 1.0, t, o);
+            loss.backward(Tensor(), true);
+            loss.backward();
+            CHECK(max_abs_diff(twice.grad(), held.grad() * 2.0) <= (dt == kBFloat16 ? 1e-2 : 1e-12));
+          }
+}
+
 TEST_CASE("cross_entropy with probability targets: every option combination and layout against loops") {
   uint64_t seed = 500;
   for (Device dev : test_devices())

@@ -6,7 +6,8 @@
 //             size (N, C). A line of C = 50257 floats is 200 KB and still sits in L2 for
 //             pass 2, so the logits come from memory once.
 //   backward: one pass reads x, writes dx = g (a exp(x - lse) - (s/C) w), then fixes up
-//             the target's element.
+//             the target's element; dx may be x itself (each logit is read before its
+//             gradient is written).
 // Lines are independent, so OpenMP splits them over threads. For (N, C, d1, ...) logits
 // the line's elements are `inner` = d1 * d2 * ... apart: the kernels take that stride
 // rather than transposing to (N * d, C) first, which would cost a full copy of the
@@ -100,6 +101,9 @@ void backward_line(const T* x, T* dx, int64_t stride, const T* w, int64_t C, int
   // lse = hi + lo in T: (x - hi) - lo keeps the lse's accuracy in T arithmetic (one
   // rounded T lse would put |lse| ulp/2, several 1e-7, into every probability).
   T hi = T(lse), lo = T(lse - double(hi));
+  // Read before the loop: dx may be x itself (the op writes the gradient over logits that
+  // nothing else holds), and the loop overwrites it.
+  const double xt = double(x[t * st]);
 #pragma omp simd
   for (int64_t j = 0; j < C; ++j) {
     T v = a * exp_fast<T>((x[j * st] - hi) - lo);
@@ -108,7 +112,7 @@ void backward_line(const T* x, T* dx, int64_t stride, const T* w, int64_t C, int
   }
   // The target's element is a difference of two nearly equal terms when its probability
   // is near 1: redone in double so that T's rounding of the first does not dominate it.
-  double pt = std::exp(double(x[t * st]) - lse);
+  double pt = std::exp(xt - lse);
   dx[t * st] = T(ad * pt - (Smooth ? bd * wt : 0.0) - g * (1 - eps) * wt);
 }
 
