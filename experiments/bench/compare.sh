@@ -23,7 +23,9 @@
 #                         run as its own process, the two sides alternating (ROUNDS rounds,
 #                         default 3, the order flipped every round): per workload both medians
 #                         (the median of the rounds' medians), the ratio and both peak
-#                         resident memories (the largest of the rounds)
+#                         resident memories (the largest of the rounds); then the FLOPs of
+#                         each step's products, the floor they imply at the run's GEMM
+#                         rate and the share of that floor the step reaches
 #
 # BUILD_DIR defaults to build. THREADS and REPS may be set in the environment.
 set -euo pipefail
