@@ -154,6 +154,16 @@ void gemm_sweep() {
           for (bool acc : {false, true}) check_gemm<T>(1, d.M, d.N, d.K, la, lb, false, false, acc, rng, true);
     check_gemm<T>(1, 300, 260, 600, Layout::RowMajor, Layout::Transposed, false, false, false, rng, true);
     check_gemm<T>(3, 40, 70, 200, Layout::RowMajor, Layout::Transposed, false, true, false, rng, true);
+    // Narrower than a vector with A's rows and B's columns along the depth (dot
+    // products): alone, accumulating, with a bias, in a batch; and the same shapes with
+    // other layouts, which take the vector paths.
+    for (Layout lb : {Layout::Transposed, Layout::RowMajor})
+      for (bool acc : {false, true}) {
+        check_gemm<T>(1, 13, 5, 149, Layout::RowMajor, lb, false, false, acc, rng);
+        check_gemm<T>(1, 13, 5, 149, Layout::RowMajor, lb, false, false, acc, rng, true);
+      }
+    check_gemm<T>(9, 4, 4, 149, Layout::RowMajor, Layout::Transposed, false, false, false, rng);
+    check_gemm<T>(2, 4, 7, 8, Layout::RowMajor, Layout::Transposed, false, true, false, rng);
     // Matrix-vector shapes, each operand layout.
     for (Dims d : {Dims{300, 1, 257}, Dims{1, 300, 257}, Dims{1, 1, 1000}, Dims{700, 1, 3}, Dims{1, 700, 3}})
       for (Layout la : {Layout::RowMajor, Layout::Transposed, Layout::Strided})

@@ -430,6 +430,12 @@ T dot(int64_t n, const T* x, int64_t incx, const T* y, int64_t incy) {
         __builtin_memcpy(&b, y + i + u * W, sizeof(V));
         acc[u] += a * b;
       }
+    for (; i + W <= n; i += W) {
+      V a, b;
+      __builtin_memcpy(&a, x + i, sizeof(V));
+      __builtin_memcpy(&b, y + i, sizeof(V));
+      acc[0] += a * b;
+    }
     V v = (acc[0] + acc[1]) + (acc[2] + acc[3]);
     T s = 0;
     for (int w = 0; w < W; ++w) s += v[w];
@@ -564,8 +570,11 @@ void gemm_small(int64_t M, int64_t N, int64_t K, const T* A, int64_t a_rs, int64
   T* tail = nullptr;
   if (full < N) {
     tail = packed_a_buffer<T>(K * W);
-    for (int64_t k = 0; k < K; ++k)
-      for (int64_t w = 0; w < W; ++w) tail[k * W + w] = full + w < N ? B[k * b_rs + full + w] : T(0);
+    for (int64_t k = 0; k < K; ++k) {
+      T line[W] = {};
+      for (int64_t w = 0; w < N - full; ++w) line[w] = B[k * b_rs + full + w];
+      __builtin_memcpy(tail + k * W, line, sizeof(line));
+    }
   }
   // Threads take contiguous ranges of 8-row blocks.
   split_range((M + 7) / 8, nt, [&](int64_t b0, int64_t b1) {
@@ -600,6 +609,21 @@ void gemm_one(int64_t M, int64_t N, int64_t K, const T* A, int64_t a_rs, int64_t
   }
   if (N == 1)  // C column = A · b column
     return gemv<T>(M, K, A, a_rs, a_cs, B, b_rs, C, c_rs, accumulate, nt);
+  if (M > 1 && N < Vec<T>::width && K >= Vec<T>::width && a_cs == 1 && b_rs == 1) {
+    // Narrower than a vector, with A's rows and B's columns both running along the depth
+    // (a tensor ring's chain gradient: 2048 products of 4 x 4 over 149): one dot product
+    // per element. The vector paths would copy B dense and pad it to a vector's width,
+    // which cost ten times the arithmetic.
+    split_range(M, nt, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i)
+        for (int64_t j = 0; j < N; ++j) {
+          const T v = dot<T>(K, A + i * a_rs, 1, B + j * b_cs, 1);
+          T& dst = C[i * c_rs + j * c_cs];
+          dst = accumulate ? dst + v : v + (bias != nullptr ? bias[j] : T(0));
+        }
+    });
+    return;
+  }
   if (M == 1)  // C row = Bᵀ · a row
     return gemv<T>(N, K, B, b_cs, b_rs, A, a_cs, C, c_cs, accumulate, nt);
   if (small) return gemm_small<T>(M, N, K, A, a_rs, a_cs, B, b_rs, b_cs, C, c_rs, c_cs, accumulate, nt, bias);
