@@ -187,7 +187,7 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
   {
     NoGradGuard no_grad;
     y = empty({M, N}, TensorOptions(dt).device(x.device()));
-    kernels::matmul_bias(x.device(), y, gemm_operand(x2), gemm_operand(w.t()), b.contiguous());
+    kernels::matmul_bias(x.device(), y, gemm_operand(x2), gemm_operand(wl.t()), bl.contiguous());
   }
   const bool gx = x2.requires_grad(), gw = w.requires_grad(), gb = b.requires_grad();
   if (gx || gw || gb) {

@@ -62,42 +62,49 @@ TEST_CASE("unary ops on float32 agree with float64 to float precision, and with 
 // float32 GELU (the CPU's runs a vectorisable erf, ops/cpu/vec_exp.h) and its derivative
 // against float64 over a dense grid: within a few float32 ulp of the value, or, where
 // 1 + erf(x/√2) cancels (x below about -3, on any implementation), of |x| ulp(1).
+namespace {
+
+// Worst errors, in those units, of gelu(x, approximate) and of its gradient on `dev`,
+// against the float64 formulas want(x) and dwant(x).
+std::pair<double, double> gelu_ulp_errors(Device dev, const std::string& approximate,
+                                          const std::function<double(double)>& want,
+                                          const std::function<double(double)>& dwant) {
+  Tensor x32 = arange(-10.0, 10.0, 1.0 / 4096, kFloat64).to(kFloat32);  // the float32 grid
+  std::vector<double> xv = x32.to_vector<double>();
+  std::vector<double> got = gelu(on(x32, dev), approximate).to_vector<double>();
+  Tensor xg = on(x32, dev).requires_grad_();
+  gelu(xg, approximate).sum().backward();
+  std::vector<double> dgot = xg.grad().to_vector<double>();
+  double worst = 0, dworst = 0;
+  for (size_t i = 0; i < xv.size(); ++i) {
+    const double x = xv[i], w = want(x), dw = dwant(x);
+    worst = std::max(worst, std::fabs(got[i] - w) / (std::fabs(w) * 0x1p-23 + std::fabs(x) * 0x1p-24));
+    dworst = std::max(dworst, std::fabs(dgot[i] - dw) / (std::fabs(dw) * 0x1p-23 + (1 + std::fabs(x)) * 0x1p-24));
+  }
+  return {worst, dworst};
+}
+
+}  // namespace
+
 TEST_CASE("float32 gelu (exact and tanh) and its gradient are accurate to a few ulp over [-10, 10]") {
-  Tensor x64 = arange(-10.0, 10.0, 1.0 / 4096, kFloat64);
-  Tensor x32 = x64.to(kFloat32).to(kFloat64);  // the float32 grid, exactly
+  auto cdf = [](double x) { return 0.5 * std::erfc(-x / std::sqrt(2.0)); };
+  // approximate = "tanh": 0.5 x (1 + tanh(k (x + c x³))), k = sqrt(2/pi), c = 0.044715.
+  const double k = std::sqrt(2 / M_PI), c = 0.044715;
+  auto th = [=](double x) { return std::tanh(k * (x + c * x * x * x)); };
   for (Device dev : test_devices()) {
     INFO(dev.str());
-    std::vector<double> xv = x32.to_vector<double>();
-    std::vector<double> got = gelu(on(x32.to(kFloat32), dev)).to_vector<double>();
-    Tensor xg = on(x32.to(kFloat32), dev).requires_grad_();
-    gelu(xg).sum().backward();
-    std::vector<double> dgot = xg.grad().to_vector<double>();
-    double worst = 0, dworst = 0;
-    for (size_t i = 0; i < xv.size(); ++i) {
-      const double x = xv[i], cdf = 0.5 * std::erfc(-x / std::sqrt(2.0));
-      const double want = x * cdf, dwant = cdf + x * std::exp(-0.5 * x * x) / std::sqrt(2 * M_PI);
-      worst = std::max(worst, std::fabs(got[i] - want) / (std::fabs(want) * 0x1p-23 + std::fabs(x) * 0x1p-24));
-      dworst = std::max(dworst, std::fabs(dgot[i] - dwant) / (std::fabs(dwant) * 0x1p-23 + (1 + std::fabs(x)) * 0x1p-24));
-    }
+    auto [worst, dworst] = gelu_ulp_errors(
+        dev, "none", [&](double x) { return x * cdf(x); },
+        [&](double x) { return cdf(x) + x * std::exp(-0.5 * x * x) / std::sqrt(2 * M_PI); });
     MESSAGE(dev.str() << ": gelu within " << worst << " ulp, its gradient " << dworst);
     CHECK(worst <= 8);
     CHECK(dworst <= 8);
-    // approximate = "tanh": 0.5 x (1 + tanh(k (x + c x³))), k = sqrt(2/pi), c = 0.044715.
-    got = gelu(on(x32.to(kFloat32), dev), "tanh").to_vector<double>();
-    Tensor xt = on(x32.to(kFloat32), dev).requires_grad_();
-    gelu(xt, "tanh").sum().backward();
-    dgot = xt.grad().to_vector<double>();
-    worst = dworst = 0;
-    const double k = std::sqrt(2 / M_PI), c = 0.044715;
-    for (size_t i = 0; i < xv.size(); ++i) {
-      const double x = xv[i], t = std::tanh(k * (x + c * x * x * x));
-      const double want = 0.5 * x * (1 + t), dwant = 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * k * (1 + 3 * c * x * x);
-      worst = std::max(worst, std::fabs(got[i] - want) / (std::fabs(want) * 0x1p-23 + std::fabs(x) * 0x1p-24));
-      dworst = std::max(dworst, std::fabs(dgot[i] - dwant) / (std::fabs(dwant) * 0x1p-23 + (1 + std::fabs(x)) * 0x1p-24));
-    }
-    MESSAGE(dev.str() << ": gelu (tanh) within " << worst << " ulp, its gradient " << dworst);
-    CHECK(worst <= 8);
-    CHECK(dworst <= 8);
+    auto [tworst, tdworst] = gelu_ulp_errors(
+        dev, "tanh", [&](double x) { return 0.5 * x * (1 + th(x)); },
+        [&](double x) { return 0.5 * (1 + th(x)) + 0.5 * x * (1 - th(x) * th(x)) * k * (1 + 3 * c * x * x); });
+    MESSAGE(dev.str() << ": gelu (tanh) within " << tworst << " ulp, its gradient " << tdworst);
+    CHECK(tworst <= 8);
+    CHECK(tdworst <= 8);
   }
 }
 

@@ -144,6 +144,8 @@ void gemm_sweep() {
       for (Layout lb : {Layout::RowMajor, Layout::Transposed, Layout::Strided})
         check_gemm<T>(1, 13, 37, 2100, la, lb, false, false, la == lb, rng);
     check_gemm<T>(3, 40, 70, 2100, Layout::Transposed, Layout::RowMajor, false, true, true, rng);
+    // Deeper than 64 slabs of 1024: the slab count stops at 64 and the slabs grow.
+    check_gemm<T>(1, 5, 9, 70000, Layout::Transposed, Layout::RowMajor, false, false, false, rng);
     // A bias added as C is stored (a Linear layer's), on every path: small, blocked with
     // a packed or an in-place A and edge tiles, deep, matrix-vector, K = 0, a batch;
     // and ignored when accumulating.

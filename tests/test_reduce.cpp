@@ -320,7 +320,8 @@ TEST_CASE("large inputs (split over threads) match brute force") {
 // columns into strips of 512 and combine the blocks afterwards: 600 rows (three blocks,
 // the last partial), 530 columns (two strips, not a multiple of the vector width), two
 // matrices (a kept dim before the columns, as in a mean over the tokens of (B, T, C)),
-// read densely, through a reduced middle dim and through a transposed view.
+// read densely, through a reduced middle dim and through a column slice; and a
+// transposed view, whose reduced dim is the contiguous one (the run path's 16 partials).
 TEST_CASE("column sums over row blocks and column strips match brute force") {
   for (Device dev : test_devices()) {
     INFO(dev.str());

@@ -103,6 +103,15 @@ T* packed_b_buffer(int64_t n) {
 
 // ---------------------------------------------------------------- packing
 
+// dst[0, W) = src[0, n) then zeros, for n <= W: one line of a zero-padded panel, built
+// in a local array and stored as one constant-size copy (a vector store or two).
+template <int W, class T>
+inline void copy_padded(T* dst, const T* src, int64_t n) {
+  T line[W] = {};
+  for (int64_t i = 0; i < n; ++i) line[i] = src[i];
+  __builtin_memcpy(dst, line, sizeof(line));
+}
+
 // Copies rows [0, m) x depth [0, kc) of A (element (i, p) at a[i * rs + p * cs]) into
 // MR-row panels: panel r holds, for each p, the MR values A[r*MR .. r*MR+MR-1][p] side by
 // side, which is the order the micro-kernel broadcasts them. The last panel is padded
@@ -124,11 +133,7 @@ void pack_a(int64_t m, int64_t kc, const T* a, int64_t rs, int64_t cs, T* dst) {
       for (int64_t p = 0; p < kc; ++p) __builtin_memcpy(dst + p * MR, src + p * cs, MR * sizeof(T));
     } else if (rs == 1) {
       // A last, partial panel of a transposed A: the mr values, then zeros.
-      for (int64_t p = 0; p < kc; ++p) {
-        T line[MR] = {};
-        for (int64_t i = 0; i < mr; ++i) line[i] = src[p * cs + i];
-        __builtin_memcpy(dst + p * MR, line, sizeof(line));
-      }
+      for (int64_t p = 0; p < kc; ++p) copy_padded<MR>(dst + p * MR, src + p * cs, mr);
     } else {
       for (int64_t p = 0; p < kc; ++p) {
         for (int64_t i = 0; i < mr; ++i) dst[p * MR + i] = src[i * rs + p * cs];
@@ -149,11 +154,7 @@ void pack_b_panel(int64_t kc, int64_t nr, const T* b, int64_t rs, int64_t cs, T*
     for (int64_t p = 0; p < kc; ++p) __builtin_memcpy(dst + p * NR, b + p * rs, NR * sizeof(T));
   } else if (cs == 1) {
     // The last, partial panel of a row-major B: the nr values, then zeros.
-    for (int64_t p = 0; p < kc; ++p) {
-      T line[NR] = {};
-      for (int64_t j = 0; j < nr; ++j) line[j] = b[p * rs + j];
-      __builtin_memcpy(dst + p * NR, line, sizeof(line));
-    }
+    for (int64_t p = 0; p < kc; ++p) copy_padded<NR>(dst + p * NR, b + p * rs, nr);
   } else if (nr == NR && rs == 1) {
     // Transposed B: read each source column sequentially.
     for (int j = 0; j < NR; ++j)
@@ -368,8 +369,11 @@ void gemm_blocked(int64_t M, int64_t N, int64_t K, const T* A, int64_t a_rs, int
 // Only for outputs of at most kDeepOutput elements: a larger C has tiles enough for every
 // thread, and its partials would cost memory and traffic (GPT-2's head gradient g · wte,
 // 1024 x 256 over 50257 classes, would keep 50 partials of 1 MB).
+// At most kMaxSlabs slabs (deeper ones grow instead), so the partials stay within
+// kMaxSlabs x kDeepOutput elements however long the depth.
 constexpr int64_t kSlabDepth = 1024;
 constexpr int64_t kDeepOutput = 64 * 1024;
+constexpr int64_t kMaxSlabs = 64;
 
 bool deep_product(int64_t M, int64_t N, int64_t K) {
   return K >= 2 * kSlabDepth && K >= 8 * std::max(M, N) && M * N <= kDeepOutput;
@@ -378,7 +382,7 @@ bool deep_product(int64_t M, int64_t N, int64_t K) {
 template <class T>
 void gemm_deep(int64_t M, int64_t N, int64_t K, const T* A, int64_t a_rs, int64_t a_cs, const T* B, int64_t b_rs,
                int64_t b_cs, T* C, int64_t c_rs, int64_t c_cs, bool accumulate, int nt) {
-  const int64_t slabs = (K + kSlabDepth - 1) / kSlabDepth, mn = M * N;
+  const int64_t slabs = std::min(kMaxSlabs, (K + kSlabDepth - 1) / kSlabDepth), mn = M * N;
   thread_local Scratch<T> partial_buffer;  // of the calling thread: the workers only write into it
   T* partial = partial_buffer.get(slabs * mn);
 #pragma omp parallel for num_threads(nt) schedule(dynamic, 1) if (nt > 1)
@@ -570,11 +574,7 @@ void gemm_small(int64_t M, int64_t N, int64_t K, const T* A, int64_t a_rs, int64
   T* tail = nullptr;
   if (full < N) {
     tail = packed_a_buffer<T>(K * W);
-    for (int64_t k = 0; k < K; ++k) {
-      T line[W] = {};
-      for (int64_t w = 0; w < N - full; ++w) line[w] = B[k * b_rs + full + w];
-      __builtin_memcpy(tail + k * W, line, sizeof(line));
-    }
+    for (int64_t k = 0; k < K; ++k) copy_padded<W>(tail + k * W, B + k * b_rs + full, N - full);
   }
   // Threads take contiguous ranges of 8-row blocks.
   split_range((M + 7) / 8, nt, [&](int64_t b0, int64_t b1) {
@@ -594,8 +594,8 @@ void fill_bias_rows(int64_t M, int64_t N, const T* bias, T* C, int64_t c_rs, int
 }
 
 // One product on `nt` threads, K > 0: picks the path for its shape. A bias (not when
-// accumulating) is added as the small and blocked paths store C; the matrix-vector and
-// deep paths accumulate onto C filled with it.
+// accumulating) is added as the small, blocked and dot-product paths store C; the
+// matrix-vector and deep paths accumulate onto C filled with it.
 template <class T>
 void gemm_one(int64_t M, int64_t N, int64_t K, const T* A, int64_t a_rs, int64_t a_cs, const T* B, int64_t b_rs,
               int64_t b_cs, T* C, int64_t c_rs, int64_t c_cs, bool accumulate, int nt, const T* bias) {
