@@ -119,6 +119,12 @@ if [[ $what == gpt2 ]]; then
   echo "compare_gpu.sh rc=$?"
   timeout 60 "$bin/experiments/bench_gpu_gpt2" --workload gpt2-124m --dtype bf16 --reps 2 --warmup 2 --profile 1 \
     >/dev/null 2>"$out/profile.txt"
-  grep -v "^{" "$out/bench.txt" | tail -9
-  head -12 "$out/profile.txt"
+  # The bf16 attention without cuDNN (the framework's own kernels), beside the default above.
+  MUMOE_ATTENTION=flash timeout 60 "$bin/experiments/bench_gpu_layers" --reps 20 --dtype bf16 \
+    --workload attention-b8-h12-t1024-fwd,attention-b8-h12-t1024-fwd-bwd 2>&1 |
+    grep attention | sed 's/^/flash: /' >>"$out/bench.txt"
+  grep -v "^{\|^flash\|^\[mumoe\]" "$out/bench.txt" | tail -9
+  grep "^flash" "$out/bench.txt"
+  grep "cuDNN" "$out/bench.txt" | sort | uniq -c
+  head -16 "$out/profile.txt"
 fi

@@ -8,6 +8,8 @@
 #include <cmath>
 #include <cstdlib>
 #include <limits>
+#include <utility>
+#include <vector>
 
 #include "helpers.h"
 #include "ops/kernels/attention.h"
@@ -222,21 +224,32 @@ TEST_CASE("attention head dims past 128: computed on the CPU, refused by name on
 }
 
 TEST_CASE("attention in bfloat16: computed in float32 with a float32 lse, close to float64, on every device") {
-  // On CUDA the backward at D = 64 is the tensor-core kernel (ops/cuda/attention_flash.cu):
-  // partial tiles, causal and not, Tq != Tk, several heads, dropout.
+  // On CUDA every bfloat16 path runs each case: by default cuDNN's fused graphs take the
+  // calls without dropout (ops/cuda/attention_cudnn.cu) and the tensor-core kernel the
+  // backward at D = 64 with dropout (ops/cuda/attention_flash.cu); MUMOE_ATTENTION=flash
+  // skips cuDNN, =tiled and =gemm force the others. Partial tiles, causal and not,
+  // Tq != Tk, several heads, D of 16, 64 and 128, dropout.
   struct Case {
     int64_t B, H, Tq, Tk, D;
     bool causal;
     double p;
   };
-  const Case cases[] = {{1, 2, 70, 70, 64, true, 0.0},
-                        {2, 3, 45, 130, 64, false, 0.2},
-                        {1, 2, 200, 200, 64, true, 0.1},
-                        {1, 1, 33, 33, 16, true, 0.0}};
-  for (Device dev : test_devices())
+  const Case cases[] = {{1, 2, 70, 70, 64, true, 0.0},   {2, 3, 45, 130, 64, false, 0.2},
+                        {2, 3, 45, 130, 64, false, 0.0}, {1, 2, 200, 200, 64, true, 0.1},
+                        {1, 1, 33, 33, 16, true, 0.0},   {2, 2, 256, 256, 64, true, 0.0},
+                        {1, 2, 96, 96, 128, true, 0.0}};
+  std::vector<std::pair<Device, const char*>> runs;  // (device, MUMOE_ATTENTION or nullptr)
+  for (Device dev : test_devices()) {
+    runs.emplace_back(dev, nullptr);
+    if (dev.is_cuda())
+      for (const char* path : {"flash", "tiled", "gemm"}) runs.emplace_back(dev, path);
+  }
+  for (const auto& [dev, path] : runs)
     for (const Case& c : cases) {
-      INFO(dev.str() << ": B " << c.B << " H " << c.H << " T " << c.Tq << " x " << c.Tk << " D " << c.D
-                     << (c.causal ? " causal" : "") << " p " << c.p);
+      if (path != nullptr) ::setenv("MUMOE_ATTENTION", path, 1);
+      else ::unsetenv("MUMOE_ATTENTION");
+      INFO(dev.str() << " MUMOE_ATTENTION=" << (path ? path : "(unset)") << ": B " << c.B << " H " << c.H << " T "
+                     << c.Tq << " x " << c.Tk << " D " << c.D << (c.causal ? " causal" : "") << " p " << c.p);
       manual_seed(21);
       Tensor q = randn({c.B, c.H, c.Tq, c.D}, kFloat64), k = randn({c.B, c.H, c.Tk, c.D}, kFloat64),
              v = randn({c.B, c.H, c.Tk, c.D}, kFloat64);
@@ -268,6 +281,7 @@ TEST_CASE("attention in bfloat16: computed in float32 with a float32 lse, close 
       CHECK(rel_err(kb.grad().cpu().to(kFloat64), k64.grad()) <= 1e-2);
       CHECK(rel_err(vb.grad().cpu().to(kFloat64), v64.grad()) <= 1e-2);
     }
+  ::unsetenv("MUMOE_ATTENTION");
 }
 
 // ---------------------------------------------------------------- dropout

@@ -39,10 +39,13 @@
 namespace mu::cuda_kernels {
 
 #ifdef MUMOE_CUDNN
-// ops/cuda/attention_cudnn.cu: the forward through cuDNN when it supports the call (true),
-// else false and nothing done.
+// ops/cuda/attention_cudnn.cu: forward and backward through cuDNN when it supports the call
+// (true), else false and nothing done.
 bool attention_forward_cudnn(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
                              const kernels::AttentionParams& params);
+bool attention_backward_cudnn(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+                              const Tensor& grad_out, const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                              const kernels::AttentionParams& params);
 #endif
 
 namespace {
@@ -560,6 +563,9 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
 void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
                         const Tensor& grad_out, const Tensor& dq, const Tensor& dk, const Tensor& dv,
                         const kernels::AttentionParams& p) {
+#ifdef MUMOE_CUDNN
+  if (attention_backward_cudnn(q, k, v, out, lse, grad_out, dq, dk, dv, p)) return;  // bfloat16 without dropout
+#endif
   if (attention_backward_flash(q, k, v, out, lse, grad_out, dq, dk, dv, p)) return;  // bfloat16, D = 64
   if (attention_gemm_wanted(q, k, true)) return attention_backward_gemm(q, k, v, out, lse, grad_out, dq, dk, dv, p);
   cuda::dispatch_float_bf16(q.dtype(), "attention_backward", [&](auto tag) {

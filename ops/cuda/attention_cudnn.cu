@@ -1,21 +1,28 @@
-// The cuDNN path of the attention forward (ops/cuda/attention.cu calls it first and falls
-// back to its own tiled kernel when this returns false). Compiled only with MUMOE_CUDNN
-// defined and libcudnn linked; without it the file is empty.
+// The cuDNN path of attention, forward and backward (ops/cuda/attention.cu calls each first
+// and falls back to the framework's own kernels when it returns false). Compiled only with
+// MUMOE_CUDNN defined and libcudnn linked; without it the file is empty.
 //
-// It describes softmax(scale · Q Kᵀ, causal mask) V as a cuDNN 9 backend operation graph
-// (cudnn_graph.h, no frontend library): matmul -> scale -> [causal select] -> max ->
-// subtract -> exp -> sum -> (stats = max + log sum) -> divide -> matmul, the pattern cuDNN
-// fuses into one flash-attention engine. The graph is built once per shape and device and
-// its execution plan cached; a shape no engine supports is remembered as unsupported.
-// Only bfloat16 without dropout goes here: cuDNN's dropout draws its own mask, not the
-// counter-based one every backend of this framework shares (attention_dropout_bits). The
-// stats (float, one per query row) are the forward's lse, written straight into the
-// float32 lse tensor the op allocated. The backward stays the tiled kernel's.
+// Each direction is a cuDNN 9 backend operation graph (cudnn_graph.h, no frontend library)
+// in the pattern cuDNN fuses into one flash-attention engine:
+//   forward:  matmul -> scale -> [causal select] -> max -> subtract -> exp -> sum ->
+//             (stats = max + log sum) -> divide -> matmul
+//   backward: rowsum(dO * O) = Δ;  P = exp(scale · Q Kᵀ [masked] - stats);
+//             dV = Pᵀ dO;  dS = P * (dO Vᵀ - Δ) * scale;  dK = dSᵀ Q;  dQ = dS K
+// A graph is built once per shape, direction and device and its execution plan cached; a
+// shape no engine supports is remembered as unsupported. Only bfloat16 without dropout goes
+// here: cuDNN's dropout draws its own mask, not the counter-based one every backend of this
+// framework shares (attention_dropout_bits). The stats (float, one per query row) are the
+// forward's lse, written straight into the float32 lse tensor the op allocated, and read
+// back by the backward.
 #ifdef MUMOE_CUDNN
 #include <cudnn.h>
 
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -141,35 +148,110 @@ class GraphBuilder {
     ops.push_back(op);
   }
 
+  // y = x laid out anew: y's own dims, strides and dtype (a transpose is a reshape whose
+  // strides swap two dims; a bfloat16 y of a float x also rounds).
+  void reshape(cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t y) {
+    cudnnBackendDescriptor_t op = make(CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR);
+    set(op, CUDNN_ATTR_OPERATION_RESHAPE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x);
+    set(op, CUDNN_ATTR_OPERATION_RESHAPE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y);
+    finalize(op);
+    ops.push_back(op);
+  }
+
   std::vector<cudnnBackendDescriptor_t> ops;  // the graph's operations, in order
 };
 
-// Unique ids of the tensors passed at execution.
-enum Uid : int64_t { kQ = 1, kK, kV, kO, kStats, kScale, kNegInf, kFirstVirtual = 100 };
+// Unique ids of the tensors passed at execution (by-value scalars included).
+enum Uid : int64_t {
+  kQ = 1, kK, kV, kO, kStats, kScale, kNegInf,  // forward; the backward reads the same five
+  kGradO, kGradQ, kGradK, kGradV, kRowDot, kGradQAccum, kOne,
+  kFirstVirtual = 100
+};
 
-// A finalized execution plan and everything it refers to.
+// A finalized execution plan and everything it refers to. The backward also needs two
+// float32 scratch tensors of its own (Δ and the dQ accumulator), placed after cuDNN's
+// workspace in one allocation.
 struct Plan {
   GraphBuilder graph;
   Desc plan;
   int64_t workspace = 0;
+  int form = 0;            // which graph form an engine took (the backward tries two)
+  const char* what = "";   // that form in words, for MUMOE_CUDNN_LOG
 };
 
 struct Shape5 {
   int64_t B, H, Tq, Tk, D;
 };
 
-// The graph of the forward for this shape, or nullptr when cuDNN has no engine for it.
-std::unique_ptr<Plan> build(cudnnHandle_t handle, const Shape5& s, bool causal) {
+// Dense (B, H, T, D) strides, and those of the same tensor read with its last two dims
+// swapped (Kᵀ, Vᵀ: dims (B, H, D, T)).
+struct Layout {
+  int64_t dense[4], swapped[4];
+  Layout(int64_t H, int64_t T, int64_t D)
+      : dense{H * T * D, T * D, D, 1}, swapped{H * T * D, T * D, 1, D} {}
+};
+
+// Finalizes graph g's operations into an execution plan: the heuristic's engine
+// configurations, best first; the first that finalizes wins. nullptr when none does.
+std::unique_ptr<Plan> make_plan(std::unique_ptr<Plan> p, cudnnHandle_t handle) {
+  GraphBuilder& g = p->graph;
+  if (!g.ok) return nullptr;
+  cudnnBackendDescriptor_t graph = g.make(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
+  g.set(graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle);
+  g.set(graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, int64_t(g.ops.size()), g.ops.data());
+  g.finalize(graph);
+  cudnnBackendDescriptor_t heur = g.make(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
+  const cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
+  g.set(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph);
+  g.set(heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
+  g.finalize(heur);
+  if (!g.ok) return nullptr;  // no engine takes this graph
+
+  int64_t count = 0;
+  if (cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count,
+                               nullptr) != CUDNN_STATUS_SUCCESS || count <= 0)
+    return nullptr;
+  std::vector<cudnnBackendDescriptor_t> cfgs(static_cast<size_t>(count));
+  for (auto& c : cfgs) c = g.make(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
+  if (!g.ok) return nullptr;
+  int64_t got = 0;
+  if (cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &got,
+                               cfgs.data()) != CUDNN_STATUS_SUCCESS)
+    return nullptr;
+  for (int64_t i = 0; i < got; ++i) {
+    Desc plan(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
+    if (!plan) return nullptr;
+    if (cudnnBackendSetAttribute(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle) !=
+            CUDNN_STATUS_SUCCESS ||
+        cudnnBackendSetAttribute(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+                                 &cfgs[size_t(i)]) != CUDNN_STATUS_SUCCESS ||
+        cudnnBackendFinalize(plan.get()) != CUDNN_STATUS_SUCCESS)
+      continue;  // this engine does not support the graph after all
+    int64_t ws = 0, n = 0;
+    if (cudnnBackendGetAttribute(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &n, &ws) !=
+        CUDNN_STATUS_SUCCESS)
+      continue;
+    p->plan = std::move(plan);
+    p->workspace = ws;
+    return p;
+  }
+  return nullptr;
+}
+
+// The forward's graph for this shape, or nullptr when cuDNN has no engine for it.
+std::unique_ptr<Plan> build_forward(cudnnHandle_t handle, const Shape5& s, bool causal) {
   auto p = std::make_unique<Plan>();
+  p->what = "forward";
   GraphBuilder& g = p->graph;
   const int64_t B = s.B, H = s.H, Tq = s.Tq, Tk = s.Tk, D = s.D;
   int64_t next = kFirstVirtual;
   const cudnnDataType_t bf = CUDNN_DATA_BFLOAT16, f32 = CUDNN_DATA_FLOAT;
+  const Layout lq(H, Tq, D), lk(H, Tk, D);
   // Dense (B, H, T, D) operands; Kᵀ is k read with its last two dims swapped.
-  auto q = g.tensor(kQ, bf, {B, H, Tq, D}, {H * Tq * D, Tq * D, D, 1});
-  auto kt = g.tensor(kK, bf, {B, H, D, Tk}, {H * Tk * D, Tk * D, 1, D});
-  auto v = g.tensor(kV, bf, {B, H, Tk, D}, {H * Tk * D, Tk * D, D, 1});
-  auto o = g.tensor(kO, bf, {B, H, Tq, D}, {H * Tq * D, Tq * D, D, 1});
+  auto q = g.tensor(kQ, bf, {B, H, Tq, D}, lq.dense);
+  auto kt = g.tensor(kK, bf, {B, H, D, Tk}, lk.swapped);
+  auto v = g.tensor(kV, bf, {B, H, Tk, D}, lk.dense);
+  auto o = g.tensor(kO, bf, {B, H, Tq, D}, lq.dense);
   auto stats = g.tensor(kStats, f32, {B, H, Tq, 1}, {H * Tq, Tq, 1, 1});
   auto scale = g.tensor(kScale, f32, {1, 1, 1, 1}, {1, 1, 1, 1}, false, true);
   // Score-shaped and row-shaped intermediates, float, inside the fused kernel.
@@ -207,49 +289,91 @@ std::unique_ptr<Plan> build(cudnnHandle_t handle, const Shape5& s, bool causal) 
   auto probs = scores(CUDNN_DATA_BFLOAT16);
   g.pointwise(CUDNN_POINTWISE_DIV, e, sum, probs);
   g.matmul(probs, v, o);
-  if (!g.ok) return nullptr;
+  return make_plan(std::move(p), handle);
+}
 
-  cudnnBackendDescriptor_t graph = g.make(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
-  g.set(graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle);
-  g.set(graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, int64_t(g.ops.size()), g.ops.data());
-  g.finalize(graph);
-  cudnnBackendDescriptor_t heur = g.make(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
-  const cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
-  g.set(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph);
-  g.set(heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
-  g.finalize(heur);
-  if (!g.ok) return nullptr;  // no engine takes this graph
+// The backward's graph for this shape in one of two forms cuDNN releases have fused (the
+// engine matches the pattern, so which form a given library takes is found by trying):
+//   form 0: the causal mask after subtracting the stats, Δ a real float tensor;
+//   form 1: the mask right after scaling (as in the forward), Δ virtual.
+// Both accumulate dQ in a real float32 tensor (kGradQAccum) rounded into dQ at the end.
+std::unique_ptr<Plan> build_backward(cudnnHandle_t handle, const Shape5& s, bool causal, int form) {
+  auto p = std::make_unique<Plan>();
+  p->form = form;
+  p->what = form == 0 ? "backward, form 0 (mask after the stats, real row dots)" : "backward, form 1 (mask after the scale)";
+  GraphBuilder& g = p->graph;
+  const int64_t B = s.B, H = s.H, Tq = s.Tq, Tk = s.Tk, D = s.D;
+  int64_t next = kFirstVirtual;
+  const cudnnDataType_t bf = CUDNN_DATA_BFLOAT16, f32 = CUDNN_DATA_FLOAT;
+  const Layout lq(H, Tq, D), lk(H, Tk, D);
+  auto q = g.tensor(kQ, bf, {B, H, Tq, D}, lq.dense);
+  auto kt = g.tensor(kK, bf, {B, H, D, Tk}, lk.swapped);
+  auto vt = g.tensor(kV, bf, {B, H, D, Tk}, lk.swapped);
+  auto o = g.tensor(kO, bf, {B, H, Tq, D}, lq.dense);
+  auto dout = g.tensor(kGradO, bf, {B, H, Tq, D}, lq.dense);
+  auto stats = g.tensor(kStats, f32, {B, H, Tq, 1}, {H * Tq, Tq, 1, 1});
+  auto dq = g.tensor(kGradQ, bf, {B, H, Tq, D}, lq.dense);
+  auto dk = g.tensor(kGradK, bf, {B, H, Tk, D}, lk.dense);
+  auto dv = g.tensor(kGradV, bf, {B, H, Tk, D}, lk.dense);
+  auto dq_acc = g.tensor(kGradQAccum, f32, {B, H, Tq, D}, lq.dense);
+  auto scale = g.tensor(kScale, f32, {1, 1, 1, 1}, {1, 1, 1, 1}, false, true);
+  auto one = g.tensor(kOne, f32, {1, 1, 1, 1}, {1, 1, 1, 1}, false, true);
+  const int64_t sd[4] = {B, H, Tq, Tk}, ss[4] = {H * Tq * Tk, Tq * Tk, Tk, 1};
+  const int64_t td[4] = {B, H, Tk, Tq}, ts[4] = {H * Tq * Tk, Tq * Tk, 1, Tk};  // a score tensor transposed
+  const int64_t rd[4] = {B, H, Tq, 1}, rs[4] = {H * Tq, Tq, 1, 1};
+  auto scores = [&](cudnnDataType_t t = CUDNN_DATA_FLOAT) { return g.tensor(next++, t, sd, ss, true); };
+  auto rows = [&] { return g.tensor(next++, f32, rd, rs, true); };
+  auto mask = [&](cudnnBackendDescriptor_t x) {  // x where row >= column, else -inf
+    auto row = scores(CUDNN_DATA_INT32), col = scores(CUDNN_DATA_INT32), keep = scores(CUDNN_DATA_BOOLEAN);
+    g.pointwise(CUDNN_POINTWISE_GEN_INDEX, x, nullptr, row, nullptr, 2);
+    g.pointwise(CUDNN_POINTWISE_GEN_INDEX, x, nullptr, col, nullptr, 3);
+    g.pointwise(CUDNN_POINTWISE_CMP_GE, row, col, keep);
+    auto neg_inf = g.tensor(kNegInf, f32, {1, 1, 1, 1}, {1, 1, 1, 1}, false, true);
+    auto masked = scores();
+    g.pointwise(CUDNN_POINTWISE_BINARY_SELECT, x, neg_inf, masked, keep);
+    return masked;
+  };
 
-  // The heuristic's engine configurations, best first: the first that finalizes wins.
-  int64_t count = 0;
-  if (cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count,
-                               nullptr) != CUDNN_STATUS_SUCCESS || count <= 0)
-    return nullptr;
-  std::vector<cudnnBackendDescriptor_t> cfgs(static_cast<size_t>(count));
-  for (auto& c : cfgs) c = g.make(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
-  if (!g.ok) return nullptr;
-  int64_t got = 0;
-  if (cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &got,
-                               cfgs.data()) != CUDNN_STATUS_SUCCESS)
-    return nullptr;
-  for (int64_t i = 0; i < got; ++i) {
-    Desc plan(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
-    if (!plan) return nullptr;
-    if (cudnnBackendSetAttribute(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle) !=
-            CUDNN_STATUS_SUCCESS ||
-        cudnnBackendSetAttribute(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
-                                 &cfgs[size_t(i)]) != CUDNN_STATUS_SUCCESS ||
-        cudnnBackendFinalize(plan.get()) != CUDNN_STATUS_SUCCESS)
-      continue;  // this engine does not support the graph after all
-    int64_t ws = 0, n = 0;
-    if (cudnnBackendGetAttribute(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &n, &ws) !=
-        CUDNN_STATUS_SUCCESS)
-      continue;
-    p->plan = std::move(plan);
-    p->workspace = ws;
-    return p;
-  }
-  return nullptr;
+  // Δ_i = Σ_d dO_id O_id (times one: the slot where a dropout scale would go).
+  auto prod = g.tensor(next++, f32, {B, H, Tq, D}, lq.dense, true);
+  g.pointwise(CUDNN_POINTWISE_MUL, dout, o, prod);
+  auto dot = rows();
+  g.reduction(CUDNN_REDUCE_TENSOR_ADD, prod, dot);
+  auto delta = form == 0 ? g.tensor(kRowDot, f32, rd, rs) : rows();
+  g.pointwise(CUDNN_POINTWISE_MUL, dot, one, delta);
+
+  // P = exp(scale · Q Kᵀ - stats), masked.
+  auto s0 = scores(), s1 = scores();
+  g.matmul(q, kt, s0);
+  g.pointwise(CUDNN_POINTWISE_MUL, s0, scale, s1);
+  if (causal && form == 1) s1 = mask(s1);
+  auto s2 = scores();
+  g.pointwise(CUDNN_POINTWISE_SUB, s1, stats, s2);
+  if (causal && form == 0) s2 = mask(s2);
+  auto probs = scores();
+  g.pointwise(CUDNN_POINTWISE_EXP, s2, nullptr, probs);
+
+  // dV = Pᵀ dO, Pᵀ a bfloat16 transposed view (the matmul's operands share one type).
+  auto probs_t = g.tensor(next++, bf, td, ts, true);
+  g.reshape(probs, probs_t);
+  g.matmul(probs_t, dout, dv);
+
+  // dS = P * (dO Vᵀ - Δ) * scale.
+  auto dp = scores(), dp_centered = scores(), ds0 = scores(), ds = scores();
+  g.matmul(dout, vt, dp);
+  g.pointwise(CUDNN_POINTWISE_SUB, dp, delta, dp_centered);
+  g.pointwise(CUDNN_POINTWISE_MUL, dp_centered, probs, ds0);
+  g.pointwise(CUDNN_POINTWISE_MUL, ds0, scale, ds);
+
+  // dK = dSᵀ Q; dQ = dS K (K read back in its own layout), accumulated in float32.
+  auto ds_t = g.tensor(next++, bf, td, ts, true);
+  g.reshape(ds, ds_t);
+  g.matmul(ds_t, q, dk);
+  auto k_own = g.tensor(next++, f32, {B, H, Tk, D}, lk.dense, true);
+  g.reshape(kt, k_own);
+  g.matmul(ds, k_own, dq_acc);
+  g.pointwise(CUDNN_POINTWISE_IDENTITY, dq_acc, nullptr, dq);
+  return make_plan(std::move(p), handle);
 }
 
 // Per device: the cuDNN handle and the plans built so far (nullptr: unsupported shape).
@@ -257,7 +381,8 @@ struct DeviceState {
   std::mutex mu;
   cudnnHandle_t handle = nullptr;
   bool handle_failed = false;
-  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, bool>, std::unique_ptr<Plan>> plans;
+  // (B, H, Tq, Tk, D, causal, backward) -> plan
+  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, bool, bool>, std::unique_ptr<Plan>> plans;
 };
 
 DeviceState& state(int device) {
@@ -269,57 +394,146 @@ DeviceState& state(int device) {
   return *s;
 }
 
-}  // namespace
-
-// Runs the forward through cuDNN when it can (bfloat16, no dropout, D a multiple of 8 up
-// to 128, non-empty), returning true; false leaves everything to the tiled kernel.
-bool attention_forward_cudnn(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
-                             const kernels::AttentionParams& params) {
-  const Shape5 s{q.size(0), q.size(1), q.size(2), k.size(2), q.size(3)};
+// What both directions take: bfloat16 without dropout, D a multiple of 8 up to 128,
+// non-empty, and MUMOE_ATTENTION not naming one of the framework's own kernels.
+bool cudnn_takes(const Tensor& q, const Shape5& s, const kernels::AttentionParams& params) {
   if (q.dtype() != DType::BFloat16 || params.dropout_p > 0) return false;
   if (s.B * s.H == 0 || s.Tq == 0 || s.Tk == 0 || s.D == 0 || s.D % 8 != 0 || s.D > 128) return false;
-  const int dev = q.device().index;
+  const char* choice = std::getenv("MUMOE_ATTENTION");
+  return choice == nullptr || std::strcmp(choice, "cudnn") == 0;
+}
+
+// The device's handle on the current stream with st.mu held, or nullptr when cuDNN cannot
+// be used there (remembered: the framework's kernels from then on).
+cudnnHandle_t handle_on_stream(DeviceState& st, int dev, const char* op) {
   cudaStream_t stream = cuda::stream(dev);  // also makes dev current for cudnnCreate
-  DeviceState& st = state(dev);
-  std::lock_guard<std::mutex> lock(st.mu);  // one handle: one caller at a time
-  if (st.handle_failed) return false;
+  if (st.handle_failed) return nullptr;
   if (st.handle == nullptr && cudnnCreate(&st.handle) != CUDNN_STATUS_SUCCESS) {
     st.handle = nullptr;
-    st.handle_failed = true;  // no usable cuDNN (e.g. a library/driver mismatch): tiled kernel from now on
-    return false;
+    st.handle_failed = true;  // no usable cuDNN (e.g. a library/driver mismatch)
+    return nullptr;
   }
   const cudnnStatus_t ss = cudnnSetStream(st.handle, stream);
-  MU_CHECK(ss == CUDNN_STATUS_SUCCESS, "attention_forward (cuDNN): cudnnSetStream failed: ", cudnnGetErrorString(ss));
-  auto key = std::make_tuple(s.B, s.H, s.Tq, s.Tk, s.D, params.causal);
-  auto it = st.plans.find(key);
-  if (it == st.plans.end()) it = st.plans.emplace(key, build(st.handle, s, params.causal)).first;
-  const Plan* plan = it->second.get();
-  if (plan == nullptr) return false;
+  MU_CHECK(ss == CUDNN_STATUS_SUCCESS, op, " (cuDNN): cudnnSetStream failed: ", cudnnGetErrorString(ss));
+  return st.handle;
+}
 
-  // The stats (float, dense (B, H, Tq, 1)) are the lse tensor itself (float32 for
-  // bfloat16 inputs, ops/kernels/attention.h).
-  float* stats = static_cast<float*>(lse.raw_data());
-  cuda::Workspace ws(size_t(plan->workspace), dev);
-  void* cudnn_ws = ws.as<void>();
-  float scale = float(params.scale), neg_inf = -INFINITY;
-  // By-value tensors are passed as host pointers to their value.
-  int64_t uids[] = {kQ, kK, kV, kO, kStats, kScale, kNegInf};
-  void* ptrs[] = {q.raw_data(), k.raw_data(), v.raw_data(), out.raw_data(), stats, &scale, &neg_inf};
-  const int64_t n = params.causal ? 7 : 6;  // -inf is in the graph only when causal
+// MUMOE_CUDNN_LOG=1 prints which graph form each new shape got (or that none did).
+void log_plan(const char* op, const Shape5& s, const Plan* plan) {
+  const char* log = std::getenv("MUMOE_CUDNN_LOG");
+  if (log == nullptr || std::strcmp(log, "1") != 0) return;
+  std::fprintf(stderr, "[mumoe] %s (cuDNN) B %lld H %lld Tq %lld Tk %lld D %lld: %s\n", op, (long long)s.B,
+               (long long)s.H, (long long)s.Tq, (long long)s.Tk, (long long)s.D,
+               plan != nullptr ? plan->what : "no engine, the framework's kernel");
+}
+
+// Runs plan with the tensors named by uids (device pointers, or host pointers for the
+// by-value scalars) and workspace ws.
+void execute(cudnnHandle_t handle, const Plan& plan, const int64_t* uids, void* const* ptrs, int64_t n, void* ws,
+             const char* op, const Tensor& q, const Tensor& k) {
   Desc pack(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
-  MU_CHECK(bool(pack), "attention_forward (cuDNN): cannot create a variant pack");
+  MU_CHECK(bool(pack), op, " (cuDNN): cannot create a variant pack");
   auto chk = [&](cudnnStatus_t r, const char* what) {
-    MU_CHECK(r == CUDNN_STATUS_SUCCESS, "attention_forward (cuDNN): ", what, " failed: ", cudnnGetErrorString(r),
-             " (q ", shape_str(q.shape()), ", k ", shape_str(k.shape()), ")");
+    MU_CHECK(r == CUDNN_STATUS_SUCCESS, op, " (cuDNN): ", what, " failed: ", cudnnGetErrorString(r), " (q ",
+             shape_str(q.shape()), ", k ", shape_str(k.shape()), ")");
   };
   chk(cudnnBackendSetAttribute(pack.get(), CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, n, uids),
       "setting the unique ids");
   chk(cudnnBackendSetAttribute(pack.get(), CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, n, ptrs),
       "setting the data pointers");
-  chk(cudnnBackendSetAttribute(pack.get(), CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &cudnn_ws),
+  chk(cudnnBackendSetAttribute(pack.get(), CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ws),
       "setting the workspace");
   chk(cudnnBackendFinalize(pack.get()), "finalizing the variant pack");
-  chk(cudnnBackendExecute(st.handle, plan->plan.get(), pack.get()), "cudnnBackendExecute");
+  chk(cudnnBackendExecute(handle, plan.plan.get(), pack.get()), "cudnnBackendExecute");
+}
+
+// Bytes rounded up to a 256-byte boundary (each tensor carved out of one workspace starts on one).
+size_t round_up(int64_t bytes) { return (size_t(bytes) + 255) / 256 * 256; }
+
+}  // namespace
+
+// Runs the forward through cuDNN when it can (cudnn_takes), returning true; false leaves
+// everything to the framework's kernels.
+bool attention_forward_cudnn(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+                             const kernels::AttentionParams& params) {
+  const Shape5 s{q.size(0), q.size(1), q.size(2), k.size(2), q.size(3)};
+  if (!cudnn_takes(q, s, params)) return false;
+  const int dev = q.device().index;
+  DeviceState& st = state(dev);
+  std::lock_guard<std::mutex> lock(st.mu);  // one handle: one caller at a time
+  cudnnHandle_t handle = handle_on_stream(st, dev, "attention_forward");
+  if (handle == nullptr) return false;
+  auto key = std::make_tuple(s.B, s.H, s.Tq, s.Tk, s.D, params.causal, false);
+  auto it = st.plans.find(key);
+  if (it == st.plans.end()) {
+    it = st.plans.emplace(key, build_forward(handle, s, params.causal)).first;
+    log_plan("attention_forward", s, it->second.get());
+  }
+  const Plan* plan = it->second.get();
+  if (plan == nullptr) return false;
+
+  // The stats (float, dense (B, H, Tq, 1)) are the lse tensor itself (float32 for
+  // bfloat16 inputs, ops/kernels/attention.h).
+  cuda::Workspace ws(size_t(plan->workspace), dev);
+  float scale = float(params.scale), neg_inf = -INFINITY;
+  int64_t uids[] = {kQ, kK, kV, kO, kStats, kScale, kNegInf};
+  void* ptrs[] = {q.raw_data(), k.raw_data(), v.raw_data(), out.raw_data(), lse.raw_data(), &scale, &neg_inf};
+  const int64_t n = params.causal ? 7 : 6;  // -inf is in the graph only when causal
+  execute(handle, *plan, uids, ptrs, n, ws.as<void>(), "attention_forward", q, k);
+  return true;
+}
+
+// Runs the backward through cuDNN when it can, returning true; false leaves everything to
+// the framework's kernels. lse is the forward's (either path's: both are the log-sum-exp
+// of the scaled, masked scores), float32.
+bool attention_backward_cudnn(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+                              const Tensor& grad_out, const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                              const kernels::AttentionParams& params) {
+  const Shape5 s{q.size(0), q.size(1), q.size(2), k.size(2), q.size(3)};
+  if (!cudnn_takes(q, s, params) || lse.dtype() != DType::Float32) return false;
+  const int dev = q.device().index;
+  DeviceState& st = state(dev);
+  std::lock_guard<std::mutex> lock(st.mu);
+  cudnnHandle_t handle = handle_on_stream(st, dev, "attention_backward");
+  if (handle == nullptr) return false;
+  auto key = std::make_tuple(s.B, s.H, s.Tq, s.Tk, s.D, params.causal, true);
+  auto it = st.plans.find(key);
+  if (it == st.plans.end()) {
+    std::unique_ptr<Plan> built;
+    for (int form = 0; form < 2 && built == nullptr; ++form) built = build_backward(handle, s, params.causal, form);
+    it = st.plans.emplace(key, std::move(built)).first;
+    log_plan("attention_backward", s, it->second.get());
+  }
+  const Plan* plan = it->second.get();
+  if (plan == nullptr) return false;
+
+  // One allocation: cuDNN's workspace, then Δ (B·H·Tq floats), then the dQ accumulator
+  // (as q, float32), which starts at zero (older releases add into it).
+  const size_t ws_bytes = round_up(plan->workspace), delta_bytes = round_up(s.B * s.H * s.Tq * 4);
+  const size_t acc_bytes = size_t(q.numel()) * 4;
+  cuda::Workspace ws(ws_bytes + delta_bytes + acc_bytes, dev);
+  char* base = ws.as<char>();
+  void* delta = base + ws_bytes;
+  void* dq_acc = base + ws_bytes + delta_bytes;
+  MU_CUDA_CHECK(cudaMemsetAsync(dq_acc, 0, acc_bytes, cuda::stream(dev)));
+  float scale = float(params.scale), neg_inf = -INFINITY, one = 1.0f;
+  int64_t uids[] = {kQ, kK, kV, kO, kGradO, kStats, kGradQ, kGradK, kGradV, kGradQAccum, kScale, kOne, kRowDot, kNegInf};
+  void* ptrs[] = {q.raw_data(),  k.raw_data(),  v.raw_data(),  out.raw_data(), grad_out.raw_data(),
+                  lse.raw_data(), dq.raw_data(), dk.raw_data(), dv.raw_data(),  dq_acc,
+                  &scale,         &one,          delta,         &neg_inf};
+  // Δ is a real tensor only in form 0, -inf in the graph only when causal: the pack names
+  // exactly the graph's non-virtual tensors.
+  std::vector<int64_t> use_uids;
+  std::vector<void*> use_ptrs;
+  const bool real_delta = plan->form == 0;
+  for (size_t i = 0; i < std::size(uids); ++i) {
+    if (uids[i] == kRowDot && !real_delta) continue;
+    if (uids[i] == kNegInf && !params.causal) continue;
+    use_uids.push_back(uids[i]);
+    use_ptrs.push_back(ptrs[i]);
+  }
+  execute(handle, *plan, use_uids.data(), use_ptrs.data(), int64_t(use_uids.size()), base, "attention_backward", q,
+          k);
   return true;
 }
 
