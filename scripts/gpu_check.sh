@@ -79,12 +79,16 @@ if [[ $what == bench || $what == all ]]; then
   timeout "${FUSED_TIMEOUT:-90}" "$bin/experiments/bench_gpu_fused_mumoe" >"$out/bench_fused.txt" 2>&1
   echo "bench_gpu_fused_mumoe rc=$?"
   cat "$out/bench_fused.txt" >>"$out/bench.txt" && rm "$out/bench_fused.txt"
-  # Attention through the tiled kernels alone, beside the default choice above.
-  MUMOE_ATTENTION=tiled timeout 60 "$bin/experiments/bench_gpu_layers" --reps 20 --dtype fp32,bf16 2>&1 |
-    grep attention | sed 's/^/tiled: /' >>"$out/bench.txt"
-  # Why cuDNN does or does not take the bfloat16 forward: its own log of one call.
+  # Attention through each of the framework's own paths, beside the default choice above
+  # (float32: the tiled kernels' vector variant by default; bfloat16: cuDNN).
+  for path in gemm flash; do
+    MUMOE_ATTENTION=$path timeout 60 "$bin/experiments/bench_gpu_layers" --reps 20 --dtype fp32,bf16 \
+      --workload attention-b8-h12-t1024-fwd,attention-b8-h12-t1024-fwd-bwd 2>&1 |
+      grep attention | sed "s/^/$path: /" >>"$out/bench.txt"
+  done
+  # Why cuDNN does or does not take the bfloat16 graphs: its own log of one call.
   if [[ ${CUDNN_DIAG:-0} == 1 ]]; then
-    MUMOE_ATTENTION=tiled CUDNN_LOGLEVEL_DBG=3 CUDNN_LOGDEST_DBG=/tmp/cudnn.log timeout 60 \
+    CUDNN_LOGLEVEL_DBG=3 CUDNN_LOGDEST_DBG=/tmp/cudnn.log timeout 60 \
       "$bin/experiments/bench_gpu_layers" --reps 1 --warmup 0 --dtype bf16 >/dev/null 2>&1
     head -c 2000000 /tmp/cudnn.log >"$out/cudnn.log"
   fi
@@ -96,9 +100,9 @@ if [[ $what == bench || $what == all ]]; then
       --profile 1 >/dev/null 2>>"$out/profile.txt"
     head -45 "$out/profile.txt"
   fi
-  grep -v "^{" "$out/bench.txt" | grep -v "^tiled" | tail -18
-  grep "^tiled\|einsum_over_fused" "$out/bench.txt"
-  grep einsum_over_fused "$out/bench_fused.txt"
+  grep -v "^{\|^gemm\|^flash\|^\[mumoe\]" "$out/bench.txt" | tail -18
+  grep "^gemm\|^flash\|einsum_over_fused" "$out/bench.txt" | sed 's/"impl".*"median_ms"/.../'
+  grep "cuDNN" "$out/bench.txt" | sort | uniq -c
 fi
 
 if [[ $what == sparse ]]; then

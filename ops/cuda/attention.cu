@@ -12,6 +12,13 @@
 // type W (float for float32 and bfloat16, double for float64), with an odd row stride so
 // that the 8 threads reading 8 different rows at one d hit 8 different banks.
 //
+// The vector variant (V4: float math, D = 64) reads shared memory 16 bytes at a time: row
+// strides of D + 4 floats (rows 16 bytes apart modulo 128: 8 rows, 8 different bank
+// groups), dot products over d four at a time, and accumulator columns
+// d = 32 (c / 4) + 4 tx + c % 4, so that a thread's 4 consecutive columns are one vector.
+// It holds 64-query and 64-key tiles, 4 x 8 scores per thread: 12 vector loads feed 128
+// multiply-adds, where the scalar variant spends one load per two.
+//
 // Forward: one block per (b·h, tile of BQ queries). It walks the key tiles (BK keys, up
 // to the diagonal when causal), computes the scaled scores, keeps per query a running max
 // m and sum l of exp(s - m) (rescaling l and the output by exp(m_old - m_new) when the
@@ -122,6 +129,68 @@ __device__ __forceinline__ void tile_dot(const W* X, const W* Y, int D, int ld, 
   }
 }
 
+// The accumulator column c of thread tx: tx + 8c, or in the vector variant 32 (c / 4) +
+// 4 tx + c % 4 (D = 64, DC = 8).
+template <bool V4>
+__device__ __forceinline__ int acc_col(int c) {
+  const int tx = threadIdx.x % 8;
+  return V4 ? 32 * (c / 4) + 4 * tx + c % 4 : tx + 8 * c;
+}
+
+// tile_dot with 16-byte loads: D a multiple of 4, ld a multiple of 4, X and Y 16-byte aligned.
+template <int RA, int RB>
+__device__ __forceinline__ void tile_dot_v4(const float* X, const float* Y, int D, int ld, float (&acc)[RA][RB]) {
+  const int ty = threadIdx.x / 8, tx = threadIdx.x % 8;
+#pragma unroll
+  for (int a = 0; a < RA; ++a)
+#pragma unroll
+    for (int b = 0; b < RB; ++b) acc[a][b] = 0;
+  for (int d = 0; d < D; d += 4) {
+    float4 x[RA], y[RB];
+#pragma unroll
+    for (int a = 0; a < RA; ++a) x[a] = *reinterpret_cast<const float4*>(X + (ty + 16 * a) * ld + d);
+#pragma unroll
+    for (int b = 0; b < RB; ++b) y[b] = *reinterpret_cast<const float4*>(Y + (tx + 8 * b) * ld + d);
+#pragma unroll
+    for (int a = 0; a < RA; ++a)
+#pragma unroll
+      for (int b = 0; b < RB; ++b)
+        acc[a][b] += x[a].x * y[b].x + x[a].y * y[b].y + x[a].z * y[b].z + x[a].w * y[b].w;
+  }
+}
+
+// tile_acc with 16-byte loads, D = 64 (DC = 8, columns acc_col<true>): P rows are read
+// four entries at a time, so n is rounded up to 4; the entries past n up to the tile's
+// width must be zeros (every kernel here writes its P and dS tiles whole, unseen entries
+// 0, and zero-fills the padding rows of Z).
+template <int RA>
+__device__ __forceinline__ void tile_acc_v4(const float* P, int ldp, int n, const float* Z, int ldz,
+                                            float (&acc)[RA][8]) {
+  const int ty = threadIdx.x / 8, tx = threadIdx.x % 8;
+  for (int j = 0; j < n; j += 4) {
+    float4 p[RA];
+#pragma unroll
+    for (int a = 0; a < RA; ++a) p[a] = *reinterpret_cast<const float4*>(P + (ty + 16 * a) * ldp + j);
+#pragma unroll
+    for (int jj = 0; jj < 4; ++jj) {
+      const float4 z0 = *reinterpret_cast<const float4*>(Z + (j + jj) * ldz + 4 * tx);
+      const float4 z1 = *reinterpret_cast<const float4*>(Z + (j + jj) * ldz + 32 + 4 * tx);
+#pragma unroll
+      for (int a = 0; a < RA; ++a) {
+        const float pa = jj == 0 ? p[a].x : jj == 1 ? p[a].y : jj == 2 ? p[a].z : p[a].w;
+        acc[a][0] += pa * z0.x;
+        acc[a][1] += pa * z0.y;
+        acc[a][2] += pa * z0.z;
+        acc[a][3] += pa * z0.w;
+        acc[a][4] += pa * z1.x;
+        acc[a][5] += pa * z1.y;
+        acc[a][6] += pa * z1.z;
+        acc[a][7] += pa * z1.w;
+      }
+    }
+  }
+}
+
 // acc[a][c] += sum_{j < n} P[ty + 16a][j] · Z[j][tx + 8c], for columns tx + 8c < D; P has
 // row stride ldp, Z row stride ldz.
 template <class W, int RA, int DC>
@@ -143,15 +212,28 @@ __device__ __forceinline__ void tile_acc(const W* P, int ldp, int n, const W* Z,
   }
 }
 
+// The two products of every kernel, in the variant V4 names.
+template <bool V4, class W, int RA, int RB>
+__device__ __forceinline__ void dot_tiles(const W* X, const W* Y, int D, int ld, W (&acc)[RA][RB]) {
+  if constexpr (V4) tile_dot_v4(X, Y, D, ld, acc);
+  else tile_dot(X, Y, D, ld, acc);
+}
+template <bool V4, class W, int RA, int DC>
+__device__ __forceinline__ void acc_tiles(const W* P, int ldp, int n, const W* Z, int ldz, int D,
+                                          W (&acc)[RA][DC]) {
+  if constexpr (V4) tile_acc_v4(P, ldp, (n + 3) / 4 * 4, Z, ldz, acc);
+  else tile_acc(P, ldp, n, Z, ldz, D, acc);
+}
+
 // ---------------------------------------------------------------- forward
 
 // One block per (bh, query tile); tiles in reverse order, so that the long causal tiles
 // start first. Shared memory: Q (BQ rows, scaled), K and V (BK rows each), P (BQ x BK).
-template <class T, class W, int BQ, int BK, int DC>
+template <class T, class W, int BQ, int BK, int DC, bool V4>
 __global__ void __launch_bounds__(kThreads)
     forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ out,
                    lse_t<T>* __restrict__ lse, Geo<W> g) {
-  constexpr int RA = BQ / 16, RB = BK / 8, LDP = BK + 1;
+  constexpr int RA = BQ / 16, RB = BK / 8, LDP = V4 ? BK + 4 : BK + 1;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   W* Qs = reinterpret_cast<W*>(smem_raw);
   W* Ks = Qs + BQ * g.ld;
@@ -186,7 +268,7 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
 
     W s[RA][RB];
-    tile_dot(Qs, Ks, g.D, g.ld, s);
+    dot_tiles<V4>(Qs, Ks, g.D, g.ld, s);
 #pragma unroll
     for (int a = 0; a < RA; ++a) {
       const int64_t i = q0 + ty + 16 * a;
@@ -231,7 +313,7 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
     __syncthreads();  // P complete
-    tile_acc(Ps, LDP, kv, Vs, g.ld, g.D, o);
+    acc_tiles<V4>(Ps, LDP, kv, Vs, g.ld, g.D, o);
   }
 
   T* oh = out + bh * g.Tq * g.D;
@@ -243,7 +325,7 @@ __global__ void __launch_bounds__(kThreads)
     const W inv = l[a] > 0 ? W(1) / l[a] : W(0);
 #pragma unroll
     for (int c = 0; c < DC; ++c) {
-      const int d = tx + 8 * c;
+      const int d = acc_col<V4>(c);
       if (d < g.D) oh[(q0 + r) * g.D + d] = narrow<T>(o[a][c] * inv);
     }
     if (tx == 0) lse[bh * g.Tq + q0 + r] = lse_t<T>(l[a] > 0 ? m[a] + log_w(l[a]) : -inf);
@@ -279,11 +361,11 @@ __device__ __forceinline__ void grad_entry(const Geo<W>& g, int64_t bh, int64_t 
 // rows are keys, columns queries. Shared memory: K, V (BK rows), Q (scaled) and dO (BQ
 // rows), Pdᵀ and dSᵀ (BK x BQ), L and Di of the query tile. dK = scale dSᵀ Q is summed
 // against the scaled Q directly.
-template <class T, class W, int BK, int BQ, int DC>
+template <class T, class W, int BK, int BQ, int DC, bool V4>
 __global__ void __launch_bounds__(kThreads)
     dkdv_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, const T* __restrict__ dout,
                 const W* __restrict__ lw, const W* __restrict__ di, T* __restrict__ dk, T* __restrict__ dv, Geo<W> g) {
-  constexpr int RA = BK / 16, RB = BQ / 8, LDT = BQ + 1;
+  constexpr int RA = BK / 16, RB = BQ / 8, LDT = V4 ? BQ + 4 : BQ + 1;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   W* Ks = reinterpret_cast<W*>(smem_raw);
   W* Vs = Ks + BK * g.ld;
@@ -320,8 +402,8 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
 
     W st[RA][RB], dpt[RA][RB];
-    tile_dot(Ks, Qs, g.D, g.ld, st);   // scaled scores, keys down
-    tile_dot(Vs, dOs, g.D, g.ld, dpt); // dPᵀ = V dOᵀ
+    dot_tiles<V4>(Ks, Qs, g.D, g.ld, st);   // scaled scores, keys down
+    dot_tiles<V4>(Vs, dOs, g.D, g.ld, dpt); // dPᵀ = V dOᵀ
 #pragma unroll
     for (int a = 0; a < RA; ++a) {
       const int j = ty + 16 * a;
@@ -336,8 +418,8 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
     __syncthreads();  // Pdᵀ and dSᵀ complete
-    tile_acc(Pt, LDT, qv, dOs, g.ld, g.D, dva);  // dV += Pdᵀ dO
-    tile_acc(dSt, LDT, qv, Qs, g.ld, g.D, dka);  // dK += dSᵀ (scale Q)
+    acc_tiles<V4>(Pt, LDT, qv, dOs, g.ld, g.D, dva);  // dV += Pdᵀ dO
+    acc_tiles<V4>(dSt, LDT, qv, Qs, g.ld, g.D, dka);  // dK += dSᵀ (scale Q)
   }
 
   T* dkh = dk + bh * g.Tk * g.D;
@@ -348,7 +430,7 @@ __global__ void __launch_bounds__(kThreads)
     if (j >= kv) continue;
 #pragma unroll
     for (int c = 0; c < DC; ++c) {
-      const int d = tx + 8 * c;
+      const int d = acc_col<V4>(c);
       if (d < g.D) {
         dkh[(k0 + j) * g.D + d] = narrow<T>(dka[a][c]);
         dvh[(k0 + j) * g.D + d] = narrow<T>(dva[a][c]);
@@ -360,11 +442,11 @@ __global__ void __launch_bounds__(kThreads)
 // dQ of one query tile: one block per (bh, query tile of BQ queries), walking the key
 // tiles (up to the diagonal when causal). Shared memory: Q (scaled) and dO (BQ rows), K
 // and V (BK rows), dS (BQ x BK). dQ = scale dS K: K is unscaled, the scale comes last.
-template <class T, class W, int BQ, int BK, int DC>
+template <class T, class W, int BQ, int BK, int DC, bool V4>
 __global__ void __launch_bounds__(kThreads)
     dq_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, const T* __restrict__ dout,
               const W* __restrict__ lw, const W* __restrict__ di, T* __restrict__ dq, Geo<W> g) {
-  constexpr int RA = BQ / 16, RB = BK / 8, LDS = BK + 1;
+  constexpr int RA = BQ / 16, RB = BK / 8, LDS = V4 ? BK + 4 : BK + 1;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   W* Qs = reinterpret_cast<W*>(smem_raw);
   W* dOs = Qs + BQ * g.ld;
@@ -398,8 +480,8 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
 
     W s[RA][RB], dp[RA][RB];
-    tile_dot(Qs, Ks, g.D, g.ld, s);
-    tile_dot(dOs, Vs, g.D, g.ld, dp);
+    dot_tiles<V4>(Qs, Ks, g.D, g.ld, s);
+    dot_tiles<V4>(dOs, Vs, g.D, g.ld, dp);
 #pragma unroll
     for (int a = 0; a < RA; ++a) {
       const int i = ty + 16 * a;
@@ -413,7 +495,7 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
     __syncthreads();  // dS complete
-    tile_acc(dS, LDS, kv, Ks, g.ld, g.D, dqa);
+    acc_tiles<V4>(dS, LDS, kv, Ks, g.ld, g.D, dqa);
   }
 
   T* dqh = dq + bh * g.Tq * g.D;
@@ -423,7 +505,7 @@ __global__ void __launch_bounds__(kThreads)
     if (i >= qv) continue;
 #pragma unroll
     for (int c = 0; c < DC; ++c) {
-      const int d = tx + 8 * c;
+      const int d = acc_col<V4>(c);
       if (d < g.D) dqh[(q0 + i) * g.D + d] = narrow<T>(dqa[a][c] * g.scale);
     }
   }
@@ -486,30 +568,49 @@ void dispatch_dc(int D, Body&& body) {
   else body(std::integral_constant<int, 16>{});
 }
 
-template <class T>
-void forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
-                   const kernels::AttentionParams& p) {
+// The vector variant (V4) runs float32 tensors (float math, read without conversion) with
+// D = 64; forward_typed and backward_typed choose it.
+template <class T, bool V4>
+void forward_launch(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+                    const kernels::AttentionParams& p) {
   using W = wide_t<T>;
-  const Geo<W> g = make_geo<W>(q, k, p);
-  constexpr int BQ = kForwardBQ<W>;
+  Geo<W> g = make_geo<W>(q, k, p);
+  if (V4) g.ld = g.D + 4;  // 16-byte rows (see the top of the file)
+  constexpr int BQ = V4 ? 64 : kForwardBQ<W>, BK = V4 ? 64 : kBK, LDP = V4 ? BK + 4 : BK + 1;
   if (g.BH == 0 || g.Tq == 0) return;  // no query rows: nothing to write
   const int64_t blocks = g.BH * ((g.Tq + BQ - 1) / BQ);
   check_sizes(q, k, blocks, "attention_forward");
   // Q, K, V tiles and the P tile.
-  const size_t smem = (size_t(BQ + 2 * kBK) * g.ld + size_t(BQ) * (kBK + 1)) * sizeof(W);
-  dispatch_dc(g.D, [&](auto dc) {
-    launch(forward_kernel<T, W, BQ, kBK, decltype(dc)::value>, blocks, smem, q, "attention_forward",
+  const size_t smem = (size_t(BQ + 2 * BK) * g.ld + size_t(BQ) * LDP) * sizeof(W);
+  auto go = [&](auto dc) {
+    launch(forward_kernel<T, W, BQ, BK, decltype(dc)::value, V4>, blocks, smem, q, "attention_forward",
            static_cast<const T*>(q.raw_data()), static_cast<const T*>(k.raw_data()),
            static_cast<const T*>(v.raw_data()), static_cast<T*>(out.raw_data()), static_cast<lse_t<T>*>(lse.raw_data()), g);
-  });
+  };
+  if constexpr (V4) go(std::integral_constant<int, 8>{});
+  else dispatch_dc(g.D, go);
 }
 
 template <class T>
-void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
-                    const Tensor& grad_out, const Tensor& dq, const Tensor& dk, const Tensor& dv,
-                    const kernels::AttentionParams& p) {
+void forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+                   const kernels::AttentionParams& p) {
+  if constexpr (std::is_same_v<T, float>)
+    if (q.size(3) == 64) return forward_launch<T, true>(q, k, v, out, lse, p);
+  forward_launch<T, false>(q, k, v, out, lse, p);
+}
+
+template <class T, bool V4>
+void backward_launch(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+                     const Tensor& grad_out, const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                     const kernels::AttentionParams& p) {
   using W = wide_t<T>;
-  const Geo<W> g = make_geo<W>(q, k, p);
+  Geo<W> g = make_geo<W>(q, k, p);
+  if (V4) g.ld = g.D + 4;  // 16-byte rows (see the top of the file)
+  // dK, dV blocks hold BK keys and walk BQ queries at a time; dQ blocks the reverse (the
+  // vector variant: 64 rows owned, 32 walked; the scalar one 32 and 32).
+  constexpr int BK = V4 ? 64 : kBK, BQ = V4 ? 32 : kBQ;  // dkdv_kernel's
+  constexpr int QQ = V4 ? 64 : kBQ, QK = V4 ? 32 : kBK;  // dq_kernel's
+  constexpr int PAD = V4 ? 4 : 1;
   if (g.BH == 0 || g.D == 0) return;  // every gradient is empty
   cudaStream_t stream = cuda::stream(q);
   if (g.Tk == 0 || g.Tq == 0) {
@@ -519,7 +620,7 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
     MU_CUDA_CHECK(cudaMemsetAsync(dv.raw_data(), 0, size_t(dv.numel()) * sizeof(T), stream));
     return;
   }
-  const int64_t qblocks = g.BH * ((g.Tq + kBQ - 1) / kBQ), kblocks = g.BH * ((g.Tk + kBK - 1) / kBK);
+  const int64_t qblocks = g.BH * ((g.Tq + QQ - 1) / QQ), kblocks = g.BH * ((g.Tk + BK - 1) / BK);
   check_sizes(q, k, qblocks > kblocks ? qblocks : kblocks, "attention_backward");
 
   // Di and the widened lse, one value per query row.
@@ -537,17 +638,28 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
   const T* vd = static_cast<const T*>(v.raw_data());
   const T* gd = static_cast<const T*>(grad_out.raw_data());
   // K, V, Q, dO tiles, the two transposed score tiles, L and Di.
-  const size_t smem_kv = (size_t(kBK + kBK + kBQ + kBQ) * g.ld + 2 * size_t(kBK) * (kBQ + 1) + 2 * kBQ) * sizeof(W);
+  const size_t smem_kv = (size_t(BK + BK + BQ + BQ) * g.ld + 2 * size_t(BK) * (BQ + PAD) + 2 * BQ) * sizeof(W);
   // Q, dO, K, V tiles and the dS tile.
-  const size_t smem_q = (size_t(kBQ + kBQ + kBK + kBK) * g.ld + size_t(kBQ) * (kBK + 1)) * sizeof(W);
-  dispatch_dc(g.D, [&](auto dc) {
+  const size_t smem_q = (size_t(QQ + QQ + QK + QK) * g.ld + size_t(QQ) * (QK + PAD)) * sizeof(W);
+  auto go = [&](auto dc) {
     constexpr int DC = decltype(dc)::value;
-    launch(dkdv_kernel<T, W, kBK, kBQ, DC>, kblocks, smem_kv, q, "attention_backward (dk, dv)", qd, kd, vd, gd,
+    launch(dkdv_kernel<T, W, BK, BQ, DC, V4>, kblocks, smem_kv, q, "attention_backward (dk, dv)", qd, kd, vd, gd,
            static_cast<const W*>(lw), static_cast<const W*>(di), static_cast<T*>(dk.raw_data()),
            static_cast<T*>(dv.raw_data()), g);
-    launch(dq_kernel<T, W, kBQ, kBK, DC>, qblocks, smem_q, q, "attention_backward (dq)", qd, kd, vd, gd,
+    launch(dq_kernel<T, W, QQ, QK, DC, V4>, qblocks, smem_q, q, "attention_backward (dq)", qd, kd, vd, gd,
            static_cast<const W*>(lw), static_cast<const W*>(di), static_cast<T*>(dq.raw_data()), g);
-  });
+  };
+  if constexpr (V4) go(std::integral_constant<int, 8>{});
+  else dispatch_dc(g.D, go);
+}
+
+template <class T>
+void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+                    const Tensor& grad_out, const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                    const kernels::AttentionParams& p) {
+  if constexpr (std::is_same_v<T, float>)
+    if (q.size(3) == 64) return backward_launch<T, true>(q, k, v, out, lse, grad_out, dq, dk, dv, p);
+  backward_launch<T, false>(q, k, v, out, lse, grad_out, dq, dk, dv, p);
 }
 
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
