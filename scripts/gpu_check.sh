@@ -5,8 +5,10 @@
 # programs do not load there, from a build on the spot (CUDA toolkit, CMake, a compiler,
 # and the header dependencies carried in .gpu_deps/ from scripts/gpu_deps.sh).
 # Logs go to $OUT (default ./gpu_out); the end of the output is a short summary.
-#   bash scripts/gpu_check.sh [test|bench|sparse|gpt2|all]   (default all; sparse: the
-#   sparse-MoE scaling benchmark alone; gpt2: the bf16 comparison and a profiled step)
+#   bash scripts/gpu_check.sh [test|bench|sparse|gpt2|attention|all]   (default all; sparse:
+#   the sparse-MoE scaling benchmark alone; gpt2: the bf16 comparison and a profiled step;
+#   attention: each attention path of the framework beside PyTorch, and float32 GPT-2 with
+#   each float32 path)
 # Environment: SUITE_TIMEOUT (s, per test suite, default 240), TESTS_TIMEOUT (s, all
 # suites, default 600), JOBS (suites at once, default 6), BENCH_TIMEOUT (s, the whole
 # comparison with PyTorch, default 300), FUSED_TIMEOUT (s, default 90).
@@ -115,6 +117,39 @@ if [[ $what == sparse ]]; then
     2>"$out/sparse_profile.txt" >/dev/null
   cat "$out/sparse.txt"
   grep -A14 "kernel profile" "$out/sparse_profile.txt"
+fi
+
+if [[ $what == attention ]]; then
+  # One line per (path, workload, dtype): median ms of ours and torch's in the same run.
+  att=attention-b8-h12-t1024-fwd,attention-b8-h12-t1024-fwd-bwd
+  : >"$out/attention.txt"
+  timeout 60 python3 experiments/bench/torch_gpu.py layers --workload $att --dtype fp32,bf16 --reps 20 |
+    sed 's/^/torch: /' >>"$out/attention.txt"
+  for path in default tiled gemm; do
+    env $([[ $path != default ]] && echo MUMOE_ATTENTION=$path) timeout 60 "$bin/experiments/bench_gpu_layers" \
+      --workload $att --dtype fp32,bf16 --reps 20 2>&1 | sed "s/^/$path: /" >>"$out/attention.txt"
+  done
+  timeout 60 python3 experiments/bench/torch_gpu.py gpt2 --workload gpt2-124m --dtype fp32 --reps 5 |
+    sed 's/^/torch: /' >>"$out/attention.txt"
+  for path in default tiled; do
+    env $([[ $path != default ]] && echo MUMOE_ATTENTION=$path) timeout 60 "$bin/experiments/bench_gpu_gpt2" \
+      --workload gpt2-124m --dtype fp32 --reps 5 2>&1 | sed "s/^/$path: /" >>"$out/attention.txt"
+  done
+  # Where a float32 GPT-2 step goes, each side's kernel table (in $out/profile_fp32.txt).
+  timeout 60 "$bin/experiments/bench_gpu_gpt2" --workload gpt2-124m --dtype fp32 --reps 2 --warmup 2 --profile 1 \
+    >/dev/null 2>"$out/profile_fp32.txt"
+  timeout 60 python3 experiments/bench/torch_gpu.py gpt2 --workload gpt2-124m --dtype fp32 --reps 2 --warmup 2 \
+    --profile 1 >/dev/null 2>>"$out/profile_fp32.txt"
+  python3 - "$out/attention.txt" <<'PY'
+import json, sys
+for raw in open(sys.argv[1]):
+    who, _, rest = raw.partition(': ')
+    if rest.startswith('{'):
+        j = json.loads(rest)
+        print(f"{who:8s} {j['workload']:42s} {j['dtype']:5s} {j['median_ms']:9.3f} ms")
+    elif rest.strip():
+        print(raw.rstrip())
+PY
 fi
 
 if [[ $what == gpt2 ]]; then

@@ -12,12 +12,14 @@
 // type W (float for float32 and bfloat16, double for float64), with an odd row stride so
 // that the 8 threads reading 8 different rows at one d hit 8 different banks.
 //
-// The vector variant (V4: float math, D = 64) reads shared memory 16 bytes at a time: row
-// strides of D + 4 floats (rows 16 bytes apart modulo 128: 8 rows, 8 different bank
-// groups), dot products over d four at a time, and accumulator columns
+// The vector variant (V4: float32 tensors, D = 64, data on 16 bytes) loads its tiles from
+// global memory 16 bytes at a time with no index division, and reads shared memory 16
+// bytes at a time: row strides of D + 4 floats (rows 16 bytes apart modulo 128: 8 rows,
+// 8 different bank groups), dot products over d four at a time, and accumulator columns
 // d = 32 (c / 4) + 4 tx + c % 4, so that a thread's 4 consecutive columns are one vector.
-// It holds 64-query and 64-key tiles, 4 x 8 scores per thread: 12 vector loads feed 128
-// multiply-adds, where the scalar variant spends one load per two.
+// Its forward holds 64-query and 64-key tiles, 4 x 8 scores per thread: 12 vector loads
+// feed 128 multiply-adds, where the scalar variant spends one load per two. Its backward
+// keeps 64 rows and walks 32 at a time (64 and 64 measured slower: 2 blocks per SM).
 //
 // Forward: one block per (b·h, tile of BQ queries). It walks the key tiles (BK keys, up
 // to the diagonal when causal), computes the scaled scores, keeps per query a running max
@@ -34,6 +36,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
 #include <type_traits>
 
 #include "ops/cuda/attention_common.cuh"
@@ -106,6 +109,33 @@ __device__ void load_rows(W* dst, const T* src, int64_t row0, int valid, int row
     const int r = e / g.D, d = e - r * g.D;
     dst[r * g.ld + d] = r < valid ? W(widen(src[(row0 + r) * g.D + d])) * factor : W(0);
   }
+}
+
+// load_rows for the vector variant (float, D = 64, ld = 68, src 16-byte aligned): one
+// 16-byte load and store per 4 elements, no division (16 vectors per row).
+__device__ __forceinline__ void load_rows_v4(float* dst, const float* src, int64_t row0, int valid, int rows,
+                                             float factor) {
+  const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
+  for (int e = threadIdx.x; e < rows * 16; e += kThreads) {
+    const int r = e >> 4, d = (e & 15) * 4;
+    float4 x = zero;
+    if (r < valid) {
+      x = *reinterpret_cast<const float4*>(src + (row0 + r) * 64 + d);
+      x.x *= factor;
+      x.y *= factor;
+      x.z *= factor;
+      x.w *= factor;
+    }
+    *reinterpret_cast<float4*>(dst + r * 68 + d) = x;
+  }
+}
+
+// The tile load of the variant V4 names.
+template <bool V4, class T, class W>
+__device__ __forceinline__ void load_tile(W* dst, const T* src, int64_t row0, int valid, int rows, const Geo<W>& g,
+                                          W factor) {
+  if constexpr (V4) load_rows_v4(dst, src, row0, valid, rows, factor);
+  else load_rows(dst, src, row0, valid, rows, g, factor);
 }
 
 // acc[a][b] = X_row(ty + 16a) · Y_row(tx + 8b) over D, X and Y tiles with row stride ld.
@@ -247,7 +277,7 @@ __global__ void __launch_bounds__(kThreads)
   const int qv = int(g.Tq - q0 < BQ ? g.Tq - q0 : BQ);
   const T* kh = k + bh * g.Tk * g.D;
   const T* vh = v + bh * g.Tk * g.D;
-  load_rows(Qs, q + bh * g.Tq * g.D, q0, qv, BQ, g, g.scale);
+  load_tile<V4>(Qs, q + bh * g.Tq * g.D, q0, qv, BQ, g, g.scale);
 
   W m[RA], l[RA], o[RA][DC];
 #pragma unroll
@@ -263,8 +293,8 @@ __global__ void __launch_bounds__(kThreads)
   for (int64_t k0 = 0; k0 < kend; k0 += BK) {
     const int kv = int(kend - k0 < BK ? kend - k0 : BK);
     __syncthreads();  // the previous tile's K, V and P are no longer read
-    load_rows(Ks, kh, k0, kv, BK, g, W(1));
-    load_rows(Vs, vh, k0, kv, BK, g, W(1));
+    load_tile<V4>(Ks, kh, k0, kv, BK, g, W(1));
+    load_tile<V4>(Vs, vh, k0, kv, BK, g, W(1));
     __syncthreads();
 
     W s[RA][RB];
@@ -380,8 +410,8 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t nk = (g.Tk + BK - 1) / BK;
   const int64_t bh = int64_t(blockIdx.x) % g.BH, k0 = (nk - 1 - int64_t(blockIdx.x) / g.BH) * BK;
   const int kv = int(g.Tk - k0 < BK ? g.Tk - k0 : BK);
-  load_rows(Ks, k + bh * g.Tk * g.D, k0, kv, BK, g, W(1));
-  load_rows(Vs, v + bh * g.Tk * g.D, k0, kv, BK, g, W(1));
+  load_tile<V4>(Ks, k + bh * g.Tk * g.D, k0, kv, BK, g, W(1));
+  load_tile<V4>(Vs, v + bh * g.Tk * g.D, k0, kv, BK, g, W(1));
 
   W dka[RA][DC], dva[RA][DC];
 #pragma unroll
@@ -393,8 +423,8 @@ __global__ void __launch_bounds__(kThreads)
   for (int64_t q0 = g.causal ? k0 / BQ * BQ : 0; q0 < g.Tq; q0 += BQ) {
     const int qv = int(g.Tq - q0 < BQ ? g.Tq - q0 : BQ);
     __syncthreads();  // the previous query tile is no longer read
-    load_rows(Qs, q + bh * g.Tq * g.D, q0, qv, BQ, g, g.scale);
-    load_rows(dOs, dout + bh * g.Tq * g.D, q0, qv, BQ, g, W(1));
+    load_tile<V4>(Qs, q + bh * g.Tq * g.D, q0, qv, BQ, g, g.scale);
+    load_tile<V4>(dOs, dout + bh * g.Tq * g.D, q0, qv, BQ, g, W(1));
     for (int i = threadIdx.x; i < BQ; i += kThreads) {
       Ls[i] = i < qv ? lw[bh * g.Tq + q0 + i] : W(0);
       Dis[i] = i < qv ? di[bh * g.Tq + q0 + i] : W(0);
@@ -458,8 +488,8 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t nq = (g.Tq + BQ - 1) / BQ;
   const int64_t bh = int64_t(blockIdx.x) % g.BH, q0 = (nq - 1 - int64_t(blockIdx.x) / g.BH) * BQ;
   const int qv = int(g.Tq - q0 < BQ ? g.Tq - q0 : BQ);
-  load_rows(Qs, q + bh * g.Tq * g.D, q0, qv, BQ, g, g.scale);
-  load_rows(dOs, dout + bh * g.Tq * g.D, q0, qv, BQ, g, W(1));
+  load_tile<V4>(Qs, q + bh * g.Tq * g.D, q0, qv, BQ, g, g.scale);
+  load_tile<V4>(dOs, dout + bh * g.Tq * g.D, q0, qv, BQ, g, W(1));
   // Each thread's rows' L and Di, in registers (padding rows: never seen, values unused).
   W L[RA], Di[RA], dqa[RA][DC];
 #pragma unroll
@@ -475,8 +505,8 @@ __global__ void __launch_bounds__(kThreads)
   for (int64_t k0 = 0; k0 < kend; k0 += BK) {
     const int kv = int(kend - k0 < BK ? kend - k0 : BK);
     __syncthreads();  // the previous key tile and dS are no longer read
-    load_rows(Ks, k + bh * g.Tk * g.D, k0, kv, BK, g, W(1));
-    load_rows(Vs, v + bh * g.Tk * g.D, k0, kv, BK, g, W(1));
+    load_tile<V4>(Ks, k + bh * g.Tk * g.D, k0, kv, BK, g, W(1));
+    load_tile<V4>(Vs, v + bh * g.Tk * g.D, k0, kv, BK, g, W(1));
     __syncthreads();
 
     W s[RA][RB], dp[RA][RB];
@@ -569,7 +599,14 @@ void dispatch_dc(int D, Body&& body) {
 }
 
 // The vector variant (V4) runs float32 tensors (float math, read without conversion) with
-// D = 64; forward_typed and backward_typed choose it.
+// D = 64 whose data start on 16 bytes (a contiguous view at an odd offset does not);
+// forward_typed and backward_typed choose it.
+bool aligned16(std::initializer_list<const Tensor*> ts) {
+  for (const Tensor* t : ts)
+    if (reinterpret_cast<uintptr_t>(t->raw_data()) % 16 != 0) return false;
+  return true;
+}
+
 template <class T, bool V4>
 void forward_launch(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
                     const kernels::AttentionParams& p) {
@@ -595,7 +632,7 @@ template <class T>
 void forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
                    const kernels::AttentionParams& p) {
   if constexpr (std::is_same_v<T, float>)
-    if (q.size(3) == 64) return forward_launch<T, true>(q, k, v, out, lse, p);
+    if (q.size(3) == 64 && aligned16({&q, &k, &v})) return forward_launch<T, true>(q, k, v, out, lse, p);
   forward_launch<T, false>(q, k, v, out, lse, p);
 }
 
@@ -658,7 +695,8 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
                     const Tensor& grad_out, const Tensor& dq, const Tensor& dk, const Tensor& dv,
                     const kernels::AttentionParams& p) {
   if constexpr (std::is_same_v<T, float>)
-    if (q.size(3) == 64) return backward_launch<T, true>(q, k, v, out, lse, grad_out, dq, dk, dv, p);
+    if (q.size(3) == 64 && aligned16({&q, &k, &v, &grad_out}))
+      return backward_launch<T, true>(q, k, v, out, lse, grad_out, dq, dk, dv, p);
   backward_launch<T, false>(q, k, v, out, lse, grad_out, dq, dk, dv, p);
 }
 

@@ -246,14 +246,14 @@ bool attention_gemm_wanted(const Tensor& q, const Tensor& k, bool backward) {
   if (double(Tq) * double(Tk) * double(2 * sizeof(float) + sizeof(float)) > double(kWorkspaceCap)) return false;
   // MUMOE_ATTENTION=tiled or =gemm picks a path for every call it can take (benchmarks,
   // tests of both); unset or anything else: the cuBLAS path from 128 x 128 scores on,
-  // except the float32 forward, where the tiled kernel was faster (H100, B 8, H 12,
-  // T 1024, D 64: 0.71 ms tiled (its vector variant), 1.10 ms cuBLAS; float32 GEMMs do not
-  // use the matrix units). The float32 backward stays here: 2.45 ms against the tiled
-  // kernels' 2.59 ms in the same run.
+  // except the float32 forward, where the tiled kernel is faster (float32 GEMMs do not use
+  // the matrix units), and the float32 backward at D = 64, where the tiled kernels' vector
+  // variant is (H100, B 8, H 12, T 1024, D 64, causal: forward 0.49 ms tiled, 1.12 cuBLAS;
+  // backward 2.02 ms tiled, 2.44 cuBLAS; one run).
   const char* choice = std::getenv("MUMOE_ATTENTION");
   if (choice != nullptr && std::strcmp(choice, "tiled") == 0) return false;
   if (choice != nullptr && std::strcmp(choice, "gemm") == 0) return true;
-  if (!backward && q.dtype() == DType::Float32) return false;
+  if (q.dtype() == DType::Float32 && (!backward || D == 64)) return false;
   return Tq >= 128 && Tk >= 128;
 }
 
