@@ -11,6 +11,8 @@
 // This header is compiled by g++ (C++20) and nvcc (C++17): keep it C++17.
 #pragma once
 #include <cstddef>
+#include <string>
+#include <type_traits>
 #include <utility>
 
 #include "ops/profile.h"
@@ -46,12 +48,27 @@ class KernelTable<R(Args...)> {
     if (f == nullptr) missing(device);
     if (profile::detail::active) {  // the kernel profiler (ops/profile.h) marks this call
       profile::detail::Span span(name_, device);
+      if (profile::detail::by_shape) span.set_detail(describe_tensors(args...));
       return f(std::forward<A>(args)...);
     }
     return f(std::forward<A>(args)...);
   }
 
  private:
+  // The dtypes and shapes of the call's first two tensor arguments (the profiler's
+  // by-shape rows; for most kernels the output, then the first input).
+  template <class... A>
+  static std::string describe_tensors(const A&... args) {
+    std::string s;
+    int n = 0;
+    auto one = [&](const auto& a) {
+      if constexpr (std::is_same_v<std::decay_t<decltype(a)>, Tensor>)
+        if (n++ < 2) s += (s.empty() ? "" : ", ") + profile::detail::describe(a);
+    };
+    (one(args), ...);
+    return s;
+  }
+
   [[noreturn]] void missing(Device device) const {
     MU_FAIL(name_, ": no ", device_type_name(device.type), " kernel for this op (tensor on ", device.str(), ")",
             device.is_cuda() ? "; move the tensors to the CPU with .cpu()" : "");

@@ -13,20 +13,26 @@
 #include <utility>
 
 #include "tensor/cuda.h"
+#include "tensor/tensor.h"
 
 namespace mu::profile {
 
 namespace detail {
 bool active = false;
-}
+bool by_shape = false;
+
+std::string describe(const Tensor& t) { return std::string(dtype_name(t.dtype())) + shape_str(t.shape()); }
+}  // namespace detail
 
 namespace {
 
 // MUMOE_PROFILE=1: on from the start, the table printed at exit.
 const bool g_from_env = [] {
   const char* v = std::getenv("MUMOE_PROFILE");
-  const bool on = v != nullptr && std::strcmp(v, "1") == 0;
+  const bool shapes = v != nullptr && std::strcmp(v, "shapes") == 0;
+  const bool on = v != nullptr && (std::strcmp(v, "1") == 0 || shapes);
   if (on) detail::active = true;
+  if (shapes) detail::by_shape = true;
   return on;
 }();
 
@@ -68,6 +74,7 @@ namespace {
 // time is read only at report() (reading it earlier would wait for the device).
 struct Record {
   const char* kernel;
+  std::string detail;   // by shape: the call's signature (else empty)
   DeviceType device;
   double ms;            // CPU
   void* start_event;    // CUDA
@@ -103,7 +110,7 @@ Span::Span(const char* kernel, Device device) : kernel_(kernel), device_(device)
 }
 
 Span::~Span() {
-  Record r{kernel_, device_.type, 0, nullptr, nullptr};
+  Record r{kernel_, std::move(detail_), device_.type, 0, nullptr, nullptr};
   if (device_.is_cuda()) {
     r.start_event = start_event_;
     try {
@@ -126,8 +133,9 @@ Scope::Scope(const char* name, Device device) {
 }
 Scope::~Scope() { delete span_; }
 
-void enable() {
+void enable(Detail d) {
   reset();
+  detail::by_shape = d == Detail::Shapes;
   detail::active = true;
 }
 void disable() { detail::active = false; }
@@ -146,8 +154,9 @@ std::vector<KernelTime> report() {
   }
   std::map<std::pair<std::string, DeviceType>, KernelTime> sums;
   for (const Record& r : rs) {
-    KernelTime& k = sums[{r.kernel, r.device}];
-    k.kernel = r.kernel;
+    const std::string name = r.detail.empty() ? std::string(r.kernel) : std::string(r.kernel) + "  " + r.detail;
+    KernelTime& k = sums[{name, r.device}];
+    k.kernel = name;
     k.device = r.device == DeviceType::CUDA ? "CUDA" : "CPU";
     k.calls += 1;
     k.total_ms += r.device == DeviceType::CUDA ? double(cuda::event_elapsed_ms(r.start_event, r.end_event)) : r.ms;
@@ -163,18 +172,21 @@ std::string table() {
   const std::vector<KernelTime> ks = report();
   double total = 0;
   for (const KernelTime& k : ks) total += k.total_ms;
+  // The name column fits the longest name (by-shape names run long), at least 32 wide.
+  int w = 32;
+  for (const KernelTime& k : ks) w = std::max(w, int(k.kernel.size()));
   std::string s;
-  char line[256];
-  std::snprintf(line, sizeof line, "%-32s %-5s %8s %11s %7s %11s\n", "kernel", "dev", "calls", "total ms", "share",
+  char line[512];
+  std::snprintf(line, sizeof line, "%-*s %-5s %8s %11s %7s %11s\n", w, "kernel", "dev", "calls", "total ms", "share",
                 "mean us");
   s += line;
   for (const KernelTime& k : ks) {
-    std::snprintf(line, sizeof line, "%-32s %-5s %8lld %11.3f %6.1f%% %11.2f\n", k.kernel.c_str(), k.device.c_str(),
-                  (long long)k.calls, k.total_ms, total > 0 ? 100 * k.total_ms / total : 0.0,
-                  1e3 * k.total_ms / double(k.calls));
+    s += k.kernel + std::string(size_t(w) - k.kernel.size(), ' ');
+    std::snprintf(line, sizeof line, " %-5s %8lld %11.3f %6.1f%% %11.2f\n", k.device.c_str(), (long long)k.calls,
+                  k.total_ms, total > 0 ? 100 * k.total_ms / total : 0.0, 1e3 * k.total_ms / double(k.calls));
     s += line;
   }
-  std::snprintf(line, sizeof line, "%-32s %-5s %8s %11.3f\n", "all kernels", "", "", total);
+  std::snprintf(line, sizeof line, "%-*s %-5s %8s %11.3f\n", w, "all kernels", "", "", total);
   s += line;
   return s;
 }

@@ -12,19 +12,33 @@
 // too. Off, the cost is one load and branch per kernel call.
 //
 // Any program: MUMOE_PROFILE=1 in the environment turns the profiler on when the library
-// loads and prints the table of the whole run on stderr when the program exits.
+// loads and prints the table of the whole run on stderr when the program exits;
+// MUMOE_PROFILE=shapes does the same by shape.
+//
+// By shape (enable(Detail::Shapes)), each row is one kernel called on one signature: the
+// dtypes and shapes of its first two tensor arguments (for most kernels the output, then
+// the first input), e.g. "copy  bfloat16[8192, 768], float32[8192, 768]": where the
+// time of a kernel called from many places goes. It formats two shapes per call.
 //
 // Compiled by g++ (C++20) and nvcc (C++17): keep it C++17.
 #pragma once
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tensor/device.h"
 
+namespace mu {
+class Tensor;
+}
+
 namespace mu::profile {
 
-void enable();
+// One row per kernel, or per kernel and argument signature (see the top of the file).
+enum class Detail { Kernels, Shapes };
+
+void enable(Detail detail = Detail::Kernels);
 void disable();
 bool enabled();
 
@@ -66,6 +80,9 @@ class Scope {
 namespace detail {
 // Read by every kernel table call; written by enable()/disable().
 extern bool active;
+extern bool by_shape;
+// "dtype[shape]" of a tensor, for the by-shape rows.
+std::string describe(const Tensor& t);
 // Marks one kernel call while the profiler is on (ops/dispatch.h).
 class Span {
  public:
@@ -73,9 +90,12 @@ class Span {
   ~Span();
   Span(const Span&) = delete;
   Span& operator=(const Span&) = delete;
+  // Appended to the kernel's name in the report (the by-shape rows).
+  void set_detail(std::string detail) { detail_ = std::move(detail); }
 
  private:
   const char* kernel_;
+  std::string detail_;
   Device device_;
   void* start_event_ = nullptr;  // CUDA
   int64_t start_ns_ = 0;         // CPU

@@ -43,6 +43,36 @@ TEST_CASE("the profiler counts each kernel call while enabled, on every device")
   }
 }
 
+TEST_CASE("by shape, each signature of a kernel is its own row") {
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    Tensor a = on(randn({6, 4}), dev), b = on(randn({4, 5}), dev), c = on(randn({4, 7}), dev);
+    profile::enable(profile::Detail::Shapes);
+    (void)matmul(a, b);
+    (void)matmul(a, b);
+    (void)matmul(a, c);
+    Tensor h = a.to(kFloat64);
+    const std::vector<profile::KernelTime> ks = profile::report();
+    profile::disable();
+    // matmul(out, a, b): the output's signature, then the first operand's.
+    const profile::KernelTime* ab = find(ks, "matmul  float32[6, 5], float32[6, 4]");
+    const profile::KernelTime* ac = find(ks, "matmul  float32[6, 7], float32[6, 4]");
+    REQUIRE(ab != nullptr);
+    REQUIRE(ac != nullptr);
+    CHECK(ab->calls == 2);
+    CHECK(ac->calls == 1);
+    CHECK(find(ks, "copy  float64[6, 4], float32[6, 4]") != nullptr);  // copy(dst, src)
+    CHECK(find(ks, "matmul") == nullptr);
+    // Enabled again without the detail: plain kernel names.
+    profile::enable();
+    (void)matmul(a, b);
+    const std::vector<profile::KernelTime> plain = profile::report();
+    profile::disable();
+    CHECK(find(plain, "matmul") != nullptr);
+    CHECK(h.dtype() == kFloat64);
+  }
+}
+
 TEST_CASE("a Scope times a named region beside the kernels it runs; none while disabled") {
   for (Device dev : test_devices()) {
     INFO(dev.str());

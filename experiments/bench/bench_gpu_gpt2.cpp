@@ -21,10 +21,11 @@
 //
 //   bench_gpu_gpt2 [--workload gpt2-124m,gpt2-124m-cpmumoe] [--dtype bf16|fp32|bf16,fp32]
 //                  [--tf32 0] [--batch 8] [--seq 1024] [--peak-tflops 0] [--reps 10] [--warmup 3]
-//                  [--device cuda] [--profile 0]
+//                  [--device cuda] [--profile 0|1|shapes]
 //
 // --profile 1: after the timed steps, one more step under the kernel profiler
-// (ops/profile.h), its per-kernel table on stderr (stdout keeps the JSON lines).
+// (ops/profile.h), its per-kernel table on stderr (stdout keeps the JSON lines);
+// --profile shapes: the same, one row per kernel and argument signature.
 // Without a CUDA device it says so on stderr and exits with status 3. --device cpu runs the
 // same steps on the CPU, to check the program where there is no GPU (not a benchmark).
 #include <cstdio>
@@ -72,7 +73,8 @@ int main(int argc, char** argv) {
   opt.parse(argc, argv);
   const Device dev = bench::parse_device(prog, opt.str("device"));
   const bool tf32 = bench::parse_flag(prog, "tf32", opt.str("tf32"));
-  const bool profile = bench::parse_flag(prog, "profile", opt.str("profile"));
+  const bool by_shape = opt.str("profile") == "shapes";
+  const bool profile = by_shape || bench::parse_flag(prog, "profile", opt.str("profile"));
   const double peak_override = std::strtod(opt.str("peak-tflops").c_str(), nullptr);
   cuda::set_allow_tf32(tf32);
   const int64_t B = opt.integer("batch"), T = opt.integer("seq");
@@ -114,7 +116,7 @@ int main(int argc, char** argv) {
       };
       const bench::Timing t = bench::time_it(step, opt.reps, opt.warmup);
       if (profile) {
-        profile::enable();
+        profile::enable(by_shape ? profile::Detail::Shapes : profile::Detail::Kernels);
         step();
         std::fprintf(stderr, "kernel profile of one step of %s-%s:\n%s\n", name.c_str(), dtype.c_str(),
                      profile::table().c_str());
