@@ -5,10 +5,10 @@
 # programs do not load there, from a build on the spot (CUDA toolkit, CMake, a compiler,
 # and the header dependencies carried in .gpu_deps/ from scripts/gpu_deps.sh).
 # Logs go to $OUT (default ./gpu_out); the end of the output is a short summary.
-#   bash scripts/gpu_check.sh [test|bench|sparse|gpt2|attention|all]   (default all; sparse:
+#   bash scripts/gpu_check.sh [test|bench|sparse|gpt2|attention|shapes|all]   (default all; sparse:
 #   the sparse-MoE scaling benchmark alone; gpt2: the bf16 comparison and a profiled step;
 #   attention: each attention path of the framework beside PyTorch, and float32 GPT-2 with
-#   each float32 path)
+#   each float32 path; shapes: one bf16 GPT-2 step's kernel table by argument signature)
 # Environment: SUITE_TIMEOUT (s, per test suite, default 240), TESTS_TIMEOUT (s, all
 # suites, default 600), JOBS (suites at once, default 6), BENCH_TIMEOUT (s, the whole
 # comparison with PyTorch, default 300), FUSED_TIMEOUT (s, default 90).
@@ -150,6 +150,13 @@ for raw in open(sys.argv[1]):
     elif rest.strip():
         print(raw.rstrip())
 PY
+fi
+
+if [[ $what == shapes ]]; then
+  timeout 90 "$bin/experiments/bench_gpu_gpt2" --workload gpt2-124m --dtype bf16 --reps 1 --warmup 2 \
+    --profile shapes >/dev/null 2>"$out/profile_shapes.txt"
+  echo "bench_gpu_gpt2 rc=$?"
+  head -60 "$out/profile_shapes.txt" | cut -c1-150
 fi
 
 if [[ $what == gpt2 ]]; then
