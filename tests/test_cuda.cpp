@@ -105,6 +105,32 @@ TEST_CASE("copies on the device: strided, broadcast and converting, equal to the
   Tensor want = zeros({4, 6});
   want.t().copy_(arange(0, 4, 1, TensorOptions(kFloat32)));
   CHECK(dst.cpu().to_vector<float>() == want.to_vector<float>());
+  // Copies whose innermost dim is dense on both sides move 16-byte packs: transposed heads
+  // (bfloat16, float32, a converting one), a column block of a wider destination (as a
+  // cat writes it), and the cases that must stay one element at a time (a source one
+  // element off its 16-byte alignment, an inner size no pack divides).
+  Tensor heads = randn({2, 5, 3, 64}, kFloat32);
+  for (DType t : {kBFloat16, kFloat32}) {
+    INFO("heads " << dtype_name(t));
+    Tensor h = heads.to(t);
+    Tensor on_gpu = h.to(Device::cuda()).permute({0, 2, 1, 3}).contiguous().cpu();
+    CHECK(on_gpu.to(kFloat64).to_vector<double>() == h.permute({0, 2, 1, 3}).contiguous().to(kFloat64).to_vector<double>());
+  }
+  Tensor conv = heads.to(Device::cuda()).permute({0, 2, 1, 3}).to(kBFloat16).cpu();
+  CHECK(conv.to(kFloat64).to_vector<double>() == heads.permute({0, 2, 1, 3}).to(kBFloat16).to(kFloat64).to_vector<double>());
+  Tensor wide = zeros({4, 24}, TensorOptions(kBFloat16).device(Device::cuda()));
+  Tensor block = randn({4, 8}).to(kBFloat16);
+  wide.narrow(1, 8, 8).copy_(block.to(Device::cuda()));
+  Tensor wide_want = zeros({4, 24}, TensorOptions(kBFloat16));
+  wide_want.narrow(1, 8, 8).copy_(block);
+  CHECK(wide.cpu().to(kFloat64).to_vector<double>() == wide_want.to(kFloat64).to_vector<double>());
+  Tensor flat = randn({2 * 3 * 64 + 1});
+  auto shifted = [](const Tensor& t) { return t.narrow(0, 1, 2 * 3 * 64).view({2, 3, 64}).permute({1, 0, 2}); };
+  CHECK(shifted(flat.to(Device::cuda())).contiguous().cpu().to_vector<float>() ==
+        shifted(flat).contiguous().to_vector<float>());
+  Tensor odd = randn({4, 5, 6});
+  CHECK(odd.to(Device::cuda()).permute({1, 0, 2}).contiguous().cpu().to_vector<float>() ==
+        odd.permute({1, 0, 2}).contiguous().to_vector<float>());
   // fill_ through a strided view
   Tensor f = zeros({5, 8}, Device::cuda());
   f.narrow(1, 2, 3).fill_(7.5);

@@ -1,8 +1,9 @@
 // CUDA kernels of copies and fills (declared in ops/kernels/copy.h; the CPU twin is
 // ops/cpu/copy.cpp). A same-dtype copy of one dense tensor into another is one
 // device-to-device memcpy on the stream; every other copy (strided, broadcast, or
-// converting between any two dtypes) is one thread per destination element in a
-// grid-stride loop.
+// converting between any two dtypes) is one thread per destination element, or per
+// 16-byte pack of elements where both operands' innermost dim is dense, in a grid-stride
+// loop.
 #include <cstdint>
 #include <cstring>
 
@@ -53,6 +54,41 @@ __global__ void copy_strided(TO* dst, const FROM* src, Strided<2> g, int64_t n) 
   }
 }
 
+// copy_strided over packs of kVec elements: the innermost dim of both operands is dense
+// and every pack starts on 16 bytes (see vector_space), so each thread finds one pack's
+// offsets and moves kVec elements with 16-byte accesses. A transposing copy of attention
+// heads ((B, H, T, D) <-> (B, T, H, D), D = 64) walks 128-byte rows this way, where one
+// element per thread spends its time on index arithmetic.
+template <class TO, class FROM, int kVec>
+__global__ void copy_strided_vectorized(Pack<TO, kVec>* dst, const Pack<FROM, kVec>* src, Strided<2> g, int64_t n) {
+  const int64_t step = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += step) {
+    int64_t off[2];
+    g.offsets(i, off);
+    const Pack<FROM, kVec> a = src[off[1]];
+    Pack<TO, kVec> r;
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) r.v[k] = convert<TO>(a.v[k]);
+    dst[off[0]] = r;
+  }
+}
+
+// The iteration space g in packs of v elements, when it can be: the innermost dim dense
+// in both operands with a size divisible by v, and every outer stride divisible by v (the
+// pointers' 16-byte alignment is the caller's check). False leaves g as it is.
+static bool vector_space(Strided<2>& g, int v) {
+  const int in = g.nd - 1;
+  if (g.nd == 0 || g.strides[0][in] != 1 || g.strides[1][in] != 1 || g.sizes[in] % v != 0) return false;
+  for (int d = 0; d < in; ++d)
+    for (int k = 0; k < 2; ++k)
+      if (g.strides[k][d] % v != 0) return false;
+  g.sizes[in] /= v;
+  for (int d = 0; d < in; ++d)
+    for (int k = 0; k < 2; ++k) g.strides[k][d] /= v;
+  g.prepare();
+  return true;
+}
+
 static void copy(const Tensor& dst, const Tensor& src) {
   const int64_t n = dst.numel();
   if (n == 0) return;
@@ -78,7 +114,14 @@ static void copy(const Tensor& dst, const Tensor& src) {
         copy_dense<TO, FROM><<<grid, threads, 0, s>>>(d, p, n);
       } else {
         const Tensor* ops[2] = {&dst, &src};
-        copy_strided<TO, FROM><<<grid, threads, 0, s>>>(d, p, strided<2>(dst.shape(), ops, "copy"), n);
+        Strided<2> g = strided<2>(dst.shape(), ops, "copy");
+        if (kVec > 1 && aligned16(d) && aligned16(p) && vector_space(g, kVec)) {
+          const int64_t packs = n / kVec;
+          copy_strided_vectorized<TO, FROM, kVec><<<grid_for(packs, threads), threads, 0, s>>>(
+              reinterpret_cast<Pack<TO, kVec>*>(d), reinterpret_cast<const Pack<FROM, kVec>*>(p), g, packs);
+        } else {
+          copy_strided<TO, FROM><<<grid, threads, 0, s>>>(d, p, g, n);
+        }
       }
       MU_CUDA_CHECK_LAUNCH("copy");
     });
