@@ -151,6 +151,38 @@ TEST_CASE("large tensors take the threaded path and give the same answer") {
   }
 }
 
+TEST_CASE("transposed operands: copies and binary ops element by element, tiles partial and threaded") {
+  // The CPU walks a transposed operand in 16 x 16 tiles (ops/cpu/loops.h) and gives a
+  // binary op a dense copy of it first (ops/cpu/map.h): every element must still land
+  // where a plain index loop puts it, for shapes that are not whole tiles, with a batch
+  // dim, past the size where the work is split over threads, and with a broadcast operand.
+  for (Device dev : test_devices())
+    for (const Shape& s : std::vector<Shape>{{5, 37, 45}, {3, 300, 70}, {1, 8, 9}}) {
+      INFO(dev.str() << " " << shape_str(s));
+      manual_seed(8);
+      const int64_t B = s[0], R = s[1], C = s[2];
+      Tensor x = randn({B, R, C}, kFloat64), y = randn({B, C, R}, kFloat64), row = randn({C}, kFloat64);
+      Tensor yt = on(y, dev).transpose(1, 2);  // (B, R, C), element (b, r, c) = y[b, c, r]
+      Tensor copied = yt.contiguous().cpu(), sum = (on(x, dev) + yt).cpu(), prod = (yt * on(row, dev)).cpu();
+      Tensor into = on(zeros({B, C, R}, kFloat64), dev);
+      into.transpose(1, 2).copy_(on(x, dev));  // a transposed destination
+      std::vector<double> xv = x.to_vector<double>(), yv = y.to_vector<double>(), rv = row.to_vector<double>();
+      std::vector<double> cv = copied.to_vector<double>(), sv = sum.to_vector<double>(), pv = prod.to_vector<double>();
+      std::vector<double> iv = into.cpu().to_vector<double>();
+      int64_t wrong = 0;
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t r = 0; r < R; ++r)
+          for (int64_t c = 0; c < C; ++c) {
+            const size_t o = size_t((b * R + r) * C + c), t = size_t((b * C + c) * R + r);
+            wrong += cv[o] != yv[t];
+            wrong += sv[o] != xv[o] + yv[t];
+            wrong += pv[o] != yv[t] * rv[size_t(c)];
+            wrong += iv[t] != xv[o];
+          }
+      CHECK(wrong == 0);
+    }
+}
+
 TEST_CASE("maximum and minimum, with NaN propagating") {
   for (Device dev : test_devices()) {
     INFO(dev.str());

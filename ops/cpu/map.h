@@ -11,9 +11,30 @@
 
 namespace mu::cpu {
 
+// `in` in out's layout (a dense copy of out's shape), when it is transposed against out
+// (loops.h, transposed_dim) and out has more than one input to walk: a tiled copy and a
+// dense pass beat one pass reading across the transposed operand's rows (an add of
+// (128, 49, 128) floats and a transposed view: 2.5-3.2 ms -> ~1.1 ms on one thread).
+// Otherwise `in` itself.
+template <class T>
+Tensor untransposed(const Tensor& out, const Tensor& in) {
+  const Shape bs = broadcast_strides(in.shape(), in.strides(), out.shape());
+  if (transposed_dim(coalesce<2>(out.shape(), {out.strides(), bs})) < 0) return in;
+  Tensor dense = empty(out.shape(), TensorOptions(in.dtype()).device(in.device()));
+  T* po = dense.data_ptr<T>();
+  const T* pi = in.data_ptr<T>();
+  for_each_run<2>(out.shape(), {dense.strides(), bs}, [&](const auto& off, int64_t n, const auto& st) {
+    for (int64_t i = 0; i < n; ++i) po[off[0] + i * st[0]] = pi[off[1] + i * st[1]];
+  }, /*tile_transposes=*/true);
+  return dense;
+}
+
 template <class TO, class... TI, class F, size_t... K>
-void map_n_impl(const Tensor& out, const std::array<Tensor, sizeof...(TI)>& in, const F& f, std::index_sequence<K...>) {
+void map_n_impl(const Tensor& out, const std::array<Tensor, sizeof...(TI)>& in_given, const F& f,
+                std::index_sequence<K...>) {
   constexpr size_t N = sizeof...(TI);
+  std::array<Tensor, N> in = in_given;
+  if constexpr (N >= 2) ((in[K] = untransposed<TI>(out, in[K])), ...);
   TO* po = out.data_ptr<TO>();
   const std::tuple<const TI*...> pin{in[K].template data_ptr<TI>()...};
   std::array<Shape, N + 1> strides{out.strides(), broadcast_strides(in[K].shape(), in[K].strides(), out.shape())...};
@@ -34,7 +55,7 @@ void map_n_impl(const Tensor& out, const std::array<Tensor, sizeof...(TI)>& in, 
     } else {
       for (int64_t i = 0; i < n; ++i) o[i * st[0]] = f(std::get<K>(x)[i * st[K + 1]]...);
     }
-  });
+  }, /*tile_transposes=*/N == 1);
 }
 
 // out = f(in...), in[k] holding TI[k] elements, out TO.
