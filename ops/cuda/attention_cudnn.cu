@@ -238,55 +238,70 @@ std::unique_ptr<Plan> make_plan(std::unique_ptr<Plan> p, cudnnHandle_t handle) {
   return nullptr;
 }
 
+// What both directions' graphs start from: the shape's sizes and layouts, Q and Kᵀ (k read
+// with its last two dims swapped), the stats, the scale, and makers of the virtual
+// score-shaped (B, H, Tq, Tk) and row-shaped (B, H, Tq, 1) intermediates.
+struct GraphStart {
+  GraphBuilder& g;
+  int64_t B, H, Tq, Tk, D;
+  Layout lq, lk;
+  int64_t next = kFirstVirtual;  // the next virtual tensor's unique id
+  cudnnBackendDescriptor_t q, kt, stats, scale;
+
+  GraphStart(GraphBuilder& g_, const Shape5& s)
+      : g(g_), B(s.B), H(s.H), Tq(s.Tq), Tk(s.Tk), D(s.D), lq(s.H, s.Tq, s.D), lk(s.H, s.Tk, s.D) {
+    q = g.tensor(kQ, CUDNN_DATA_BFLOAT16, {B, H, Tq, D}, lq.dense);
+    kt = g.tensor(kK, CUDNN_DATA_BFLOAT16, {B, H, D, Tk}, lk.swapped);
+    stats = g.tensor(kStats, CUDNN_DATA_FLOAT, {B, H, Tq, 1}, {H * Tq, Tq, 1, 1});
+    scale = g.tensor(kScale, CUDNN_DATA_FLOAT, {1, 1, 1, 1}, {1, 1, 1, 1}, false, true);
+  }
+  cudnnBackendDescriptor_t scores(cudnnDataType_t t = CUDNN_DATA_FLOAT) {
+    const int64_t sd[4] = {B, H, Tq, Tk}, ss[4] = {H * Tq * Tk, Tq * Tk, Tk, 1};
+    return g.tensor(next++, t, sd, ss, true);
+  }
+  cudnnBackendDescriptor_t rows() {
+    const int64_t rd[4] = {B, H, Tq, 1}, rs[4] = {H * Tq, Tq, 1, 1};
+    return g.tensor(next++, CUDNN_DATA_FLOAT, rd, rs, true);
+  }
+  // x where the row index >= the column index, else -inf (the by-value kNegInf).
+  cudnnBackendDescriptor_t causal_mask(cudnnBackendDescriptor_t x) {
+    auto row = scores(CUDNN_DATA_INT32), col = scores(CUDNN_DATA_INT32), keep = scores(CUDNN_DATA_BOOLEAN);
+    g.pointwise(CUDNN_POINTWISE_GEN_INDEX, x, nullptr, row, nullptr, 2);
+    g.pointwise(CUDNN_POINTWISE_GEN_INDEX, x, nullptr, col, nullptr, 3);
+    g.pointwise(CUDNN_POINTWISE_CMP_GE, row, col, keep);
+    auto neg_inf = g.tensor(kNegInf, CUDNN_DATA_FLOAT, {1, 1, 1, 1}, {1, 1, 1, 1}, false, true);
+    auto masked = scores();
+    g.pointwise(CUDNN_POINTWISE_BINARY_SELECT, x, neg_inf, masked, keep);
+    return masked;
+  }
+};
+
 // The forward's graph for this shape, or nullptr when cuDNN has no engine for it.
 std::unique_ptr<Plan> build_forward(cudnnHandle_t handle, const Shape5& s, bool causal) {
   auto p = std::make_unique<Plan>();
   p->what = "forward";
   GraphBuilder& g = p->graph;
-  const int64_t B = s.B, H = s.H, Tq = s.Tq, Tk = s.Tk, D = s.D;
-  int64_t next = kFirstVirtual;
-  const cudnnDataType_t bf = CUDNN_DATA_BFLOAT16, f32 = CUDNN_DATA_FLOAT;
-  const Layout lq(H, Tq, D), lk(H, Tk, D);
-  // Dense (B, H, T, D) operands; Kᵀ is k read with its last two dims swapped.
-  auto q = g.tensor(kQ, bf, {B, H, Tq, D}, lq.dense);
-  auto kt = g.tensor(kK, bf, {B, H, D, Tk}, lk.swapped);
-  auto v = g.tensor(kV, bf, {B, H, Tk, D}, lk.dense);
-  auto o = g.tensor(kO, bf, {B, H, Tq, D}, lq.dense);
-  auto stats = g.tensor(kStats, f32, {B, H, Tq, 1}, {H * Tq, Tq, 1, 1});
-  auto scale = g.tensor(kScale, f32, {1, 1, 1, 1}, {1, 1, 1, 1}, false, true);
-  // Score-shaped and row-shaped intermediates, float, inside the fused kernel.
-  const int64_t sd[4] = {B, H, Tq, Tk}, ss[4] = {H * Tq * Tk, Tq * Tk, Tk, 1};
-  const int64_t rd[4] = {B, H, Tq, 1}, rs[4] = {H * Tq, Tq, 1, 1};
-  auto scores = [&](cudnnDataType_t t = CUDNN_DATA_FLOAT) { return g.tensor(next++, t, sd, ss, true); };
-  auto rows = [&] { return g.tensor(next++, f32, rd, rs, true); };
+  GraphStart st(g, s);
+  auto v = g.tensor(kV, CUDNN_DATA_BFLOAT16, {st.B, st.H, st.Tk, st.D}, st.lk.dense);
+  auto o = g.tensor(kO, CUDNN_DATA_BFLOAT16, {st.B, st.H, st.Tq, st.D}, st.lq.dense);
 
-  auto s0 = scores();
-  g.matmul(q, kt, s0);
-  auto s1 = scores();
-  g.pointwise(CUDNN_POINTWISE_MUL, s0, scale, s1);
-  if (causal) {
-    // Keep entry (i, j) where row index >= column index, else -inf.
-    auto row = scores(CUDNN_DATA_INT32), col = scores(CUDNN_DATA_INT32), keep = scores(CUDNN_DATA_BOOLEAN);
-    g.pointwise(CUDNN_POINTWISE_GEN_INDEX, s1, nullptr, row, nullptr, 2);
-    g.pointwise(CUDNN_POINTWISE_GEN_INDEX, s1, nullptr, col, nullptr, 3);
-    g.pointwise(CUDNN_POINTWISE_CMP_GE, row, col, keep);
-    auto neg_inf = g.tensor(kNegInf, f32, {1, 1, 1, 1}, {1, 1, 1, 1}, false, true);
-    auto masked = scores();
-    g.pointwise(CUDNN_POINTWISE_BINARY_SELECT, s1, neg_inf, masked, keep);
-    s1 = masked;
-  }
-  auto mx = rows();
+  auto s0 = st.scores();
+  g.matmul(st.q, st.kt, s0);
+  auto s1 = st.scores();
+  g.pointwise(CUDNN_POINTWISE_MUL, s0, st.scale, s1);
+  if (causal) s1 = st.causal_mask(s1);
+  auto mx = st.rows();
   g.reduction(CUDNN_REDUCE_TENSOR_MAX, s1, mx);
-  auto shifted = scores(), e = scores();
+  auto shifted = st.scores(), e = st.scores();
   g.pointwise(CUDNN_POINTWISE_SUB, s1, mx, shifted);
   g.pointwise(CUDNN_POINTWISE_EXP, shifted, nullptr, e);
-  auto sum = rows(), log_sum = rows();
+  auto sum = st.rows(), log_sum = st.rows();
   g.reduction(CUDNN_REDUCE_TENSOR_ADD, e, sum);
   g.pointwise(CUDNN_POINTWISE_LOG, sum, nullptr, log_sum);
-  g.pointwise(CUDNN_POINTWISE_ADD, mx, log_sum, stats);
+  g.pointwise(CUDNN_POINTWISE_ADD, mx, log_sum, st.stats);
   // bfloat16, as v: cuDNN's fused engine takes a matmul only with both operands of one type
   // ("A and B need to have the same datatype", its log said of a float32 P).
-  auto probs = scores(CUDNN_DATA_BFLOAT16);
+  auto probs = st.scores(CUDNN_DATA_BFLOAT16);
   g.pointwise(CUDNN_POINTWISE_DIV, e, sum, probs);
   g.matmul(probs, v, o);
   return make_plan(std::move(p), handle);
@@ -302,40 +317,26 @@ std::unique_ptr<Plan> build_backward(cudnnHandle_t handle, const Shape5& s, bool
   p->form = form;
   p->what = form == 0 ? "backward, form 0 (mask after the stats, real row dots)" : "backward, form 1 (mask after the scale)";
   GraphBuilder& g = p->graph;
+  GraphStart st(g, s);
   const int64_t B = s.B, H = s.H, Tq = s.Tq, Tk = s.Tk, D = s.D;
-  int64_t next = kFirstVirtual;
   const cudnnDataType_t bf = CUDNN_DATA_BFLOAT16, f32 = CUDNN_DATA_FLOAT;
-  const Layout lq(H, Tq, D), lk(H, Tk, D);
-  auto q = g.tensor(kQ, bf, {B, H, Tq, D}, lq.dense);
-  auto kt = g.tensor(kK, bf, {B, H, D, Tk}, lk.swapped);
+  const Layout &lq = st.lq, &lk = st.lk;
+  auto q = st.q, kt = st.kt, stats = st.stats, scale = st.scale;
   auto vt = g.tensor(kV, bf, {B, H, D, Tk}, lk.swapped);
   auto o = g.tensor(kO, bf, {B, H, Tq, D}, lq.dense);
   auto dout = g.tensor(kGradO, bf, {B, H, Tq, D}, lq.dense);
-  auto stats = g.tensor(kStats, f32, {B, H, Tq, 1}, {H * Tq, Tq, 1, 1});
   auto dq = g.tensor(kGradQ, bf, {B, H, Tq, D}, lq.dense);
   auto dk = g.tensor(kGradK, bf, {B, H, Tk, D}, lk.dense);
   auto dv = g.tensor(kGradV, bf, {B, H, Tk, D}, lk.dense);
   auto dq_acc = g.tensor(kGradQAccum, f32, {B, H, Tq, D}, lq.dense);
-  auto scale = g.tensor(kScale, f32, {1, 1, 1, 1}, {1, 1, 1, 1}, false, true);
   auto one = g.tensor(kOne, f32, {1, 1, 1, 1}, {1, 1, 1, 1}, false, true);
-  const int64_t sd[4] = {B, H, Tq, Tk}, ss[4] = {H * Tq * Tk, Tq * Tk, Tk, 1};
   const int64_t td[4] = {B, H, Tk, Tq}, ts[4] = {H * Tq * Tk, Tq * Tk, 1, Tk};  // a score tensor transposed
   const int64_t rd[4] = {B, H, Tq, 1}, rs[4] = {H * Tq, Tq, 1, 1};
-  auto scores = [&](cudnnDataType_t t = CUDNN_DATA_FLOAT) { return g.tensor(next++, t, sd, ss, true); };
-  auto rows = [&] { return g.tensor(next++, f32, rd, rs, true); };
-  auto mask = [&](cudnnBackendDescriptor_t x) {  // x where row >= column, else -inf
-    auto row = scores(CUDNN_DATA_INT32), col = scores(CUDNN_DATA_INT32), keep = scores(CUDNN_DATA_BOOLEAN);
-    g.pointwise(CUDNN_POINTWISE_GEN_INDEX, x, nullptr, row, nullptr, 2);
-    g.pointwise(CUDNN_POINTWISE_GEN_INDEX, x, nullptr, col, nullptr, 3);
-    g.pointwise(CUDNN_POINTWISE_CMP_GE, row, col, keep);
-    auto neg_inf = g.tensor(kNegInf, f32, {1, 1, 1, 1}, {1, 1, 1, 1}, false, true);
-    auto masked = scores();
-    g.pointwise(CUDNN_POINTWISE_BINARY_SELECT, x, neg_inf, masked, keep);
-    return masked;
-  };
+  auto scores = [&] { return st.scores(); };
+  auto rows = [&] { return st.rows(); };
 
   // Δ_i = Σ_d dO_id O_id (times one: the slot where a dropout scale would go).
-  auto prod = g.tensor(next++, f32, {B, H, Tq, D}, lq.dense, true);
+  auto prod = g.tensor(st.next++, f32, {B, H, Tq, D}, lq.dense, true);
   g.pointwise(CUDNN_POINTWISE_MUL, dout, o, prod);
   auto dot = rows();
   g.reduction(CUDNN_REDUCE_TENSOR_ADD, prod, dot);
@@ -346,15 +347,15 @@ std::unique_ptr<Plan> build_backward(cudnnHandle_t handle, const Shape5& s, bool
   auto s0 = scores(), s1 = scores();
   g.matmul(q, kt, s0);
   g.pointwise(CUDNN_POINTWISE_MUL, s0, scale, s1);
-  if (causal && form == 1) s1 = mask(s1);
+  if (causal && form == 1) s1 = st.causal_mask(s1);
   auto s2 = scores();
   g.pointwise(CUDNN_POINTWISE_SUB, s1, stats, s2);
-  if (causal && form == 0) s2 = mask(s2);
+  if (causal && form == 0) s2 = st.causal_mask(s2);
   auto probs = scores();
   g.pointwise(CUDNN_POINTWISE_EXP, s2, nullptr, probs);
 
   // dV = Pᵀ dO, Pᵀ a bfloat16 transposed view (the matmul's operands share one type).
-  auto probs_t = g.tensor(next++, bf, td, ts, true);
+  auto probs_t = g.tensor(st.next++, bf, td, ts, true);
   g.reshape(probs, probs_t);
   g.matmul(probs_t, dout, dv);
 
@@ -366,10 +367,10 @@ std::unique_ptr<Plan> build_backward(cudnnHandle_t handle, const Shape5& s, bool
   g.pointwise(CUDNN_POINTWISE_MUL, ds0, scale, ds);
 
   // dK = dSᵀ Q; dQ = dS K (K read back in its own layout), accumulated in float32.
-  auto ds_t = g.tensor(next++, bf, td, ts, true);
+  auto ds_t = g.tensor(st.next++, bf, td, ts, true);
   g.reshape(ds, ds_t);
   g.matmul(ds_t, q, dk);
-  auto k_own = g.tensor(next++, f32, {B, H, Tk, D}, lk.dense, true);
+  auto k_own = g.tensor(st.next++, f32, {B, H, Tk, D}, lk.dense, true);
   g.reshape(kt, k_own);
   g.matmul(ds, k_own, dq_acc);
   g.pointwise(CUDNN_POINTWISE_IDENTITY, dq_acc, nullptr, dq);
