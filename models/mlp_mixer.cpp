@@ -131,9 +131,30 @@ MixerBlock::MixerBlock(const MixerConfig& c, int64_t index) : UnaryModule("Mixer
       "drop_path", std::make_shared<nn::DropPath>(nn::DropPathOptions(c.drop_path_rate(index)).generator(c.generator)));
 }
 
+// The token MLP of a plain block applied along dim 1 of x (B, T, D): W1 x_b, GELU, W2 h_b
+// for each sample b, the biases added down the columns. The same function as the MLP on
+// xᵀ, transposed back, without either transpose: the products read x as it lies and
+// write (B, T, D) directly, and the residual add after it reads a dense tensor.
+static Tensor token_mlp_left(const nn::Sequential& mlp, const Tensor& x) {
+  const auto fc1 = mlp.at<nn::Linear>(0), fc2 = mlp.at<nn::Linear>(2);
+  Tensor h = matmul(fc1->weight, x);  // (H, T) · (B, T, D) -> (B, H, D)
+  if (fc1->bias.defined()) h = h + fc1->bias.unsqueeze(1);
+  h = mlp[1]->forward(h);
+  Tensor t = matmul(fc2->weight, h);  // (T, H) · (B, H, D) -> (B, T, D)
+  if (fc2->bias.defined()) t = t + fc2->bias.unsqueeze(1);
+  return t;
+}
+
 Tensor MixerBlock::forward(const Tensor& x) {
   // Token mixing: each channel's column of T patch values is one "token" of the MLP.
-  Tensor t = token_mix->forward(ln1->forward(x).transpose(1, 2)).transpose(1, 2);
+  // A plain block's Sequential (Linear, activation, Linear) takes the left products; a
+  // μMoE block, or a token_mix a user replaced with something else, the transposes.
+  const auto* plain = dynamic_cast<const nn::Sequential*>(token_mix.get());
+  if (plain != nullptr && (plain->size() != 3 || !std::dynamic_pointer_cast<nn::Linear>((*plain)[0]) ||
+                           !std::dynamic_pointer_cast<nn::Linear>((*plain)[2])))
+    plain = nullptr;
+  Tensor t = plain != nullptr ? token_mlp_left(*plain, ln1->forward(x))
+                              : token_mix->forward(ln1->forward(x).transpose(1, 2)).transpose(1, 2);
   Tensor h = x + drop_path->forward(t);
   return h + drop_path->forward(channel_mix->forward(ln2->forward(h)));
 }
