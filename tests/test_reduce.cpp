@@ -295,6 +295,29 @@ TEST_CASE("reduction errors name the op and the problem") {
   CHECK(amax(zeros({0, 3}), {1}).shape() == Shape{0});
 }
 
+TEST_CASE("dense sums over the trailing dims and a dim before a kept one match brute force") {
+  // The CPU sums each row's trailing reduced block first, then the rest (ops/cpu/reduce.cpp,
+  // a bias gradient's (B, H, D) -> (H)): small and threaded sizes, 4 dims, keepdim.
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    manual_seed(6);
+    for (DType dt : {kFloat64, kFloat32}) {
+      const double tol = dt == kFloat64 ? 1e-12 : 1e-5;
+      for (const auto& [shape, dims] : std::vector<std::pair<Shape, Shape>>{
+               {{5, 7, 9}, {0, 2}}, {{128, 64, 40}, {0, 2}}, {{3, 4, 5, 6}, {0, 1, 3}}, {{3, 4, 5, 6}, {0, 2, 3}},
+               {{3, 4, 5, 6}, {1, 3}}}) {
+        for (bool keep : {false, true}) {
+          INFO(shape_str(shape) << " dims " << shape_str(dims) << " keepdim " << keep << " " << dtype_name(dt));
+          Tensor x = on(randn(shape, dt), dev);
+          Buckets b = bucketize(x, dims, keep);
+          check_close_or_nan(sum(x, dims, keep), b.out_shape, reduce_ref(b, ref_sum), tol);
+          check_close_or_nan(mean(x, dims, keep), b.out_shape, reduce_ref(b, ref_mean), tol);
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("large inputs (split over threads) match brute force") {
   for (Device dev : test_devices()) {
     INFO(dev.str());

@@ -111,10 +111,55 @@ void column_sums(const T* x, const ColumnSumLayout& L, O* out) {
   }
 }
 
+static void sum(const Tensor& out, const Tensor& x, const ReducePlan& p);
+
+// A dense float x reduced over its trailing dims and over some dim before a kept one
+// (the bias gradient of a token product: (B, H, D) summed to (H)): the generic skeleton
+// would copy x into (kept, reduced) order first. Instead: the trailing reduced block of
+// each row summed in the accumulator type (contiguous runs), then that smaller tensor
+// summed over the remaining reduced dims by sum itself (column sums, for (B, H) -> (H)),
+// and the result converted once. False when x is not of that form.
+template <class T>
+static bool sum_trailing_first(const Tensor& out, const Tensor& x, const ReducePlan& p) {
+  using A = acc_t<T>;
+  const int64_t nd = x.dim();
+  if (!x.is_contiguous() || nd < 3 || !p.reduced[size_t(nd - 1)]) return false;
+  int64_t first = nd - 1;  // the trailing block of reduced dims is [first, nd)
+  while (first > 0 && p.reduced[size_t(first - 1)]) --first;
+  bool reduced_before = false;
+  for (int64_t d = 0; d < first; ++d) reduced_before = reduced_before || p.reduced[size_t(d)];
+  if (!reduced_before) return false;  // one run per output: the skeleton reads it in place
+  int64_t run = 1;
+  for (int64_t d = first; d < nd; ++d) run *= x.size(d);
+  const Shape head(x.shape().begin(), x.shape().begin() + first);
+  Tensor partial = empty(head, TensorOptions(dtype_of<A>()));
+  const T* src = x.data_ptr<T>();
+  A* dst = partial.data_ptr<A>();
+  const int64_t rows = partial.numel();
+#pragma omp parallel for if (x.numel() >= kParallelGrain && !omp_in_parallel()) schedule(static)
+  for (int64_t r = 0; r < rows; ++r) dst[r] = sum_contiguous<T, A>(src + r * run, run);
+  Shape dims;
+  for (int64_t d = 0; d < first; ++d)
+    if (p.reduced[size_t(d)]) dims.push_back(d);
+  const ReducePlan rest = plan_reduce(partial, dims, false, "sum");
+  if constexpr (std::is_same_v<A, T>) {
+    sum(out, partial, rest);  // out is dense and holds the kept dims in row-major order
+  } else {
+    Tensor wide = empty(rest.out_shape, TensorOptions(dtype_of<A>()));
+    sum(wide, partial, rest);
+    const A* w = wide.data_ptr<A>();
+    T* o = out.data_ptr<T>();
+    for (int64_t i = 0; i < wide.numel(); ++i) o[i] = T(w[i]);
+  }
+  return true;
+}
+
 static void sum(const Tensor& out, const Tensor& x, const ReducePlan& p) {
   // A 16-bit float x sums in float32 into a float32 out: widened first (the plan
   // names dims and sizes, which the dense copy keeps).
   if (x.dtype() == kBFloat16 || x.dtype() == kFloat16) return sum(out, widened(x), p);
+  if (x.dtype() == kFloat32 && sum_trailing_first<float>(out, x, p)) return;
+  if (x.dtype() == kFloat64 && sum_trailing_first<double>(out, x, p)) return;
   MU_DISPATCH_ALL(x.dtype(), "sum", [&] {
     using A = acc_t<scalar_t>;
     using O = std::conditional_t<std::is_same_v<scalar_t, bool>, int64_t, scalar_t>;
