@@ -51,7 +51,7 @@ TEST_CASE("by shape, each signature of a kernel is its own row") {
     (void)matmul(a, b);
     (void)matmul(a, b);
     (void)matmul(a, c);
-    Tensor h = a.to(kFloat64);
+    (void)a.to(kFloat64);
     const std::vector<profile::KernelTime> ks = profile::report();
     profile::disable();
     // matmul(out, a, b): the output's signature, then the first operand's.
@@ -69,7 +69,6 @@ TEST_CASE("by shape, each signature of a kernel is its own row") {
     const std::vector<profile::KernelTime> plain = profile::report();
     profile::disable();
     CHECK(find(plain, "matmul") != nullptr);
-    CHECK(h.dtype() == kFloat64);
   }
 }
 

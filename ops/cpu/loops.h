@@ -128,7 +128,8 @@ void for_each_tile_run(const StridedLayout<N>& L, int64_t j, Run&& run) {
 // transposed): each element is visited exactly once. Tiling pays for a copy (a
 // transposing copy of (128, 49, 128) floats: 1.1-2.6 ms -> 0.5-0.9 ms on one thread) but
 // not for a binary op with a transposed operand, which ran 3 times slower tiled (2.5 ms
-// -> 7.4 ms for an add of that shape; the cause was not found), so only copies ask.
+// -> 7.4 ms for an add of that shape; the cause was not found), so only single-input
+// maps (copies, conversions, unary functions) ask.
 template <size_t N, class Run>
 void for_each_run(const Shape& shape, const std::array<Shape, N>& strides, Run&& run, bool tile_transposes = false) {
   StridedLayout<N> L = coalesce<N>(shape, strides);

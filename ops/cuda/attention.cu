@@ -36,7 +36,6 @@
 
 #include <cmath>
 #include <cstdint>
-#include <initializer_list>
 #include <type_traits>
 
 #include "ops/cuda/attention_common.cuh"
@@ -601,12 +600,6 @@ void dispatch_dc(int D, Body&& body) {
 // The vector variant (V4) runs float32 tensors (float math, read without conversion) with
 // D = 64 whose data start on 16 bytes (a contiguous view at an odd offset does not);
 // forward_typed and backward_typed choose it.
-bool aligned16(std::initializer_list<const Tensor*> ts) {
-  for (const Tensor* t : ts)
-    if (reinterpret_cast<uintptr_t>(t->raw_data()) % 16 != 0) return false;
-  return true;
-}
-
 template <class T, bool V4>
 void forward_launch(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
                     const kernels::AttentionParams& p) {
@@ -632,7 +625,7 @@ template <class T>
 void forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
                    const kernels::AttentionParams& p) {
   if constexpr (std::is_same_v<T, float>)
-    if (q.size(3) == 64 && aligned16({&q, &k, &v})) return forward_launch<T, true>(q, k, v, out, lse, p);
+    if (q.size(3) == 64 && attention_aligned16({&q, &k, &v})) return forward_launch<T, true>(q, k, v, out, lse, p);
   forward_launch<T, false>(q, k, v, out, lse, p);
 }
 
@@ -695,7 +688,7 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
                     const Tensor& grad_out, const Tensor& dq, const Tensor& dk, const Tensor& dv,
                     const kernels::AttentionParams& p) {
   if constexpr (std::is_same_v<T, float>)
-    if (q.size(3) == 64 && aligned16({&q, &k, &v, &grad_out}))
+    if (q.size(3) == 64 && attention_aligned16({&q, &k, &v, &grad_out}))
       return backward_launch<T, true>(q, k, v, out, lse, grad_out, dq, dk, dv, p);
   backward_launch<T, false>(q, k, v, out, lse, grad_out, dq, dk, dv, p);
 }

@@ -3,8 +3,12 @@
 // the dropout factor of one probability, and the backward's per-row terms. nvcc only.
 #pragma once
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <initializer_list>
 
 #include "ops/cuda/dtypes.cuh"
+#include "ops/cuda/packs.cuh"
 #include "ops/kernels/attention.h"
 
 namespace mu::cuda_kernels {
@@ -16,6 +20,21 @@ __device__ __forceinline__ W attention_keep_factor(uint64_t key, uint64_t thresh
                                                    int64_t Tk, int64_t i, int64_t j) {
   const uint64_t n = (uint64_t(bh) * uint64_t(Tq) + uint64_t(i)) * uint64_t(Tk) + uint64_t(j);
   return uint64_t(kernels::attention_dropout_bits(key, n)) >= threshold ? keep : W(0);
+}
+
+// Whether MUMOE_ATTENTION names `path` (cudnn, flash, tiled, gemm: benchmarks and tests
+// force one path with it; unset, each call takes the first path that accepts it).
+inline bool attention_path_forced(const char* path) {
+  const char* choice = std::getenv("MUMOE_ATTENTION");
+  return choice != nullptr && std::strcmp(choice, path) == 0;
+}
+inline bool attention_path_unset() { return std::getenv("MUMOE_ATTENTION") == nullptr; }
+
+// Whether every tensor's data start on 16 bytes (kernels that move rows as 16-byte vectors).
+inline bool attention_aligned16(std::initializer_list<const Tensor*> ts) {
+  for (const Tensor* t : ts)
+    if (!cuda::aligned16(t->raw_data())) return false;
+  return true;
 }
 
 // What the tensor-core paths' kernels (attention_gemm.cu's row kernels, attention_flash.cu)

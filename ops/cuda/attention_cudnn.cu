@@ -29,6 +29,7 @@
 #include <tuple>
 #include <vector>
 
+#include "ops/cuda/attention_common.cuh"
 #include "ops/cuda/dtypes.cuh"
 #include "ops/cuda/runtime.cuh"
 #include "ops/kernels/attention.h"
@@ -400,8 +401,7 @@ DeviceState& state(int device) {
 bool cudnn_takes(const Tensor& q, const Shape5& s, const kernels::AttentionParams& params) {
   if (q.dtype() != DType::BFloat16 || params.dropout_p > 0) return false;
   if (s.B * s.H == 0 || s.Tq == 0 || s.Tk == 0 || s.D == 0 || s.D % 8 != 0 || s.D > 128) return false;
-  const char* choice = std::getenv("MUMOE_ATTENTION");
-  return choice == nullptr || std::strcmp(choice, "cudnn") == 0;
+  return attention_path_unset() || attention_path_forced("cudnn");
 }
 
 // The device's handle on the current stream with st.mu held, or nullptr when cuDNN cannot

@@ -215,11 +215,9 @@ bool attention_backward_flash(const Tensor& q, const Tensor& k, const Tensor& v,
   if (q.dtype() != DType::BFloat16 || lse.dtype() != DType::Float32 || q.size(3) != kD) return false;
   const int64_t BH = q.size(0) * q.size(1), Tq = q.size(2), Tk = k.size(2);
   if (BH == 0 || Tq == 0 || Tk == 0 || BH > 65535) return false;  // grid.y holds the heads
-  for (const Tensor* t : {&q, &k, &v, &out, &grad_out, &dk, &dv})  // rows move as 16-byte vectors
-    if (reinterpret_cast<uintptr_t>(t->raw_data()) % 16 != 0) return false;
+  if (!attention_aligned16({&q, &k, &v, &out, &grad_out, &dk, &dv})) return false;  // rows move as 16-byte vectors
   // MUMOE_ATTENTION=tiled or =gemm sends every call to that path (benchmarks, tests of each).
-  const char* choice = std::getenv("MUMOE_ATTENTION");
-  if (choice != nullptr && (std::strcmp(choice, "tiled") == 0 || std::strcmp(choice, "gemm") == 0)) return false;
+  if (attention_path_forced("tiled") || attention_path_forced("gemm")) return false;
 
   const int dev = q.device().index;
   cudaStream_t stream = cuda::stream(dev);

@@ -250,9 +250,8 @@ bool attention_gemm_wanted(const Tensor& q, const Tensor& k, bool backward) {
   // the matrix units), and the float32 backward at D = 64, where the tiled kernels' vector
   // variant is (H100, B 8, H 12, T 1024, D 64, causal: forward 0.49 ms tiled, 1.12 cuBLAS;
   // backward 2.02 ms tiled, 2.44 cuBLAS; one run).
-  const char* choice = std::getenv("MUMOE_ATTENTION");
-  if (choice != nullptr && std::strcmp(choice, "tiled") == 0) return false;
-  if (choice != nullptr && std::strcmp(choice, "gemm") == 0) return true;
+  if (attention_path_forced("tiled")) return false;
+  if (attention_path_forced("gemm")) return true;
   if (q.dtype() == DType::Float32 && (!backward || D == 64)) return false;
   return Tq >= 128 && Tk >= 128;
 }

@@ -27,18 +27,22 @@ __global__ void copy_dense(TO* dst, const FROM* src, int64_t n) {
 // A converting dense copy with 16-byte accesses (both pointers aligned): a float32 to
 // bfloat16 cast moves 4 elements per thread and step, where one at a time leaves the
 // memory system idle between requests. The tail is done one at a time.
+// A pack of FROM elements converted one by one into a pack of TO.
+template <class TO, class FROM, int kVec>
+__device__ __forceinline__ Pack<TO, kVec> convert_pack(const Pack<FROM, kVec>& a) {
+  Pack<TO, kVec> r;
+#pragma unroll
+  for (int k = 0; k < kVec; ++k) r.v[k] = convert<TO>(a.v[k]);
+  return r;
+}
+
 template <class TO, class FROM, int kVec>
 __global__ void copy_dense_vectorized(TO* dst, const FROM* src, int64_t n) {
   const int64_t packs = n / kVec;
   const int64_t step = int64_t(gridDim.x) * blockDim.x;
   const int64_t first = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  for (int64_t p = first; p < packs; p += step) {
-    const Pack<FROM, kVec> a = reinterpret_cast<const Pack<FROM, kVec>*>(src)[p];
-    Pack<TO, kVec> r;
-#pragma unroll
-    for (int k = 0; k < kVec; ++k) r.v[k] = convert<TO>(a.v[k]);
-    reinterpret_cast<Pack<TO, kVec>*>(dst)[p] = r;
-  }
+  for (int64_t p = first; p < packs; p += step)
+    reinterpret_cast<Pack<TO, kVec>*>(dst)[p] = convert_pack<TO>(reinterpret_cast<const Pack<FROM, kVec>*>(src)[p]);
   for (int64_t i = packs * kVec + first; i < n; i += step) dst[i] = convert<TO>(src[i]);
 }
 
@@ -65,11 +69,7 @@ __global__ void copy_strided_vectorized(Pack<TO, kVec>* dst, const Pack<FROM, kV
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += step) {
     int64_t off[2];
     g.offsets(i, off);
-    const Pack<FROM, kVec> a = src[off[1]];
-    Pack<TO, kVec> r;
-#pragma unroll
-    for (int k = 0; k < kVec; ++k) r.v[k] = convert<TO>(a.v[k]);
-    dst[off[0]] = r;
+    dst[off[0]] = convert_pack<TO>(src[off[1]]);
   }
 }
 
