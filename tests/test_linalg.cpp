@@ -120,8 +120,10 @@ void gemm_sweep() {
   for (GemmBackend be : backends()) {
     BackendScope scope(be);
     // Every combination of a few odd sizes, around the tile sizes (12 x 32 on AVX-512).
+    // N = 45 leaves the unpacked path's column pairs one whole vector and a partial one
+    // on AVX2 (2 x 16 + 8 + 5).
     for (int64_t M : {1, 7, 13, 33})
-      for (int64_t N : {1, 5, 33, 65})
+      for (int64_t N : {1, 5, 33, 45, 65})
         for (int64_t K : {1, 7, 65})
           check_gemm<T>(1, M, N, K, Layout::RowMajor, Layout::RowMajor, false, false, false, rng);
     // Larger and odd, every layout. With a row-major B these take the unpacked path for
@@ -149,7 +151,7 @@ void gemm_sweep() {
     // A bias added as C is stored (a Linear layer's), on every path: small, blocked with
     // a packed or an in-place A and edge tiles, deep, matrix-vector, K = 0, a batch;
     // and ignored when accumulating.
-    for (Dims d : {Dims{33, 65, 47}, Dims{200, 40, 300}, Dims{13, 37, 2100}, Dims{1, 70, 90}, Dims{70, 1, 90},
+    for (Dims d : {Dims{33, 65, 47}, Dims{33, 45, 47}, Dims{200, 40, 300}, Dims{13, 37, 2100}, Dims{1, 70, 90}, Dims{70, 1, 90},
                    Dims{9, 33, 0}})
       for (Layout la : {Layout::RowMajor, Layout::Transposed})
         for (Layout lb : {Layout::RowMajor, Layout::Transposed})
