@@ -21,7 +21,10 @@ namespace detail {
 bool active = false;
 bool by_shape = false;
 
-std::string describe(const Tensor& t) { return std::string(dtype_name(t.dtype())) + shape_str(t.shape()); }
+// An undefined tensor is an optional argument left out (a kernel's absent bias or mask).
+std::string describe(const Tensor& t) {
+  return t.defined() ? std::string(dtype_name(t.dtype())) + shape_str(t.shape()) : std::string("undefined");
+}
 }  // namespace detail
 
 namespace {

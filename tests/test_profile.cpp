@@ -72,6 +72,23 @@ TEST_CASE("by shape, each signature of a kernel is its own row") {
   }
 }
 
+TEST_CASE("by shape, a kernel called with an optional tensor left out names it undefined") {
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    // layer_norm without an affine weight passes the kernel an undefined weight, as the
+    // coefficient norm of a μMoE block does.
+    Tensor x = on(randn({6, 4}), dev);
+    profile::enable(profile::Detail::Shapes);
+    Tensor y = layer_norm(x, {4}, Tensor(), Tensor());
+    const std::vector<profile::KernelTime> ks = profile::report();
+    profile::disable();
+    CHECK(y.shape() == Shape{6, 4});
+    bool named = false;
+    for (const auto& k : ks) named = named || k.kernel.find("undefined") != std::string::npos;
+    CHECK(named);
+  }
+}
+
 TEST_CASE("a Scope times a named region beside the kernels it runs; none while disabled") {
   for (Device dev : test_devices()) {
     INFO(dev.str());
