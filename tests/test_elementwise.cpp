@@ -108,6 +108,46 @@ TEST_CASE("float32 gelu (exact and tanh) and its gradient are accurate to a few 
   }
 }
 
+// The CPU's float32 GELU runs whole vectors over dense runs and one lane of the same code
+// for strided elements and a run's last partial vector: an element's result must not
+// depend on where it sits (threads split runs at different places).
+TEST_CASE("float32 gelu and its gradient give the same bits dense, strided and at any offset") {
+  Tensor x = randn({37, 29}) * 3.0;
+  Tensor g = randn({37, 29});
+  std::vector<float> dense = gelu(x).to_vector<float>();
+  // A transposed view walks strided runs (or tiles); transposing back compares element by element.
+  std::vector<float> strided = gelu(x.t()).t().contiguous().to_vector<float>();
+  CHECK(std::memcmp(dense.data(), strided.data(), dense.size() * sizeof(float)) == 0);
+  Tensor flat = x.reshape({-1});
+  std::vector<float> whole = gelu(flat).to_vector<float>();
+  bool same_offsets = true;
+  for (int64_t off : {1, 3, 5, 7, 11}) {
+    std::vector<float> part = gelu(flat.slice(0, off, flat.size(0))).to_vector<float>();
+    same_offsets = same_offsets && std::memcmp(part.data(), whole.data() + off, part.size() * sizeof(float)) == 0;
+  }
+  CHECK(same_offsets);
+  Tensor xg = x.clone().requires_grad_(), xs = x.t().contiguous().requires_grad_();
+  gelu(xg).backward(g);
+  gelu(xs.t()).backward(g);
+  std::vector<float> d1 = xg.grad().to_vector<float>(), d2 = xs.grad().t().contiguous().to_vector<float>();
+  CHECK(std::memcmp(d1.data(), d2.data(), d1.size() * sizeof(float)) == 0);
+}
+
+// Below about x = -5.5, x/2 (1 + erf(x/√2)) cancels to nothing in float32 on any
+// implementation of erf; the CPU computes Φ(x) as erfc(|x|/√2)/2 there, so GELU keeps its
+// relative accuracy in the lower tail (CPU only: the CUDA kernel uses torch's formula).
+TEST_CASE("float32 gelu on the CPU keeps its relative accuracy in the lower tail") {
+  Tensor x32 = arange(-13.0, -3.0, 1.0 / 64, kFloat64).to(kFloat32);
+  std::vector<double> xv = x32.to_vector<double>(), got = gelu(x32).to_vector<double>();
+  double worst = 0;
+  for (size_t i = 0; i < xv.size(); ++i) {
+    const double x = xv[i], want = x * 0.5 * std::erfc(-x / std::sqrt(2.0));
+    worst = std::max(worst, std::fabs(got[i] - want) / std::fabs(want));
+  }
+  MESSAGE("gelu relative error over [-13, -3]: " << worst);
+  CHECK(worst < 1e-6);
+}
+
 TEST_CASE("binary ops broadcast like PyTorch") {
   for (Device dev : test_devices()) {
     INFO(dev.str());

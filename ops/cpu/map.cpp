@@ -5,27 +5,123 @@
 // copies, computed in float32 and rounded once into the output.
 #include "ops/cpu/map.h"
 
+#include <algorithm>
 #include <type_traits>
 
+#include "ops/cpu/simd.h"
 #include "ops/cpu/vec_exp.h"
 #include "ops/cpu/widen.h"
 #include "ops/kernels/map.h"
 
 namespace mu::cpu {
 
-// float32 GELU and its derivative with the vectorisable erf and exp of ops/cpu/vec_exp.h
-// (2.4 and 1 ulp): the formulas of fn::Gelu and fn::GeluGrad, whose libm erff keeps the
-// loop scalar (several times slower; GELU was a third of an MLP-Mixer step).
+// float32 GELU and its derivative, written on whole vectors (ops/cpu/simd.h), with
+// Φ(x) = 1 - q for x >= 0 and q for x < 0, q = Φ(-|x|) = erfc(|x|/√2) / 2. One formula
+// for every x (no branch between a small-x and a large-x form), and no cancellation in
+// the lower tail, where x/2 (1 + erf(x/√2)), torch's formula, loses every digit below
+// about -5.5. erfc(z) = t exp(-z² + P(t)) with t = 1 / (1 + z/2) and P of degree 9,
+// fitted here: least squares on 4000 Chebyshev nodes of t for z in [0, 12] against
+// 40-digit erfc, reweighted toward the largest error, which is 5.4e-8 in P, that is
+// relative in erfc. |x| is capped at 16, where q is below 1e-57 (zero in float32).
+// Worst error over [-10, 10] 1.7 ulp-units of tests/test_elementwise.cpp (the former
+// erf-based loop: 0.9), 4e-7 relative over [-13, -3] (the former: 1). Speed is about the
+// same: forward 5-10% faster on one Zen 3 core in cache, no change measurable in an
+// MLP-Mixer step on two threads (the loop is bound by its dependency chains).
+namespace {
+
+using VF = Vec<float>::type;
+constexpr int kWF = Vec<float>::width;
+
+[[gnu::always_inline]] inline VF splat_lanes(float v) {
+  VF r;
+  for (int i = 0; i < kWF; ++i) r[i] = v;
+  return r;
+}
+
+// P(t) by Estrin's scheme (depth 4 rather than Horner's 9: the chains, not the
+// multiply-adds, bound this loop).
+[[gnu::always_inline]] inline VF erfc_exponent(VF t) {
+  const VF t2 = t * t, t4 = t2 * t2, t8 = t4 * t4;
+  const VF p01 = t * 9.992070121e-01f + -1.265476167e+00f, p23 = t * 5.813736116e-02f + 3.817069003e-01f;
+  const VF p45 = t * 4.903826187e-02f + -6.770736322e-02f, p67 = t * 1.273219788e+00f + -8.519480150e-01f;
+  const VF p89 = t * 1.539476802e-01f + -7.301254041e-01f;
+  return (p89 * t8 + ((p67 * t2 + p45) * t4 + (p23 * t2 + p01)));
+}
+
+// |x| capped at 16 (NaN passes: comparisons are false for it), t, x² and its rounding
+// error (exact where the multiply-add fuses, which GCC does by default).
+struct GeluParts {
+  VF ax, t, sq, sq_lo;
+};
+[[gnu::always_inline]] inline GeluParts gelu_parts(VF x) {
+  const VF a = x < 0.0f ? -x : x;
+  GeluParts p;
+  p.ax = a > 16.0f ? 16.0f : a;
+  p.t = 1.0f / (p.ax * float(0.5 * fn::kSqrt1_2) + 1.0f);
+  p.sq = p.ax * p.ax;
+  p.sq_lo = p.ax * p.ax - p.sq;
+  return p;
+}
+
+// x Φ(x) on every lane. The exponent -x²/2 + (P - sq_lo/2) is summed exactly as s + e
+// (Knuth's two-sum) and exp(s + e) taken as exp(s) (1 + e): rounding s alone would cost
+// up to half an ulp of s, relative in the result (4e-6 at x = -13).
+[[gnu::always_inline]] inline VF gelu_lanes(VF x) {
+  const GeluParts p = gelu_parts(x);
+  const VF a = -0.5f * p.sq, b = erfc_exponent(p.t) - 0.5f * p.sq_lo;
+  const VF s = a + b, bv = s - a, e = (a - (s - bv)) + (b - bv);
+  const VF q = 0.5f * p.t * (exp_lanes(s) * (1.0f + e));
+  return x * (x >= 0.0f ? 1.0f - q : q);
+}
+
+// g (Φ(x) + x φ(x)), φ(x) = exp(-x²/2) / √(2π), on every lane; exp(-z² + P) is taken as
+// exp(-x²/2) exp(P - sq_lo/2) so that φ's exponential serves both.
+[[gnu::always_inline]] inline VF gelu_grad_lanes(VF g, VF x) {
+  const GeluParts p = gelu_parts(x);
+  const VF gauss = exp_lanes(-0.5f * p.sq);
+  const VF q = 0.5f * p.t * gauss * exp_lanes(erfc_exponent(p.t) - 0.5f * p.sq_lo);
+  return g * ((x >= 0.0f ? 1.0f - q : q) + x * gauss * float(fn::kInvSqrt2Pi));
+}
+
+// out[0, n) = f(in[0, n)) over a dense run: whole vectors, then the last partial one
+// through a zero-padded copy, so that every element goes through the same vector code
+// whatever its position (the results do not depend on how threads split the runs).
+template <class F>
+[[gnu::always_inline]] inline void run_lanes(const F& f, float* o, int64_t n, const float* a) {
+  int64_t i = 0;
+  for (; i + kWF <= n; i += kWF) store(o + i, f(load(a + i)));
+  if (i < n) {
+    float pa[kWF] = {}, res[kWF];
+    std::copy(a + i, a + n, pa);
+    store(res, f(load(pa)));
+    std::copy(res, res + (n - i), o + i);
+  }
+}
+// The same with two inputs.
+template <class F>
+[[gnu::always_inline]] inline void run_lanes(const F& f, float* o, int64_t n, const float* a, const float* b) {
+  int64_t i = 0;
+  for (; i + kWF <= n; i += kWF) store(o + i, f(load(a + i), load(b + i)));
+  if (i < n) {
+    float pa[kWF] = {}, pb[kWF] = {}, res[kWF];
+    std::copy(a + i, a + n, pa);
+    std::copy(b + i, b + n, pb);
+    store(res, f(load(pa), load(pb)));
+    std::copy(res, res + (n - i), o + i);
+  }
+}
+
+}  // namespace
+
 struct GeluFloat {
-  [[gnu::always_inline]] float operator()(float v) const { return v * (0.5f * (1.0f + erf_vec(v * float(fn::kSqrt1_2)))); }
+  // One element (a strided run): the vector code on one lane, so that strided and dense
+  // runs give the same bits.
+  float operator()(float v) const { return gelu_lanes(splat_lanes(v))[0]; }
+  void run(float* o, const float* x, int64_t n) const { run_lanes(gelu_lanes, o, n, x); }
 };
 struct GeluGradFloat {
-  [[gnu::always_inline]] float operator()(float g, float x) const {
-    float gauss;  // exp(-(x/√2)²) = exp(-x²/2), from inside the erf: one exp, not two
-    const float cdf = 0.5f * (1.0f + erf_vec(x * float(fn::kSqrt1_2), gauss));
-    const float pdf = gauss * float(fn::kInvSqrt2Pi);
-    return g * (cdf + x * pdf);
-  }
+  float operator()(float g, float x) const { return gelu_grad_lanes(splat_lanes(g), splat_lanes(x))[0]; }
+  void run(float* o, const float* g, const float* x, int64_t n) const { run_lanes(gelu_grad_lanes, o, n, g, x); }
 };
 
 // The tanh form likewise, through 0.5 (1 + tanh(u)) = sigmoid(2u) with the vectorisable

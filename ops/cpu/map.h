@@ -41,8 +41,12 @@ void map_n_impl(const Tensor& out, const std::array<Tensor, sizeof...(TI)>& in_g
     TO* o = po + off[0];
     const std::tuple<const TI*...> x{std::get<K>(pin) + off[K + 1]...};
     if (st[0] == 1 && ((st[K + 1] == 1) && ...)) {
-      // Dense run: a plain loop the compiler vectorises.
-      for (int64_t i = 0; i < n; ++i) o[i] = f(std::get<K>(x)[i]...);
+      // Dense run: the functor's own loop over whole vectors where it has one (run),
+      // else a plain loop the compiler vectorises.
+      if constexpr (requires { f.run(o, std::get<K>(x)..., n); })
+        f.run(o, std::get<K>(x)..., n);
+      else
+        for (int64_t i = 0; i < n; ++i) o[i] = f(std::get<K>(x)[i]...);
     } else if constexpr (N == 2) {
       // tensor (op) broadcast scalar or row, the commonest broadcast: hoist the scalar.
       if (st[0] == 1 && st[1] == 1 && st[2] == 0) {
