@@ -368,14 +368,22 @@ int64_t TuckerMuMoE::count_parameters(const MoEShape& s, const std::vector<int64
   return c.add({core.n}).add({s.in_rows(), r[E]}).add({s.out, r[E + 1]}).n;
 }
 
-// Projections Σ N_e R_{N_e} + I R_I, the core contraction R_O R_I Π R_{N_e}, the output O R_O.
+// Projections Σ N_e R_{N_e} + I R_I; the core contracted with the projected input,
+// R_O R_I Π R_{N_e}, then with each projected coefficient vector in turn, R_O Π_{k>=e} R_{N_k}
+// (R_O R_N for one level: the preliminary paper's R_I I + R_O R_I R_N + R_N N + R_O R_N + R_O O);
+// the output O R_O.
 int64_t TuckerMuMoE::flops_per_token() const {
   size_t E = shape_.experts.size();
   const char* what = "TuckerMuMoE::flops_per_token";
   Count c{what};
   int64_t core = checked_mul(ranks_[E], ranks_[E + 1], what);
   for (size_t e = 0; e < E; ++e) core = checked_mul(core, ranks_[e], what), c.add({shape_.experts[e], ranks_[e]});
-  return c.add({shape_.in_rows(), ranks_[E]}).add({core}).add({shape_.out, ranks_[E + 1]}).n;
+  c.add({shape_.in_rows(), ranks_[E]}).add({core});
+  int64_t left = ranks_[E + 1];  // R_O Π_{k>=e} R_{N_k}, built from the last level back
+  std::vector<int64_t> chain(E);
+  for (size_t e = E; e-- > 0;) chain[e] = left = checked_mul(left, ranks_[e], what);
+  for (int64_t n : chain) c.add({n});
+  return c.add({shape_.out, ranks_[E + 1]}).n;
 }
 
 // ---------------------------------------------------------------- Hadamard

@@ -1,0 +1,160 @@
+// What every reproduction program (experiments/repro_*.cpp) shares: the --scale and
+// --out-dir flags, the Markdown tables printed with the paper's numbers beside ours, the
+// results JSON (written atomically: a reader never sees half a file), and figures drawn
+// as PNG by matplotlib through /usr/bin/python3 (Debian: python3-matplotlib).
+//
+// Scales: `smoke` runs in seconds (the test suite runs it), `local` fits this 2-core
+// machine in at most 30 minutes, `paper` is the paper's configuration. Programs whose
+// results are counts run the same at every scale and say so.
+#pragma once
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "tensor/atomic_file.h"
+#include "tensor/error.h"
+
+namespace mu::repro {
+
+enum class Scale { Smoke, Local, Paper };
+
+inline const char* scale_name(Scale s) {
+  switch (s) {
+    case Scale::Smoke: return "smoke";
+    case Scale::Local: return "local";
+    case Scale::Paper: return "paper";
+  }
+  return "?";
+}
+
+struct Common {
+  Scale scale = Scale::Local;
+  std::string out_dir;  // results JSON and figures
+};
+
+// --scale smoke|local|paper and --out-dir (default repro_results/<program>).
+inline void add_common_flags(CLI::App& app, Common& c, const std::string& program) {
+  c.out_dir = "repro_results/" + program;
+  const std::map<std::string, Scale> scales{{"smoke", Scale::Smoke}, {"local", Scale::Local}, {"paper", Scale::Paper}};
+  app.add_option("--scale", c.scale, "smoke (seconds), local (this machine, <= 30 min) or paper (the paper's setting)")
+      ->transform(CLI::CheckedTransformer(scales, CLI::ignore_case))
+      ->capture_default_str();
+  app.add_option("--out-dir", c.out_dir, "Directory for the results JSON and figures (created)")->capture_default_str();
+}
+
+// 1069568 -> "1,069,568".
+inline std::string with_commas(int64_t n) {
+  std::string digits = std::to_string(n < 0 ? -n : n), out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return n < 0 ? "-" + out : out;
+}
+
+// n with `decimals` decimals in the largest of K, M, B, T it reaches: 57048096 -> "57.0M".
+inline std::string scaled(double n, int decimals = 1) {
+  const char* suffix[] = {"", "K", "M", "B", "T"};
+  int k = 0;
+  while (k < 4 && std::fabs(n) >= 1000.0) n /= 1000.0, ++k;
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f%s", k == 0 ? 0 : decimals, n, suffix[k]);
+  return buf;
+}
+
+// A table: printed as Markdown, stored in the results JSON as {title, header, rows}.
+struct Table {
+  std::string title;
+  std::vector<std::string> header;
+  std::vector<std::vector<std::string>> rows;
+
+  std::string markdown() const {
+    auto line = [](const std::vector<std::string>& cells) {
+      std::string s = "|";
+      for (const std::string& c : cells) s += " " + c + " |";
+      return s + "\n";
+    };
+    std::string s = "**" + title + "**\n\n" + line(header) + "|";
+    for (size_t i = 0; i < header.size(); ++i) s += "---|";
+    s += "\n";
+    for (const auto& r : rows) s += line(r);
+    return s;
+  }
+  nlohmann::json to_json() const { return {{"title", title}, {"header", header}, {"rows", rows}}; }
+};
+
+inline void make_dir(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  MU_CHECK(!ec, "cannot create directory ", dir, ": ", ec.message());
+}
+
+// `j` into `path`, indented, atomically (tensor/atomic_file.h).
+inline void write_json(const std::string& path, const nlohmann::json& j) {
+  const std::string text = j.dump(2) + "\n";
+  write_file_atomically(path, {{text.data(), text.size()}}, "write results " + path);
+}
+
+// Runs /usr/bin/python3 on `args` and waits; the exit status, or -1 when it could not start.
+inline int run_python(const std::vector<std::string>& args) {
+  std::vector<char*> argv;
+  std::string python = "/usr/bin/python3";
+  argv.push_back(python.data());
+  std::vector<std::string> copy = args;
+  for (std::string& a : copy) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::fflush(stdout);
+  const pid_t pid = fork();
+  if (pid < 0) return -1;
+  if (pid == 0) {
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  int status = 0;
+  if (waitpid(pid, &status, 0) < 0) return -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+// Draws `png_path` with matplotlib: `body` is Python run with `data` (the JSON given here,
+// as a dict) and `plt` (matplotlib.pyplot, Agg backend) defined, and must draw one figure;
+// the figure is saved to a temporary name and renamed over png_path. A missing python3 or
+// matplotlib, or a failing script, is a mu::Error naming what to install or what failed.
+inline void draw_png(const std::string& png_path, const std::string& body, const nlohmann::json& data) {
+  const std::string stem = png_path + ".tmp." + std::to_string(getpid());
+  const std::string data_path = stem + ".json", script_path = stem + ".py", tmp_png = stem + ".png";
+  const std::string script =
+      "import json, os, sys\n"
+      "try:\n"
+      "    import matplotlib\n"
+      "except ImportError:\n"
+      "    sys.exit(3)\n"
+      "matplotlib.use('Agg')\n"
+      "import matplotlib.pyplot as plt\n"
+      "data = json.load(open(sys.argv[1]))\n" +
+      body +
+      "\nplt.tight_layout()\n"
+      "plt.savefig(sys.argv[2], dpi=120)\n"
+      "os.replace(sys.argv[2], sys.argv[3])\n";
+  const std::string data_text = data.dump();
+  write_file_atomically(data_path, {{data_text.data(), data_text.size()}}, "plot data " + data_path);
+  write_file_atomically(script_path, {{script.data(), script.size()}}, "plot script " + script_path);
+  const int rc = run_python({script_path, data_path, tmp_png, png_path});
+  std::filesystem::remove(data_path);
+  std::filesystem::remove(script_path);
+  std::filesystem::remove(tmp_png);
+  MU_CHECK(rc != -1 && rc != 127, "drawing ", png_path, ": cannot run /usr/bin/python3 (install python3)");
+  MU_CHECK(rc != 3, "drawing ", png_path, ": python3 has no matplotlib (install python3-matplotlib)");
+  MU_CHECK(rc == 0, "drawing ", png_path, ": the plotting script failed (exit status ", rc, ")");
+}
+
+}  // namespace mu::repro
