@@ -6,9 +6,11 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdint>
 #include <functional>
 #include <limits>
 #include <map>
+#include <mutex>
 #include <set>
 #include <sstream>
 
@@ -324,23 +326,146 @@ struct Plan {
   double largest = 0;
 };
 
-// Every order for few operands (keeping the one with the fewest FLOPs, then the
-// smallest largest intermediate); greedily the cheapest next pair for many.
+// Up to kOptimalOperands operands the cheapest contraction tree, found by dynamic
+// programming over subsets of the operands (each subset's cheapest tree is the cheapest
+// split into two subsets' trees plus their pairwise product): 3^n splits, 265,720 at 12,
+// about as many as the permutations of 5 operands a plain search walks, and optimal for
+// any n. The greedy order it replaced for 6 to 12 operands cost 2.7x the multiply-adds of a
+// hierarchical TRμMoE layer's forward pass and 3.9-4.4x a hierarchical Tucker layer's.
+constexpr size_t kOptimalOperands = 12;
+
+// The optimal tree as steps of the list convention (EinsumPath::steps). Ties go to the
+// smaller largest intermediate, then to the first split found; the letters of all
+// operands must number at most 64. Returns false (and leaves `plan` alone) otherwise.
+bool plan_optimal(const std::vector<Labels>& ops, const Labels& out, const std::vector<int64_t>& sizes, Plan& plan) {
+  const size_t n = ops.size();
+  std::vector<int> letters;  // bit b of a label set <-> letters[b]
+  for (const Labels& ls : ops)
+    for (int l : ls)
+      if (!std::count(letters.begin(), letters.end(), l)) letters.push_back(l);
+  for (int l : out)
+    if (!std::count(letters.begin(), letters.end(), l)) letters.push_back(l);
+  if (n < 2 || n > kOptimalOperands || letters.size() > 64) return false;
+  auto bits = [&](const Labels& ls) {
+    uint64_t b = 0;
+    for (int l : ls) b |= uint64_t(1) << (std::find(letters.begin(), letters.end(), l) - letters.begin());
+    return b;
+  };
+  double letter_size[64];
+  for (size_t k = 0; k < letters.size(); ++k) letter_size[k] = double(sizes[size_t(letters[k])]);
+  auto count = [&](uint64_t b) {
+    double c = 1;
+    for (; b != 0; b &= b - 1) c *= letter_size[__builtin_ctzll(b)];
+    return c;
+  };
+  const uint32_t full = (uint32_t(1) << n) - 1;
+  const uint64_t out_bits = bits(out);
+  std::vector<uint64_t> op_bits(n);
+  for (size_t k = 0; k < n; ++k) op_bits[k] = bits(ops[k]);
+  // labels[S]: the letters of S's contraction that the operands outside S or the output need.
+  std::vector<uint64_t> held(size_t(full) + 1, 0), labels(size_t(full) + 1, 0);
+  for (uint32_t s = 1; s <= full; ++s) {
+    const int low = __builtin_ctz(s);
+    held[s] = held[s & (s - 1)] | op_bits[size_t(low)];
+  }
+  for (uint32_t s = 1; s <= full; ++s) labels[s] = held[s] & (held[full & ~s] | out_bits);
+  const double inf = std::numeric_limits<double>::infinity();
+  std::vector<double> cost(size_t(full) + 1, inf), largest(size_t(full) + 1, 0);
+  std::vector<uint32_t> split(size_t(full) + 1, 0);
+  for (size_t k = 0; k < n; ++k) cost[uint32_t(1) << k] = 0;
+  for (uint32_t s = 1; s <= full; ++s) {
+    if ((s & (s - 1)) == 0) continue;  // a single operand
+    const uint32_t low = s & (~s + 1);
+    const double size = s == full ? 0 : count(labels[s]);  // the output is no intermediate
+    // Splits a | b with a holding s's lowest operand: each unordered split once.
+    for (uint32_t a = (s - 1) & s; a != 0; a = (a - 1) & s) {
+      if (!(a & low)) continue;
+      const uint32_t b = s ^ a;
+      const double c = cost[a] + cost[b] + count(labels[a] | labels[b]);
+      const double big = std::max({largest[a], largest[b], size});
+      if (c < cost[s] || (c == cost[s] && big < largest[s])) cost[s] = c, largest[s] = big, split[s] = a;
+    }
+  }
+  // The tree into list steps: children first; each step names its two entries'
+  // positions in the current list, whose result goes to the end.
+  std::vector<uint32_t> list;
+  for (size_t k = 0; k < n; ++k) list.push_back(uint32_t(1) << k);
+  Plan result;
+  std::function<void(uint32_t)> emit = [&](uint32_t s) {
+    if ((s & (s - 1)) == 0) return;
+    const uint32_t a = split[s], b = s ^ a;
+    emit(a);
+    emit(b);
+    int i = int(std::find(list.begin(), list.end(), a) - list.begin());
+    int j = int(std::find(list.begin(), list.end(), b) - list.begin());
+    if (i > j) std::swap(i, j);
+    result.steps.push_back({i, j});
+    list.erase(list.begin() + j);
+    list.erase(list.begin() + i);
+    list.push_back(s);
+  };
+  emit(full);
+  result.flops = cost[full];
+  result.largest = largest[full];
+  plan = result;
+  return true;
+}
+
+Plan plan_greedy(const std::vector<Labels>& ops, const Labels& out, const std::vector<int64_t>& sizes);
+
+// Plans already made, by operand letters and sizes: a layer's einsum plans the same
+// contraction on every call, and planning 11 operands costs about a millisecond. Bounded:
+// emptied when it reaches kPlanCacheSize entries.
+constexpr size_t kPlanCacheSize = 4096;
+struct CachedPlan {
+  Plan plan;
+  bool optimal;
+};
+std::mutex g_plan_mutex;
+std::map<std::vector<int64_t>, CachedPlan> g_plans;
+
+// The optimal tree for up to kOptimalOperands operands (plan_optimal); greedily the
+// cheapest next pair for more.
 Plan plan_contraction(const std::vector<Labels>& ops, const Labels& out, const std::vector<int64_t>& sizes, bool* exhaustive) {
+  // The key: each operand's letters with their sizes, then the output's.
+  std::vector<int64_t> key;
+  for (const Labels& ls : ops) {
+    key.push_back(int64_t(ls.size()));
+    for (int l : ls) key.push_back(l), key.push_back(sizes[size_t(l)]);
+  }
+  key.push_back(-1);
+  for (int l : out) key.push_back(l), key.push_back(sizes[size_t(l)]);
+  {
+    std::lock_guard<std::mutex> lock(g_plan_mutex);
+    auto it = g_plans.find(key);
+    if (it != g_plans.end()) {
+      if (exhaustive) *exhaustive = it->second.optimal;
+      return it->second.plan;
+    }
+  }
+  CachedPlan made;
+  made.optimal = ops.size() <= 1 || plan_optimal(ops, out, sizes, made.plan);
+  if (!made.optimal) made.plan = plan_greedy(ops, out, sizes);
+  if (exhaustive) *exhaustive = made.optimal;
+  std::lock_guard<std::mutex> lock(g_plan_mutex);
+  if (g_plans.size() >= kPlanCacheSize) g_plans.clear();
+  g_plans.emplace(std::move(key), made);
+  return made.plan;
+}
+
+// Greedily the cheapest next pair, for more operands than plan_optimal takes.
+Plan plan_greedy(const std::vector<Labels>& ops, const Labels& out, const std::vector<int64_t>& sizes) {
   Plan best;
   best.flops = std::numeric_limits<double>::infinity();
-  const bool full = ops.size() <= 5;
-  if (exhaustive) *exhaustive = full;
   std::function<void(std::vector<Labels>, Plan)> search = [&](std::vector<Labels> cur, Plan acc) {
     if (cur.size() <= 1) {
       if (acc.flops < best.flops || (acc.flops == best.flops && acc.largest < best.largest)) best = acc;
       return;
     }
-    if (acc.flops > best.flops) return;  // already worse: prune
     std::vector<std::pair<int, int>> candidates;
     for (int i = 0; i < int(cur.size()); ++i)
       for (int j = i + 1; j < int(cur.size()); ++j) candidates.push_back({i, j});
-    if (!full) {
+    {
       // Greedy, as opt_einsum's: among pairs that share a letter (any pair if none do),
       // take the one whose result shrinks memory most (result size minus both inputs),
       // then the one with the fewest multiply-adds. Pairs sharing nothing would form

@@ -1,9 +1,11 @@
 // einsum against a brute-force evaluator (one nested loop over every index value, with
 // its own parser), the planner's counts against hand-worked ones, gradcheck of the
 // papers' contractions, and bad specs.
+#include <limits>
 #include <map>
 #include <random>
 #include <set>
+
 
 #include "helpers.h"
 
@@ -240,10 +242,67 @@ TEST_CASE("einsum_path: order, FLOPs and largest intermediate") {
   // A private letter summed first counts one add per element.
   EinsumPath priv = einsum_path("ij,jk->k", {{7, 3}, {3, 4}});
   CHECK(priv.flops == 7 * 3 + 3 * 4);
-  // Many operands: greedy, and still a valid plan.
-  EinsumPath many = einsum_path("ab,bc,cd,de,ef,fg,gh->ah", {{2, 3}, {3, 4}, {4, 5}, {5, 6}, {6, 7}, {7, 8}, {8, 9}});
+}
+
+namespace {
+
+// The cheapest multiply-add count of a chain of matrices p[0] x p[1], p[1] x p[2], ...:
+// the textbook O(n^3) dynamic programme over chain intervals.
+double matrix_chain_cost(const std::vector<int64_t>& p) {
+  const size_t n = p.size() - 1;
+  std::vector<std::vector<double>> m(n, std::vector<double>(n, 0));
+  for (size_t len = 2; len <= n; ++len)
+    for (size_t i = 0; i + len - 1 < n; ++i) {
+      const size_t j = i + len - 1;
+      m[i][j] = std::numeric_limits<double>::infinity();
+      for (size_t k = i; k < j; ++k)
+        m[i][j] = std::min(m[i][j], m[i][k] + m[k + 1][j] + double(p[i]) * double(p[k + 1]) * double(p[j + 1]));
+    }
+  return m[0][n - 1];
+}
+
+// "ab,bc,...->a?" over a chain of matrices with sizes p.
+std::pair<std::string, std::vector<Shape>> chain_spec(const std::vector<int64_t>& p) {
+  std::string spec;
+  std::vector<Shape> shapes;
+  for (size_t k = 0; k + 1 < p.size(); ++k) {
+    spec += (k ? "," : "") + std::string(1, char('a' + k)) + char('a' + k + 1);
+    shapes.push_back({p[k], p[k + 1]});
+  }
+  spec += std::string("->") + 'a' + char('a' + p.size() - 1);
+  return {spec, shapes};
+}
+
+}  // namespace
+
+TEST_CASE("einsum_path: up to 12 operands the cheapest order, as the matrix-chain programme finds it") {
+  // Irregular sizes, so that the cheapest order is neither left- nor right-first.
+  for (const std::vector<int64_t>& p : {std::vector<int64_t>{30, 35, 15, 5, 10, 20, 25},
+                                        {40, 20, 30, 10, 30, 5, 60, 8, 12},
+                                        {5, 60, 3, 70, 2, 80, 9, 40, 6, 50, 4, 30, 7}}) {
+    auto [spec, shapes] = chain_spec(p);
+    INFO(spec);
+    EinsumPath path = einsum_path(spec, shapes);
+    CHECK(path.exhaustive);
+    CHECK(path.steps.size() == shapes.size() - 1);
+    CHECK(path.flops == matrix_chain_cost(p));
+  }
+  // The einsum runs that plan: the chain's product equals the matrices multiplied in turn.
+  manual_seed(2);
+  std::vector<int64_t> p{6, 9, 4, 7, 3, 8, 5};
+  auto [spec, shapes] = chain_spec(p);
+  std::vector<Tensor> ms;
+  for (const Shape& s : shapes) ms.push_back(randn(s, kFloat64));
+  Tensor want = ms[0];
+  for (size_t k = 1; k < ms.size(); ++k) want = want.matmul(ms[k]);
+  CHECK(max_abs_diff(einsum(spec, ms), want) < 1e-10);
+  // Past 12 operands: greedy, a valid plan, never cheaper than the optimum.
+  std::vector<int64_t> q{5, 60, 3, 70, 2, 80, 9, 40, 6, 50, 4, 30, 7, 20, 11};
+  auto [long_spec, long_shapes] = chain_spec(q);
+  EinsumPath many = einsum_path(long_spec, long_shapes);
   CHECK(!many.exhaustive);
-  CHECK(many.steps.size() == 6);
+  CHECK(many.steps.size() == long_shapes.size() - 1);
+  CHECK(many.flops >= matrix_chain_cost(q));
   CHECK(many.str().find("greedy") != std::string::npos);
 }
 
