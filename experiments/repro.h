@@ -17,8 +17,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tensor/atomic_file.h"
@@ -155,6 +157,90 @@ inline void draw_png(const std::string& png_path, const std::string& body, const
   MU_CHECK(rc != -1 && rc != 127, "drawing ", png_path, ": cannot run /usr/bin/python3 (install python3)");
   MU_CHECK(rc != 3, "drawing ", png_path, ": python3 has no matplotlib (install python3-matplotlib)");
   MU_CHECK(rc == 0, "drawing ", png_path, ": the plotting script failed (exit status ", rc, ")");
+}
+
+// The directory of the running program (the other programs are built beside it).
+inline std::string program_dir() {
+  std::error_code ec;
+  const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  MU_CHECK(!ec, "cannot locate the running executable: ", ec.message());
+  return self.parent_path().string();
+}
+
+// Runs `args` (args[0] a path) with stdout and stderr into `log`; its exit status
+// (128 + the signal when a signal ended it).
+inline int run_program(const std::vector<std::string>& args, const std::string& log) {
+  std::vector<char*> argv;
+  std::vector<std::string> copy = args;
+  for (std::string& a : copy) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::fflush(stdout);
+  const pid_t pid = fork();
+  MU_CHECK(pid >= 0, "fork failed running ", args[0]);
+  if (pid == 0) {
+    FILE* f = std::freopen(log.c_str(), "w", stdout);
+    if (f == nullptr || dup2(fileno(stdout), 2) < 0) _exit(126);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  int status = 0;
+  MU_CHECK(waitpid(pid, &status, 0) >= 0, "waitpid failed running ", args[0]);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+}
+
+// The last evaluation record of a run's metrics.jsonl (train/metrics_log.h) holding
+// `key`: (value, step), or (NaN, -1) when there is none (not run, or stopped before).
+inline std::pair<double, int64_t> last_eval(const std::string& metrics_path, const std::string& key) {
+  std::ifstream in(metrics_path);
+  std::string line;
+  std::pair<double, int64_t> last{NAN, -1};
+  while (std::getline(in, line)) {
+    const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_object() && j.value("kind", "") == "eval" && j.contains(key) && j[key].is_number())
+      last = {j[key].get<double>(), j["step"].get<int64_t>()};
+  }
+  return last;
+}
+
+// Mean and sample standard deviation (n - 1; 0 for one value).
+struct MeanStd {
+  double mean = NAN, std = NAN;
+};
+inline MeanStd mean_std(const std::vector<double>& v) {
+  MeanStd s;
+  if (v.empty()) return s;
+  double sum = 0;
+  for (double x : v) sum += x;
+  s.mean = sum / double(v.size());
+  double ss = 0;
+  for (double x : v) ss += (x - s.mean) * (x - s.mean);
+  s.std = v.size() > 1 ? std::sqrt(ss / double(v.size() - 1)) : 0.0;
+  return s;
+}
+
+// "m ± s" with `decimals` decimals.
+inline std::string pm(const MeanStd& s, int decimals) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f ± %.*f", decimals, s.mean, decimals, s.std);
+  return buf;
+}
+
+// One training run of a seed sweep: `args` (the trainer and its flags, without
+// --out-dir) into `dir`, unless dir/metrics.jsonl already ends in an evaluation of
+// `key` (a finished run: an interrupted reproduction resumes where it stopped). Returns
+// that evaluation; a failing run is a mu::Error naming its log.
+inline std::pair<double, int64_t> run_once(std::vector<std::string> args, const std::string& dir,
+                                          const std::string& key, const std::string& label) {
+  std::pair<double, int64_t> r = last_eval(dir + "/metrics.jsonl", key);
+  if (r.second >= 0) return r;
+  std::filesystem::remove_all(dir);
+  args.insert(args.begin() + 1, {"--out-dir", dir});
+  std::printf("running %s ...\n", label.c_str());
+  const int rc = run_program(args, dir + ".log");
+  MU_CHECK(rc == 0, args[0], " exited with status ", rc, " for ", label, "; its output is in ", dir, ".log");
+  r = last_eval(dir + "/metrics.jsonl", key);
+  MU_CHECK(r.second >= 0, dir, "/metrics.jsonl holds no evaluation of ", key);
+  return r;
 }
 
 }  // namespace mu::repro
