@@ -439,6 +439,27 @@ DenseMoE::DenseMoE(MoEShape s, const Tensor& weight) : MuMoELayer("DenseMoE", st
   add_factor("W", weight.detach().clone(), dense_axes(shape_));
 }
 
+// With no more inputs than experts, the coefficients go first, level by level: each step
+// multiplies (B, N_e) by the tensor so far seen as (N_e, rest) per batch entry, W in its
+// own layout, so W is never copied, and the intermediate (B, I+1, O) is no larger than W;
+// then [z, 1] (B, 1, I+1) times it. The planner's order for few inputs takes z first and
+// copies W into (I+1, N·O) order on every call: for one input of 768 -> 768 with 128
+// experts, 104 ms against 2 ms. Larger batches keep the planner's order, whose
+// intermediate (B, N, O) is the smaller one.
+Tensor DenseMoE::own_forward(const Tensor& z2, const std::vector<Tensor>& af,
+                             const std::vector<Tensor>& factor_values) const {
+  const int64_t B = z2.size(0), rows = shape_.in_rows(), O = shape_.out;
+  if (B > shape_.total_experts()) return Tensor();
+  int64_t rest = shape_.total_experts() / shape_.experts[0] * rows * O;
+  Tensor t = af[0].matmul(factor_values[0].reshape({shape_.experts[0], rest}));  // (B, rest)
+  for (size_t e = 1; e < af.size(); ++e) {
+    const int64_t n = shape_.experts[e];
+    rest /= n;
+    t = af[e].unsqueeze(1).matmul(t.reshape({B, n, rest})).reshape({B, rest});  // (B, 1, N_e) · (B, N_e, rest)
+  }
+  return with_one(z2).unsqueeze(1).matmul(t.reshape({B, rows, O})).reshape({B, O});
+}
+
 int64_t DenseMoE::count_parameters(const MoEShape& s) {
   check_shape(s, "DenseMoE::count_parameters");
   return Count{"DenseMoE::count_parameters"}.add({s.total_experts(), s.in_rows(), s.out}).n;

@@ -171,6 +171,13 @@ class DenseMoE : public MuMoELayer {
   // A dense layer holding a given weight tensor (e.g. another layer's materialize()).
   DenseMoE(MoEShape shape, const Tensor& weight);
   int64_t flops_per_token() const override;
+
+ protected:
+  // Up to N_1 ⋯ N_E inputs: the coefficients first (see the definition); more: the planner's order.
+  Tensor own_forward(const Tensor& z2, const std::vector<Tensor>& af,
+                     const std::vector<Tensor>& factor_values) const override;
+
+ public:
   // N_1 ⋯ N_E (I+1) O, without allocating anything.
   static int64_t count_parameters(const MoEShape& s);
 };

@@ -335,10 +335,12 @@ TEST_CASE("gradcheck of every factor, the input and the coefficients") {
       INFO(nn::to_string(kind) << " " << l->extra_repr());
       check_layer_grad(*l, randn({2, 2, s.in}, kFloat64), random_coefficients({2, 2}, s.experts));
     }
-  // DenseMoE too: the reference the others are compared with.
+  // DenseMoE too: the reference the others are compared with. Up to N_1 N_2 = 4 inputs it
+  // contracts the coefficients first (its own order), more take the planner's.
   nn::MoEShape s{3, 2, {2, 2}, true};
   auto d = make_layer(MoEKind::Dense, s, rng);
   check_layer_grad(*d, randn({3, s.in}, kFloat64), random_coefficients({3}, s.experts));
+  check_layer_grad(*d, randn({5, s.in}, kFloat64), random_coefficients({5}, s.experts));
 }
 
 TEST_CASE("counterfactual layer passes equal zeroing slices of the materialised tensor") {
