@@ -49,6 +49,15 @@ nn::MuMoEOptions moe(nn::MoEKind kind) {
   return o;
 }
 
+using Forward = std::function<Tensor(const Tensor&)>;
+
+// An nn::MuMoE block of `kind` (evaluation mode), as (forward, parameter count).
+std::pair<Forward, int64_t> block(nn::MoEKind kind) {
+  auto b = std::make_shared<nn::MuMoE>(moe(kind));
+  b->eval();
+  return {[b](const Tensor& z) { return b->forward(z); }, b->num_parameters()};
+}
+
 struct Measured {
   int64_t params = 0;
   double param_mb = 0, peak_mb = 0, median_ms = 0;
@@ -56,7 +65,7 @@ struct Measured {
 
 // Builds a layer with `make` (returning its forward of one input and its parameter
 // count), then measures its memory and latency.
-Measured measure(const std::function<std::pair<std::function<Tensor(const Tensor&)>, int64_t>()>& make, int reps) {
+Measured measure(const std::function<std::pair<Forward, int64_t>()>& make, int reps) {
   NoGradGuard no_grad;
   Measured m;
   const int64_t before = cpu_allocator::stats().allocated_bytes;
@@ -98,22 +107,16 @@ int main(int argc, char** argv) {
     struct Row {
       const char* name;
       double paper_mb, paper_ms;
-      std::function<std::pair<std::function<Tensor(const Tensor&)>, int64_t>()> make;
+      std::function<std::pair<Forward, int64_t>()> make;
     };
     std::vector<Row> rows = {
         {"Linear layer", 12.07, 0.01,
          [] {
            auto l = std::make_shared<nn::Linear>(nn::LinearOptions(kIn, kOut));
-           return std::pair{std::function<Tensor(const Tensor&)>([l](const Tensor& z) { return l->forward(z); }),
-                            l->num_parameters()};
+           return std::pair<Forward, int64_t>{[l](const Tensor& z) { return l->forward(z); }, l->num_parameters()};
          }},
         {"Dense MoE (N=128)", 390.17, 1.17,
-         [] {
-           auto b = std::make_shared<nn::MuMoE>(moe(nn::MoEKind::Dense));
-           b->eval();
-           return std::pair{std::function<Tensor(const Tensor&)>([b](const Tensor& z) { return b->forward(z); }),
-                            b->num_parameters()};
-         }},
+         [] { return block(nn::MoEKind::Dense); }},
         {"Sparse MoE (N=128, top-2)", 765.19, 0.80,
          [] {
            // The dense MoE's expert tensor W (N, I + 1, O) and a softmax gate G (I, N).
@@ -126,22 +129,12 @@ int main(int argc, char** argv) {
              Tensor z1 = cat({z, ones({1, 1})}, 1);                          // [z; 1]
              return einsum("b k, b i, k i o -> b o", {a, z1, experts});
            };
-           return std::pair{std::function<Tensor(const Tensor&)>(forward), W->numel() + G->numel()};
+           return std::pair<Forward, int64_t>{forward, W->numel() + G->numel()};
          }},
         {"TRμMoE (N=128)", 15.87, 0.94,
-         [] {
-           auto b = std::make_shared<nn::MuMoE>(moe(nn::MoEKind::TR));
-           b->eval();
-           return std::pair{std::function<Tensor(const Tensor&)>([b](const Tensor& z) { return b->forward(z); }),
-                            b->num_parameters()};
-         }},
+         [] { return block(nn::MoEKind::TR); }},
         {"CPμMoE (N=128)", 14.02, 1.05,
-         [] {
-           auto b = std::make_shared<nn::MuMoE>(moe(nn::MoEKind::CP));
-           b->eval();
-           return std::pair{std::function<Tensor(const Tensor&)>([b](const Tensor& z) { return b->forward(z); }),
-                            b->num_parameters()};
-         }},
+         [] { return block(nn::MoEKind::CP); }},
     };
     repro::Table t{"Table 6: memory and latency of one input's forward pass, 768 -> 768, 128 experts (CPU, float32)",
                    {"layer", "params", "parameters MB", "peak MB (ours)", "paper peak MB", "latency ms (ours)",
