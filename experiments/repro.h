@@ -107,6 +107,14 @@ inline void write_json(const std::string& path, const nlohmann::json& j) {
   write_file_atomically(path, {{text.data(), text.size()}}, "write results " + path);
 }
 
+// The results JSON into <out-dir>/<file> (the directory created), and its path printed.
+inline void save_results(const Common& c, const std::string& file, const nlohmann::json& j) {
+  make_dir(c.out_dir);
+  const std::string path = c.out_dir + "/" + file;
+  write_json(path, j);
+  std::printf("results: %s\n", path.c_str());
+}
+
 // Runs /usr/bin/python3 on `args` and waits; the exit status, or -1 when it could not start.
 inline int run_python(const std::vector<std::string>& args) {
   std::vector<char*> argv;

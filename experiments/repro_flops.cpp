@@ -141,15 +141,12 @@ int main(int argc, char** argv) {
         repro::with_commas(int64_t(gating)).c_str(), repro::scaled(tr_order).c_str(), repro::scaled(tr_best).c_str(),
         repro::scaled(tr_best / double(layers[1].layer->flops_per_token()), 0).c_str());
 
-    repro::make_dir(common.out_dir);
     json out = {{"program", "repro_flops"}, {"scale", repro::scale_name(common.scale)}, {"experts", N},
                 {"in", I}, {"out", O}, {"rows", rows_json},
                 {"paper_readings", {{"cp_naive_without_bias_row", cpn.materialise + cpn.contract},
                                     {"tr_naive_paper_order", tr_order}}},
                 {"tables", json::array({t.to_json(), notes.to_json()})}};
-    const std::string path = common.out_dir + "/flops.json";
-    repro::write_json(path, out);
-    std::printf("results: %s\n", path.c_str());
+    repro::save_results(common, "flops.json", out);
     if (!no_plot) {
       const std::string png = common.out_dir + "/flops.png";
       repro::draw_png(png,

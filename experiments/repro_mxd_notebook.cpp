@@ -92,12 +92,9 @@ int main(int argc, char** argv) {
                 "over %d draw%s.\n",
                 mean_rank, (long long)full_rank, (long long)rank_count,
                 (long long)std::min(mxd::ModelForm::H, mxd::ModelForm::O), seeds, seeds == 1 ? "" : "s");
-    repro::make_dir(common.out_dir);
     json out = {{"program", "repro_mxd_notebook"}, {"scale", repro::scale_name(common.scale)},
                 {"checks", out_checks}, {"mean_normalised_rank", mean_rank}, {"draws", draws}};
-    const std::string path = common.out_dir + "/mxd_notebook.json";
-    repro::write_json(path, out);
-    std::printf("results: %s\n", path.c_str());
+    repro::save_results(common, "mxd_notebook.json", out);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "repro_mxd_notebook: %s\n", e.what());
     return 1;

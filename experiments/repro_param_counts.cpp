@@ -199,13 +199,10 @@ int main(int argc, char** argv) {
     std::printf("- The caption of Table 10 (b) sets a further level's rank to its expert count; the printed "
                 "counts are those of rank 4 (the last table: the readings differ for 2-expert levels only).\n\n");
 
-    repro::make_dir(common.out_dir);
     json out = {{"program", "repro_param_counts"}, {"scale", repro::scale_name(common.scale)}, {"checks", checks},
                 {"mismatched", mismatched}, {"explained", explained}, {"tables", json::array()}};
     for (const repro::Table& t : tables) out["tables"].push_back(t.to_json());
-    const std::string path = common.out_dir + "/param_counts.json";
-    repro::write_json(path, out);
-    std::printf("results: %s\n", path.c_str());
+    repro::save_results(common, "param_counts.json", out);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "repro_param_counts: %s\n", e.what());
     return 1;

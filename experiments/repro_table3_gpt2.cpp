@@ -120,9 +120,7 @@ int main(int argc, char** argv) {
                 smoke ? "a 2-layer toy for 20 steps" : "gpt2-mini's shape for 300 steps");
     json out = {{"program", "repro_table3_gpt2"}, {"scale", repro::scale_name(common.scale)}, {"seeds", seeds},
                 {"steps", steps}, {"rows", rows}, {"tables", json::array({t.to_json()})}};
-    const std::string path = common.out_dir + "/table3_gpt2.json";
-    repro::write_json(path, out);
-    std::printf("results: %s\n", path.c_str());
+    repro::save_results(common, "table3_gpt2.json", out);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "repro_table3_gpt2: %s\n", e.what());
     return 1;

@@ -113,12 +113,9 @@ int main(int argc, char** argv) {
                 "Mixer S-16, 300 epochs): the question carried over is whether parameter-matched μMoE blocks keep "
                 "the dense blocks' accuracy, judged against the seed spread.\n",
                 smoke ? "a 1-block toy for 20 steps" : "the mixer-fmnist model");
-    repro::make_dir(common.out_dir);
     json out = {{"program", "repro_table3_mixer"}, {"scale", repro::scale_name(common.scale)}, {"seeds", seeds},
                 {"rows", rows}, {"tables", json::array({t.to_json()})}};
-    const std::string path = common.out_dir + "/table3_mixer.json";
-    repro::write_json(path, out);
-    std::printf("results: %s\n", path.c_str());
+    repro::save_results(common, "table3_mixer.json", out);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "repro_table3_mixer: %s\n", e.what());
     return 1;

@@ -158,12 +158,9 @@ int main(int argc, char** argv) {
     std::printf("- The paper's figures come from a GPU (its peak memory includes what its runtime holds); ours from "
                 "this CPU. The comparison that carries over is the ordering: the μMoEs need about a linear layer's "
                 "memory, the dense and sparse MoEs hold 128 experts' weights.\n");
-    repro::make_dir(common.out_dir);
     json out = {{"program", "repro_table6_latency"}, {"scale", repro::scale_name(common.scale)}, {"reps", reps},
                 {"threads", omp_get_max_threads()}, {"rows", out_rows}, {"tables", json::array({t.to_json()})}};
-    const std::string path = common.out_dir + "/table6_latency.json";
-    repro::write_json(path, out);
-    std::printf("results: %s\n", path.c_str());
+    repro::save_results(common, "table6_latency.json", out);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "repro_table6_latency: %s\n", e.what());
     return 1;
