@@ -251,4 +251,25 @@ inline std::pair<double, int64_t> run_once(std::vector<std::string> args, const 
   return r;
 }
 
+// One model's seed sweep: the trainer `args` (without --out-dir and --seed) with --seed k
+// for k < seeds, each into <out-dir>/runs/<flag>-seed<k> (run_once): the evaluations of
+// `key`, and a record of every run for the results JSON.
+struct Sweep {
+  std::vector<double> values;
+  nlohmann::json runs = nlohmann::json::array();
+};
+inline Sweep seed_sweep(const Common& c, const std::string& flag, const std::string& name, int seeds,
+                        const std::vector<std::string>& args, const std::string& key) {
+  Sweep sweep;
+  for (int seed = 0; seed < seeds; ++seed) {
+    const std::string dir = c.out_dir + "/runs/" + flag + "-seed" + std::to_string(seed);
+    std::vector<std::string> a = args;
+    a.insert(a.end(), {"--seed", std::to_string(seed)});
+    const auto [value, step] = run_once(a, dir, key, name + " seed " + std::to_string(seed));
+    sweep.values.push_back(value);
+    sweep.runs.push_back({{"seed", seed}, {key, value}, {"steps", step}, {"dir", dir}});
+  }
+  return sweep;
+}
+
 }  // namespace mu::repro

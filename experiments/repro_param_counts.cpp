@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "experiments/mumoe_paper_configs.h"
 #include "experiments/repro.h"
 #include "mumoe.h"
 #include "nn/mumoe_block.h"
@@ -42,43 +43,6 @@ int64_t count(const nn::MuMoEOptions& o, bool build) {
              " parameters, its closed form says ", n);
   }
   return n;
-}
-
-// ---------------------------------------------------------------- Table 4
-
-nn::MuMoEOptions gpt2_block(MoEKind kind) {
-  // d -> 4d -> d, LN gating, input LN with affine; ranks int(0.725 d) and (4, 4, int(0.195 d)).
-  nn::MuMoEOptions o(768, 768);
-  o.hidden(3072).experts({256}).kind(kind).gate_norm(nn::GateNorm::LayerNorm).input_norm(true);
-  if (kind == MoEKind::CP) o.rank(int64_t(0.725 * 768));
-  if (kind == MoEKind::TR) o.ranks({4, 4, int64_t(0.195 * 768)});
-  return o;
-}
-
-nn::MuMoEOptions mixer_block(MoEKind kind, int64_t d, int64_t hidden) {
-  // BN gating without affine; ranks int(0.75 d) and (4, 4, int(0.19 d)).
-  nn::MuMoEOptions o(d, d);
-  o.hidden(hidden).experts({64}).kind(kind).gate_norm(nn::GateNorm::BatchNorm);
-  if (kind == MoEKind::CP) o.rank(int64_t(0.75 * double(d)));
-  if (kind == MoEKind::TR) o.ranks({4, 4, int64_t(0.19 * double(d))});
-  return o;
-}
-
-// ---------------------------------------------------------------- Table 10
-
-nn::MuMoEOptions clip_head(MoEKind kind, const std::vector<int64_t>& experts, int64_t extra_rank = 4) {
-  nn::MuMoEOptions o(768, 1000);
-  o.experts(experts).kind(kind).gate_norm(nn::GateNorm::BatchNorm);
-  if (kind == MoEKind::CP) o.rank(512);
-  if (kind == MoEKind::TR) {
-    // R_1 = R_2 = 4 around the first level; each further level's trailing rank
-    // `extra_rank` (0: that level's expert count, as the table's caption words it).
-    std::vector<int64_t> r{4, 4};
-    for (size_t e = 1; e < experts.size(); ++e) r.push_back(extra_rank > 0 ? extra_rank : experts[e]);
-    r.push_back(512);
-    o.ranks(r);
-  }
-  return o;
 }
 
 struct Printed {
@@ -116,9 +80,9 @@ int main(int argc, char** argv) {
       for (int k = 0; k < 3; ++k) {
         // Dense blocks (1.2B parameters each) are counted, not built.
         const bool build = kinds[k] != MoEKind::Dense;
-        const int64_t gpt = 12 * count(gpt2_block(kinds[k]), build);
-        const int64_t mixer = 8 * (count(mixer_block(kinds[k], 196, 256), build) +
-                                   count(mixer_block(kinds[k], 512, 2048), build));
+        const int64_t gpt = 12 * count(paper::gpt2_block(kinds[k]), build);
+        const int64_t mixer = 8 * (count(paper::mixer_block(kinds[k], 196, 256), build) +
+                                   count(paper::mixer_block(kinds[k], 512, 2048), build));
         const std::string g = repro::scaled(double(gpt), 1);
         const std::string m = repro::scaled(double(mixer), k == 0 ? 2 : 1);
         checks.push_back({{"what", std::string("Table 4 GPT-2 ") + names[k]}, {"ours", gpt}, {"ours_rounded", g},
@@ -155,8 +119,8 @@ int main(int argc, char** argv) {
       for (const Printed& p : cp ? cp_rows : tr_rows) {
         const int64_t total = product(p.experts);
         const std::string shape = shape_str(p.experts);
-        const int64_t ours = count(clip_head(kind, p.experts), true);
-        const int64_t one = count(clip_head(kind, {total}), total <= 2048);
+        const int64_t ours = count(paper::clip_head(kind, p.experts), true);
+        const int64_t one = count(paper::clip_head(kind, {total}), total <= 2048);
         // The regular MoE column: the expert weights N (I + 1) O, no gating.
         const int64_t regular = nn::DenseMoE::count_parameters({768, 1000, p.experts, true});
         std::string note;
@@ -178,8 +142,8 @@ int main(int argc, char** argv) {
                          {"experts", "# params, ranks 4", "# params, caption's ranks", "printed"}, {}};
     for (const Printed& p : tr_rows) {
       if (p.experts.size() == 1) continue;
-      caption.rows.push_back({shape_str(p.experts), repro::with_commas(count(clip_head(MoEKind::TR, p.experts), false)),
-                              repro::with_commas(count(clip_head(MoEKind::TR, p.experts, 0), false)),
+      caption.rows.push_back({shape_str(p.experts), repro::with_commas(count(paper::clip_head(MoEKind::TR, p.experts), false)),
+                              repro::with_commas(count(paper::clip_head(MoEKind::TR, p.experts, 0), false)),
                               repro::with_commas(p.params)});
     }
     tables.push_back(caption);

@@ -16,6 +16,7 @@
 // each run goes to <out-dir>/runs/<mlp>-seed<k>, and a finished run is not run again.
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -77,41 +78,28 @@ int main(int argc, char** argv) {
                    {}};
     json rows = json::array();
     for (const Model& m : models_run) {
-      std::vector<double> losses;
-      json runs = json::array();
+      const std::vector<std::string> args = {
+          bin + "/train_gpt2", "--data", data, "--mlp", m.flag, "--experts", "64", "--max-steps",
+          std::to_string(steps), "--n-layer", std::to_string(n_layer), "--n-head", std::to_string(n_head), "--n-embd",
+          std::to_string(n_embd), "--block-size", std::to_string(T), "--warmup", smoke ? "5" : "30", "--eval-every", "0",
+          "--checkpoint-every", "0", "--sample-tokens", "0", "--no-progress"};
+      const repro::Sweep sweep = repro::seed_sweep(common, m.flag, m.name, seeds, args, "val_loss");
+      // The parameter count the trainer printed ("... N parameters") is in the first run's log.
       int64_t params = 0;
-      for (int seed = 0; seed < seeds; ++seed) {
-        const std::string dir = common.out_dir + "/runs/" + m.flag + "-seed" + std::to_string(seed);
-        const std::vector<std::string> args = {
-            bin + "/train_gpt2", "--data", data, "--mlp", m.flag, "--experts", "64", "--seed", std::to_string(seed),
-            "--max-steps", std::to_string(steps), "--n-layer", std::to_string(n_layer), "--n-head",
-            std::to_string(n_head), "--n-embd", std::to_string(n_embd), "--block-size", std::to_string(T),
-            "--warmup", smoke ? "5" : "30", "--eval-every", "0", "--checkpoint-every", "0", "--sample-tokens", "0",
-            "--no-progress"};
-        const auto [loss, step] =
-            repro::run_once(args, dir, "val_loss", std::string(m.name) + " seed " + std::to_string(seed));
-        losses.push_back(loss);
-        runs.push_back({{"seed", seed}, {"val_loss", loss}, {"steps", step}, {"dir", dir}});
-        // The parameter count the trainer printed ("... N parameters") is in the run's log.
-        if (params == 0) {
-          std::ifstream log(dir + ".log");
-          std::string line;
-          while (std::getline(log, line)) {
-            const size_t at = line.find(" parameters");
-            if (at == std::string::npos) continue;
-            size_t from = line.rfind(' ', at - 1);
-            from = from == std::string::npos ? 0 : from + 1;
-            params = std::stoll(line.substr(from, at - from));
-            break;
-          }
-        }
+      std::ifstream log(common.out_dir + "/runs/" + m.flag + "-seed0.log");
+      for (std::string line; params == 0 && std::getline(log, line);) {
+        const size_t at = line.find(" parameters");
+        if (at == std::string::npos || at == 0) continue;
+        const size_t space = line.rfind(' ', at - 1);
+        const size_t from = space == std::string::npos ? 0 : space + 1;
+        params = std::stoll(line.substr(from, at - from));
       }
-      const repro::MeanStd s = repro::mean_std(losses);
+      const repro::MeanStd s = repro::mean_std(sweep.values);
       char paper[32];
       std::snprintf(paper, sizeof paper, "%.3f", m.paper_loss);
       t.rows.push_back({m.name, repro::pm(s, 3), params > 0 ? repro::scaled(double(params), 2) : "?", paper, "124M"});
       rows.push_back({{"blocks", m.name}, {"params", params}, {"mean_val_loss", s.mean}, {"std_val_loss", s.std},
-                      {"runs", runs}, {"paper_val_loss", m.paper_loss}});
+                      {"runs", sweep.runs}, {"paper_val_loss", m.paper_loss}});
     }
     std::printf("\n%s\n", t.markdown().c_str());
     std::printf("- Different data and scale from the paper's (character-level Moby-Dick, %s; the paper: OpenWebText, "

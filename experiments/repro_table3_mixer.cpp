@@ -89,25 +89,18 @@ int main(int argc, char** argv) {
       c.token_block = c.channel_block = m.kind;
       manual_seed(0);
       const int64_t params = models::MlpMixer(c).num_parameters();
+      std::vector<std::string> args = {trainer, "--mlp", m.flag, "--checkpoint-every", "0", "--no-progress"};
+      args.insert(args.end(), size_flags.begin(), size_flags.end());
+      const repro::Sweep sweep = repro::seed_sweep(common, m.flag, m.name, seeds, args, "test_acc");
       std::vector<double> accs;
-      json runs = json::array();
-      for (int seed = 0; seed < seeds; ++seed) {
-        const std::string dir = common.out_dir + "/runs/" + m.flag + "-seed" + std::to_string(seed);
-        std::vector<std::string> args = {trainer, "--mlp", m.flag, "--seed", std::to_string(seed),
-                                         "--checkpoint-every", "0", "--no-progress"};
-        args.insert(args.end(), size_flags.begin(), size_flags.end());
-        const auto [acc, step] = repro::run_once(args, dir, "test_acc", std::string(m.name) + " seed " +
-                                                 std::to_string(seed));
-        accs.push_back(100.0 * acc);
-        runs.push_back({{"seed", seed}, {"test_acc", acc}, {"steps", step}, {"dir", dir}});
-      }
+      for (double a : sweep.values) accs.push_back(100.0 * a);
       const repro::MeanStd s = repro::mean_std(accs);
       const std::string cell = repro::pm(s, 2);
       char paper[32];
       std::snprintf(paper, sizeof paper, "%.2f", m.paper_acc);
       t.rows.push_back({m.name, cell, repro::scaled(double(params), 2), paper, m.paper_params});
       rows.push_back({{"blocks", m.name}, {"params", params}, {"mean_acc", s.mean}, {"std_acc", s.std},
-                      {"runs", runs}, {"paper_acc", m.paper_acc}, {"paper_params", m.paper_params}});
+                      {"runs", sweep.runs}, {"paper_acc", m.paper_acc}, {"paper_params", m.paper_params}});
     }
     std::printf("\n%s\n", t.markdown().c_str());
     std::printf("- Different data and scale from the paper's (Fashion-MNIST 28 x 28, %s; the paper: ImageNet-1k, "

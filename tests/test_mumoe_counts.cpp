@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 
+#include "experiments/mumoe_paper_configs.h"
 #include "helpers.h"
 #include "nn/mumoe_block.h"
 #include "ops/einsum.h"
@@ -21,20 +22,6 @@ std::string rounded(int64_t n, double unit, int decimals, const char* suffix) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.*f%s", decimals, double(n) / unit, suffix);
   return buf;
-}
-
-// The Table 10 final layer: 768 -> 1000 with bias, batch-norm gating, one layer.
-nn::MuMoEOptions clip_head(MoEKind kind, std::vector<int64_t> experts) {
-  nn::MuMoEOptions o(768, 1000);
-  o.experts(experts).kind(kind).gate_norm(nn::GateNorm::BatchNorm);
-  // CP R = 512; TR R_last = 512 with every other rank 4 (an extra level's core is (4, N_e, 4)).
-  if (kind == MoEKind::CP) o.rank(512);
-  if (kind == MoEKind::TR) {
-    std::vector<int64_t> r(experts.size() + 2, 4);
-    r.back() = 512;
-    o.ranks(r);
-  }
-  return o;
 }
 
 struct Row {
@@ -170,13 +157,13 @@ TEST_CASE("Table 10 (a): hierarchical CPμMoE final layers, R = 512") {
   };
   for (const Row& r : rows) {
     INFO("experts " << shape_str(r.experts));
-    auto o = clip_head(MoEKind::CP, r.experts);
+    auto o = paper::clip_head(MoEKind::CP, r.experts);
     nn::MuMoE block(o);  // the real block: ~1M parameters
     CHECK(block.num_parameters() == r.params);
     CHECK(nn::MuMoE::count_parameters(o) == r.params);
     int64_t total = 1;
     for (int64_t n : r.experts) total *= n;
-    CHECK(nn::MuMoE::count_parameters(clip_head(MoEKind::CP, {total})) == r.params_one_level);
+    CHECK(nn::MuMoE::count_parameters(paper::clip_head(MoEKind::CP, {total})) == r.params_one_level);
     // The regular MoE column counts the expert weights N (I + 1) O only, without gating.
     CHECK(nn::DenseMoE::count_parameters({768, 1000, r.experts, true}) == r.params_regular_moe);
   }
@@ -196,17 +183,17 @@ TEST_CASE("Table 10 (b): hierarchical TRμMoE final layers, ranks (4, ..., 4, 51
   };
   for (const Row& r : rows) {
     INFO("experts " << shape_str(r.experts));
-    auto o = clip_head(MoEKind::TR, r.experts);
+    auto o = paper::clip_head(MoEKind::TR, r.experts);
     CHECK(nn::MuMoE::count_parameters(o) == r.params);
     int64_t total = 1;
     for (int64_t n : r.experts) total *= n;
-    CHECK(nn::MuMoE::count_parameters(clip_head(MoEKind::TR, {total})) == r.params_one_level);
+    CHECK(nn::MuMoE::count_parameters(paper::clip_head(MoEKind::TR, {total})) == r.params_one_level);
     CHECK(nn::DenseMoE::count_parameters({768, 1000, r.experts, true}) == r.params_regular_moe);
   }
   // Real blocks for the two rows the brief singles out (3.7M parameters each).
-  nn::MuMoE one(clip_head(MoEKind::TR, {128}));
+  nn::MuMoE one(paper::clip_head(MoEKind::TR, {128}));
   CHECK(one.num_parameters() == 3723264);
-  nn::MuMoE two(clip_head(MoEKind::TR, {128, 2}));
+  nn::MuMoE two(paper::clip_head(MoEKind::TR, {128, 2}));
   CHECK(two.num_parameters() == 3724832);
   auto core = std::dynamic_pointer_cast<nn::TRMuMoE>(two.layer(0));
   REQUIRE(core != nullptr);
@@ -217,21 +204,14 @@ TEST_CASE("Table 10 (b): hierarchical TRμMoE final layers, ranks (4, ..., 4, 51
 
 TEST_CASE("Table 4: GPT-2 124M MLP parameters with N = 256 (12 blocks, d = 768)") {
   // Each MLP d -> 4d -> d becomes two μMoE layers sharing coefficients, LN gating, input LN with affine.
-  auto gpt_block = [](MoEKind kind) {
-    nn::MuMoEOptions o(768, 768);
-    o.hidden(3072).experts({256}).kind(kind).gate_norm(nn::GateNorm::LayerNorm).input_norm(true);
-    if (kind == MoEKind::CP) o.rank(int64_t(0.725 * 768));  // 556
-    if (kind == MoEKind::TR) o.ranks({4, 4, int64_t(0.195 * 768)});  // (4, 4, 149)
-    return o;
-  };
   // One real block of each factorized kind, against the static count.
   for (MoEKind kind : {MoEKind::CP, MoEKind::TR}) {
-    nn::MuMoE block(gpt_block(kind));
-    CHECK(block.num_parameters() == nn::MuMoE::count_parameters(gpt_block(kind)));
+    nn::MuMoE block(paper::gpt2_block(kind));
+    CHECK(block.num_parameters() == nn::MuMoE::count_parameters(paper::gpt2_block(kind)));
   }
-  const int64_t cp = 12 * nn::MuMoE::count_parameters(gpt_block(MoEKind::CP));
-  const int64_t tr = 12 * nn::MuMoE::count_parameters(gpt_block(MoEKind::TR));
-  const int64_t dense = 12 * nn::MuMoE::count_parameters(gpt_block(MoEKind::Dense));
+  const int64_t cp = 12 * nn::MuMoE::count_parameters(paper::gpt2_block(MoEKind::CP));
+  const int64_t tr = 12 * nn::MuMoE::count_parameters(paper::gpt2_block(MoEKind::TR));
+  const int64_t dense = 12 * nn::MuMoE::count_parameters(paper::gpt2_block(MoEKind::Dense));
   MESSAGE("GPT-2 N=256 MLP parameters: CP " << cp << ", TR " << tr << ", dense " << dense);
   CHECK(cp == 57048096);
   CHECK(tr == 57417696);
@@ -243,21 +223,14 @@ TEST_CASE("Table 4: GPT-2 124M MLP parameters with N = 256 (12 blocks, d = 768)"
 
 TEST_CASE("Table 4: MLP-Mixer S-16 MLP parameters with N = 64 (8 blocks, hidden 512, 196 tokens)") {
   // Token mixing 196 -> 256 -> 196 and channel mixing 512 -> 2048 -> 512, BN gating without affine.
-  auto mixer_block = [](MoEKind kind, int64_t d, int64_t hidden) {
-    nn::MuMoEOptions o(d, d);
-    o.hidden(hidden).experts({64}).kind(kind).gate_norm(nn::GateNorm::BatchNorm);
-    if (kind == MoEKind::CP) o.rank(int64_t(0.75 * double(d)));          // 147, 384
-    if (kind == MoEKind::TR) o.ranks({4, 4, int64_t(0.19 * double(d))});  // (4, 4, 37), (4, 4, 97)
-    return o;
-  };
   auto total = [&](MoEKind kind) {
-    return 8 * (nn::MuMoE::count_parameters(mixer_block(kind, 196, 256)) +
-                nn::MuMoE::count_parameters(mixer_block(kind, 512, 2048)));
+    return 8 * (nn::MuMoE::count_parameters(paper::mixer_block(kind, 196, 256)) +
+                nn::MuMoE::count_parameters(paper::mixer_block(kind, 512, 2048)));
   };
   for (MoEKind kind : {MoEKind::CP, MoEKind::TR}) {
-    nn::MuMoE token(mixer_block(kind, 196, 256)), channel(mixer_block(kind, 512, 2048));
-    CHECK(token.num_parameters() == nn::MuMoE::count_parameters(mixer_block(kind, 196, 256)));
-    CHECK(channel.num_parameters() == nn::MuMoE::count_parameters(mixer_block(kind, 512, 2048)));
+    nn::MuMoE token(paper::mixer_block(kind, 196, 256)), channel(paper::mixer_block(kind, 512, 2048));
+    CHECK(token.num_parameters() == nn::MuMoE::count_parameters(paper::mixer_block(kind, 196, 256)));
+    CHECK(channel.num_parameters() == nn::MuMoE::count_parameters(paper::mixer_block(kind, 512, 2048)));
   }
   const int64_t cp = total(MoEKind::CP), tr = total(MoEKind::TR), dense = total(MoEKind::Dense);
   MESSAGE("Mixer S-16 N=64 MLP parameters: CP " << cp << ", TR " << tr << ", dense " << dense);

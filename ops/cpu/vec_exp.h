@@ -11,6 +11,21 @@
 
 namespace mu::cpu {
 
+// The constants of exp_vec and exp_lanes.
+namespace exp_constants {
+inline constexpr float kLo = -88.0f;  // n = round(-88 log2 e) = -127: 2^n is +0.0
+inline constexpr float kHi = 88.37f;  // keeps n <= 127
+inline constexpr float kLog2e = 1.44269504088896341f;
+// ln 2 = kLn2Hi + kLn2Lo, kLn2Hi with its low 12 mantissa bits clear so that n * kLn2Hi
+// is exact for |n| <= 127, and r keeps its accuracy.
+inline constexpr float kLn2Hi = std::bit_cast<float>(std::bit_cast<uint32_t>(0.693147180559945309f) & 0xFFFFF000u);
+inline constexpr float kLn2Lo = float(0.693147180559945309 - double(kLn2Hi));
+// Adding 1.5 * 2^23 rounds to the nearest integer (the fraction bits fall off) and
+// leaves that integer in the low mantissa bits: n without a float-to-int conversion,
+// which would be undefined for NaN.
+inline constexpr float kRound = 12582912.0f;
+}  // namespace exp_constants
+
 // exp(x) = 2^n exp(r) with n = round(x / ln 2) and r = x - n ln 2 in [-ln2/2, ln2/2],
 // exp(r) by its Taylor series to degree 7 (truncation below 1e-8 relative) and 2^n built
 // in the exponent bits. About 1 ulp (tests/test_loss.cpp checks 3 ulp over the range).
@@ -23,18 +38,7 @@ namespace mu::cpu {
 // keeps a loop that sums the results in double from vectorising. The zero comes from
 // the bits instead: n = -127 makes the exponent field 0, so 2^n is built as +0.0.
 [[gnu::always_inline]] inline float exp_vec(float x) {
-  constexpr float kLo = -88.0f;  // n = round(-88 log2 e) = -127: 2^n is +0.0
-  constexpr float kHi = 88.37f;  // keeps n <= 127
-  constexpr float kLog2e = 1.44269504088896341f;
-  // ln 2 = kLn2Hi + kLn2Lo, kLn2Hi with its low 12 mantissa bits clear so that n * kLn2Hi
-  // is exact for |n| <= 127, and r keeps its accuracy.
-  constexpr float kLn2Hi = std::bit_cast<float>(std::bit_cast<uint32_t>(0.693147180559945309f) & 0xFFFFF000u);
-  constexpr float kLn2Lo = float(0.693147180559945309 - double(kLn2Hi));
-  // Adding 1.5 * 2^23 rounds to the nearest integer (the fraction bits fall off) and
-  // leaves that integer in the low mantissa bits: n without a float-to-int conversion,
-  // which would be undefined for NaN.
-  constexpr float kRound = 12582912.0f;
-
+  using namespace exp_constants;
   float xc = x < kLo ? kLo : x;  // comparisons are false for NaN: NaN passes through
   xc = xc > kHi ? kHi : xc;
   float t = xc * kLog2e + kRound;
@@ -113,9 +117,7 @@ namespace mu::cpu {
 template <class V>
 [[gnu::always_inline]] inline V exp_lanes(V x) {
   using VI [[gnu::vector_size(sizeof(V))]] = int32_t;
-  constexpr float kLo = -88.0f, kHi = 88.37f, kLog2e = 1.44269504088896341f, kRound = 12582912.0f;
-  constexpr float kLn2Hi = std::bit_cast<float>(std::bit_cast<uint32_t>(0.693147180559945309f) & 0xFFFFF000u);
-  constexpr float kLn2Lo = float(0.693147180559945309 - double(kLn2Hi));
+  using namespace exp_constants;
   V xc = x < kLo ? kLo : x;  // comparisons are false for NaN: NaN passes through
   xc = xc > kHi ? kHi : xc;
   const V t = xc * kLog2e + kRound;
