@@ -213,6 +213,9 @@ void micro_kernel(int64_t kc, const T* __restrict a, const T* __restrict b, T* _
     b += NR;
   }
 
+  // Stored here rather than through store_small (below), whose store is the same: routed
+  // through it, the tile's products ran 13-16% slower (1024^3 and 596 x 768 x 2048, both
+  // builds timed alternately in one process).
 #pragma GCC unroll 16
   for (int i = 0; i < MR; ++i) {
 #pragma GCC unroll 4
