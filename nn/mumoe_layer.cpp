@@ -250,9 +250,8 @@ Tensor CPMuMoE::own_forward(const Tensor& z2, const std::vector<Tensor>& af,
   if (fused_) {
     h = cp_hadamard(with_one(z2), u_in, af, u);  // (B, R), the products never stored
   } else {
-    // z [U_in[:I]; U_in[I]] with the 1 implied: the product plus the bias row, as a
-    // linear layer's (whose bias rides the product's store on the CPU).
-    h = shape_.bias ? linear(z2, u_in.narrow(0, 0, shape_.in).t(), u_in.select(0, shape_.in)) : z2.matmul(u_in);
+    // [z, 1] U_in with the 1 implied: the product plus the bias row.
+    h = shape_.bias ? matmul_with_one(z2, u_in) : z2.matmul(u_in);
     for (size_t e = 0; e < E; ++e) h = h * af[e].matmul(u[e]);
   }
   return h.matmul(factor_values[E + 1].t());  // (B, R) · (R, O)
@@ -324,6 +323,28 @@ int64_t TRMuMoE::flops_per_token() const {
   c.add({r[K - 2], shape_.in_rows(), r[K - 1]});
   for (size_t e = 1; e + 1 < K; ++e) c.add({r[0], r[e], r[e + 1]});
   return c.add({r[0], shape_.out, r[K - 1]}).n;
+}
+
+// Factors in add_factor order: U_1..U_E, U_in, U_out. Each core is permuted once into
+// the matrix its product needs (a copy of the small core, not of the activations).
+Tensor TRMuMoE::own_forward(const Tensor& z2, const std::vector<Tensor>& af,
+                            const std::vector<Tensor>& factor_values) const {
+  const size_t E = af.size(), K = ranks_.size();
+  const int64_t B = z2.size(0), r1 = ranks_[0], ri = ranks_[K - 2], ro = ranks_[K - 1];
+  // U_in (R_{E+1}, I(+1), R_{E+2}) as the matrix (I(+1), R_{E+1} R_{E+2}).
+  Tensor w_in = factor_values[E].permute({1, 0, 2}).contiguous().reshape({shape_.in_rows(), ri * ro});
+  Tensor h = shape_.bias ? matmul_with_one(z2, w_in) : z2.matmul(w_in);
+  Tensor q;  // c_1 ... c_e so far: (B, R_1, R_{e+1})
+  for (size_t e = 0; e < E; ++e) {
+    const Tensor& u = factor_values[e];  // (R_e, N_e, R_{e+1})
+    Tensor c = af[e].matmul(u.permute({1, 0, 2}).contiguous().reshape({u.size(1), u.size(0) * u.size(2)}));
+    c = c.reshape({B, u.size(0), u.size(2)});
+    q = e == 0 ? c : q.matmul(c);
+  }
+  q = q.matmul(h.reshape({B, ri, ro}));  // (B, R_1, R_{E+2})
+  // U_out (R_{E+2}, O, R_1) as the matrix (R_1 R_{E+2}, O), rows in q's order.
+  Tensor w_out = factor_values[E + 1].permute({2, 0, 1}).contiguous().reshape({r1 * ro, shape_.out});
+  return q.reshape({B, r1 * ro}).matmul(w_out);
 }
 
 static std::vector<int64_t> with_unit_first(std::vector<int64_t> r) {

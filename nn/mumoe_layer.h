@@ -100,8 +100,8 @@ class CPMuMoE : public MuMoELayer {
   int64_t flops_per_token() const override;
   static int64_t count_parameters(const MoEShape& s, int64_t rank);
 
-  // The forward is y = h U_outᵀ with h = (z U_in[:I] + U_in[I]) ∗ (a_1 U_1) ∗ ... (the
-  // bias row added to the product rather than a 1 appended to every input row, which
+  // The forward is y = h U_outᵀ with h = ([z, 1] U_in) ∗ (a_1 U_1) ∗ ... (matmul_with_one:
+  // the bias row added to the product rather than a 1 appended to every input row, which
   // would copy z). The fused path (off by default) computes h in one hadamard_gemm kernel
   // (ops/hadamard_gemm.h), the products never stored; the same values up to rounding.
   // Kept off until a GPU benchmark (bench_gpu_fused_mumoe) shows it faster.
@@ -132,6 +132,11 @@ class TRMuMoE : public MuMoELayer {
 
  protected:
   TRMuMoE(std::string type_name, MoEShape shape, std::vector<int64_t> ranks, Generator* gen);
+  // h = [z, 1] U_in by matmul_with_one (the bias row added, no 1 appended to z); c_e = a_e U_e (B, R_e, R_{e+1}); q = c_1 ... c_E h (B, R_1, R_{E+2})
+  // by batched products from R_1 along the ring; y = q U_out. The planner's einsum made
+  // the same products, and two copies of z for the appended 1 (z and its gradient).
+  Tensor own_forward(const Tensor& z2, const std::vector<Tensor>& af,
+                     const std::vector<Tensor>& factor_values) const override;
 
  private:
   std::vector<int64_t> ranks_;

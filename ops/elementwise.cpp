@@ -99,7 +99,12 @@ Tensor pow(const Tensor& x, double e) {
   });
 }
 
-Tensor square(const Tensor& x) { return x * x; }
+// One pass each way; as x * x it took two products and a sum to get 2 x g.
+Tensor square(const Tensor& x) {
+  Tensor y = map(fn::Square{}, {x});
+  return record("SquareBackward", y, {x},
+                [xs = save(x)](const Tensor& g) -> TensorList { return {map(fn::SquareGrad{}, {g, xs.get()})}; });
+}
 
 Tensor clamp(const Tensor& x, double lo, double hi) {
   bool has_lo = !std::isnan(lo), has_hi = !std::isnan(hi);

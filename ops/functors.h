@@ -133,6 +133,10 @@ struct Sigmoid : Functor<1> {
   static constexpr const char* name = "sigmoid";
   template <class T> MU_HOST_DEVICE T operator()(T v) const { return T(1) / (T(1) + m_exp(-v)); }
 };
+struct Square : Functor<1, Types::Numeric> {
+  static constexpr const char* name = "square";
+  template <class T> MU_HOST_DEVICE T operator()(T v) const { return wrapping_mul(v, v); }
+};
 struct Relu : Functor<1, Types::Numeric> {
   static constexpr const char* name = "relu";
   // NaN is not below zero, so it passes through, as in PyTorch.
@@ -189,6 +193,11 @@ struct TanhGrad : Functor<2> {  // (g, y)
 struct SigmoidGrad : Functor<2> {  // (g, y)
   static constexpr const char* name = "sigmoid_backward";
   template <class T> MU_HOST_DEVICE T operator()(T g, T y) const { return g * y * (1 - y); }
+};
+// (g, x): 2 x g, bit for bit the g x + g x that square's gradient as a product would sum.
+struct SquareGrad : Functor<2> {
+  static constexpr const char* name = "square_backward";
+  template <class T> MU_HOST_DEVICE T operator()(T g, T x) const { return T(2) * (g * x); }
 };
 struct ReluGrad : Functor<2> {  // (g, y)
   static constexpr const char* name = "relu_backward";
@@ -372,8 +381,8 @@ struct ExtremumShare : Functor<3> {
 template <class... F>
 struct FunctorList {};
 using AllFunctors =
-    FunctorList<Neg, Exp, Log, Sqrt, Rsqrt, Abs, Sign, Tanh, Sigmoid, Relu, Gelu, GeluTanh, PowScalar, Clamp,
-                SqrtGrad, RsqrtGrad, AbsGrad, TanhGrad, SigmoidGrad, ReluGrad, GeluGrad, GeluTanhGrad, PowScalarGrad,
+    FunctorList<Neg, Exp, Log, Sqrt, Rsqrt, Abs, Sign, Tanh, Sigmoid, Square, Relu, Gelu, GeluTanh, PowScalar, Clamp,
+                SqrtGrad, RsqrtGrad, AbsGrad, TanhGrad, SigmoidGrad, SquareGrad, ReluGrad, GeluGrad, GeluTanhGrad, PowScalarGrad,
                 ClampGrad, Add, Sub, Mul, Div, DivRounded, AddScaled, Pow, Maximum, Minimum, EqualOrBothNaN, Eq, Ne, Lt, Le, Gt, Ge,
                 LogicalNot, LogicalAnd, LogicalOr, Where, PowGradBase, PowGradExponent, ExtremumShare>;
 

@@ -201,6 +201,50 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
   return y.reshape(out_shape);
 }
 
+Tensor matmul_with_one(const Tensor& x, const Tensor& w) {
+  MU_CHECK(x.defined() && w.defined(), "matmul_with_one: input and weight must be defined");
+  MU_CHECK(w.dim() == 2 && w.size(0) >= 1, "matmul_with_one: weight must be 2-D (K + 1, N), got shape ",
+           shape_str(w.shape()));
+  const int64_t K = w.size(0) - 1, N = w.size(1);
+  MU_CHECK(x.dim() >= 1 && x.size(-1) == K, "matmul_with_one: input of shape ", shape_str(x.shape()), " does not end in ",
+           K, ", the weight's rows less the bias row (weight shape ", shape_str(w.shape()), ")");
+  check_operands(x, w, "matmul_with_one");
+  const Tensor top = w.narrow(0, 0, K), last = w.select(0, K);
+  const DType dt = x.dtype();
+  const bool fused = kernels::matmul_bias.has(x.device().type) && (dt == kFloat32 || dt == kFloat64) &&
+                     w.dtype() == dt && autograd::autocast::low_dtype(x) == dt;
+  if (!fused) return matmul(x, top) + last;
+
+  Shape out_shape(x.shape().begin(), x.shape().end() - 1);
+  const int64_t M = numel_of(out_shape);
+  out_shape.push_back(N);
+  const Tensor x2 = x.reshape({M, K});
+  Tensor y;
+  {
+    NoGradGuard no_grad;
+    y = empty({M, N}, TensorOptions(dt).device(x.device()));
+    kernels::matmul_bias(x.device(), y, gemm_operand(x2), gemm_operand(top), last.contiguous());
+  }
+  const bool gx = x2.requires_grad(), gw = w.requires_grad();
+  if (gx || gw) {
+    SavedTensor xs = gw ? save(x2) : SavedTensor(), ws = gx ? save(w) : SavedTensor();
+    y = record("MatmulWithOneBackward", y, {x2, w}, [xs, ws, gx, gw, K, N](const Tensor& g) -> TensorList {
+      Tensor dx = gx ? product_kernel(g, ws.get().narrow(0, 0, K).t(), "matmul_with_one") : Tensor();
+      Tensor dw;
+      if (gw) {
+        NoGradGuard no_grad;
+        dw = empty({K + 1, N}, TensorOptions(g.dtype()).device(g.device()));
+        // Rows [0, K) of a dense (K + 1, N) matrix are a dense (K, N) matrix: the product
+        // is stored in place.
+        kernels::matmul(g.device(), dw.narrow(0, 0, K), gemm_operand(xs.get().t()), gemm_operand(g));
+        dw.select(0, K).copy_(sum(g, {0}));
+      }
+      return {dx, dw};
+    });
+  }
+  return y.reshape(out_shape);
+}
+
 Tensor Tensor::matmul(const Tensor& other) const { return mu::matmul(*this, other); }
 
 }  // namespace mu

@@ -15,4 +15,12 @@ Tensor bmm(const Tensor& a, const Tensor& b);  // (B,M,K) @ (B,K,N)
 // elsewhere (a CUDA tensor, autocast's bfloat16) it is matmul(x, wᵀ) + b.
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b = Tensor());
 
+// [x, 1] · w for x (..., K) and w (K + 1, N): a product whose last row of w is a bias, as
+// a factorised layer's input factor stores it, without appending the 1 to x. On the CPU
+// (float32, float64) the bias row is added as the product is stored, and one node fills
+// w's whole gradient in one buffer: xᵀ g in rows [0, K), the column sums of g in row K
+// (composed of w's two views, it took two zero-filled copies of w and their sum);
+// elsewhere it is matmul(x, w[:K]) + w[K].
+Tensor matmul_with_one(const Tensor& x, const Tensor& w);
+
 }  // namespace mu

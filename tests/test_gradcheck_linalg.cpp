@@ -97,6 +97,22 @@ TEST_CASE("gradcheck: matmul on non-contiguous views") {
   }
 }
 
+TEST_CASE("gradcheck: matmul_with_one, batched and strided inputs, a weight that is a view") {
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    check_all_backends(dev, [](const TensorList& in) { return matmul_with_one(in[0], in[1]); }, {r({4, 3}), r({4, 5})});
+    check_all_backends(dev, [](const TensorList& in) { return matmul_with_one(in[0], in[1]); }, {r({2, 3, 3}), r({4, 5})});
+    check_all_backends(dev, [](const TensorList& in) { return matmul_with_one(in[0].transpose(0, 1), in[1]); },
+                       {r({3, 4}), r({4, 5})});
+    // A transposed weight, and K = 0 (the bias row alone).
+    check_all_backends(dev, [](const TensorList& in) { return matmul_with_one(in[0], in[1].t()); }, {r({4, 3}), r({5, 4})});
+    check_all_backends(dev, [](const TensorList& in) { return matmul_with_one(in[0], in[1]); }, {r({4, 0}), r({1, 5})});
+    // The input also used elsewhere: both gradient contributions add up.
+    check_all_backends(dev, [](const TensorList& in) { return matmul_with_one(in[0], in[1]) * in[0].sum({1}, true); },
+                       {r({4, 3}), r({4, 5})});
+  }
+}
+
 TEST_CASE("gradcheck: linear with and without bias, batched and strided inputs") {
   for (Device dev : test_devices()) {
     INFO(dev.str());

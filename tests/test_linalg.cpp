@@ -481,6 +481,42 @@ TEST_CASE("linear matches x · wᵀ + b by brute force") {
   }
 }
 
+// matmul_with_one(x, w) = [x, 1] · w: against a brute-force loop in double (the 1 put at
+// the end of every row by hand), for leading shapes of none, one and two dims, a strided
+// input, an empty batch; and its gradients against those of cat([x, 1]) · w.
+TEST_CASE("matmul_with_one matches [x, 1] · w by brute force, and its gradients those of the appended 1") {
+  for (Device dev : test_devices()) {
+    for (DType dt : {kFloat32, kFloat64}) {
+      INFO(dev.str() << " " << dtype_name(dt));
+      manual_seed(22);
+      Tensor w = randn({6, 7}, dt), base = randn({3, 4, 10}, dt);
+      for (Tensor x : {randn({5}, dt), randn({6, 5}, dt), randn({2, 3, 5}, dt), base.slice(2, 0, 10, 2), randn({0, 5}, dt)}) {
+        INFO("x " << shape_str(x.shape()));
+        Tensor y = matmul_with_one(on(x, dev), on(w, dev));
+        Shape want_shape(x.shape().begin(), x.shape().end() - 1);
+        want_shape.push_back(7);
+        REQUIRE(y.shape() == want_shape);
+        std::vector<double> xv = x.contiguous().to_vector<double>(), wv = w.to_vector<double>(), want;
+        for (size_t r = 0; r < xv.size() / 5; ++r)
+          for (size_t o = 0; o < 7; ++o) {
+            double acc = wv[5 * 7 + o];  // the appended 1 times the last row
+            for (size_t i = 0; i < 5; ++i) acc += xv[r * 5 + i] * wv[i * 7 + o];
+            want.push_back(acc);
+          }
+        check_close_or_nan(y, want_shape, want, dt == kFloat32 ? 1e-5 : 1e-12);
+      }
+      Tensor x = on(randn({9, 5}, dt), dev).requires_grad_(), wd = on(w, dev).requires_grad_();
+      Tensor g = on(randn({9, 7}, dt), dev);
+      (matmul_with_one(x, wd) * g).sum().backward();
+      Tensor x2 = x.detach().requires_grad_(), w2 = wd.detach().requires_grad_();
+      (cat({x2, ones({9, 1}, TensorOptions(dt).device(x2.device()))}, 1).matmul(w2) * g).sum().backward();
+      const double tol = dt == kFloat32 ? 1e-5 : 1e-12;
+      CHECK(allclose(x.grad().cpu(), x2.grad().cpu(), tol, tol));
+      CHECK(allclose(wd.grad().cpu(), w2.grad().cpu(), tol, tol));
+    }
+  }
+}
+
 TEST_CASE("matmul errors") {
   Tensor a = randn({2, 3}), b = randn({4, 5});
   CHECK_THROWS_MU(matmul(a, b), "matmul: shapes [2, 3] and [4, 5] cannot be multiplied (3 != 4)");
@@ -505,6 +541,11 @@ TEST_CASE("matmul errors") {
   CHECK_THROWS_MU(linear(randn({2, 3}), randn({4, 3}), randn({4}, kFloat64)),
                   "linear: dtype mismatch: input float32, weight float32, bias float64");
   CHECK_THROWS_MU(linear(randn({2, 3}, kFloat64), randn({4, 3})), "linear: dtype mismatch: input float64, weight float32");
+  CHECK_THROWS_MU(matmul_with_one(randn({2, 3}), randn({3, 5})),
+                  "matmul_with_one: input of shape [2, 3] does not end in 2, the weight's rows less the bias row (weight shape [3, 5])");
+  CHECK_THROWS_MU(matmul_with_one(randn({2, 3}), randn({4})), "matmul_with_one: weight must be 2-D (K + 1, N), got shape [4]");
+  CHECK_THROWS_MU(matmul_with_one(randn({2, 3}), randn({0, 4})), "matmul_with_one: weight must be 2-D (K + 1, N), got shape [0, 4]");
+  CHECK_THROWS_MU(matmul_with_one(randn({2, 3}), randn({4, 5}, kFloat64)), "matmul_with_one: dtype mismatch: float32 vs float64");
   if (cuda::device_count() > 0) {
     Tensor g = randn({3, 2}).to(Device::cuda(0));
     CHECK_THROWS_MU(matmul(a, g), "device mismatch");
