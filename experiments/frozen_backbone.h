@@ -100,13 +100,22 @@ struct FrozenFeatures {
   Tensor train, test;         // float32 (rows, features): the backbone's penultimate activations
   double backbone_accuracy = 0;  // the backbone's test accuracy through its own linear head
   double seconds = 0;            // the backbone's training and feature extraction
+  std::shared_ptr<nn::Sequential> backbone;  // images (rows, 784) -> features, in eval mode
+
+  // The features of more images (a validation split), without a graph.
+  Tensor features(const Tensor& images) const {
+    NoGradGuard no_grad;
+    return backbone->forward(images).detach();
+  }
 };
 
-// Trains the backbone (seeded by config.seed) and computes the features of both splits.
-inline FrozenFeatures frozen_features(const BackboneConfig& config) {
+// Trains the backbone on `data`'s training split (seeded by config.seed) and computes the
+// features of both splits. A reproduction that changes the data (repro_table2_rewrite
+// makes a subpopulation rare) passes its own.
+inline FrozenFeatures frozen_features(const BackboneConfig& config, data::FashionMnist data) {
   const auto t0 = std::chrono::steady_clock::now();
   FrozenFeatures f;
-  f.images = data::load_fashion_mnist();
+  f.images = std::move(data);
   auto slice = [](data::LabelledImages& s, int64_t rows) {
     if (rows <= 0 || rows >= s.size()) return;
     s.images = s.images.narrow(0, 0, rows).contiguous();
@@ -125,10 +134,16 @@ inline FrozenFeatures frozen_features(const BackboneConfig& config) {
   body->eval();
   f.train = body->forward(f.images.train.images).detach();
   f.test = body->forward(f.images.test.images).detach();
+  f.backbone = body;
   f.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf("frozen backbone: 784 -> %lld -> %lld, test accuracy %.2f%% through its own head (%.0f s)\n",
               (long long)config.hidden, (long long)config.features, 100 * f.backbone_accuracy, f.seconds);
   return f;
+}
+
+// The same on Fashion-MNIST as loaded.
+inline FrozenFeatures frozen_features(const BackboneConfig& config) {
+  return frozen_features(config, data::load_fashion_mnist());
 }
 
 }  // namespace mu::repro
