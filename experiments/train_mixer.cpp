@@ -76,6 +76,9 @@ int main(int argc, char** argv) {
       ->capture_default_str()->check(CLI::Range(0.0, 1.0));
   app.add_option("--crop-padding", padding, "Zero padding of the random crops (0: no crops; crops pay off in runs longer than a few epochs)")->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  std::vector<int64_t> expert_levels;
+  app.add_option("--expert-levels", expert_levels, "Further expert levels of every μMoE block, comma-separated (a "
+                 "hierarchical μMoE: '2' gives --experts x 2 experts)")->delimiter(',')->check(CLI::PositiveNumber);
   app.add_flag("--channel-only", channel_only, "μMoE in the channel-mixing blocks only (token mixing stays dense)");
   app.add_option("--expect-accuracy", expect_accuracy, "Exit with status 3 unless the final test accuracy (a "
                  "fraction) reaches this (a check for tests)")->check(CLI::Range(0.0, 1.0));
@@ -91,6 +94,7 @@ int main(int argc, char** argv) {
     cfg.channel_mlp = channel_mlp;
     cfg.stochastic_depth = stochastic_depth;
     cfg.experts = f.experts;
+    cfg.expert_levels = expert_levels;
     const models::MixerMlp kind = f.mlp == "cp"   ? models::MixerMlp::CPMuMoE
                                   : f.mlp == "tr" ? models::MixerMlp::TRMuMoE
                                                   : models::MixerMlp::MLP;

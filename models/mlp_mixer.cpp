@@ -53,6 +53,8 @@ void MixerConfig::validate() const {
   const bool moe = token_block != MixerMlp::MLP || channel_block != MixerMlp::MLP;
   if (!moe) return;
   check_positive("experts", experts);
+  for (size_t e = 0; e < expert_levels.size(); ++e)
+    MU_CHECK(expert_levels[e] > 0, "MixerConfig: expert_levels[", e, "] must be positive, got ", expert_levels[e]);
   check_enum("MixerConfig", "gate_norm", gate_norm, nn::GateNorm::LayerNorm, "GateNorm", "None, BatchNorm, LayerNorm");
   // The ratios only matter for the kinds that use them; a NaN or a ratio giving rank 0
   // for the smaller of the two block dims is refused there.
@@ -79,10 +81,14 @@ double MixerConfig::drop_path_rate(int64_t block) const {
 
 nn::MuMoEOptions MixerConfig::moe_options(MixerMlp kind, int64_t d, int64_t h) const {
   nn::MuMoEOptions o(d, d);
-  o.hidden(h).experts({experts}).gate_norm(gate_norm).input_norm(moe_input_norm);
+  std::vector<int64_t> levels = {experts};
+  levels.insert(levels.end(), expert_levels.begin(), expert_levels.end());
+  o.hidden(h).experts(levels).gate_norm(gate_norm).input_norm(moe_input_norm);
+  std::vector<int64_t> tr_ranks(levels.size() + 1, 4);  // R_1 .. R_{E+1}
+  tr_ranks.push_back(rank_rule(tr_rank_ratio, d));
   switch (kind) {
     case MixerMlp::CPMuMoE: o.kind(nn::MoEKind::CP).rank(rank_rule(cp_rank_ratio, d)); break;
-    case MixerMlp::TRMuMoE: o.kind(nn::MoEKind::TR).ranks({4, 4, rank_rule(tr_rank_ratio, d)}); break;
+    case MixerMlp::TRMuMoE: o.kind(nn::MoEKind::TR).ranks(tr_ranks); break;
     case MixerMlp::DenseMoE: o.kind(nn::MoEKind::Dense); break;
     case MixerMlp::MLP: MU_FAIL("MixerConfig::moe_options: an MLP block is not a μMoE block");
   }

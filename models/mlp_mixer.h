@@ -58,6 +58,10 @@ struct MixerConfig {
   MixerMlp channel_block = MixerMlp::MLP;
   // μMoE blocks: experts N, gate normalisation, rank rules (see above).
   int64_t experts = 64;
+  // Further expert levels of every μMoE block (N_2, ..., N_E: a hierarchical μMoE, the
+  // paper's Table 9 uses {2}); empty: one level of `experts`. TR blocks take rank 4 around
+  // each further level (as the paper's hierarchical counts), the last rank by the rule.
+  std::vector<int64_t> expert_levels;
   nn::GateNorm gate_norm = nn::GateNorm::BatchNorm;
   double cp_rank_ratio = 0.75;
   double tr_rank_ratio = 0.19;

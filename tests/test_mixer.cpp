@@ -117,6 +117,8 @@ TEST_CASE("MixerConfig refuses bad settings, in the constructor and the static c
   refused(c, "token_block 9 is not a MixerMlp");
   c = tiny(MixerMlp::CPMuMoE); c.experts = 0;
   refused(c, "experts must be positive, got 0");
+  c = tiny(MixerMlp::CPMuMoE); c.expert_levels = {2, 0};
+  refused(c, "expert_levels[1] must be positive, got 0");
   c = tiny(MixerMlp::CPMuMoE); c.cp_rank_ratio = std::nan("");
   refused(c, "cp_rank_ratio must be a positive finite number");
   c = tiny(MixerMlp::TRMuMoE); c.tr_rank_ratio = 0.01;
@@ -174,6 +176,46 @@ TEST_CASE("static counts equal the built models' num_parameters()") {
   CHECK(MlpMixer::count_parameters(d) == 558158);  // torch_reference.py's Mixer() (mixer-fmnist)
   CHECK(MlpMixer::count_parameters(d) ==
         (16 * 128 + 128) + 4 * (4 * 128 + mlp_count(49, 64) + mlp_count(128, 512)) + 2 * 128 + (128 * 10 + 10));
+}
+
+TEST_CASE("hierarchical μMoE blocks (expert_levels): counts written out, and the model trains") {
+  for (MixerMlp kind : {MixerMlp::CPMuMoE, MixerMlp::TRMuMoE}) {
+    const std::string kind_name = models::to_string(kind);
+    CAPTURE(kind_name);
+    MixerConfig c = tiny(kind);
+    c.expert_levels = {2};
+    const int64_t T = c.tokens(), D = c.width, N1 = c.experts, N2 = 2;
+    // Gating per level (d N_1 + d N_2), then two layers with both expert factors.
+    auto mix = [&](int64_t d, int64_t h) {
+      if (kind == MixerMlp::CPMuMoE) {
+        const int64_t R = int64_t(0.75 * double(d));
+        return d * (N1 + N2) + R * (N1 + N2 + (d + 1) + h) + R * (N1 + N2 + (h + 1) + d);
+      }
+      const int64_t R = int64_t(0.19 * double(d));  // ranks (4, 4, 4, R)
+      auto layer = [&](int64_t i, int64_t o) { return 4 * N1 * 4 + 4 * N2 * 4 + 4 * (i + 1) * R + R * o * 4; };
+      return d * (N1 + N2) + layer(d, h) + layer(h, d);
+    };
+    const int64_t want = (c.patch_dim() * D + D) + c.depth * (4 * D + mix(T, c.token_mlp) + mix(D, c.channel_mlp)) +
+                         2 * D + (D * c.num_classes + c.num_classes);
+    CHECK(MlpMixer::count_parameters(c) == want);
+    manual_seed(3);
+    MlpMixer m(c);
+    CHECK(m.num_parameters() == want);
+    auto moe = std::dynamic_pointer_cast<nn::MuMoE>(m.block(0)->channel_mix);
+    REQUIRE(moe != nullptr);
+    CHECK(moe->options().experts() == std::vector<int64_t>{N1, N2});
+    // A few AdamW steps on one batch lower the loss.
+    Tensor x = rand({8, 2, 8, 8}), y = from_vector(std::vector<int64_t>{0, 1, 2, 3, 4, 0, 1, 2}, {8});
+    optim::AdamW opt(m.parameters(), optim::AdamWOptions(3e-3));
+    const double first = cross_entropy(m(x), y).item();
+    for (int step = 0; step < 30; ++step) {
+      Tensor loss = cross_entropy(m(x), y);
+      opt.zero_grad();
+      loss.backward();
+      opt.step();
+    }
+    CHECK(cross_entropy(m(x), y).item() < 0.5 * first);
+  }
 }
 
 TEST_CASE("Mixer-S/16: Table 3 (whole model) and Table 4 (all 8 blocks' MLPs) counts") {
