@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "mumoe.h"
 #include "train/loop.h"
@@ -34,7 +35,9 @@ struct TrainFlags {
 
 // Registers the shared flags on `app`, each with its documentation for --help; the
 // defaults are the program's (set them in `f` before calling).
-inline void add_train_flags(CLI::App& app, TrainFlags& f) {
+// `mlp_kinds`: the values --mlp takes in this program.
+inline void add_train_flags(CLI::App& app, TrainFlags& f,
+                            const std::vector<std::string>& mlp_kinds = {"dense", "cp", "tr"}) {
   app.add_option("--out-dir", f.out_dir, "Directory for checkpoint.safetensors and metrics.jsonl (created)")
       ->required();
   app.add_flag("--resume", f.resume, "Continue bit-identically from <out-dir>/checkpoint.safetensors");
@@ -59,8 +62,10 @@ inline void add_train_flags(CLI::App& app, TrainFlags& f) {
   app.add_option("--checkpoint-every", f.checkpoint_every, "Save a checkpoint every k steps (0: only at the end and "
                  "on Ctrl-C)")->capture_default_str()->check(CLI::NonNegativeNumber);
   app.add_option("--seed", f.seed, "Seed of initialisation, dropout and data order")->capture_default_str();
-  app.add_option("--mlp", f.mlp, "MLP of every block: dense, cp (CPμMoE) or tr (TRμMoE)")->capture_default_str()
-      ->check(CLI::IsMember({"dense", "cp", "tr"}));
+  std::string kinds;
+  for (const std::string& k : mlp_kinds) kinds += (kinds.empty() ? "" : ", ") + k;
+  app.add_option("--mlp", f.mlp, "MLP of every block: " + kinds + " (cp: CPμMoE, tr: TRμMoE)")->capture_default_str()
+      ->check(CLI::IsMember(mlp_kinds));
   app.add_option("--experts", f.experts, "Experts of the μMoE MLPs")->capture_default_str()
       ->check(CLI::PositiveNumber);
   app.add_flag("--no-progress", f.no_progress, "No progress output on stderr");

@@ -18,6 +18,8 @@
 #include "data/text_meta.h"
 #include "data/token_file.h"
 #include "models/gpt2.h"
+#include "nn/pkm.h"
+#include "nn/sparse_moe.h"
 #include "mumoe.h"
 #include "optim/adamw.h"
 #include "optim/decay_groups.h"
@@ -28,7 +30,7 @@ using namespace mu;
 namespace fs = std::filesystem;
 
 int main(int argc, char** argv) {
-  CLI::App app{"Train a GPT-2 (MLP: dense, CPμMoE or TRμMoE) on token files from prepare_text."};
+  CLI::App app{"Train a GPT-2 (MLP: dense, CPμMoE, TRμMoE, or a sparse MLP of the σ-MoE paper) on token files from prepare_text."};
   experiments::TrainFlags f;
   f.batch_size = 8;
   f.lr = 1e-3;
@@ -36,7 +38,7 @@ int main(int argc, char** argv) {
   f.warmup = 50;
   f.eval_every = 100;
   f.checkpoint_every = 200;
-  experiments::add_train_flags(app, f);
+  experiments::add_train_flags(app, f, {"dense", "cp", "tr", "topk", "pkm", "sigma", "switch", "sbase"});
   std::string data_dir;
   int64_t n_layer = 4, n_head = 4, n_embd = 256, block_size = 128, eval_batches = 8, sample_tokens = 200, top_k = 40;
   int64_t rank = 0;
@@ -49,6 +51,30 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_option("--rank", rank, "CP rank, or TR last rank, of the μMoE MLPs (0: the paper's rule, for 64 or 256 "
                  "experts)")->capture_default_str()->check(CLI::NonNegativeNumber);
+  // The sparse MLPs of the σ-MoE paper (models/gpt2.h, nn/sparse_moe.h, nn/pkm.h, nn/topk_mlp.h).
+  int64_t moe_k = 4, expert_size = 64, pkm_heads = 4, pkm_sub = 32;
+  double expert_dropout = 0.0, entropy_weight = 0.001;
+  std::string pkm_activation = "relu", selection = "sigmoid", moe_init = "dense";
+  app.add_option("--moe-k", moe_k, "Units (topk), values per head (pkm) or experts (sigma, switch, sbase) kept per "
+                 "token")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--expert-size", expert_size, "Width G of each expert (sigma, switch, sbase); --experts of them")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--pkm-heads", pkm_heads, "Heads of the product-key memory")->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--pkm-subkeys", pkm_sub, "Sub-keys per half of the product-key memory (n_sub² values)")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--pkm-activation", pkm_activation, "Activation of the product-key memory's scores")
+      ->capture_default_str()->check(CLI::IsMember({"relu", "softmax"}));
+  app.add_option("--selection", selection, "Expert selection of --mlp sigma: sigmoid (σ-MoE) or softmax (renormalised "
+                 "over the K chosen; the σ-MoE paper's ablation)")->capture_default_str()
+      ->check(CLI::IsMember({"sigmoid", "softmax"}));
+  app.add_option("--expert-dropout", expert_dropout, "Expert dropout of --mlp sigma")->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
+  app.add_option("--entropy-weight", entropy_weight, "Entropy regularisation weight of --mlp sigma (0: none)")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--moe-init", moe_init, "Expert initialisation of the sparse MoEs: dense (as the dense MLP they "
+                 "replace) or per-expert (the σ-MoE paper's 'standard init' ablation)")->capture_default_str()
+      ->check(CLI::IsMember({"dense", "per-expert"}));
   app.add_option("--dropout", dropout, "Dropout of embeddings, attention, residuals and MLPs")->capture_default_str()
       ->check(CLI::Range(0.0, 1.0));
   app.add_option("--eval-batches", eval_batches, "Validation batches (of --batch-size windows) per evaluation")
@@ -79,6 +105,28 @@ int main(int argc, char** argv) {
     cfg.dropout = dropout;
     if (f.mlp == "cp") cfg.mlp = models::mlp::cp_mumoe(f.experts, rank);
     if (f.mlp == "tr") cfg.mlp = models::mlp::tr_mumoe(f.experts, rank);
+    if (f.mlp == "topk") cfg.mlp = models::mlp::topk_mlp(moe_k);
+    if (f.mlp == "pkm")
+      cfg.mlp = models::mlp::pkm(pkm_sub, pkm_heads, moe_k,
+                                 pkm_activation == "relu" ? nn::PKMActivation::ReLU : nn::PKMActivation::Softmax);
+    const nn::ExpertInit init = moe_init == "dense" ? nn::ExpertInit::Dense : nn::ExpertInit::PerExpert;
+    if (f.mlp == "sigma")
+      cfg.mlp = models::mlp::sparse_moe(
+          "sigma_moe-" + selection + "-" + moe_init, [=, experts = f.experts](const models::GPT2Config& c) {
+            nn::SparseMoEOptions o = nn::sigma_moe_options(c.n_embd, experts, expert_size, moe_k, expert_dropout,
+                                                           entropy_weight);
+            if (selection == "softmax") o.selection(nn::Selection::SoftmaxRenorm);
+            return o.init(init);
+          });
+    // Switch Transformer: softmax top-K (K = 1 in its paper) with its load-balancing loss;
+    // S-BASE: Sinkhorn-balanced assignment in training, sigmoid weights.
+    if (f.mlp == "switch" || f.mlp == "sbase")
+      cfg.mlp = models::mlp::sparse_moe(f.mlp, [=, experts = f.experts, kind = f.mlp](const models::GPT2Config& c) {
+        return nn::SparseMoEOptions(c.n_embd, experts, expert_size)
+            .k(moe_k)
+            .selection(kind == "switch" ? nn::Selection::Switch : nn::Selection::SBase)
+            .init(init);
+      });
     manual_seed(f.seed);
     auto model = std::make_shared<models::GPT2>(cfg);
     const Device dev = experiments::parse_device(f.device);
