@@ -19,8 +19,11 @@
 #include <memory>
 #include <vector>
 
+#include <CLI/CLI.hpp>
+
 #include "data/fashion_mnist.h"
 #include "data/loader.h"
+#include "experiments/repro.h"
 #include "mumoe.h"
 #include "nn/activation.h"
 #include "nn/linear.h"
@@ -139,6 +142,32 @@ inline FrozenFeatures frozen_features(const BackboneConfig& config, data::Fashio
   std::printf("frozen backbone: 784 -> %lld -> %lld, test accuracy %.2f%% through its own head (%.0f s)\n",
               (long long)config.hidden, (long long)config.features, 100 * f.backbone_accuracy, f.seconds);
   return f;
+}
+
+// The flags every final-layer program shares, --seeds and --epochs (per final layer), and
+// what they and the scale resolve to: 2 seeds and 1 epoch at smoke, where the backbone
+// trains 1 epoch on the first 2,000 training images and is tested on the first 500;
+// 3 seeds and 10 epochs at local, on all of Fashion-MNIST.
+struct FinalLayerRuns {
+  int seeds = 0;
+  double epochs = 0;
+  BackboneConfig backbone;
+};
+
+inline void add_final_layer_flags(CLI::App& app, FinalLayerRuns& r) {
+  app.add_option("--seeds", r.seeds, "Seeds per final layer (default: 2 at smoke, 3 at local)")->check(CLI::Range(1, 100));
+  app.add_option("--epochs", r.epochs, "Epochs per final layer (default: 1 at smoke, 10 at local)")
+      ->check(CLI::PositiveNumber);
+}
+
+inline void resolve(FinalLayerRuns& r, Scale scale) {
+  const bool smoke = scale == Scale::Smoke;
+  if (r.seeds == 0) r.seeds = smoke ? 2 : 3;
+  if (r.epochs == 0) r.epochs = smoke ? 1 : 10;
+  if (smoke) {
+    r.backbone.train_rows = 2000, r.backbone.test_rows = 500;
+    r.backbone.training.epochs = 1;
+  }
 }
 
 // The same on Fashion-MNIST as loaded.

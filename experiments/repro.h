@@ -210,6 +210,34 @@ inline std::pair<double, int64_t> last_eval(const std::string& metrics_path, con
   return last;
 }
 
+// <out-dir>/data: `corpus` tokenized by prepare_text (beside this program) with `tokenizer`,
+// once (an existing meta.json is kept); its log goes to <out-dir>/prepare_text.log.
+inline std::string prepared_corpus(const Common& c, const std::string& corpus, const std::string& tokenizer) {
+  const std::string data = c.out_dir + "/data";
+  if (!std::filesystem::exists(data + "/meta.json")) {
+    make_dir(c.out_dir);
+    std::printf("tokenizing %s (%s) into %s ...\n", corpus.c_str(), tokenizer.c_str(), data.c_str());
+    const int rc = run_program({program_dir() + "/prepare_text", "--corpus", corpus, "--tokenizer", tokenizer, "--out",
+                                data},
+                               c.out_dir + "/prepare_text.log");
+    MU_CHECK(rc == 0, "prepare_text exited with status ", rc, "; its output is in ", c.out_dir, "/prepare_text.log");
+  }
+  return data;
+}
+
+// The parameter count a trainer printed in its log ("... N parameters"); 0 when there is none.
+inline int64_t logged_params(const std::string& log_path) {
+  std::ifstream log(log_path);
+  for (std::string line; std::getline(log, line);) {
+    const size_t at = line.find(" parameters");
+    if (at == std::string::npos || at == 0) continue;
+    const size_t space = line.rfind(' ', at - 1);
+    const size_t from = space == std::string::npos ? 0 : space + 1;
+    return std::stoll(line.substr(from, at - from));
+  }
+  return 0;
+}
+
 // Mean and sample standard deviation (n - 1; 0 for one value).
 struct MeanStd {
   double mean = NAN, std = NAN;

@@ -135,10 +135,8 @@ int main(int argc, char** argv) {
   CLI::App app{"μMoE Figures 3 and 2: class-level polysemanticity of CPμMoE final-layer experts against the expert count"};
   repro::Common common;
   repro::add_common_flags(app, common, "repro_fig3_polysemanticity");
-  int seeds = 0;
-  double epochs = 0;
-  app.add_option("--seeds", seeds, "Seeds per expert count (default: 2 at smoke, 3 at local)")->check(CLI::Range(1, 100));
-  app.add_option("--epochs", epochs, "Epochs per final layer (default: 10 at local)")->check(CLI::PositiveNumber);
+  repro::FinalLayerRuns runs_cfg;
+  repro::add_final_layer_flags(app, runs_cfg);
   CLI11_PARSE(app, argc, argv);
 
   if (common.scale == repro::Scale::Paper) {
@@ -153,14 +151,13 @@ int main(int argc, char** argv) {
 
   try {
     const bool smoke = common.scale == repro::Scale::Smoke;
-    if (seeds == 0) seeds = smoke ? 2 : 3;
-    if (epochs == 0) epochs = smoke ? 1 : 10;
-    repro::BackboneConfig backbone;
+    repro::resolve(runs_cfg, common.scale);
+    const int seeds = runs_cfg.seeds;
+    const double epochs = runs_cfg.epochs;
+    const repro::BackboneConfig& backbone = runs_cfg.backbone;
     std::vector<int64_t> counts = {32, 64, 128, 256, 512, 1024};
     std::vector<int64_t> grid_counts = {32, 256};
     if (smoke) {
-      backbone.train_rows = 2000, backbone.test_rows = 500;
-      backbone.training.epochs = 1;
       counts = {8, 16};
       grid_counts = {8, 16};
     }

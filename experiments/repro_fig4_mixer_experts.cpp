@@ -26,6 +26,7 @@
 #include "data/fashion_mnist.h"
 #include "data/loader.h"
 #include "experiments/repro.h"
+#include "experiments/repro_mixer.h"
 #include "models/mlp_mixer.h"
 #include "mumoe.h"
 #include "nn/expert_analysis.h"
@@ -54,24 +55,18 @@ int main(int argc, char** argv) {
 
   try {
     const bool smoke = common.scale == repro::Scale::Smoke;
-    models::MixerConfig cfg = models::mixer_fmnist();
-    std::vector<std::string> flags = {"--mlp", "cp", "--checkpoint-every", "0", "--no-progress", "--seed", "0"};
-    if (smoke) {
-      cfg.patch_size = 7, cfg.width = 32, cfg.depth = 2, cfg.token_mlp = 16, cfg.channel_mlp = 64;
-      flags.insert(flags.end(), {"--patch", "7", "--width", "32", "--depth", "2", "--token-mlp", "16", "--channel-mlp",
-                                 "64", "--max-steps", "20", "--warmup", "5"});
-    } else {
-      flags.insert(flags.end(), {"--epochs", "0.5"});
-    }
+    // A 2-block model at smoke scale, so that the first and last blocks differ.
+    repro::MixerRuns mr = repro::mixer_runs(common.scale, 0.5, "repro_fig4_mixer_experts", /*smoke_depth=*/2);
+    models::MixerConfig& cfg = mr.config;
     cfg.token_block = cfg.channel_block = models::MixerMlp::CPMuMoE;
+    std::vector<std::string> flags = {"--mlp", "cp", "--checkpoint-every", "0", "--no-progress", "--seed", "0"};
+    flags.insert(flags.end(), mr.flags.begin(), mr.flags.end());
 
     std::string run = from_run;
     if (run.empty()) {
-      const std::string trainer = repro::program_dir() + "/train_mixer";
-      MU_CHECK(std::filesystem::exists(trainer), "repro_fig4_mixer_experts: ", trainer, " not found (build train_mixer)");
       repro::make_dir(common.out_dir + "/runs");
       run = common.out_dir + "/runs/cp-seed0";
-      std::vector<std::string> args = {trainer};
+      std::vector<std::string> args = {mr.trainer};
       args.insert(args.end(), flags.begin(), flags.end());
       repro::run_once(args, run, "test_acc", "CPμMoE Mixer");
     }

@@ -37,19 +37,6 @@ using nlohmann::json;
 
 namespace {
 
-// The parameter count train_gpt2 printed ("... N parameters") in a run's log; 0 when absent.
-int64_t logged_params(const std::string& log_path) {
-  std::ifstream log(log_path);
-  for (std::string line; std::getline(log, line);) {
-    const size_t at = line.find(" parameters");
-    if (at == std::string::npos || at == 0) continue;
-    const size_t space = line.rfind(' ', at - 1);
-    const size_t from = space == std::string::npos ? 0 : space + 1;
-    return std::stoll(line.substr(from, at - from));
-  }
-  return 0;
-}
-
 struct Model {
   std::string flag;                 // run directory name
   std::string name;                 // as the paper's tables call it
@@ -87,16 +74,8 @@ int main(int argc, char** argv) {
     if (steps == 0) steps = smoke ? 10 : 200;
     const int64_t n_layer = smoke ? 2 : 4, n_head = 4, d = smoke ? 64 : 256, T = smoke ? 32 : 128, dff = 4 * d;
     const std::string bin = repro::program_dir();
-    const std::string data = common.out_dir + "/data";
     repro::make_dir(common.out_dir + "/runs");
-    if (!std::filesystem::exists(data + "/meta.json")) {
-      std::printf("tokenizing Moby-Dick (characters) into %s ...\n", data.c_str());
-      const int rc = repro::run_program({bin + "/prepare_text", "--corpus", "moby-dick", "--tokenizer", "char", "--out",
-                                         data},
-                                        common.out_dir + "/prepare_text.log");
-      MU_CHECK(rc == 0, "prepare_text exited with status ", rc, "; its output is in ", common.out_dir,
-               "/prepare_text.log");
-    }
+    const std::string data = repro::prepared_corpus(common, "moby-dick", "char");
 
     auto s = [](int64_t v) { return std::to_string(v); };
     // MoE shares of the dense MLP's 2 d d_ff multiply-adds.
@@ -157,7 +136,7 @@ int main(int argc, char** argv) {
       std::vector<double> bpc;
       for (double loss : sweep.values) bpc.push_back(loss / std::log(2.0));
       const repro::MeanStd st = repro::mean_std(bpc);
-      const int64_t params = logged_params(common.out_dir + "/runs/" + m.flag + "-seed0.log");
+      const int64_t params = repro::logged_params(common.out_dir + "/runs/" + m.flag + "-seed0.log");
       char flops[32], paper[32];
       std::snprintf(flops, sizeof flops, std::isnan(m.flops_share) ? "n/a" : "%.1f%%", m.flops_share);
       std::snprintf(paper, sizeof paper, "%.2f", m.paper_bpc);

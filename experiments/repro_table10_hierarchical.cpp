@@ -69,10 +69,8 @@ int main(int argc, char** argv) {
   CLI::App app{"μMoE Table 10: hierarchical CPμMoE and TRμMoE final layers (1-4 levels) on frozen features"};
   repro::Common common;
   repro::add_common_flags(app, common, "repro_table10_hierarchical");
-  int seeds = 0;
-  double epochs = 0;
-  app.add_option("--seeds", seeds, "Seeds per layer (default: 2 at smoke, 3 at local)")->check(CLI::Range(1, 100));
-  app.add_option("--epochs", epochs, "Epochs per final layer (default: 10 at local)")->check(CLI::PositiveNumber);
+  repro::FinalLayerRuns runs_cfg;
+  repro::add_final_layer_flags(app, runs_cfg);
   CLI11_PARSE(app, argc, argv);
 
   if (common.scale == repro::Scale::Paper) {
@@ -87,14 +85,13 @@ int main(int argc, char** argv) {
 
   try {
     const bool smoke = common.scale == repro::Scale::Smoke;
-    if (seeds == 0) seeds = smoke ? 2 : 3;
-    if (epochs == 0) epochs = smoke ? 1 : 10;
-    repro::BackboneConfig backbone;
+    repro::resolve(runs_cfg, common.scale);
+    const int seeds = runs_cfg.seeds;
+    const double epochs = runs_cfg.epochs;
+    const repro::BackboneConfig& backbone = runs_cfg.backbone;
     const int64_t rank = 128;
     std::vector<PaperRow> rows(std::begin(kPaper), std::end(kPaper));
     if (smoke) {
-      backbone.train_rows = 2000, backbone.test_rows = 500;
-      backbone.training.epochs = 1;
       rows = {{{8}, kPaper[0].cp_mean, kPaper[0].cp_std, kPaper[0].tr_mean, kPaper[0].tr_std},
               {{8, 2}, kPaper[1].cp_mean, kPaper[1].cp_std, kPaper[1].tr_mean, kPaper[1].tr_std}};
     }

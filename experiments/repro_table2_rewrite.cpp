@@ -169,10 +169,8 @@ int main(int argc, char** argv) {
                "thresholding and oversampling"};
   repro::Common common;
   repro::add_common_flags(app, common, "repro_table2_rewrite");
-  int seeds = 0;
-  double epochs = 0;
-  app.add_option("--seeds", seeds, "Seeds per final layer (default: 2 at smoke, 3 at local)")->check(CLI::Range(1, 100));
-  app.add_option("--epochs", epochs, "Epochs per final layer (default: 10 at local)")->check(CLI::PositiveNumber);
+  repro::FinalLayerRuns runs_cfg;
+  repro::add_final_layer_flags(app, runs_cfg);
   CLI11_PARSE(app, argc, argv);
 
   if (common.scale == repro::Scale::Paper) {
@@ -187,17 +185,18 @@ int main(int argc, char** argv) {
 
   try {
     const bool smoke = common.scale == repro::Scale::Smoke;
-    if (seeds == 0) seeds = smoke ? 2 : 3;
-    if (epochs == 0) epochs = smoke ? 1 : 10;
+    repro::resolve(runs_cfg, common.scale);
+    const int seeds = runs_cfg.seeds;
+    const double epochs = runs_cfg.epochs;
+    repro::BackboneConfig backbone = runs_cfg.backbone;
+    backbone.train_rows = backbone.test_rows = 0;  // the data are sliced here, before A is drawn
     const int64_t experts = 128, rank = 128;
     data::FashionMnist ds = data::load_fashion_mnist();
-    repro::BackboneConfig backbone;
     if (smoke) {
       ds.train.images = ds.train.images.narrow(0, 0, 3000).contiguous();
       ds.train.labels = ds.train.labels.narrow(0, 0, 3000).contiguous();
       ds.test.images = ds.test.images.narrow(0, 0, 1000).contiguous();
       ds.test.labels = ds.test.labels.narrow(0, 0, 1000).contiguous();
-      backbone.training.epochs = 1;
     }
     const Biased b = make_biased(std::move(ds), /*seed=*/2024);
     int64_t target_train = 0, target_left_train = 0;

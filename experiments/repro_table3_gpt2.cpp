@@ -54,16 +54,8 @@ int main(int argc, char** argv) {
     if (steps == 0) steps = smoke ? 20 : 300;
     const int64_t n_layer = smoke ? 2 : 4, n_head = 4, n_embd = smoke ? 64 : 256, T = smoke ? 32 : 128;
     const std::string bin = repro::program_dir();
-    const std::string data = common.out_dir + "/data";
     repro::make_dir(common.out_dir + "/runs");
-    if (!std::filesystem::exists(data + "/meta.json")) {
-      std::printf("tokenizing Moby-Dick (characters) into %s ...\n", data.c_str());
-      const int rc = repro::run_program({bin + "/prepare_text", "--corpus", "moby-dick", "--tokenizer", "char", "--out",
-                                         data},
-                                        common.out_dir + "/prepare_text.log");
-      MU_CHECK(rc == 0, "prepare_text exited with status ", rc, "; its output is in ", common.out_dir,
-               "/prepare_text.log");
-    }
+    const std::string data = repro::prepared_corpus(common, "moby-dick", "char");
 
     struct Model {
       const char* flag;
@@ -84,16 +76,8 @@ int main(int argc, char** argv) {
           std::to_string(n_embd), "--block-size", std::to_string(T), "--warmup", smoke ? "5" : "30", "--eval-every", "0",
           "--checkpoint-every", "0", "--sample-tokens", "0", "--no-progress"};
       const repro::Sweep sweep = repro::seed_sweep(common, m.flag, m.name, seeds, args, "val_loss");
-      // The parameter count the trainer printed ("... N parameters") is in the first run's log.
-      int64_t params = 0;
-      std::ifstream log(common.out_dir + "/runs/" + m.flag + "-seed0.log");
-      for (std::string line; params == 0 && std::getline(log, line);) {
-        const size_t at = line.find(" parameters");
-        if (at == std::string::npos || at == 0) continue;
-        const size_t space = line.rfind(' ', at - 1);
-        const size_t from = space == std::string::npos ? 0 : space + 1;
-        params = std::stoll(line.substr(from, at - from));
-      }
+      // The parameter count the trainer printed is in the first run's log.
+      const int64_t params = repro::logged_params(common.out_dir + "/runs/" + m.flag + "-seed0.log");
       const repro::MeanStd s = repro::mean_std(sweep.values);
       char paper[32];
       std::snprintf(paper, sizeof paper, "%.3f", m.paper_loss);

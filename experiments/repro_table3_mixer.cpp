@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "experiments/repro.h"
+#include "experiments/repro_mixer.h"
 #include "models/mlp_mixer.h"
 #include "mumoe.h"
 
@@ -55,17 +56,10 @@ int main(int argc, char** argv) {
     if (seeds == 0) seeds = smoke ? 2 : 3;
     if (epochs == 0) epochs = 0.75;
     // The model of each scale; the trainer's defaults for everything else.
-    models::MixerConfig cfg = models::mixer_fmnist();
-    std::vector<std::string> size_flags;
-    if (smoke) {
-      cfg.patch_size = 7, cfg.width = 32, cfg.depth = 1, cfg.token_mlp = 16, cfg.channel_mlp = 64;
-      size_flags = {"--patch", "7", "--width", "32", "--depth", "1", "--token-mlp", "16", "--channel-mlp", "64",
-                    "--max-steps", "20", "--warmup", "5"};
-    } else {
-      size_flags = {"--epochs", std::to_string(epochs)};
-    }
-    const std::string trainer = repro::program_dir() + "/train_mixer";
-    MU_CHECK(std::filesystem::exists(trainer), "repro_table3_mixer: ", trainer, " not found (build train_mixer)");
+    const repro::MixerRuns mr = repro::mixer_runs(common.scale, epochs, "repro_table3_mixer");
+    const models::MixerConfig& cfg = mr.config;
+    const std::vector<std::string>& size_flags = mr.flags;
+    const std::string& trainer = mr.trainer;
     repro::make_dir(common.out_dir + "/runs");
 
     struct Model {
