@@ -56,7 +56,8 @@ int main(int argc, char** argv) {
   try {
     const bool smoke = common.scale == repro::Scale::Smoke;
     // A 2-block model at smoke scale, so that the first and last blocks differ.
-    repro::MixerRuns mr = repro::mixer_runs(common.scale, 0.5, "repro_fig4_mixer_experts", /*smoke_depth=*/2);
+    repro::MixerRuns mr = repro::mixer_runs(common.scale, 0.5, "repro_fig4_mixer_experts", /*smoke_depth=*/2,
+                                            /*need_trainer=*/from_run.empty());
     models::MixerConfig& cfg = mr.config;
     cfg.token_block = cfg.channel_block = models::MixerMlp::CPMuMoE;
     std::vector<std::string> flags = {"--mlp", "cp", "--checkpoint-every", "0", "--no-progress", "--seed", "0"};

@@ -20,8 +20,10 @@ struct MixerRuns {
   std::string trainer;             // train_mixer beside the running program
 };
 
-// The Mixer and trainer flags of a scale; a missing train_mixer is a mu::Error naming `program`.
-inline MixerRuns mixer_runs(Scale scale, double epochs, const std::string& program, int64_t smoke_depth = 1) {
+// The Mixer and trainer flags of a scale; when `need_trainer`, a missing train_mixer is a
+// mu::Error naming `program`.
+inline MixerRuns mixer_runs(Scale scale, double epochs, const std::string& program, int64_t smoke_depth = 1,
+                            bool need_trainer = true) {
   MixerRuns r;
   r.config = models::mixer_fmnist();
   if (scale == Scale::Smoke) {
@@ -33,7 +35,8 @@ inline MixerRuns mixer_runs(Scale scale, double epochs, const std::string& progr
     r.flags = {"--epochs", std::to_string(epochs)};
   }
   r.trainer = program_dir() + "/train_mixer";
-  MU_CHECK(std::filesystem::exists(r.trainer), program, ": ", r.trainer, " not found (build train_mixer)");
+  MU_CHECK(!need_trainer || std::filesystem::exists(r.trainer), program, ": ", r.trainer,
+           " not found (build train_mixer)");
   return r;
 }
 
