@@ -82,6 +82,33 @@ Tensor product(const Tensor& a0, const Tensor& b0, const char* op, const char* n
   });
 }
 
+// Whether the CPU's fused product-and-bias kernel serves an x of dtype dt whose weight
+// (and bias) are in dt too: float32 or float64, not under autocast.
+bool bias_product_fused(const Tensor& x, DType weight_dtype) {
+  const DType dt = x.dtype();
+  return kernels::matmul_bias.has(x.device().type) && (dt == kFloat32 || dt == kFloat64) && weight_dtype == dt &&
+         autograd::autocast::low_dtype(x) == dt;
+}
+
+// x (..., K) · b (K, N) + bias (N), the bias added as the product is stored; no graph.
+// x2 is x as (M, K), a view whose gradient routes back to x; y is (M, N) and out_shape
+// the result's shape, (..., N).
+struct BiasProduct {
+  Tensor x2, y;
+  Shape out_shape;
+};
+BiasProduct bias_product(const Tensor& x, const Tensor& b, const Tensor& bias) {
+  BiasProduct r;
+  r.out_shape.assign(x.shape().begin(), x.shape().end() - 1);
+  const int64_t M = numel_of(r.out_shape), K = b.size(0), N = b.size(1);
+  r.out_shape.push_back(N);
+  r.x2 = x.reshape({M, K});
+  NoGradGuard no_grad;
+  r.y = empty({M, N}, TensorOptions(x.dtype()).device(x.device()));
+  kernels::matmul_bias(x.device(), r.y, gemm_operand(r.x2), gemm_operand(b), bias.contiguous());
+  return r;
+}
+
 }  // namespace
 
 Tensor mm(const Tensor& a, const Tensor& b) {
@@ -173,22 +200,9 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
   // Under autocast the weight is cast before it is transposed (a dense copy rather than
   // a transposing one), and the bias is added in bfloat16 too, as torch's F.linear does.
   const Tensor wl = autograd::autocast::to_low(w), bl = b.defined() ? autograd::autocast::to_low(b) : b;
-  const DType dt = x.dtype();
-  const bool fused = bl.defined() && kernels::matmul_bias.has(x.device().type) && (dt == kFloat32 || dt == kFloat64) &&
-                     wl.dtype() == dt && low_dtype(x) == dt;
-  if (!fused) return bl.defined() ? matmul(x, wl.t()) + bl : matmul(x, wl.t());
-
-  const int64_t K = w.size(1), N = w.size(0);
-  Shape out_shape(x.shape().begin(), x.shape().end() - 1);
-  const int64_t M = numel_of(out_shape);
-  out_shape.push_back(N);
-  const Tensor x2 = x.reshape({M, K});  // a view where the leading dims merge; its gradient routes back
-  Tensor y;
-  {
-    NoGradGuard no_grad;
-    y = empty({M, N}, TensorOptions(dt).device(x.device()));
-    kernels::matmul_bias(x.device(), y, gemm_operand(x2), gemm_operand(wl.t()), bl.contiguous());
-  }
+  if (!bl.defined() || !bias_product_fused(x, wl.dtype()))
+    return bl.defined() ? matmul(x, wl.t()) + bl : matmul(x, wl.t());
+  auto [x2, y, out_shape] = bias_product(x, wl.t(), bl);
   const bool gx = x2.requires_grad(), gw = w.requires_grad(), gb = b.requires_grad();
   if (gx || gw || gb) {
     SavedTensor xs = gw ? save(x2) : SavedTensor(), ws = gx ? save(w) : SavedTensor();
@@ -210,21 +224,8 @@ Tensor matmul_with_one(const Tensor& x, const Tensor& w) {
            K, ", the weight's rows less the bias row (weight shape ", shape_str(w.shape()), ")");
   check_operands(x, w, "matmul_with_one");
   const Tensor top = w.narrow(0, 0, K), last = w.select(0, K);
-  const DType dt = x.dtype();
-  const bool fused = kernels::matmul_bias.has(x.device().type) && (dt == kFloat32 || dt == kFloat64) &&
-                     w.dtype() == dt && autograd::autocast::low_dtype(x) == dt;
-  if (!fused) return matmul(x, top) + last;
-
-  Shape out_shape(x.shape().begin(), x.shape().end() - 1);
-  const int64_t M = numel_of(out_shape);
-  out_shape.push_back(N);
-  const Tensor x2 = x.reshape({M, K});
-  Tensor y;
-  {
-    NoGradGuard no_grad;
-    y = empty({M, N}, TensorOptions(dt).device(x.device()));
-    kernels::matmul_bias(x.device(), y, gemm_operand(x2), gemm_operand(top), last.contiguous());
-  }
+  if (!bias_product_fused(x, w.dtype())) return matmul(x, top) + last;
+  auto [x2, y, out_shape] = bias_product(x, top, last);
   const bool gx = x2.requires_grad(), gw = w.requires_grad();
   if (gx || gw) {
     SavedTensor xs = gw ? save(x2) : SavedTensor(), ws = gx ? save(w) : SavedTensor();
