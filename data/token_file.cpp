@@ -1,27 +1,19 @@
 #include "data/token_file.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <bit>
-#include <cerrno>
 #include <cstring>
 #include <filesystem>
 
+#include "data/mapped_file.h"
 #include "tensor/atomic_file.h"
 #include "tensor/checked.h"
 #include "tensor/error.h"
-#include "tensor/regular_file.h"
 
 namespace mu::data {
 
 static_assert(std::endian::native == std::endian::little, "token files are read in place: a little-endian host is assumed");
 
 namespace {
-
-std::string errno_text() { return std::strerror(errno); }
 
 int32_t read_i32(const unsigned char* p) {
   int32_t v;
@@ -82,40 +74,17 @@ void write_token_file(const std::string& path, const std::vector<int32_t>& ids, 
 }
 
 struct TokenFile::Mapping {
-  std::string path;
-  void* base = nullptr;  // the whole file, mapped
-  size_t bytes = 0;
+  MappedFile file;
   const uint16_t* tokens = nullptr;
   int64_t count = 0;
   bool header = false;
-  ~Mapping() {
-    if (base != nullptr) ::munmap(base, bytes);
-  }
+  explicit Mapping(const std::string& path) : file(path) {}
 };
 
 TokenFile::TokenFile(const std::string& path, const TokenFileOptions& options) {
-  auto m = std::make_shared<Mapping>();
-  m->path = path;
-  const int fd = open_regular_file(path);
-  struct stat st;
-  if (::fstat(fd, &st) != 0) {
-    const std::string why = errno_text();
-    ::close(fd);
-    MU_FAIL("cannot stat ", path, ": ", why);
-  }
-  m->bytes = size_t(st.st_size);
-  if (m->bytes > 0) {
-    m->base = ::mmap(nullptr, m->bytes, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (m->base == MAP_FAILED) {
-      m->base = nullptr;
-      const std::string why = errno_text();
-      ::close(fd);
-      MU_FAIL("cannot map ", path, " (", m->bytes, " bytes): ", why);
-    }
-  }
-  ::close(fd);  // the mapping stays valid without the descriptor
-  const auto* bytes = static_cast<const unsigned char*>(m->base);
-  const int64_t size = int64_t(m->bytes);
+  auto m = std::make_shared<Mapping>(path);
+  const unsigned char* bytes = m->file.data();
+  const int64_t size = m->file.size();
 
   TokenFileLayout layout = options.layout();
   if (layout == TokenFileLayout::Auto)
@@ -153,7 +122,7 @@ TokenFile::TokenFile(const std::string& path, const TokenFileOptions& options) {
   map_ = std::move(m);
 }
 
-const std::string& TokenFile::path() const { return map_->path; }
+const std::string& TokenFile::path() const { return map_->file.path(); }
 int64_t TokenFile::size() const { return map_->count; }
 bool TokenFile::has_header() const { return map_->header; }
 const uint16_t* TokenFile::data() const { return map_->tokens; }

@@ -3,7 +3,7 @@
 JSON file parses and holds the program's name and scale, and each named PNG opens as an
 image (matplotlib reads it) of nonzero size. Exit status 1 with the reason otherwise.
 
-    check_repro.py DIR PROGRAM FILE...
+    check_repro.py [--scale SCALE] DIR PROGRAM FILE...      (SCALE: smoke by default)
 """
 import json
 import os
@@ -11,7 +11,11 @@ import sys
 
 
 def main():
-    out_dir, program, files = sys.argv[1], sys.argv[2], sys.argv[3:]
+    args = sys.argv[1:]
+    scale = "smoke"
+    if args[:1] == ["--scale"]:
+        scale, args = args[1], args[2:]
+    out_dir, program, files = args[0], args[1], args[2:]
     for name in files:
         path = os.path.join(out_dir, name)
         if not os.path.isfile(path):
@@ -19,7 +23,7 @@ def main():
         if name.endswith(".json"):
             with open(path) as f:
                 data = json.load(f)
-            if data.get("program") != program or data.get("scale") != "smoke":
+            if data.get("program") != program or data.get("scale") != scale:
                 sys.exit(f"{path}: program/scale are {data.get('program')!r}/{data.get('scale')!r}")
         elif name.endswith(".png"):
             with open(path, "rb") as f:

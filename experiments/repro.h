@@ -10,6 +10,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 #include <sys/wait.h>
+#include <csignal>
 #include <unistd.h>
 
 #include <cmath>
@@ -175,24 +176,39 @@ inline std::string program_dir() {
   return self.parent_path().string();
 }
 
-// Runs `args` (args[0] a path) with stdout and stderr into `log`; its exit status
-// (128 + the signal when a signal ended it).
-inline int run_program(const std::vector<std::string>& args, const std::string& log) {
+// Runs `args` (args[0] a path) with stdout and stderr into `log` (appended to when
+// `append`, else replaced); its exit status (128 + the signal when a signal ended it).
+// While the child runs this process ignores Ctrl-C and SIGTERM, which reach the child
+// too (the same process group): a trainer saves its checkpoint and exits with 130, and
+// the caller sees that status instead of dying before the checkpoint is written.
+inline int run_program(const std::vector<std::string>& args, const std::string& log, bool append = false) {
   std::vector<char*> argv;
   std::vector<std::string> copy = args;
   for (std::string& a : copy) argv.push_back(a.data());
   argv.push_back(nullptr);
   std::fflush(stdout);
+  std::fflush(stderr);
+  struct sigaction ignore {}, old_int {}, old_term {};
+  ignore.sa_handler = SIG_IGN;
+  sigemptyset(&ignore.sa_mask);
+  sigaction(SIGINT, &ignore, &old_int);
+  sigaction(SIGTERM, &ignore, &old_term);
   const pid_t pid = fork();
-  MU_CHECK(pid >= 0, "fork failed running ", args[0]);
   if (pid == 0) {
-    FILE* f = std::freopen(log.c_str(), "w", stdout);
+    // An ignored signal stays ignored across exec: give the child the defaults back.
+    std::signal(SIGINT, SIG_DFL);
+    std::signal(SIGTERM, SIG_DFL);
+    FILE* f = std::freopen(log.c_str(), append ? "a" : "w", stdout);
     if (f == nullptr || dup2(fileno(stdout), 2) < 0) _exit(126);
     execv(argv[0], argv.data());
     _exit(127);
   }
   int status = 0;
-  MU_CHECK(waitpid(pid, &status, 0) >= 0, "waitpid failed running ", args[0]);
+  const bool waited = pid > 0 && waitpid(pid, &status, 0) >= 0;
+  sigaction(SIGINT, &old_int, nullptr);
+  sigaction(SIGTERM, &old_term, nullptr);
+  MU_CHECK(pid >= 0, "fork failed running ", args[0]);
+  MU_CHECK(waited, "waitpid failed running ", args[0]);
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
 }
 
@@ -276,6 +292,34 @@ inline std::pair<double, int64_t> run_once(std::vector<std::string> args, const 
   MU_CHECK(rc == 0, args[0], " exited with status ", rc, " for ", label, "; its output is in ", dir, ".log");
   r = last_eval(dir + "/metrics.jsonl", key);
   MU_CHECK(r.second >= 0, dir, "/metrics.jsonl holds no evaluation of ", key);
+  return r;
+}
+
+// A trainer's status when Ctrl-C or SIGTERM stopped it after saving its checkpoint.
+inline constexpr int kInterruptedStatus = 130;
+
+// One long training run (the paper scale) into `dir`, resumable: `args` is the trainer
+// and its flags without --out-dir and --resume, and `steps` its --max-steps. A run whose
+// metrics end in an evaluation of `key` at step `steps` is finished and not run again; a
+// run with a checkpoint continues from it (--resume, its log appended to); otherwise it
+// starts afresh. Returns the final evaluation, or step -1 when the trainer was
+// interrupted (its checkpoint saved: running the same command again continues it).
+// A failing run is a mu::Error naming its log. A checkpoint is never deleted here.
+inline std::pair<double, int64_t> run_resumable(std::vector<std::string> args, const std::string& dir,
+                                               const std::string& key, int64_t steps, const std::string& label) {
+  std::pair<double, int64_t> r = last_eval(dir + "/metrics.jsonl", key);
+  if (r.second == steps) return r;
+  const bool resume = std::filesystem::exists(dir + "/checkpoint.safetensors");
+  args.insert(args.begin() + 1, {"--out-dir", dir});
+  if (resume) args.push_back("--resume");
+  make_dir(dir);
+  std::printf("%s %s (log: %s.log) ...\n", resume ? "resuming" : "running", label.c_str(), dir.c_str());
+  const int rc = run_program(args, dir + ".log", /*append=*/resume);
+  if (rc == kInterruptedStatus) return {NAN, -1};
+  MU_CHECK(rc == 0, args[0], " exited with status ", rc, " for ", label, "; its output is in ", dir, ".log");
+  r = last_eval(dir + "/metrics.jsonl", key);
+  MU_CHECK(r.second == steps, dir, "/metrics.jsonl holds no evaluation of ", key, " at step ", steps,
+           " (the last is at step ", r.second, ")");
   return r;
 }
 
