@@ -19,6 +19,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <string>
 #include <utility>
@@ -277,14 +278,26 @@ inline std::string pm(const MeanStd& s, int decimals) {
   return buf;
 }
 
+// The command line of a run, one argument per line (dir/command.txt records it).
+inline std::string command_text(const std::vector<std::string>& args) {
+  std::string text;
+  for (const std::string& a : args) text += a + "\n";
+  return text;
+}
+
 // One training run of a seed sweep: `args` (the trainer and its flags, without
 // --out-dir) into `dir`, unless dir/metrics.jsonl already ends in an evaluation of
-// `key` (a finished run: an interrupted reproduction resumes where it stopped). Returns
-// that evaluation; a failing run is a mu::Error naming its log.
+// `key` from the same command (a finished run: an interrupted reproduction resumes where
+// it stopped; a run made with other flags, as dir/command.txt records them, is run
+// again). Returns that evaluation; a failing run is a mu::Error naming its log.
 inline std::pair<double, int64_t> run_once(std::vector<std::string> args, const std::string& dir,
                                           const std::string& key, const std::string& label) {
+  const std::string command = command_text(args);
   std::pair<double, int64_t> r = last_eval(dir + "/metrics.jsonl", key);
-  if (r.second >= 0) return r;
+  std::ifstream recorded_file(dir + "/command.txt");
+  const std::string recorded((std::istreambuf_iterator<char>(recorded_file)), std::istreambuf_iterator<char>());
+  // A run directory without command.txt predates the record and is taken as it is.
+  if (r.second >= 0 && (!recorded_file.is_open() || recorded == command)) return r;
   std::filesystem::remove_all(dir);
   args.insert(args.begin() + 1, {"--out-dir", dir});
   std::printf("running %s ...\n", label.c_str());
@@ -292,6 +305,7 @@ inline std::pair<double, int64_t> run_once(std::vector<std::string> args, const 
   MU_CHECK(rc == 0, args[0], " exited with status ", rc, " for ", label, "; its output is in ", dir, ".log");
   r = last_eval(dir + "/metrics.jsonl", key);
   MU_CHECK(r.second >= 0, dir, "/metrics.jsonl holds no evaluation of ", key);
+  write_file_atomically(dir + "/command.txt", {{command.data(), command.size()}}, "run_once");
   return r;
 }
 

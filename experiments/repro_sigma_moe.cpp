@@ -22,6 +22,7 @@
 //
 // The corpus is tokenized once (prepare_text) into <out-dir>/data; runs go to
 // <out-dir>/runs/<model>-seed<k>; a finished run is not run again.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -83,6 +84,21 @@ int main(int argc, char** argv) {
       return 100.0 * double(d * ne + 2 * k * g * d) / double(2 * d * dff);
     };
     const int64_t topk = dff / 16, g = dff / 16;  // K = d_ff / 16 units; G = d_ff / 16, N_E = 16
+    // σ-MoE's own hyper-parameters, the paper's Enwik8 row of its Table 9: expert dropout
+    // δ = 0.05 and entropy regularisation γ = 0.0001; each ablation changes one thing.
+    auto sigma = [&](int64_t experts, int64_t size, int64_t k, std::vector<std::string> extra) {
+      std::vector<std::string> a = {"--mlp", "sigma", "--experts", s(experts), "--expert-size", s(size), "--moe-k",
+                                    s(k), "--expert-dropout", "0.05", "--entropy-weight", "0.0001"};
+      // extra: (flag, value) pairs, each replacing the flag's value above or added after it.
+      for (size_t i = 0; i + 1 < extra.size(); i += 2) {
+        auto at = std::find(a.begin(), a.end(), extra[i]);
+        if (at != a.end())
+          *(at + 1) = extra[i + 1];
+        else
+          a.insert(a.end(), {extra[i], extra[i + 1]});
+      }
+      return a;
+    };
     const std::vector<Model> all = {
         {"dense", "Dense", "1-4", {"--mlp", "dense"}, 1.08, 100.0, true},
         {"topk", "Top-K activation (K = " + s(topk) + ")", "1", {"--mlp", "topk", "--moe-k", s(topk)}, 1.07,
@@ -95,28 +111,25 @@ int main(int argc, char** argv) {
          {"--mlp", "pkm", "--pkm-subkeys", smoke ? "22" : "45", "--pkm-heads", "4", "--moe-k", smoke ? "8" : "32",
           "--pkm-activation", "relu"},
          1.11, NAN, true},
-        {"sigma", "σ-MoE (K = 4, G = " + s(g) + ")", "3-4",
-         {"--mlp", "sigma", "--experts", "16", "--expert-size", s(g), "--moe-k", "4"}, 1.08, moe_share(16, 4, g), true},
-        {"sigma-softmax", "  softmax (renorm.)", "4",
-         {"--mlp", "sigma", "--experts", "16", "--expert-size", s(g), "--moe-k", "4", "--selection", "softmax"}, 1.09,
+        {"sigma", "σ-MoE (K = 4, G = " + s(g) + ")", "3-4", sigma(16, g, 4, {}), 1.08, moe_share(16, 4, g), true},
+        {"sigma-stddrop", "  standard dropout", "4", sigma(16, g, 4, {"--expert-dropout", "0", "--hidden-dropout", "0.05"}),
+         1.08, moe_share(16, 4, g), false},
+        {"sigma-softmax", "  softmax (renorm.)", "4", sigma(16, g, 4, {"--selection", "softmax"}), 1.09,
          moe_share(16, 4, g), false},
-        {"sigma-stdinit", "  standard init", "4",
-         {"--mlp", "sigma", "--experts", "16", "--expert-size", s(g), "--moe-k", "4", "--moe-init", "per-expert"}, 1.08,
+        {"sigma-softmax-norenorm", "  softmax (no renorm.)", "4", sigma(16, g, 4, {"--selection", "softmax-norenorm"}),
+         1.09, moe_share(16, 4, g), false},
+        {"sigma-stdinit", "  standard init", "4", sigma(16, g, 4, {"--moe-init", "per-expert"}), 1.08,
          moe_share(16, 4, g), false},
-        {"sigma-noreg", "  no regularization", "4",
-         {"--mlp", "sigma", "--experts", "16", "--expert-size", s(g), "--moe-k", "4", "--entropy-weight", "0"}, 1.08,
-         moe_share(16, 4, g), false},
-        {"sigma-k8", "  K = 8, G = " + s(g / 2), "4",
-         {"--mlp", "sigma", "--experts", "32", "--expert-size", s(g / 2), "--moe-k", "8"}, 1.08,
-         moe_share(32, 8, g / 2), false},
-        {"sigma-k2", "  K = 2, G = " + s(2 * g), "4",
-         {"--mlp", "sigma", "--experts", "8", "--expert-size", s(2 * g), "--moe-k", "2"}, 1.09, moe_share(8, 2, 2 * g),
-         false},
+        {"sigma-noreg", "  no regularization (γ = 0, δ = 0)", "4",
+         sigma(16, g, 4, {"--entropy-weight", "0", "--expert-dropout", "0"}), 1.08, moe_share(16, 4, g), false},
+        {"sigma-k8", "  K = 8, G = " + s(g / 2), "4", sigma(32, g / 2, 8, {}), 1.08, moe_share(32, 8, g / 2), false},
+        {"sigma-k2", "  K = 2, G = " + s(2 * g), "4", sigma(8, 2 * g, 2, {}), 1.09, moe_share(8, 2, 2 * g), false},
         {"switch", "Switch Transformer (K = 1, G = " + s(4 * g) + ")", "4",
          {"--mlp", "switch", "--experts", "4", "--expert-size", s(4 * g), "--moe-k", "1"}, 1.08,
          moe_share(4, 1, 4 * g), true},
         {"sbase", "S-BASE (K = 4, G = " + s(g) + ")", "4",
-         {"--mlp", "sbase", "--experts", "16", "--expert-size", s(g), "--moe-k", "4"}, 1.17, moe_share(16, 4, g), false},
+         {"--mlp", "sbase", "--experts", "16", "--expert-size", s(g), "--moe-k", "4", "--entropy-weight", "0.0001"}, 1.17,
+         moe_share(16, 4, g), false},
     };
 
     repro::Table t{std::string("σ-MoE Tables 1-4 analog (") + (smoke ? "smoke" : "local") +

@@ -53,7 +53,7 @@ int main(int argc, char** argv) {
                  "experts)")->capture_default_str()->check(CLI::NonNegativeNumber);
   // The sparse MLPs of the σ-MoE paper (models/gpt2.h, nn/sparse_moe.h, nn/pkm.h, nn/topk_mlp.h).
   int64_t moe_k = 4, expert_size = 64, pkm_heads = 4, pkm_sub = 32;
-  double expert_dropout = 0.0, entropy_weight = 0.001;
+  double expert_dropout = 0.0, hidden_dropout = 0.0, entropy_weight = 0.001;
   std::string pkm_activation = "relu", selection = "sigmoid", moe_init = "dense";
   app.add_option("--moe-k", moe_k, "Units (topk), values per head (pkm) or experts (sigma, switch, sbase) kept per "
                  "token")->capture_default_str()->check(CLI::PositiveNumber);
@@ -65,10 +65,14 @@ int main(int argc, char** argv) {
       ->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--pkm-activation", pkm_activation, "Activation of the product-key memory's scores")
       ->capture_default_str()->check(CLI::IsMember({"relu", "softmax"}));
-  app.add_option("--selection", selection, "Expert selection of --mlp sigma: sigmoid (σ-MoE) or softmax (renormalised "
-                 "over the K chosen; the σ-MoE paper's ablation)")->capture_default_str()
-      ->check(CLI::IsMember({"sigmoid", "softmax"}));
+  app.add_option("--selection", selection, "Expert selection of --mlp sigma: sigmoid (σ-MoE), softmax (renormalised "
+                 "over the K chosen) or softmax-norenorm (the softmax over all experts; the σ-MoE paper's two softmax "
+                 "ablations)")->capture_default_str()
+      ->check(CLI::IsMember({"sigmoid", "softmax", "softmax-norenorm"}));
   app.add_option("--expert-dropout", expert_dropout, "Expert dropout of --mlp sigma")->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
+  app.add_option("--hidden-dropout", hidden_dropout, "Standard dropout on the experts' hidden units of --mlp sigma, "
+                 "switch, sbase (the σ-MoE paper's 'standard dropout' ablation)")->capture_default_str()
       ->check(CLI::Range(0.0, 1.0));
   app.add_option("--entropy-weight", entropy_weight, "Entropy regularisation weight of --mlp sigma (0: none)")
       ->capture_default_str()->check(CLI::NonNegativeNumber);
@@ -116,7 +120,8 @@ int main(int argc, char** argv) {
             nn::SparseMoEOptions o = nn::sigma_moe_options(c.n_embd, experts, expert_size, moe_k, expert_dropout,
                                                            entropy_weight);
             if (selection == "softmax") o.selection(nn::Selection::SoftmaxRenorm);
-            return o.init(init);
+            if (selection == "softmax-norenorm") o.selection(nn::Selection::Softmax);
+            return o.init(init).hidden_dropout(hidden_dropout);
           });
     // Switch Transformer: softmax top-K (K = 1 in its paper) with its load-balancing loss;
     // S-BASE: Sinkhorn-balanced assignment in training, sigmoid weights.
@@ -125,6 +130,7 @@ int main(int argc, char** argv) {
         return nn::SparseMoEOptions(c.n_embd, experts, expert_size)
             .k(moe_k)
             .selection(kind == "switch" ? nn::Selection::Switch : nn::Selection::SBase)
+            .hidden_dropout(hidden_dropout)
             .init(init);
       });
     manual_seed(f.seed);

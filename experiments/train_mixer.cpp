@@ -1,9 +1,14 @@
 // Trains an MLP-Mixer (dense, CPμMoE or TRμMoE mixing blocks with batch-norm gating) on
 // Fashion-MNIST with random flips (and zero-padded random crops with --crop-padding), and
-// reports test accuracy.
+// reports test accuracy; or, with --image-arrays, on an image-array dataset such as
+// ImageNet (data/image_arrays.h, scripts/image_folder_to_arrays.py) with the ImageNet
+// recipe: random resized crops, flips, RandAugment and mixup (data/image_batches.h),
+// reporting top-1 accuracy on its "val" split.
 //
 //   ./build/experiments/train_mixer --out-dir runs/mixer --epochs 3
 //   ./build/experiments/train_mixer --out-dir runs/mixer-cp --epochs 3 --mlp cp
+//   ./build/experiments/train_mixer --out-dir runs/s16 --image-arrays imagenet-256 --image-size 224 \
+//       --patch 16 --width 512 --depth 8 --token-mlp 256 --channel-mlp 2048 --randaugment-magnitude 15 --mixup 0.5
 //
 // The model is the mixer-fmnist workload (patch 4, width 128, depth 4, token 64, channel
 // 512) unless the size flags say otherwise. Batches are built on a prefetch thread; batch
@@ -12,9 +17,12 @@
 #include <cmath>
 #include <cstdio>
 #include <memory>
+#include <optional>
 
 #include "data/augment.h"
 #include "data/fashion_mnist.h"
+#include "data/image_arrays.h"
+#include "data/image_batches.h"
 #include "data/prefetch.h"
 #include "models/mlp_mixer.h"
 #include "mumoe.h"
@@ -42,6 +50,19 @@ double accuracy(models::MlpMixer& model, const data::LabelledImages& split, Devi
     correct += int64_t(eq(pred, split.labels.narrow(0, i, count).to(dev)).to(kInt64).sum().item());
   }
   return double(correct) / double(n);
+}
+
+// Top-1 accuracy over an image-array split, in batches of 250 central crops.
+double accuracy(models::MlpMixer& model, const data::ImageArrays& split, const data::ImageBatchOptions& o, Device dev,
+                bool bf16) {
+  int64_t correct = 0;
+  for (int64_t i = 0; i < split.size(); i += 250) {
+    data::Batch b = data::eval_batch(split, i, 250, o);
+    AutocastGuard amp(kBFloat16, bf16);
+    Tensor pred = argmax(model.forward(b.images.to(dev)), 1);
+    correct += int64_t(eq(pred, b.labels.to(dev)).to(kInt64).sum().item());
+  }
+  return double(correct) / double(split.size());
 }
 
 }  // namespace
@@ -80,13 +101,49 @@ int main(int argc, char** argv) {
   app.add_option("--expert-levels", expert_levels, "Further expert levels of every μMoE block, comma-separated (a "
                  "hierarchical μMoE: '2' gives --experts x 2 experts)")->delimiter(',')->check(CLI::PositiveNumber);
   app.add_flag("--channel-only", channel_only, "μMoE in the channel-mixing blocks only (token mixing stays dense)");
+  std::string image_arrays;
+  int64_t image_size = 0, ra_ops = 2, ra_magnitude = 9;
+  double mixup = 0;
+  auto* imgs = app.add_option_group("image arrays", "Training on an image-array dataset instead of Fashion-MNIST");
+  imgs->add_option("--image-arrays", image_arrays, "Directory of image arrays with \"train\" and \"val\" splits "
+                   "(data/image_arrays.h; scripts/image_folder_to_arrays.py writes them)");
+  imgs->add_option("--image-size", image_size, "Side of the training crops and the model's input (0: the stored "
+                   "images' side)")->capture_default_str()->check(CLI::NonNegativeNumber);
+  imgs->add_option("--randaugment-ops", ra_ops, "RandAugment operations per image (0: no RandAugment)")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
+  imgs->add_option("--randaugment-magnitude", ra_magnitude, "RandAugment magnitude, a bin of 0..30")
+      ->capture_default_str()->check(CLI::Range(0, 30));
+  imgs->add_option("--mixup", mixup, "Mixup alpha (0: none)")->capture_default_str()->check(CLI::NonNegativeNumber);
   app.add_option("--expect-accuracy", expect_accuracy, "Exit with status 3 unless the final test accuracy (a "
                  "fraction) reaches this (a check for tests)")->check(CLI::Range(0.0, 1.0));
   CLI11_PARSE(app, argc, argv);
 
   try {
-    const data::FashionMnist ds = data::load_fashion_mnist();
+    const bool arrays = !image_arrays.empty();
+    MU_CHECK(!arrays || padding == 0, "train_mixer: --crop-padding is Fashion-MNIST's augmentation; image arrays take "
+             "random resized crops");
+    // Either Fashion-MNIST or an image-array dataset's train and val splits.
+    std::optional<data::FashionMnist> fmnist;
+    std::optional<data::ImageArrays> train_images, val_images;
+    if (arrays) {
+      train_images.emplace(image_arrays, "train");
+      val_images.emplace(image_arrays, "val");
+    } else {
+      fmnist.emplace(data::load_fashion_mnist());
+    }
     models::MixerConfig cfg = models::mixer_fmnist();
+    data::ImageBatchOptions io;
+    if (arrays) {
+      cfg.image_size = image_size > 0 ? image_size : train_images->height();
+      cfg.channels = train_images->channels();
+      cfg.num_classes = train_images->classes();
+      io.size = cfg.image_size;
+      io.augment = ra_ops > 0;
+      io.rand_augment.num_ops = ra_ops;
+      io.rand_augment.magnitude = ra_magnitude;
+      io.mixup = mixup;
+      if (cfg.channels == 1) io.mean = {0.449}, io.stddev = {0.226};  // grayscale: ImageNet's channel average
+    }
     cfg.patch_size = patch;
     cfg.width = width;
     cfg.depth = depth;
@@ -110,7 +167,13 @@ int main(int argc, char** argv) {
                  (long long)channel_mlp, models::to_string(cfg.token_block), models::to_string(cfg.channel_block),
                  (long long)model->num_parameters());
 
-    const int64_t B = f.batch_size, n = ds.train.size();
+    if (arrays)
+      std::fprintf(stderr, "data %s: %lld train, %lld val images of %lldx%lldx%lld, %lld classes; crops %lld, "
+                   "RandAugment %lld ops at %lld, mixup %g\n", image_arrays.c_str(), (long long)train_images->size(),
+                   (long long)val_images->size(), (long long)train_images->height(), (long long)train_images->width(),
+                   (long long)train_images->channels(), (long long)train_images->classes(), (long long)io.size,
+                   (long long)ra_ops, (long long)ra_magnitude, mixup);
+    const int64_t B = f.batch_size, n = arrays ? train_images->size() : fmnist->train.size();
     const int64_t per_epoch = n / B;  // full batches only: batch-norm gating wants no tiny batch
     const int64_t micro_batches = int64_t(std::ceil(epochs * double(per_epoch)));
     if (app.count("--max-steps") == 0) f.max_steps = std::max<int64_t>(1, micro_batches / f.grad_accum);
@@ -140,6 +203,12 @@ int main(int argc, char** argv) {
           *perm_epoch = epoch;
         }
         Tensor idx = perm->narrow(0, slot * B, B);
+        if (arrays) {
+          const uint64_t seed = experiments::mix_seed(f.seed, uint64_t(*k));
+          ++*k;
+          return data::training_batch(*train_images, idx.to_vector<int64_t>(), io, seed);
+        }
+        const data::FashionMnist& ds = *fmnist;
         Generator g(experiments::mix_seed(f.seed, uint64_t(*k)));
         Tensor x = index_select(ds.train.images, 0, idx).reshape({B, 1, 28, 28});
         if (padding > 0) x = data::random_crop(x, padding, &g);
@@ -158,7 +227,11 @@ int main(int argc, char** argv) {
       AutocastGuard amp(kBFloat16, bf16);
       return cross_entropy(model->forward(b->images.to(dev)), b->labels.to(dev));
     };
-    h.evaluate = [&] { return train::Metrics{{"test_acc", accuracy(*model, ds.test, dev, bf16)}}; };
+    // The test split of Fashion-MNIST, the val split of image arrays (ImageNet's test set).
+    h.evaluate = [&] {
+      return train::Metrics{
+          {"test_acc", arrays ? accuracy(*model, *val_images, io, dev, bf16) : accuracy(*model, fmnist->test, dev, bf16)}};
+    };
     train::LoopResult r = train::run_training(*model, opt, schedule, o, h);
     prefetch.reset();
     if (r.interrupted) return 130;

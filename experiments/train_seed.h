@@ -5,14 +5,11 @@
 #pragma once
 #include <cstdint>
 
+#include "tensor/random.h"
+
 namespace mu::experiments {
 
-// SplitMix64's finaliser over seed and k: nearby (seed, k) give unrelated seeds.
-inline uint64_t mix_seed(uint64_t seed, uint64_t k) {
-  uint64_t z = seed * 0x9E3779B97F4A7C15ull + k + 0x632BE59BD9B4E019ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
+// mix_seed itself lives in the library (tensor/random.h), beside the pipelines that use it.
+using mu::mix_seed;
 
 }  // namespace mu::experiments

@@ -28,8 +28,13 @@ void SparseMoEOptions::validate() const {
   MU_CHECK(k_ >= 1 && k_ <= experts_, "SparseMoE: k must be between 1 and experts = ", experts_, ", got ", k_);
   MU_CHECK(expert_dropout_ >= 0 && expert_dropout_ < 1, "SparseMoE: expert_dropout must be in [0, 1), got ",
            expert_dropout_);
-  MU_CHECK(expert_dropout_ == 0 || selection_ == Selection::Sigmoid || selection_ == Selection::SBase,
-           "SparseMoE: expert_dropout applies to the sigmoid and s-base selections, not ", to_string(selection_));
+  // Switch and NoisyTopK balance their experts with their own losses (and noise); the
+  // σ-MoE paper gives them no expert dropout.
+  MU_CHECK(expert_dropout_ == 0 || (selection_ != Selection::Switch && selection_ != Selection::NoisyTopK),
+           "SparseMoE: expert_dropout applies to the sigmoid, softmax, softmax-renorm and s-base selections, not ",
+           to_string(selection_));
+  MU_CHECK(hidden_dropout_ >= 0 && hidden_dropout_ < 1, "SparseMoE: hidden_dropout must be in [0, 1), got ",
+           hidden_dropout_);
   MU_CHECK(std::isfinite(entropy_weight_) && entropy_weight_ >= 0,
            "SparseMoE: entropy_weight must be finite and non-negative, got ", entropy_weight_);
   MU_CHECK(std::isfinite(balance_weight_) && balance_weight_ >= 0,
@@ -135,6 +140,8 @@ Routing SparseMoE::route_logits(const Tensor& x, const Tensor& z) {
     r.keep = ne(dropout(ones({T, N}, zo), o.expert_dropout(), true, &routing_gen_), zeros({}, zo)).to(kFloat32);
     score = masked_fill(score, eq(r.keep, zeros({}, zo)), -std::numeric_limits<double>::infinity());
   }
+  if (training && o.hidden_dropout() > 0)  // inverted dropout: kept units carry 1 / (1 - p)
+    r.hidden_keep = dropout(ones({T * K, o.expert_size()}, zo), o.hidden_dropout(), true, &routing_gen_);
   if (training && o.selection() == Selection::SBase) {
     // Sinkhorn in the log domain on the logits: rows normalised to sum 1, columns to
     // T / N_E, alternately; the balanced matrix then ranks each token's experts.
@@ -195,6 +202,9 @@ SparseMoEResult SparseMoE::apply_logits(const SparseMoEOptions& o, const Tensor&
   const int64_t T = x.size(0), N = o.experts(), K = o.k(), d = o.d_model();
   MU_CHECK(r.tokens == T && r.k == K && int64_t(r.experts.size()) == T * K, "SparseMoE::forward_routed: the routing is for ",
            r.tokens, " tokens x ", r.k, " experts (", r.experts.size(), " entries), x has ", T, " tokens and k is ", K);
+  MU_CHECK(!r.hidden_keep.defined() || r.hidden_keep.shape() == (Shape{T * K, o.expert_size()}),
+           "SparseMoE::forward_routed: the routing's hidden dropout mask has shape ", shape_str(r.hidden_keep.shape()),
+           ", expected (", T * K, ", ", o.expert_size(), ")");
   const Device dev = x.device();
   for (size_t i = 0; i < r.experts.size(); ++i)
     MU_CHECK(r.experts[i] >= -1 && r.experts[i] < N, "SparseMoE::forward_routed: routing entry ", i, " names expert ",
@@ -251,7 +261,8 @@ SparseMoEResult SparseMoE::apply_logits(const SparseMoEOptions& o, const Tensor&
   } else {
     const Tensor tok = index_tensor(token_of, dev), pairs = index_tensor(pair_of, dev);
     const Tensor xs = index_select(x, 0, tok);                          // (A, d)
-    const Tensor h = relu(grouped_mm(xs, wts.w1, offsets));             // (A, G)
+    Tensor h = relu(grouped_mm(xs, wts.w1, offsets));                   // (A, G)
+    if (r.hidden_keep.defined()) h = h * index_select(r.hidden_keep.to(h.dtype()), 0, pairs);
     Tensor out = grouped_mm(h, wts.w2, offsets);                        // (A, d)
     out = out * index_select(w.reshape({-1}), 0, pairs).unsqueeze(1);  // weighted
     y = index_add(zeros({T, d}, TensorOptions(out.dtype()).device(dev)), 0, tok, out);

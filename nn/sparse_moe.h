@@ -53,8 +53,15 @@ struct SparseMoEOptions {
   SparseMoEOptions& k(int64_t v) { k_ = v; return *this; }
   SparseMoEOptions& selection(Selection s) { selection_ = s; return *this; }
   // Expert dropout δ (training only): each (token, expert) score is zeroed with probability
-  // δ before the top-K, without rescaling the others. Sigmoid and SBase selections.
+  // δ before the top-K, without rescaling the others. Sigmoid, Softmax, SoftmaxRenorm and
+  // SBase selections (the softmax ones drop after the softmax, as the σ-MoE paper's
+  // ablations change only the selection function).
   SparseMoEOptions& expert_dropout(double d) { expert_dropout_ = d; return *this; }
+  // Standard dropout p on each expert's hidden units (training only): every hidden value of
+  // every (token, expert) pair is zeroed with probability p and the others scaled by
+  // 1 / (1 - p). Any selection; the σ-MoE paper's "standard dropout" ablation in place of
+  // expert dropout.
+  SparseMoEOptions& hidden_dropout(double p) { hidden_dropout_ = p; return *this; }
   // γ of the entropy regulariser Σ_e p_e log p_e, p = batch mean of softmax(W_s x) (any selection).
   SparseMoEOptions& entropy_weight(double g) { entropy_weight_ = g; return *this; }
   // Weight of Switch's load-balancing loss and NoisyTopK's importance loss.
@@ -77,6 +84,7 @@ struct SparseMoEOptions {
   int64_t k() const { return k_; }
   Selection selection() const { return selection_; }
   double expert_dropout() const { return expert_dropout_; }
+  double hidden_dropout() const { return hidden_dropout_; }
   double entropy_weight() const { return entropy_weight_; }
   double balance_weight() const { return balance_weight_; }
   double capacity_factor() const { return capacity_factor_; }
@@ -92,6 +100,7 @@ struct SparseMoEOptions {
   int64_t k_ = 4;
   Selection selection_ = Selection::Sigmoid;
   double expert_dropout_ = 0;
+  double hidden_dropout_ = 0;
   double entropy_weight_ = 0;
   double balance_weight_ = 0.01;
   double capacity_factor_ = 0;
@@ -110,6 +119,9 @@ struct Routing {
   Tensor noise;
   // Expert dropout in training: 1 where kept, 0 where dropped, (T, N_E); else undefined.
   Tensor keep;
+  // Hidden dropout in training: the factor of hidden unit g of pair t · K + k, 0 where
+  // dropped and 1 / (1 - p) where kept, (T · K, G); else undefined.
+  Tensor hidden_keep;
   // Each token's first choice before the capacity (Switch's load-balancing loss counts
   // these), and how many pairs the capacity dropped.
   std::vector<int64_t> first_choice;

@@ -113,7 +113,10 @@ Tensor max(const Tensor& x) { return amax_amin(x, {}, false, true, "max"); }
 Tensor min(const Tensor& x) { return amax_amin(x, {}, false, false, "min"); }
 
 // Index of the first extremum along one dim.
-static Tensor arg_extremum(const Tensor& x, int64_t dim, bool keepdim, bool take_max, const char* op) {
+static Tensor arg_extremum(const Tensor& x_in, int64_t dim, bool keepdim, bool take_max, const char* op) {
+  // bfloat16 and float16 widen to float32 exactly (order, ties and NaNs kept), so the
+  // index is the one of the narrow values: logits under autocast take argmax directly.
+  const Tensor x = x_in.dtype() == kBFloat16 || x_in.dtype() == kFloat16 ? x_in.to(kFloat32) : x_in;
   ReducePlan p = plan_reduce(x, {dim}, keepdim, op);
   require_nonempty(x, p, op);
   MU_CHECK(x.dtype() != kBool, op, ": expected float32, float64 or int64, got bool");

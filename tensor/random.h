@@ -23,6 +23,16 @@
 
 namespace mu {
 
+// SplitMix64's finaliser over (seed, k): nearby pairs give unrelated 64-bit seeds. The
+// data pipelines seed one Generator per batch or per image with it, so that what a batch
+// holds depends on (seed, k) alone, not on the order or the thread that draws it.
+inline uint64_t mix_seed(uint64_t seed, uint64_t k) {
+  uint64_t z = seed * 0x9E3779B97F4A7C15ull + k + 0x632BE59BD9B4E019ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
 class Generator {
   // The stream itself, with no locking: every access goes through Generator's lock.
   struct Engine {

@@ -1,11 +1,17 @@
 // The paper-scale image data path: image arrays written and read back (damage named by
 // file, image and byte), and the training pipeline's steps (random resized crop box,
 // bilinear resize, flip, normalisation, Beta draws, mixup), each against loops and
-// formulas written here.
+// formulas written here; the batches built from them (training: crops, flips, RandAugment,
+// mixup, the same on any thread count; evaluation: central crops).
 #include <cmath>
 #include <filesystem>
 
+#include <omp.h>
+
+#include <algorithm>
+
 #include "data/image_arrays.h"
+#include "data/image_batches.h"
 #include "data/image_pipeline.h"
 #include "file_helpers.h"
 #include "helpers.h"
@@ -229,4 +235,74 @@ TEST_CASE("mixup blends each sample with its mirror in the batch, targets likewi
   CHECK(none.lambda == 1.0);
   check_close(none.x, xv, 0);
   CHECK_THROWS_MU(mixup(x, labels, 3, 0.5, g0), "label 1 is 3, outside 0..2");
+}
+
+TEST_CASE("training batches: crops of the stored images, the same on 1 and 2 threads, soft targets summing to 1") {
+  TempDir dir("imgbatch");
+  const int64_t N = 6, S = 20, C = 3, K = 4;
+  Tensor imgs = patterned(N, S, S, C);
+  write_image_arrays(dir.path.string(), "train", imgs, from_vector(std::vector<int64_t>{0, 1, 2, 3, 0, 1}, {N}),
+                     geometry(S, S, C, K));
+  ImageArrays train(dir.path.string(), "train");
+  ImageBatchOptions o;
+  o.size = 12;
+  o.rand_augment.magnitude = 15;
+  o.mixup = 0.5;
+  const std::vector<int64_t> idx{5, 2, 3, 0};
+  omp_set_num_threads(1);
+  const Batch one = training_batch(train, idx, o, 42);
+  omp_set_num_threads(2);
+  const Batch two = training_batch(train, idx, o, 42);
+  const Batch other = training_batch(train, idx, o, 43);
+  REQUIRE(one.images.shape() == Shape{4, C, 12, 12});
+  REQUIRE(one.labels.shape() == Shape{4, K});
+  CHECK(max_abs_diff(one.images, two.images) == 0.0);
+  CHECK(max_abs_diff(one.labels, two.labels) == 0.0);
+  CHECK(max_abs_diff(one.images, other.images) > 0.0);
+  const auto t = one.labels.to_vector<double>();
+  for (int64_t b = 0; b < 4; ++b) {
+    double s = 0;
+    for (int64_t k = 0; k < K; ++k) s += t[size_t(b * K + k)];
+    CHECK(s == doctest::Approx(1.0).epsilon(1e-6));
+  }
+  // Without augmentation, flips or mixup, and a crop area fraction of 1 with the stored
+  // aspect ratio, the whole image is resized: a constant image stays that constant.
+  Tensor flat = empty({1, S, S, C}, kUInt8);
+  std::fill(flat.data_ptr<uint8_t>(), flat.data_ptr<uint8_t>() + flat.numel(), uint8_t(51));
+  write_image_arrays(dir.path.string(), "flat", flat, from_vector(std::vector<int64_t>{2}, {1}), geometry(S, S, C, K));
+  ImageBatchOptions plain;
+  plain.size = 12;
+  plain.min_scale = 1.0;
+  plain.flip = 0;
+  plain.augment = false;
+  const Batch b = training_batch(ImageArrays(dir.path.string(), "flat"), {0}, plain, 7);
+  for (int64_t c = 0; c < C; ++c) {
+    const double want = (51 / 255.0 - plain.mean[size_t(c)]) / plain.stddev[size_t(c)];
+    CHECK(max_abs_diff(b.images.narrow(1, c, 1), full({1, 1, 12, 12}, want)) < 1e-5);
+  }
+  CHECK(b.labels.to_vector<double>() == std::vector<double>{0, 0, 1, 0});
+  CHECK_THROWS_MU(training_batch(train, {6}, o, 1), "index 0 is 6, outside 0..5");
+}
+
+TEST_CASE("evaluation batches: the central crop, normalised, with integer labels") {
+  TempDir dir("imgeval");
+  const int64_t N = 3, S = 10, C = 3, K = 5;
+  Tensor imgs = patterned(N, S, S, C);
+  write_image_arrays(dir.path.string(), "val", imgs, from_vector(std::vector<int64_t>{4, 0, 2}, {N}),
+                     geometry(S, S, C, K));
+  ImageArrays val(dir.path.string(), "val");
+  ImageBatchOptions o;
+  o.size = 6;
+  const Batch b = eval_batch(val, 1, 5, o);  // images 1 and 2 (the split ends)
+  REQUIRE(b.images.shape() == Shape{2, C, 6, 6});
+  CHECK(b.labels.to_vector<int64_t>() == std::vector<int64_t>{0, 2});
+  std::vector<double> want;
+  for (int64_t i = 1; i < 3; ++i)
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t y = 0; y < 6; ++y)
+        for (int64_t x = 0; x < 6; ++x) {
+          const int64_t q = ((y + 2) * S + (x + 2)) * C + c;  // offset (10 - 6) / 2 = 2
+          want.push_back((double((7 * i + q) % 256) / 255.0 - o.mean[size_t(c)]) / o.stddev[size_t(c)]);
+        }
+  check_close(b.images, want, 1e-5);
 }

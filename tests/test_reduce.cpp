@@ -176,6 +176,19 @@ TEST_CASE("max/min/argmax/argmin along one dim match brute force") {
   }
 }
 
+TEST_CASE("argmax/argmin of bfloat16 values: the index of the narrow values, first among ties") {
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    // Rows whose values are exact in bfloat16, with a tie for the maximum in row 1.
+    Tensor x = from_vector(std::vector<float>{0.5f, -2.0f, 3.0f, 1.0f, 4.0f, 0.25f, 4.0f, -1.0f}, {2, 4})
+                   .to(kBFloat16)
+                   .to(dev);
+    CHECK(argmax(x, 1).cpu().to_vector<int64_t>() == std::vector<int64_t>{2, 0});
+    CHECK(argmin(x, 1).cpu().to_vector<int64_t>() == std::vector<int64_t>{1, 3});
+    CHECK(argmax(x).cpu().item() == 4);
+  }
+}
+
 TEST_CASE("max()/min()/argmax() over all elements") {
   for (Device dev : test_devices()) {
     INFO(dev.str());

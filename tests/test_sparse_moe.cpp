@@ -21,9 +21,10 @@ const Selection kAll[] = {Selection::Sigmoid, Selection::Softmax, Selection::Sof
 
 // A small layer in float64 on `dev`, its noise weights made non-zero so they matter.
 std::shared_ptr<nn::SparseMoE> small(Selection s, Device dev, int64_t k = 2, double dropout = 0, double capacity = 0,
-                                     uint64_t seed = 3) {
+                                     uint64_t seed = 3, double hidden_dropout = 0) {
   Generator g(seed);
-  auto o = nn::SparseMoEOptions(8, 6, 5).k(k).selection(s).generator(&g).expert_dropout(dropout).capacity_factor(capacity);
+  auto o = nn::SparseMoEOptions(8, 6, 5).k(k).selection(s).generator(&g).expert_dropout(dropout).capacity_factor(capacity)
+               .hidden_dropout(hidden_dropout);
   auto m = std::make_shared<nn::SparseMoE>(o);
   if (s == Selection::NoisyTopK) {
     NoGradGuard ng;
@@ -55,6 +56,8 @@ std::vector<double> reference(const nn::SparseMoE& m, const std::vector<double>&
     for (size_t i = 0; i < z.size(); ++i) noisy[i] = z[i] + eps[i] * std::log1p(std::exp(zn[i]));
   }
   const std::vector<double> keep = r.keep.defined() ? host(r.keep) : std::vector<double>(z.size(), 1.0);
+  const std::vector<double> hidden_keep =
+      r.hidden_keep.defined() ? host(r.hidden_keep) : std::vector<double>(size_t(T * K * G), 1.0);
   std::vector<double> y(size_t(T * d), 0.0);
   for (int64_t t = 0; t < T; ++t) {
     const double* zt = &z[size_t(t * N)];
@@ -70,7 +73,7 @@ std::vector<double> reference(const nn::SparseMoE& m, const std::vector<double>&
         case Selection::SBase: wk[size_t(k)] = keep[size_t(t * N + e)] / (1 + std::exp(-zt[e])); break;
         case Selection::Softmax:
         case Selection::SoftmaxRenorm:
-        case Selection::Switch: wk[size_t(k)] = std::exp(zt[e] - zmax) / denom; break;
+        case Selection::Switch: wk[size_t(k)] = keep[size_t(t * N + e)] * std::exp(zt[e] - zmax) / denom; break;
         case Selection::NoisyTopK: wk[size_t(k)] = noisy.empty() ? zt[e] : noisy[size_t(t * N + e)]; break;
       }
     }
@@ -89,7 +92,7 @@ std::vector<double> reference(const nn::SparseMoE& m, const std::vector<double>&
       std::vector<double> h(size_t(G), 0.0);
       for (int64_t g = 0; g < G; ++g) {
         for (int64_t i = 0; i < d; ++i) h[size_t(g)] += x[size_t(t * d + i)] * w1[size_t((e * d + i) * G + g)];
-        h[size_t(g)] = std::max(h[size_t(g)], 0.0);
+        h[size_t(g)] = std::max(h[size_t(g)], 0.0) * hidden_keep[size_t((t * K + k) * G + g)];
       }
       for (int64_t j = 0; j < d; ++j) {
         double out = 0;
@@ -115,13 +118,17 @@ TEST_CASE("every selection kind equals a per-token loop over its chosen experts 
     for (Selection s : kAll)
       for (bool training : {false, true}) {
         INFO(dev.str() << " " << std::string(nn::to_string(s)) << (training ? " training" : " eval"));
-        const double dropout = training && (s == Selection::Sigmoid || s == Selection::SBase) ? 0.3 : 0.0;
-        auto m = small(s, dev, 2, dropout);
+        const double dropout =
+            training && (s == Selection::Sigmoid || s == Selection::SBase || s == Selection::SoftmaxRenorm) ? 0.3 : 0.0;
+        // Hidden (standard) dropout on the kinds without expert dropout.
+        const double hidden = training && dropout == 0 ? 0.4 : 0.0;
+        auto m = small(s, dev, 2, dropout, 0, 3, hidden);
         m->train(training);
         manual_seed(9);
         Tensor x = on(randn({13, 8}, kFloat64), dev);
         nn::Routing r = m->route(x);
         CHECK(r.experts.size() == 26);
+        CHECK(r.hidden_keep.defined() == (hidden > 0));
         Tensor y = m->forward_routed(x, r);
         CHECK(y.device() == dev);
         CHECK(max_diff(host(y), reference(*m, host(x), 13, r)) <= 1e-12);
@@ -147,7 +154,7 @@ TEST_CASE("gradients of the output and the regulariser pass gradcheck with the r
   for (Device dev : test_devices())
     for (Selection s : kAll) {
       INFO(dev.str() << " " << std::string(nn::to_string(s)));
-      auto m = small(s, dev, 2, s == Selection::Sigmoid ? 0.2 : 0.0);
+      auto m = small(s, dev, 2, s == Selection::Sigmoid ? 0.2 : 0.0, 0, 3, s == Selection::Softmax ? 0.3 : 0.0);
       m->train(true);
       manual_seed(10);
       Tensor x = on(randn({7, 8}, kFloat64), dev);
@@ -239,6 +246,39 @@ TEST_CASE("expert dropout: reproducible under a seed, different for another, off
       }
     auto [r4, y4] = run(7, false);
     CHECK_FALSE(r4.keep.defined());
+  }
+}
+
+TEST_CASE("hidden dropout: zero or 1 / (1 - p) per hidden unit, the expected share dropped, off in evaluation") {
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    manual_seed(5);
+    Tensor x = on(randn({60, 8}, kFloat64), dev);
+    const double p = 0.25;
+    auto m = small(Selection::Softmax, dev, 2, 0, 0, 3, p);
+    m->train(true);
+    const nn::Routing r = m->route(x);
+    REQUIRE(r.hidden_keep.defined());
+    CHECK(r.hidden_keep.shape() == Shape{120, 5});
+    const std::vector<double> hk = host(r.hidden_keep);
+    double dropped = 0;
+    for (double v : hk) {
+      CHECK((v == 0.0 || std::fabs(v - 1.0 / (1.0 - p)) < 1e-6));
+      dropped += v == 0.0;
+    }
+    // 600 Bernoulli(p) draws: 5 standard deviations.
+    CHECK(std::fabs(dropped / double(hk.size()) - p) < 5 * std::sqrt(p * (1 - p) / double(hk.size())));
+    // The same routing on a layer without hidden dropout differs exactly by the mask.
+    nn::Routing plain = r;
+    plain.hidden_keep = Tensor();
+    CHECK(max_diff(host(m->forward_routed(x, r)), reference(*m, host(x), 60, r)) <= 1e-12);
+    CHECK(max_diff(host(m->forward_routed(x, plain)), reference(*m, host(x), 60, plain)) <= 1e-12);
+    CHECK(max_diff(host(m->forward_routed(x, r)), host(m->forward_routed(x, plain))) > 1e-3);
+    m->train(false);
+    CHECK_FALSE(m->route(x).hidden_keep.defined());
+    nn::Routing bad = r;
+    bad.hidden_keep = r.hidden_keep.narrow(1, 0, 4);
+    CHECK_THROWS_MU(m->forward_routed(x, bad), "hidden dropout mask has shape [120, 4], expected (120, 5)");
   }
 }
 
@@ -355,8 +395,10 @@ TEST_CASE("bad options are refused with messages naming them") {
   CHECK_THROWS_MU(nn::SparseMoE(nn::SparseMoEOptions(8, 4, 4).k(5)), "k must be between 1 and experts = 4, got 5");
   CHECK_THROWS_MU(nn::SparseMoE(nn::SparseMoEOptions(0, 4, 4)), "d_model must be positive, got 0");
   CHECK_THROWS_MU(nn::SparseMoE(nn::SparseMoEOptions(8, 4, 4).expert_dropout(1.0)), "expert_dropout must be in [0, 1), got 1");
-  CHECK_THROWS_MU(nn::SparseMoE(nn::SparseMoEOptions(8, 4, 4).selection(Selection::Softmax).expert_dropout(0.1)),
-                  "expert_dropout applies to the sigmoid and s-base selections, not softmax");
+  CHECK_THROWS_MU(nn::SparseMoE(nn::SparseMoEOptions(8, 4, 4).hidden_dropout(-0.1)),
+                  "hidden_dropout must be in [0, 1), got -0.1");
+  CHECK_THROWS_MU(nn::SparseMoE(nn::SparseMoEOptions(8, 4, 4).selection(Selection::Switch).expert_dropout(0.1)),
+                  "expert_dropout applies to the sigmoid, softmax, softmax-renorm and s-base selections, not switch");
   CHECK_THROWS_MU(nn::SparseMoE(nn::SparseMoEOptions(8, 4, 4).capacity_factor(1.5)),
                   "capacity_factor applies to the switch selection, not sigmoid");
   CHECK_THROWS_MU(nn::SigmaMoE(nn::SparseMoEOptions(8, 4, 4).selection(Selection::Switch)),
