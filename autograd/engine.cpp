@@ -5,6 +5,7 @@
 
 #include "autograd/autocast.h"
 #include "autograd/grad_mode.h"
+#include "autograd/hooks.h"
 #include "autograd/node.h"
 #include "ops/ops.h"
 
@@ -45,6 +46,7 @@ TensorList AccumulateGrad::apply(const TensorList& grad_outputs) {
     leaf_->grad = sole ? g.impl_ptr() : g.clone().impl_ptr();
   else
     leaf_->grad = (Tensor(leaf_->grad) + g).impl_ptr();
+  run_grad_ready_hooks(leaf_);
   return {};
 }
 
@@ -188,6 +190,7 @@ void run_backward(const TensorList& roots, const TensorList& grad_roots, bool re
     }
     keep_alive.erase(n);
   }
+  run_backward_end_hooks();
 }
 
 }  // namespace mu::autograd
