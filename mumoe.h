@@ -13,6 +13,7 @@
 #include "data/prefetch.h"
 #include "data/text_meta.h"
 #include "data/token_file.h"
+#include "dist/process_group.h"
 #include "models/gpt2.h"
 #include "models/mlp_mixer.h"
 #include "nn/nn.h"

@@ -19,7 +19,7 @@ void check_options(const ImageArrays& data, const ImageBatchOptions& o, const ch
 }  // namespace
 
 Batch training_batch(const ImageArrays& data, const std::vector<int64_t>& indices, const ImageBatchOptions& o,
-                     uint64_t seed) {
+                     uint64_t seed, int64_t first) {
   check_options(data, o, "training_batch");
   const int64_t B = int64_t(indices.size()), H = data.height(), W = data.width(), C = data.channels(), S = o.size;
   for (int64_t b = 0; b < B; ++b)
@@ -33,7 +33,7 @@ Batch training_batch(const ImageArrays& data, const std::vector<int64_t>& indice
 #pragma omp parallel for schedule(dynamic, 4)
   for (int64_t b = 0; b < B; ++b) {
     try {
-      Generator gen(mix_seed(seed, uint64_t(b)));
+      Generator gen(mix_seed(seed, uint64_t(first + b)));
       uint8_t* out = dst + b * S * S * C;
       bool flip;
       {
@@ -52,7 +52,7 @@ Batch training_batch(const ImageArrays& data, const std::vector<int64_t>& indice
   MU_CHECK(failure.empty(), "training_batch: ", failure);
   Batch batch;
   const Tensor labels = data.labels(indices);
-  Generator mix(mix_seed(seed, ~uint64_t(0)));
+  Generator mix(mix_seed(seed, ~uint64_t(first)));
   Mixed m = mixup(to_normalized_float(crops, o.mean, o.stddev), labels, data.classes(), o.mixup, mix);
   batch.images = m.x;
   batch.labels = m.targets;

@@ -9,7 +9,8 @@
 //   data::Batch b = data::training_batch(train, indices, o, seed);   // b.labels: (B, K) soft targets
 //
 // Image b of a batch draws from its own generator, seeded by (seed, b), and the images are
-// prepared in an OpenMP loop: the batch is the same whatever the thread count.
+// prepared in an OpenMP loop: the batch is the same whatever the thread count. Mixup pairs
+// the images of the batch given (a rank's share under data parallelism).
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -32,8 +33,10 @@ struct ImageBatchOptions {
 
 // images: float32 (B, C, size, size); labels: float32 (B, K) class probabilities (the
 // mixup of one-hot labels; one-hot without mixup).
+// Image b draws from a generator seeded by (seed, first + b): a rank preparing rows
+// [first, first + B) of a global batch draws what one process would for those rows.
 Batch training_batch(const ImageArrays& data, const std::vector<int64_t>& indices, const ImageBatchOptions& options,
-                     uint64_t seed);
+                     uint64_t seed, int64_t first = 0);
 
 // Images first .. first + count - 1 (clipped to the split), central crops of size x size
 // (where the stored images are smaller, the whole image resized), normalised; labels int64 (B).

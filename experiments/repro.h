@@ -278,10 +278,12 @@ inline std::string pm(const MeanStd& s, int decimals) {
   return buf;
 }
 
-// The command line of a run, one argument per line (dir/command.txt records it).
+// The command line of a run, one argument per line (dir/command.txt records it); the
+// program by its name alone, so that a build elsewhere still finds its finished runs.
 inline std::string command_text(const std::vector<std::string>& args) {
   std::string text;
-  for (const std::string& a : args) text += a + "\n";
+  for (size_t i = 0; i < args.size(); ++i)
+    text += (i == 0 ? std::filesystem::path(args[i]).filename().string() : args[i]) + "\n";
   return text;
 }
 

@@ -31,6 +31,7 @@ struct TrainFlags {
   bool no_progress = false;
   std::string device = "cpu";  // cpu | cuda | cuda:N
   std::string dtype = "fp32";  // fp32 | bf16 (autocast: bfloat16 products, float32 weights)
+  int zero = 0;                // 1: AdamW state sharded across the ranks of mpirun (ZeRO-1)
 };
 
 // Registers the shared flags on `app`, each with its documentation for --help; the
@@ -70,6 +71,9 @@ inline void add_train_flags(CLI::App& app, TrainFlags& f,
       ->check(CLI::PositiveNumber);
   app.add_flag("--no-progress", f.no_progress, "No progress output on stderr");
   app.add_option("--device", f.device, "Where the model trains: cpu, cuda or cuda:N")->capture_default_str();
+  app.add_option("--zero", f.zero, "Under mpirun: 1 keeps each rank's shard of the AdamW moments only (ZeRO stage 1; "
+                 "the same steps, less memory); 0: every rank holds all of them")->capture_default_str()
+      ->check(CLI::Range(0, 1));
   app.add_option("--dtype", f.dtype, "fp32, or bf16: matmuls, einsum and attention in bfloat16 with float32 sums "
                  "(autocast), weights, norms and losses in float32")->capture_default_str()
       ->check(CLI::IsMember({"fp32", "bf16"}));

@@ -9,6 +9,9 @@
 // flags say otherwise; the vocabulary is the data's. Every step's windows are drawn from
 // a generator seeded by (--seed, micro-batch number), so --resume continues bit-identically.
 // Ctrl-C saves a checkpoint and exits with status 130.
+//
+// Under `mpirun -np N` the same command trains data-parallel (experiments/train_dist.h):
+// each rank takes its N-th of every micro-batch's windows, only rank 0 prints and writes.
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -23,6 +26,7 @@
 #include "mumoe.h"
 #include "optim/adamw.h"
 #include "optim/decay_groups.h"
+#include "train_dist.h"
 #include "train_flags.h"
 #include "train_seed.h"
 
@@ -133,16 +137,17 @@ int main(int argc, char** argv) {
             .hidden_dropout(hidden_dropout)
             .init(init);
       });
+    experiments::DataParallel dp;
     manual_seed(f.seed);
     auto model = std::make_shared<models::GPT2>(cfg);
-    const Device dev = experiments::parse_device(f.device);
+    const Device dev = dp.device(f);
     model->to(dev);
     const bool bf16 = f.dtype == "bf16";
-    std::fprintf(stderr, "GPT-2 %lld layers, %lld heads, width %lld, context %lld, vocab %lld, MLP %s: %lld parameters\n",
+    if (dp.main) std::fprintf(stderr, "GPT-2 %lld layers, %lld heads, width %lld, context %lld, vocab %lld, MLP %s: %lld parameters\n",
                  (long long)n_layer, (long long)n_head, (long long)n_embd, (long long)block_size,
                  (long long)cfg.vocab_size, cfg.mlp.name.c_str(), (long long)model->num_parameters());
-    std::fprintf(stderr, "device %s, %s\n", dev.str().c_str(), bf16 ? "bf16 autocast" : "fp32");
-    std::fprintf(stderr, "data %s (%s tokenizer): %lld train, %lld validation tokens\n", data_dir.c_str(),
+    if (dp.main) std::fprintf(stderr, "device %s, %s\n", dev.str().c_str(), bf16 ? "bf16 autocast" : "fp32");
+    if (dp.main) std::fprintf(stderr, "data %s (%s tokenizer): %lld train, %lld validation tokens\n", data_dir.c_str(),
                  meta.tokenizer.c_str(), (long long)train_file.size(), (long long)val_file.size());
 
     // nanoGPT: weight matrices and embeddings decay, biases and norm gains do not.
@@ -157,10 +162,15 @@ int main(int argc, char** argv) {
     train::LoopOptions o = experiments::loop_options(f);
     o.units_per_step = B * T * f.grad_accum;
     o.unit = "tok";
+    dp.attach(*model, opt, f, o);
+    // The global micro-batch's windows are drawn as one process draws them; this rank
+    // takes its rows.
+    const dist::Shard shard = dp.shard(B);
     train::LoopHooks h;
     h.micro_batch_loss = [&](int64_t step, int64_t micro) {
       Generator g(experiments::mix_seed(f.seed, uint64_t(step * f.grad_accum + micro)));
       data::TokenBatch b = data::random_windows(train_file, B, T, &g);
+      if (shard.count != B) b = {b.x.narrow(0, shard.begin, shard.count), b.y.narrow(0, shard.begin, shard.count)};
       AutocastGuard amp(kBFloat16, bf16);
       return model->forward(b.x.to(dev), b.y.to(dev)).loss;
     };
@@ -184,12 +194,13 @@ int main(int argc, char** argv) {
       {
         NoGradGuard ng;
         initial = h.evaluate()[0].second;
-        std::fprintf(stderr, "step 0: val_loss %.4f\n", initial);
+        if (dp.main) std::fprintf(stderr, "step 0: val_loss %.4f\n", initial);
       }
       model->train();
     }
     train::LoopResult r = train::run_training(*model, opt, schedule, o, h);
     if (r.interrupted) return 130;
+    if (!dp.main) return 0;  // the results below are rank 0's to print
 
     if (sample_tokens > 0) {
       model->eval();

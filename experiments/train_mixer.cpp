@@ -14,6 +14,10 @@
 // 512) unless the size flags say otherwise. Batches are built on a prefetch thread; batch
 // k's order and augmentation come from generators seeded by (--seed, k), so --resume
 // continues bit-identically. Ctrl-C saves a checkpoint and exits with status 130.
+//
+// Under `mpirun -np N` the same command trains data-parallel (experiments/train_dist.h):
+// each rank takes its N-th of every global micro-batch, only rank 0 prints and writes.
+// The μMoE blocks' batch-norm gating then normalises over each rank's share of the batch.
 #include <cmath>
 #include <cstdio>
 #include <memory>
@@ -28,6 +32,7 @@
 #include "mumoe.h"
 #include "optim/adamw.h"
 #include "optim/decay_groups.h"
+#include "train_dist.h"
 #include "train_flags.h"
 #include "train_seed.h"
 
@@ -157,17 +162,18 @@ int main(int argc, char** argv) {
                                                   : models::MixerMlp::MLP;
     cfg.channel_block = kind;
     cfg.token_block = channel_only ? models::MixerMlp::MLP : kind;
+    experiments::DataParallel dp;
     manual_seed(f.seed);
     auto model = std::make_shared<models::MlpMixer>(cfg);
-    const Device dev = experiments::parse_device(f.device);
+    const Device dev = dp.device(f);
     model->to(dev);
     const bool bf16 = f.dtype == "bf16";
-    std::fprintf(stderr, "MLP-Mixer patch %lld, width %lld, depth %lld, token %lld / channel %lld, blocks %s/%s: "
+    if (dp.main) std::fprintf(stderr, "MLP-Mixer patch %lld, width %lld, depth %lld, token %lld / channel %lld, blocks %s/%s: "
                  "%lld parameters\n", (long long)patch, (long long)width, (long long)depth, (long long)token_mlp,
                  (long long)channel_mlp, models::to_string(cfg.token_block), models::to_string(cfg.channel_block),
                  (long long)model->num_parameters());
 
-    if (arrays)
+    if (arrays && dp.main)
       std::fprintf(stderr, "data %s: %lld train, %lld val images of %lldx%lldx%lld, %lld classes; crops %lld, "
                    "RandAugment %lld ops at %lld, mixup %g\n", image_arrays.c_str(), (long long)train_images->size(),
                    (long long)val_images->size(), (long long)train_images->height(), (long long)train_images->width(),
@@ -184,37 +190,41 @@ int main(int argc, char** argv) {
                                             std::max<int64_t>(f.max_steps, f.warmup + 1));
 
     // Micro-batch k: epoch k / per_epoch's permutation (seeded by the epoch), slice k % per_epoch,
-    // augmented from a generator seeded by k. The prefetch thread runs ahead from the first k
+    // augmented from generators seeded by k. The prefetch thread runs ahead from the first k
     // this run needs; the training thread takes the batches in order.
     train::LoopOptions o = experiments::loop_options(f);
     o.units_per_step = B * f.grad_accum;
     o.unit = "img";
     int64_t next_k = -1;
     std::unique_ptr<data::Prefetcher> prefetch;
+    dp.attach(*model, opt, f, o);
+    const dist::Shard shard = dp.shard(B);
     auto source_from = [&](int64_t first_k) -> data::BatchSource {
       auto k = std::make_shared<int64_t>(first_k);
-      auto perm_epoch = std::make_shared<int64_t>(-1);
-      auto perm = std::make_shared<Tensor>();
-      return [&, k, perm_epoch, perm]() -> std::optional<data::Batch> {
-        const int64_t epoch = *k / per_epoch, slot = *k % per_epoch;
-        if (epoch != *perm_epoch) {
-          Generator g(experiments::mix_seed(f.seed, uint64_t(1) << 40 | uint64_t(epoch)));
-          *perm = randperm(n, kInt64, &g);
-          *perm_epoch = epoch;
-        }
-        Tensor idx = perm->narrow(0, slot * B, B);
+      // The global micro-batch k as one process draws it (dist/sampler.h); this rank
+      // takes its rows. One sampler per source: it caches the epoch's permutation.
+      auto sampler = std::make_shared<dist::DistributedSampler>(n, B, f.seed, 0, 1);
+      return [&, k, sampler]() -> std::optional<data::Batch> {
+        const std::vector<int64_t> all = sampler->global_batch(*k);
         if (arrays) {
+          // Image i of the global batch draws from (seed, k, i) whatever rank prepares it.
+          const std::vector<int64_t> mine(all.begin() + shard.begin, all.begin() + shard.begin + shard.count);
           const uint64_t seed = experiments::mix_seed(f.seed, uint64_t(*k));
           ++*k;
-          return data::training_batch(*train_images, idx.to_vector<int64_t>(), io, seed);
+          return data::training_batch(*train_images, mine, io, seed, shard.begin);
         }
+        // Fashion-MNIST's augmentation draws from one generator along the batch: the
+        // whole global batch is augmented (it is small) and this rank's rows kept.
         const data::FashionMnist& ds = *fmnist;
+        const Tensor idx = from_vector(all, {B});
         Generator g(experiments::mix_seed(f.seed, uint64_t(*k)));
         Tensor x = index_select(ds.train.images, 0, idx).reshape({B, 1, 28, 28});
         if (padding > 0) x = data::random_crop(x, padding, &g);
         x = data::random_horizontal_flip(x, 0.5, &g);
         ++*k;
-        return data::Batch{data::normalize(x, {kMean}, {kStd}), index_select(ds.train.labels, 0, idx)};
+        Tensor labels = index_select(ds.train.labels, 0, idx);
+        if (shard.count != B) x = x.narrow(0, shard.begin, shard.count), labels = labels.narrow(0, shard.begin, shard.count);
+        return data::Batch{data::normalize(x, {kMean}, {kStd}), labels};
       };
     };
     train::LoopHooks h;
@@ -235,6 +245,7 @@ int main(int argc, char** argv) {
     train::LoopResult r = train::run_training(*model, opt, schedule, o, h);
     prefetch.reset();
     if (r.interrupted) return 130;
+    if (!dp.main) return 0;  // the results below are rank 0's to print
     std::printf("final test accuracy %.2f%% after %lld steps (%.2f epochs)\n",
                 100.0 * (r.last_eval.empty() ? NAN : r.last_eval[0].second), (long long)r.steps_done,
                 double(r.steps_done * f.grad_accum) / double(per_epoch));

@@ -2,7 +2,7 @@
 # Installs what the build, the tests and the demos need, from Debian's packages; skips
 # whatever is already installed. Run as root on Debian 12.
 set -euo pipefail
-packages=(cmake g++ make doctest-dev libopenblas-dev nlohmann-json3-dev libcli11-dev zlib1g-dev python3-torch python3-matplotlib dataset-fashion-mnist)
+packages=(cmake g++ make doctest-dev libopenblas-dev nlohmann-json3-dev libcli11-dev zlib1g-dev libopenmpi-dev openmpi-bin python3-torch python3-matplotlib dataset-fashion-mnist)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

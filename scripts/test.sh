@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 
 echo "== sanitizer build (ASan + UBSan), unit tests"
-cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DMUMOE_SANITIZE=ON -DMUMOE_CUDA=OFF -DMUMOE_OPENBLAS=OFF -DMUMOE_EXPERIMENTS=OFF >/dev/null
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DMUMOE_SANITIZE=ON -DMUMOE_CUDA=OFF -DMUMOE_OPENBLAS=OFF -DMUMOE_MPI=OFF -DMUMOE_EXPERIMENTS=OFF >/dev/null
 cmake --build build-asan -j"$(nproc)"
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build-asan -L unit --output-on-failure

@@ -30,6 +30,11 @@
 #include "optim/optimizer.h"
 #include "optim/schedule.h"
 
+namespace mu::dist {
+class DistributedDataParallel;
+class ZeroOptimizer;
+}  // namespace mu::dist
+
 namespace mu::train {
 
 using Metrics = std::vector<std::pair<std::string, double>>;
@@ -47,6 +52,13 @@ struct LoopOptions {
   std::string unit = "samples";
   int progress_every = 10;       // plain progress lines when stderr is not a terminal
   bool progress = true;          // draw progress on stderr at all
+  // Data parallelism (dist/ddp.h), not owned; null: one process. Every rank runs the loop:
+  // gradients are averaged once per step (the earlier micro-batches accumulate locally),
+  // the logged loss is the mean over ranks, a Ctrl-C on any rank stops all at the same
+  // step, and only rank 0 prints, logs and writes checkpoints. `zero` (dist/zero.h), when
+  // set, steps instead of the optimizer and gathers its sharded state for checkpoints.
+  dist::DistributedDataParallel* ddp = nullptr;
+  dist::ZeroOptimizer* zero = nullptr;
 };
 
 struct LoopHooks {
