@@ -2,8 +2,9 @@
 // Transformers"), Tables 1–4 at small scale: a GPT-2 whose every MLP is, in turn, the
 // dense MLP, the top-K activation MLP (Table 1), a parameter-matched product-key memory
 // with softmax or ReLU scores (Table 2), σ-MoE (Table 3), and its ablations and the
-// MoE baselines of Table 4 (softmax selection, standard init, no regularisation, K/G
-// trade-offs, Switch Transformer, S-BASE). The paper trains 41M-262M models on
+// MoE baselines of Table 4 (standard dropout, softmax selection with and without
+// renormalisation, standard init, no regularisation, K/G trade-offs, Switch Transformer,
+// S-BASE). The paper trains 41M-262M models on
 // WikiText-103, Enwik8, C4 and peS2o; here every model has gpt2-mini's shape (4 layers,
 // 4 heads, width 256, context 128, d_ff = 1024) and trains on Moby-Dick characters, the
 // character-level analog of its Enwik8 column, over several seeds; the paper's Enwik8
@@ -15,7 +16,7 @@
 // d d_ff + K d; the MoEs, d N_E (selection) + 2 K G d.
 //
 //   smoke: 2 layers of width 64, context 32, 10 steps, 2 seeds, five of the models (seconds)
-//   local: 200 steps of 8 windows, 3 seeds, every model (about 30 minutes on 2 cores)
+//   local: 200 steps of 8 windows, 3 seeds, every model (about 34 minutes on 2 cores)
 //   paper: WikiText-103 / Enwik8 at 41M-262M parameters: says what it needs and stops
 //
 //   repro_sigma_moe [--scale smoke|local|paper] [--out-dir DIR] [--seeds N] [--steps S]
