@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "data/json_file.h"
 #include "tensor/atomic_file.h"
 #include "tensor/checked.h"
 #include "tensor/error.h"
@@ -45,18 +46,8 @@ std::string existing_split_path(const std::string& dir, const ImageArraysMeta& m
 
 ImageArraysMeta load_image_arrays_meta(const std::string& dir) {
   const std::string path = meta_path(dir);
-  const MappedFile file(path);
-  json j;
-  try {
-    j = json::parse(file.data(), file.data() + file.size());
-  } catch (const json::exception& e) {
-    MU_FAIL(path, ": not valid JSON: ", e.what());
-  }
-  MU_CHECK(j.is_object(), path, ": expected a JSON object");
-  auto field = [&](const char* name) -> const json& {
-    MU_CHECK(j.contains(name), path, ": missing field \"", name, "\"");
-    return j[name];
-  };
+  const json j = load_json_object(path);
+  auto field = [&](const char* name) -> const json& { return json_field(j, path, name); };
   auto positive = [&](const json& v, const std::string& name) {
     MU_CHECK(v.is_number_integer() && v.get<int64_t>() > 0, path, ": field \"", name,
              "\" must be a positive integer, got ", v.dump());

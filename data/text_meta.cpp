@@ -1,12 +1,10 @@
 #include "data/text_meta.h"
 
-#include <unistd.h>
-
 #include <nlohmann/json.hpp>
 
+#include "data/json_file.h"
 #include "tensor/atomic_file.h"
 #include "tensor/error.h"
-#include "tensor/regular_file.h"
 
 namespace mu::data {
 
@@ -41,29 +39,8 @@ void save_text_meta(const std::string& path, const TextMeta& meta) {
 }
 
 TextMeta load_text_meta(const std::string& path) {
-  const int fd = open_regular_file(path);
-  std::string text;
-  char buf[1 << 16];
-  for (ssize_t got; (got = ::read(fd, buf, sizeof buf)) != 0;) {
-    if (got < 0 && errno == EINTR) continue;
-    if (got < 0) {
-      ::close(fd);
-      MU_FAIL("cannot read ", path);
-    }
-    text.append(buf, size_t(got));
-  }
-  ::close(fd);
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::exception& e) {
-    MU_FAIL(path, ": not valid JSON: ", e.what());
-  }
-  MU_CHECK(j.is_object(), path, ": expected a JSON object");
-  auto field = [&](const char* name) -> const json& {
-    MU_CHECK(j.contains(name), path, ": missing field \"", name, "\"");
-    return j[name];
-  };
+  const json j = load_json_object(path);
+  auto field = [&](const char* name) -> const json& { return json_field(j, path, name); };
   auto count = [&](const char* name) {
     const json& v = field(name);
     MU_CHECK(v.is_number_integer() && v.get<int64_t>() >= 0, path, ": field \"", name,

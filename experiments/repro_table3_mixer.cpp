@@ -36,6 +36,18 @@ using nlohmann::json;
 
 namespace {
 
+// The three models of the table, with the paper's ImageNet accuracy and parameter count.
+struct Model {
+  const char* flag;
+  const char* name;
+  models::MixerMlp kind;
+  double paper_acc;
+  const char* paper_params;
+};
+const Model models_run[] = {{"dense", "MLP", models::MixerMlp::MLP, 70.31, "18.5M"},
+                            {"tr", "TRμMoE", models::MixerMlp::TRMuMoE, 71.26, "18.3M"},
+                            {"cp", "CPμMoE", models::MixerMlp::CPMuMoE, 71.29, "18.6M"}};
+
 // --scale paper: Table 7's MLP-Mixer row (lr 1e-3, batch 4096, weight decay 1e-4, 10k
 // warm-up steps, 300 epochs, stochastic depth, RandAugment 15, mixup 0.5, no dropout,
 // mixed precision) on Mixer S-16 at 224 x 224 with N = 64 experts (Table 3's caption).
@@ -102,16 +114,6 @@ int run_paper_scale(const repro::Common& common, const PaperFlags& f) {
                 "runs in %s/runs (rerun the same command to continue an interrupted one)\n",
                 (long long)steps, (long long)f.micro_batch, (long long)f.grad_accum, f.epochs,
                 (long long)train.size(), f.device.c_str(), common.out_dir.c_str());
-    struct Model {
-      const char* flag;
-      const char* name;
-      models::MixerMlp kind;
-      double paper_acc;
-      const char* paper_params;
-    };
-    const Model models_run[] = {{"dense", "MLP", models::MixerMlp::MLP, 70.31, "18.5M"},
-                                {"tr", "TRμMoE", models::MixerMlp::TRMuMoE, 71.26, "18.3M"},
-                                {"cp", "CPμMoE", models::MixerMlp::CPMuMoE, 71.29, "18.6M"}};
     repro::Table t{"Table 3 (MLP-Mixer), paper scale: ImageNet-1k validation accuracy (%) after " +
                        std::to_string(steps) + " steps",
                    {"blocks", "accuracy (ours)", "params (ours)", "paper: ImageNet val acc", "paper params"},
@@ -197,16 +199,6 @@ int main(int argc, char** argv) {
     const std::string& trainer = mr.trainer;
     repro::make_dir(common.out_dir + "/runs");
 
-    struct Model {
-      const char* flag;
-      const char* name;
-      models::MixerMlp kind;
-      double paper_acc;
-      const char* paper_params;
-    };
-    const Model models_run[] = {{"dense", "MLP", models::MixerMlp::MLP, 70.31, "18.5M"},
-                                {"tr", "TRμMoE", models::MixerMlp::TRMuMoE, 71.26, "18.3M"},
-                                {"cp", "CPμMoE", models::MixerMlp::CPMuMoE, 71.29, "18.6M"}};
     repro::Table t{std::string("Table 3 (MLP-Mixer), ") + (smoke ? "smoke" : "local") +
                        " scale: Fashion-MNIST test accuracy (%), mean ± std over " + std::to_string(seeds) +
                        " seeds",
