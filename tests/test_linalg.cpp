@@ -140,7 +140,8 @@ void gemm_sweep() {
     for (Layout la : {Layout::RowMajor, Layout::Transposed})
       for (bool acc : {false, true}) check_gemm<T>(1, 300, 260, 600, la, Layout::RowMajor, false, false, acc, rng);
     // Deep products (depth >= 2048 and >= 8 times the output's sides, as weight
-    // gradients): the depth cut into three uneven slabs whose partial products are
+    // gradients): the depth cut into four uneven slabs (three, rounded up to a multiple of
+    // four so that 2 or 4 threads share them evenly) whose partial products are
     // added in order; every layout, accumulating or not, and a batch of them.
     for (Layout la : {Layout::RowMajor, Layout::Transposed, Layout::Strided})
       for (Layout lb : {Layout::RowMajor, Layout::Transposed, Layout::Strided})
