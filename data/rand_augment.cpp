@@ -246,7 +246,7 @@ void rotate(uint8_t* image, int64_t H, int64_t W, int64_t C, double degrees, uin
 void blend(const uint8_t* degenerate, uint8_t* image, int64_t n, double factor) {
   const float alpha = float(factor);
   if (alpha == 0.0f) {
-    std::memcpy(image, degenerate, size_t(n));
+    if (n > 0) std::memcpy(image, degenerate, size_t(n));  // an empty image may have null buffers
     return;
   }
   if (alpha == 1.0f) return;
@@ -269,6 +269,7 @@ inline uint8_t luma(const uint8_t* rgb) {
 // clipped; the first and last rows and columns keep the image's values, and an image
 // under 3 pixels on a side is copied unchanged.
 void smooth(const uint8_t* src, uint8_t* dst, int64_t H, int64_t W, int64_t C) {
+  if (H * W * C == 0) return;  // nothing to copy (and memcpy must not see null buffers)
   std::memcpy(dst, src, size_t(H * W * C));
   if (H < 3 || W < 3) return;
   const float k1 = 1.0f / 13.0f, k5 = 5.0f / 13.0f;
