@@ -5,7 +5,7 @@
 
 namespace mu::dist::detail {
 
-// t /= n in place, element by element in t's dtype: float32 and float64 divide in their
+// t /= n in place in t's dtype (ops/elementwise.h's div): float32 and float64 divide in their
 // own precision, bfloat16 divides its float value and rounds back once, int64 truncates
 // (C++'s division). t is a contiguous CPU tensor of one of those dtypes.
 void divide_in_place_cpu(const Tensor& t, int n);
