@@ -382,6 +382,10 @@ Tensor Tensor::sqrt() const { return mu::sqrt(*this); }
 Tensor Tensor::abs() const { return mu::abs(*this); }
 Tensor Tensor::neg() const { return mu::neg(*this); }
 Tensor Tensor::pow(double e) const { return mu::pow(*this, e); }
+Tensor Tensor::tanh() const { return mu::tanh(*this); }
+Tensor Tensor::sigmoid() const { return mu::sigmoid(*this); }
+Tensor Tensor::relu() const { return mu::relu(*this); }
+Tensor Tensor::clamp(double min, double max) const { return mu::clamp(*this, min, max); }
 
 // self <- f(self, other), other broadcast to self's shape.
 template <class F>

@@ -225,4 +225,7 @@ ValuesIndices topk(const Tensor& x, int64_t k, int64_t dim, bool largest) {
   return sorted_prefix(x, dim, k, largest, "topk");
 }
 
+ValuesIndices Tensor::topk(int64_t k, int64_t dim, bool largest) const { return mu::topk(*this, k, dim, largest); }
+Tensor Tensor::index_select(int64_t dim, const Tensor& index) const { return mu::index_select(*this, dim, index); }
+
 }  // namespace mu

@@ -62,4 +62,7 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
   return y.dtype() == x.dtype() ? y : y.to(x.dtype());
 }
 
+Tensor Tensor::softmax(int64_t dim) const { return mu::softmax(*this, dim); }
+Tensor Tensor::log_softmax(int64_t dim) const { return mu::log_softmax(*this, dim); }
+
 }  // namespace mu

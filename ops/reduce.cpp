@@ -59,6 +59,14 @@ Tensor Tensor::sum() const { return mu::sum(*this); }
 Tensor Tensor::sum(const Shape& dims, bool keepdim) const { return mu::sum(*this, dims, keepdim); }
 Tensor Tensor::mean() const { return mu::mean(*this); }
 Tensor Tensor::mean(const Shape& dims, bool keepdim) const { return mu::mean(*this, dims, keepdim); }
+Tensor Tensor::max() const { return mu::max(*this); }
+Tensor Tensor::min() const { return mu::min(*this); }
+ValuesIndices Tensor::max(int64_t dim, bool keepdim) const { return mu::max(*this, dim, keepdim); }
+ValuesIndices Tensor::min(int64_t dim, bool keepdim) const { return mu::min(*this, dim, keepdim); }
+Tensor Tensor::argmax() const { return mu::argmax(*this); }
+Tensor Tensor::argmin() const { return mu::argmin(*this); }
+Tensor Tensor::argmax(int64_t dim, bool keepdim) const { return mu::argmax(*this, dim, keepdim); }
+Tensor Tensor::argmin(int64_t dim, bool keepdim) const { return mu::argmin(*this, dim, keepdim); }
 
 }  // namespace mu
 
@@ -128,6 +136,7 @@ static Tensor arg_extremum(const Tensor& x_in, int64_t dim, bool keepdim, bool t
 Tensor argmax(const Tensor& x, int64_t dim, bool keepdim) { return arg_extremum(x, dim, keepdim, true, "argmax"); }
 Tensor argmin(const Tensor& x, int64_t dim, bool keepdim) { return arg_extremum(x, dim, keepdim, false, "argmin"); }
 Tensor argmax(const Tensor& x) { return arg_extremum(x.reshape({-1}), 0, false, true, "argmax"); }
+Tensor argmin(const Tensor& x) { return arg_extremum(x.reshape({-1}), 0, false, false, "argmin"); }
 
 // Values are gathered at the indices, so their gradient flows to exactly that element.
 static ValuesIndices max_min(const Tensor& x, int64_t dim, bool keepdim, bool take_max) {

@@ -13,10 +13,6 @@ Tensor std(const Tensor& x, const Shape& dims = {}, int64_t correction = 1, bool
 Tensor amax(const Tensor& x, const Shape& dims = {}, bool keepdim = false);
 Tensor amin(const Tensor& x, const Shape& dims = {}, bool keepdim = false);
 // Values and first index of the max/min along one dim, as torch.max(x, dim).
-struct ValuesIndices {
-  Tensor values;
-  Tensor indices;
-};
 ValuesIndices max(const Tensor& x, int64_t dim, bool keepdim = false);
 ValuesIndices min(const Tensor& x, int64_t dim, bool keepdim = false);
 Tensor max(const Tensor& x);  // over all elements
@@ -24,6 +20,7 @@ Tensor min(const Tensor& x);
 Tensor argmax(const Tensor& x, int64_t dim, bool keepdim = false);
 Tensor argmin(const Tensor& x, int64_t dim, bool keepdim = false);
 Tensor argmax(const Tensor& x);  // index into the flattened tensor
+Tensor argmin(const Tensor& x);
 
 // Sums a broadcast gradient back down to `shape` (the inverse of broadcasting).
 Tensor sum_to(const Tensor& x, const Shape& shape);

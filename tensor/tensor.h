@@ -18,6 +18,7 @@ namespace autograd {
 struct Node;
 }
 class Generator;  // tensor/random.h
+struct ValuesIndices;  // below: what max(dim), min(dim), sort and topk return
 
 // Options for factories, libtorch style: zeros({2, 3}, TensorOptions().dtype(kFloat64)).
 // A DType or Device converts implicitly: zeros({2, 3}, kFloat64).
@@ -155,6 +156,30 @@ class Tensor {
   Tensor neg() const;
   Tensor pow(double exponent) const;
   Tensor matmul(const Tensor& other) const;
+  Tensor tanh() const;
+  Tensor sigmoid() const;
+  Tensor relu() const;
+  Tensor clamp(double min, double max) const;  // either bound may be NaN: no bound
+  Tensor softmax(int64_t dim) const;
+  Tensor log_softmax(int64_t dim) const;
+  Tensor max() const;  // over all elements
+  Tensor min() const;
+  ValuesIndices max(int64_t dim, bool keepdim = false) const;  // values and first indices, as x.max(dim)
+  ValuesIndices min(int64_t dim, bool keepdim = false) const;
+  Tensor argmax() const;  // an index into the flattened tensor
+  Tensor argmin() const;
+  Tensor argmax(int64_t dim, bool keepdim = false) const;
+  Tensor argmin(int64_t dim, bool keepdim = false) const;
+  ValuesIndices topk(int64_t k, int64_t dim = -1, bool largest = true) const;
+  Tensor index_select(int64_t dim, const Tensor& index) const;
+  // x[i] is x.select(0, i) and x[index] (int64, 1-D) is x.index_select(0, index), as in
+  // torch; negative i counts from the end.
+  Tensor operator[](int64_t i) const { return select(0, i); }
+  Tensor operator[](const Tensor& index) const { return index_select(0, index); }
+  // torch's x.float(), x.double(), x.long() (C++ keywords cannot name methods).
+  Tensor to_float() const { return to(kFloat32); }
+  Tensor to_double() const { return to(kFloat64); }
+  Tensor to_long() const { return to(kInt64); }
 
   // ---- in-place (refused on tensors that require grad while grad mode is on)
   Tensor& fill_(double value);
@@ -175,6 +200,13 @@ class Tensor {
  private:
   TensorImpl* checked() const;
   std::shared_ptr<TensorImpl> impl_;
+};
+
+// Values and their indices along one dim (int64), as torch's (values, indices) pairs;
+// `auto [values, indices] = x.max(1);` unpacks them.
+struct ValuesIndices {
+  Tensor values;
+  Tensor indices;
 };
 
 std::ostream& operator<<(std::ostream& os, const Tensor& t);
