@@ -6,6 +6,7 @@
 #include "autograd/gradcheck.h"
 #include "data/augment.h"
 #include "data/char_tokenizer.h"
+#include "data/dataset.h"
 #include "data/fashion_mnist.h"
 #include "data/gpt2_tokenizer.h"
 #include "data/idx.h"

@@ -103,7 +103,11 @@ GradcheckResult gradcheck(const GradcheckFn& fn, const TensorList& inputs, const
       double err = std::fabs(analytic - numeric);
       double excess = err - (opt.atol + opt.rtol * std::fabs(numeric));
       if (std::isnan(analytic) != std::isnan(numeric)) excess = INFINITY;
-      res.max_abs_error = std::max(res.max_abs_error, err);
+      if (res.max_abs_error_input < 0 || err > res.max_abs_error || (std::isnan(err) && !std::isnan(res.max_abs_error))) {
+        res.max_abs_error = err;
+        res.max_abs_error_input = int(i);
+        res.max_abs_error_index = idx;
+      }
       if (excess > worst) {
         worst = excess;
         res.input = int(i);
@@ -114,10 +118,15 @@ GradcheckResult gradcheck(const GradcheckFn& fn, const TensorList& inputs, const
     }
   }
   res.ok = worst <= 0;
-  res.message = detail::str(res.ok ? "gradcheck passed" : "gradcheck failed", ": worst element is input ", res.input,
-                            " at index ", shape_str(res.index), ": analytic ", res.analytic, " vs numeric ",
-                            res.numeric, " (|diff| ", std::fabs(res.analytic - res.numeric), ", atol ", opt.atol,
-                            ", rtol ", opt.rtol, ")");
+  res.excess = worst;
+  const bool same = res.max_abs_error_input == res.input && res.max_abs_error_index == res.index;
+  res.message = detail::str(
+      res.ok ? "gradcheck passed" : "gradcheck failed", ": worst element (furthest beyond atol + rtol |numeric|) is input ",
+      res.input, " at index ", shape_str(res.index), ": analytic ", res.analytic, " vs numeric ", res.numeric,
+      " (|diff| ", std::fabs(res.analytic - res.numeric), ", tolerance ", opt.atol + opt.rtol * std::fabs(res.numeric),
+      " from atol ", opt.atol, ", rtol ", opt.rtol, "); largest |diff| ", res.max_abs_error,
+      same ? " (the same element)"
+           : detail::str(" at input ", res.max_abs_error_input, " index ", shape_str(res.max_abs_error_index)));
   return res;
 }
 

@@ -25,13 +25,21 @@ struct GradcheckOptions {
   std::vector<bool> check_inputs;
 };
 
+// Two elements are reported, and the message names both: the worst element, the one
+// furthest beyond its tolerance (|analytic - numeric| - (atol + rtol |numeric|), which
+// decides `ok`), and the element with the largest |analytic - numeric|. They differ when
+// a large error sits on a large derivative (within rtol) and a smaller one on a small
+// derivative (beyond atol).
 struct GradcheckResult {
   bool ok = true;
-  std::string message;      // names the worst element when !ok
+  std::string message;      // "gradcheck passed" or "failed", then both elements
   int input = -1;           // worst element: which input,
   std::vector<int64_t> index;  // its multi-index,
-  double analytic = 0, numeric = 0;  // and both derivatives
-  double max_abs_error = 0;
+  double analytic = 0, numeric = 0;  // both derivatives,
+  double excess = 0;        // and its error minus its tolerance (> 0: it fails)
+  double max_abs_error = 0;          // the largest |analytic - numeric| over all elements,
+  int max_abs_error_input = -1;      // at this input
+  std::vector<int64_t> max_abs_error_index;  // and multi-index
 };
 
 using GradcheckFn = std::function<Tensor(const TensorList&)>;

@@ -54,8 +54,8 @@ Batch training_batch(const ImageArrays& data, const std::vector<int64_t>& indice
   const Tensor labels = data.labels(indices);
   Generator mix(mix_seed(seed, ~uint64_t(first)));
   Mixed m = mixup(to_normalized_float(crops, o.mean, o.stddev), labels, data.classes(), o.mixup, mix);
-  batch.images = m.x;
-  batch.labels = m.targets;
+  batch.input = m.x;
+  batch.target = m.targets;
   return batch;
 }
 

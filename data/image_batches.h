@@ -6,7 +6,7 @@
 //
 //   data::ImageArrays train(dir, "train");
 //   data::ImageBatchOptions o;  o.size = 224; o.rand_augment.magnitude = 15; o.mixup = 0.5;
-//   data::Batch b = data::training_batch(train, indices, o, seed);   // b.labels: (B, K) soft targets
+//   data::Batch b = data::training_batch(train, indices, o, seed);   // b.target: (B, K) soft targets
 //
 // Image b of a batch draws from its own generator, seeded by (seed, b), and the images are
 // prepared in an OpenMP loop: the batch is the same whatever the thread count. Mixup pairs
@@ -31,7 +31,7 @@ struct ImageBatchOptions {
   std::vector<double> mean{0.485, 0.456, 0.406}, stddev{0.229, 0.224, 0.225};  // ImageNet's, in [0, 1] units
 };
 
-// images: float32 (B, C, size, size); labels: float32 (B, K) class probabilities (the
+// input: float32 (B, C, size, size); target: float32 (B, K) class probabilities (the
 // mixup of one-hot labels; one-hot without mixup).
 // Image b draws from a generator seeded by (seed, first + b): a rank preparing rows
 // [first, first + B) of a global batch draws what one process would for those rows.

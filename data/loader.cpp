@@ -11,6 +11,18 @@ DataLoader::DataLoader(int64_t size, const DataLoaderOptions& options) : size_(s
   MU_CHECK(options.batch_size() > 0, "DataLoader: batch_size must be positive, got ", options.batch_size());
 }
 
+DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, const DataLoaderOptions& options)
+    : DataLoader(dataset != nullptr ? dataset->size() : 0, options) {
+  MU_CHECK(dataset != nullptr, "DataLoader: no dataset given");
+  dataset_ = std::move(dataset);
+}
+
+EpochBatches DataLoader::batches() const {
+  MU_CHECK(dataset_ != nullptr, "DataLoader::batches: this loader was made with a size (", size_,
+           "), not a dataset; use epoch() for its index batches or construct it with a dataset");
+  return EpochBatches(dataset_, epoch());
+}
+
 int64_t DataLoader::batches_per_epoch() const {
   const int64_t b = options_.batch_size();
   // ceil(size / b) without size + b - 1, which overflows for sizes near 2^63.

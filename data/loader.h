@@ -8,9 +8,16 @@
 //       Tensor x = index_select(ds.train.images, 0, idx), y = index_select(ds.train.labels, 0, idx);
 //       ...
 //     }
+//
+// Or over a dataset (data/dataset.h), yielding (input, target) batches:
+//
+//   data::DataLoader loader(std::make_shared<data::TensorDataset>(images, labels), data::DataLoaderOptions(128));
+//   for (auto [x, y] : loader.batches()) { ... }
 #pragma once
+#include <memory>
 #include <vector>
 
+#include "data/dataset.h"
 #include "tensor/tensor.h"
 
 namespace mu::data {
@@ -39,20 +46,59 @@ struct DataLoaderOptions {
   Generator* generator_ = nullptr;
 };
 
+// One epoch of (input, target) batches, read from the dataset one batch at a time as the
+// loop reaches it (an input range: iterate it once).
+class EpochBatches {
+ public:
+  class iterator {
+   public:
+    using value_type = Batch;
+    using difference_type = std::ptrdiff_t;
+    Batch operator*() const { return owner_->dataset_->get(owner_->indices_[size_t(k_)]); }
+    iterator& operator++() { ++k_; return *this; }
+    void operator++(int) { ++k_; }
+    bool operator==(const iterator& o) const { return k_ == o.k_; }
+
+   private:
+    friend class EpochBatches;
+    iterator(const EpochBatches* owner, int64_t k) : owner_(owner), k_(k) {}
+    const EpochBatches* owner_;
+    int64_t k_;
+  };
+  EpochBatches(std::shared_ptr<const Dataset> dataset, std::vector<Tensor> indices)
+      : dataset_(std::move(dataset)), indices_(std::move(indices)) {}
+  iterator begin() const { return {this, 0}; }
+  iterator end() const { return {this, int64_t(indices_.size())}; }
+  int64_t size() const { return int64_t(indices_.size()); }
+  // The index batch behind batch k (what epoch() would have returned).
+  const Tensor& indices(int64_t k) const { return indices_.at(size_t(k)); }
+
+ private:
+  std::shared_ptr<const Dataset> dataset_;
+  std::vector<Tensor> indices_;
+};
+
 class DataLoader {
  public:
   // Batches over the indices 0 .. size-1.
   DataLoader(int64_t size, const DataLoaderOptions& options);
+  // Batches of the examples of `dataset` (its size, and the dataset for batches()).
+  DataLoader(std::shared_ptr<const Dataset> dataset, const DataLoaderOptions& options);
   // One epoch: each index appears once (once at most with drop_last), in batches of
   // batch_size except perhaps the last. Shuffling draws one permutation per call.
   std::vector<Tensor> epoch() const;
+  // One epoch of the dataset's (input, target) batches, in the order epoch() gives
+  // (one permutation drawn per call); only for a loader made with a dataset.
+  EpochBatches batches() const;
   int64_t size() const { return size_; }
   int64_t batches_per_epoch() const;
   const DataLoaderOptions& options() const { return options_; }
+  const std::shared_ptr<const Dataset>& dataset() const { return dataset_; }
 
  private:
   int64_t size_;
   DataLoaderOptions options_;
+  std::shared_ptr<const Dataset> dataset_;
 };
 
 }  // namespace mu::data

@@ -15,7 +15,7 @@ BatchSource epoch_source(Tensor images, Tensor labels, std::vector<Tensor> indic
     if (*next >= indices.size()) return std::nullopt;
     const Tensor& idx = indices[(*next)++];
     Batch b{index_select(images, 0, idx), index_select(labels, 0, idx)};
-    if (augment) b.images = augment(b.images, gen);
+    if (augment) b.input = augment(b.input, gen);
     return b;
   };
 }

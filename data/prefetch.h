@@ -4,7 +4,7 @@
 //
 //   data::DataLoader loader(n, data::DataLoaderOptions(128).generator(&shuffle_gen));
 //   data::Prefetcher pf(data::epoch_source(images, labels, loader.epoch(), augment, &aug_gen), 4);
-//   while (auto batch = pf.next()) train_step(batch->images, batch->labels);
+//   while (auto batch = pf.next()) train_step(batch->input, batch->target);
 //
 // A source given its own Generator yields the same batches whether it is called on the
 // producer thread or directly. The producer runs with gradient recording off. An
@@ -22,15 +22,11 @@
 #include <thread>
 #include <vector>
 
+#include "data/dataset.h"
 #include "tensor/random.h"
 #include "tensor/tensor.h"
 
 namespace mu::data {
-
-struct Batch {
-  Tensor images;
-  Tensor labels;
-};
 
 // Called repeatedly for the next batch; nullopt ends the stream.
 using BatchSource = std::function<std::optional<Batch>()>;

@@ -64,8 +64,8 @@ double accuracy(models::MlpMixer& model, const data::ImageArrays& split, const d
   for (int64_t i = 0; i < split.size(); i += 250) {
     data::Batch b = data::eval_batch(split, i, 250, o);
     AutocastGuard amp(kBFloat16, bf16);
-    Tensor pred = argmax(model.forward(b.images.to(dev)), 1);
-    correct += int64_t(eq(pred, b.labels.to(dev)).to(kInt64).sum().item());
+    Tensor pred = argmax(model.forward(b.input.to(dev)), 1);
+    correct += int64_t(eq(pred, b.target.to(dev)).to(kInt64).sum().item());
   }
   return double(correct) / double(split.size());
 }
@@ -235,7 +235,7 @@ int main(int argc, char** argv) {
       std::optional<data::Batch> b = prefetch->next();
       MU_CHECK(b.has_value(), "train_mixer: the batch source ended early");
       AutocastGuard amp(kBFloat16, bf16);
-      return cross_entropy(model->forward(b->images.to(dev)), b->labels.to(dev));
+      return cross_entropy(model->forward(b->input.to(dev)), b->target.to(dev));
     };
     // The test split of Fashion-MNIST, the val split of image arrays (ImageNet's test set).
     h.evaluate = [&] {

@@ -73,7 +73,8 @@ void MuMoEOptions::validate() const {
   MU_CHECK(in_ > 0 && out_ > 0, "MuMoE: input and output features must be positive, got in=", in_, ", out=", out_);
   MU_CHECK(!experts_.empty(), "MuMoE: set the experts per level, e.g. .experts({128})");
   for (size_t e = 0; e < experts_.size(); ++e)
-    MU_CHECK(experts_[e] > 0, "MuMoE: level ", e, " has ", experts_[e], " experts; each level needs at least one");
+    MU_CHECK(experts_[e] > 0, "MuMoE: level ", e, " (N_", e + 1, ", gate G", e + 1, ") has ", experts_[e],
+             " experts; each level needs at least one");
   MU_CHECK(hidden_ >= 0, "MuMoE: hidden must be 0 (one layer) or positive, got ", hidden_);
   MU_CHECK(gelu_approximate_ == "none" || gelu_approximate_ == "tanh",
            "MuMoE: gelu_approximate must be \"none\" or \"tanh\", got \"", gelu_approximate_, "\"");
@@ -81,8 +82,13 @@ void MuMoEOptions::validate() const {
            gate_eps_);
   if (gate_momentum_) check_unit_interval("MuMoE", "gate_momentum", *gate_momentum_);
   const int64_t E = int64_t(experts_.size());
+  // .rank(R) is a shorthand (CP's rank; TR's and TT's last rank, the others 4); .ranks()
+  // lists them all. Both at once would leave one silently unused.
+  MU_CHECK(rank_ == 0 || ranks_.empty(), "MuMoE: set .rank(R) or .ranks({...}), not both (got rank ", rank_,
+           " and ranks ", shape_str(ranks_), ")");
   switch (kind_) {
     case MoEKind::CP:
+      MU_CHECK(ranks_.empty(), "MuMoE: a CP block has one rank: set .rank(R), not .ranks(", shape_str(ranks_), ")");
       MU_CHECK(rank_ > 0, "MuMoE: a CP block needs .rank(R) with R > 0, got ", rank_);
       break;
     case MoEKind::TR:
@@ -95,11 +101,15 @@ void MuMoEOptions::validate() const {
       break;
     }
     case MoEKind::Tucker:
+      MU_CHECK(rank_ == 0, "MuMoE: a Tucker block has one rank per mode: set .ranks({R_N1, ..., R_NE, R_I, R_O}) (",
+               E + 2, " entries), not .rank(", rank_, ")");
       MU_CHECK(int64_t(ranks_.size()) == E + 2, "MuMoE: a Tucker block with ", E, " level", E == 1 ? "" : "s",
                " needs .ranks({R_N1, ..., R_NE, R_I, R_O}) with ", E + 2, " entries, got ", shape_str(ranks_));
       break;
     case MoEKind::Hadamard:
     case MoEKind::Dense:
+      MU_CHECK(rank_ == 0 && ranks_.empty(), "MuMoE: a ", to_string(kind_), " block has no ranks; remove .rank(", rank_,
+               ") / .ranks(", shape_str(ranks_), ")");
       break;
   }
   for (int64_t r : ranks_) MU_CHECK(r > 0, "MuMoE: ranks must be positive, got ", shape_str(ranks_));
@@ -219,13 +229,13 @@ Tensor MuMoE::forward(const Tensor& x) {
 
 std::shared_ptr<MuMoELayer> MuMoE::layer(int64_t index) const {
   MU_CHECK(index >= 0 && index < num_layers(), "MuMoE::layer: layer ", index, " out of range (", num_layers(),
-           " layer", num_layers() == 1 ? "" : "s", ")");
+           " layer", num_layers() == 1 ? "" : "s", "; 0-based: layer(0) is \"layer1\" in the state dict)");
   return layers_[size_t(index)];
 }
 
 const Tensor& MuMoE::gate(int64_t level) const {
   MU_CHECK(level >= 0 && level < levels(), "MuMoE::gate: level ", level, " out of range (", levels(), " level",
-           levels() == 1 ? "" : "s", ")");
+           levels() == 1 ? "" : "s", "; 0-based: gate(0) is the parameter \"G1\")");
   return gates_[size_t(level)];
 }
 

@@ -54,4 +54,12 @@ double apply_lr(Optimizer& opt, const LRSchedule& schedule, int64_t it) {
   return lr;
 }
 
+LRScheduler::LRScheduler(Optimizer& opt, LRSchedule schedule, int64_t start)
+    : opt_(opt), schedule_(std::move(schedule)), it_(start) {
+  MU_CHECK(start >= 0, "LRScheduler: start iteration must be >= 0, got ", start);
+  last_lr_ = apply_lr(opt_, schedule_, it_);
+}
+
+void LRScheduler::step() { last_lr_ = apply_lr(opt_, schedule_, ++it_); }
+
 }  // namespace mu::optim

@@ -47,4 +47,30 @@ LRSchedule warmup_cosine_lr(double lr, double min_lr, int64_t warmup_iters, int6
 // the schedule's base lr gets schedule(it) exactly. Returns schedule(it).
 double apply_lr(Optimizer& opt, const LRSchedule& schedule, int64_t it);
 
+// A schedule driven by step() calls, as torch.optim.lr_scheduler's objects:
+//
+//   optim::LRScheduler sched(opt, optim::warmup_cosine_lr(6e-4, 6e-5, 2000, 100000));
+//   for (...) { ... loss.backward(); opt.step(); sched.step(); }
+//
+// Construction sets the rate of iteration `start` (0 for a new run; a resumed run passes
+// the iteration it resumes at); each step() moves to the next iteration and sets its rate
+// (through apply_lr, so every group keeps its ratio to the schedule's base lr). The
+// optimizer must outlive the scheduler.
+class LRScheduler {
+ public:
+  LRScheduler(Optimizer& opt, LRSchedule schedule, int64_t start = 0);
+  void step();
+  // The iteration whose rate is set now (torch's last_epoch).
+  int64_t iteration() const { return it_; }
+  // The schedule's rate at iteration() (torch's get_last_lr() for a group at the base lr).
+  double last_lr() const { return last_lr_; }
+  const LRSchedule& schedule() const { return schedule_; }
+
+ private:
+  Optimizer& opt_;
+  LRSchedule schedule_;
+  int64_t it_;
+  double last_lr_;
+};
+
 }  // namespace mu::optim

@@ -180,16 +180,16 @@ TEST_CASE("prefetch: the same seed gives the same batches with and without the t
     while (auto b = pf.next()) {
       REQUIRE(k < want.size());
       (void)randn({64});
-      CHECK(max_abs_diff(b->images, want[k].images) == 0);
-      CHECK(max_abs_diff(b->labels, want[k].labels) == 0);
-      CHECK(!b->images.requires_grad());
+      CHECK(max_abs_diff(b->input, want[k].input) == 0);
+      CHECK(max_abs_diff(b->target, want[k].target) == 0);
+      CHECK(!b->input.requires_grad());
       ++k;
     }
     CHECK(k == want.size());
     CHECK(!pf.next().has_value());  // stays at the end
   }
   // The batches are the loader's rows, augmented: labels are index_select of labels.
-  CHECK(max_abs_diff(want[0].labels, index_select(labels, 0, order[0])) == 0);
+  CHECK(max_abs_diff(want[0].target, index_select(labels, 0, order[0])) == 0);
 }
 
 TEST_CASE("prefetch: errors in the producer reach the consumer as mu::Error, in order") {
@@ -204,8 +204,8 @@ TEST_CASE("prefetch: errors in the producer reach the consumer as mu::Error, in 
   auto b = pf.next();
   REQUIRE(a.has_value());
   REQUIRE(b.has_value());
-  CHECK(a->images.item() == 1);
-  CHECK(b->images.item() == 2);
+  CHECK(a->input.item() == 1);
+  CHECK(b->input.item() == 2);
   CHECK_THROWS_MU(pf.next(), "Prefetcher: the batch source failed: disk on fire");
   CHECK_THROWS_MU(pf.next(), "disk on fire");  // the error stays
   // A mu::Error passes through as itself.

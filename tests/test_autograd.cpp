@@ -207,3 +207,37 @@ TEST_CASE("gradcheck reports the worst element when a gradient is wrong") {
   // numeric derivative of <x^2, v> at x=5 is 10 v[2]; the analytic one is 15 v[2]
   CHECK(r.analytic == doctest::Approx(1.5 * r.numeric).epsilon(1e-6));
 }
+
+TEST_CASE("gradcheck's largest error and its worst element are reported apart and agree with the elements") {
+  // y = x · c with a backward of g · c · (1 + d): element 0 has a large derivative and an
+  // error within rtol (|diff| 1e-2 against a tolerance 1e-5 + 1e-3 · 100), element 1 a tiny
+  // derivative and an error beyond atol (|diff| 1e-4 against 1e-5 + 1e-3 · 1e-2).
+  struct Skewed : autograd::Function<Skewed> {
+    static Tensor forward(AutogradContext*, const Tensor& x) { return x * tensor({100.0, 0.01}, kFloat64); }
+    static TensorList backward(AutogradContext*, const TensorList& g) {
+      return {g[0] * tensor({100.0 + 1e-2, 0.01 + 1e-4}, kFloat64)};
+    }
+  };
+  autograd::GradcheckOptions o;
+  o.seed = 1;
+  auto fn = [](const TensorList& in) { return Skewed::apply(in[0]).sum().reshape({1}); };  // v is one number
+  auto r = autograd::gradcheck(fn, {tensor({1.0, 2.0}, kFloat64)}, o);
+  CHECK(!r.ok);
+  // The worst element, by excess over tolerance, is element 1; the largest |diff| element 0.
+  REQUIRE(r.index == std::vector<int64_t>{1});
+  REQUIRE(r.max_abs_error_index == std::vector<int64_t>{0});
+  CHECK(r.max_abs_error_input == 0);
+  const double v = r.numeric / 0.01;  // the projection of the one output
+  CHECK(r.max_abs_error == doctest::Approx(std::abs(1e-2 * v)).epsilon(1e-4));
+  CHECK(std::abs(r.analytic - r.numeric) == doctest::Approx(std::abs(1e-4 * v)).epsilon(1e-4));
+  CHECK(r.excess == doctest::Approx(std::abs(1e-4 * v) - (o.atol + o.rtol * std::abs(r.numeric))).epsilon(1e-4));
+  CHECK(r.max_abs_error > std::abs(r.analytic - r.numeric));
+  CHECK(r.message.find("worst element (furthest beyond atol + rtol |numeric|) is input 0 at index [1]") !=
+        std::string::npos);
+  CHECK(r.message.find("at input 0 index [0]") != std::string::npos);
+  // When one element is both, the message says so.
+  auto same = autograd::gradcheck([](const TensorList& in) { return in[0] * in[0] * 1.5; },
+                                  {tensor({3.0}, kFloat64)});
+  CHECK(same.ok);
+  CHECK(same.message.find("(the same element)") != std::string::npos);
+}

@@ -254,12 +254,12 @@ TEST_CASE("training batches: crops of the stored images, the same on 1 and 2 thr
   omp_set_num_threads(2);
   const Batch two = training_batch(train, idx, o, 42);
   const Batch other = training_batch(train, idx, o, 43);
-  REQUIRE(one.images.shape() == Shape{4, C, 12, 12});
-  REQUIRE(one.labels.shape() == Shape{4, K});
-  CHECK(max_abs_diff(one.images, two.images) == 0.0);
-  CHECK(max_abs_diff(one.labels, two.labels) == 0.0);
-  CHECK(max_abs_diff(one.images, other.images) > 0.0);
-  const auto t = one.labels.to_vector<double>();
+  REQUIRE(one.input.shape() == Shape{4, C, 12, 12});
+  REQUIRE(one.target.shape() == Shape{4, K});
+  CHECK(max_abs_diff(one.input, two.input) == 0.0);
+  CHECK(max_abs_diff(one.target, two.target) == 0.0);
+  CHECK(max_abs_diff(one.input, other.input) > 0.0);
+  const auto t = one.target.to_vector<double>();
   for (int64_t b = 0; b < 4; ++b) {
     double s = 0;
     for (int64_t k = 0; k < K; ++k) s += t[size_t(b * K + k)];
@@ -278,9 +278,9 @@ TEST_CASE("training batches: crops of the stored images, the same on 1 and 2 thr
   const Batch b = training_batch(ImageArrays(dir.path.string(), "flat"), {0}, plain, 7);
   for (int64_t c = 0; c < C; ++c) {
     const double want = (51 / 255.0 - plain.mean[size_t(c)]) / plain.stddev[size_t(c)];
-    CHECK(max_abs_diff(b.images.narrow(1, c, 1), full({1, 1, 12, 12}, want)) < 1e-5);
+    CHECK(max_abs_diff(b.input.narrow(1, c, 1), full({1, 1, 12, 12}, want)) < 1e-5);
   }
-  CHECK(b.labels.to_vector<double>() == std::vector<double>{0, 0, 1, 0});
+  CHECK(b.target.to_vector<double>() == std::vector<double>{0, 0, 1, 0});
   CHECK_THROWS_MU(training_batch(train, {6}, o, 1), "index 0 is 6, outside 0..5");
 }
 
@@ -294,8 +294,8 @@ TEST_CASE("evaluation batches: the central crop, normalised, with integer labels
   ImageBatchOptions o;
   o.size = 6;
   const Batch b = eval_batch(val, 1, 5, o);  // images 1 and 2 (the split ends)
-  REQUIRE(b.images.shape() == Shape{2, C, 6, 6});
-  CHECK(b.labels.to_vector<int64_t>() == std::vector<int64_t>{0, 2});
+  REQUIRE(b.input.shape() == Shape{2, C, 6, 6});
+  CHECK(b.target.to_vector<int64_t>() == std::vector<int64_t>{0, 2});
   std::vector<double> want;
   for (int64_t i = 1; i < 3; ++i)
     for (int64_t c = 0; c < C; ++c)
@@ -304,5 +304,5 @@ TEST_CASE("evaluation batches: the central crop, normalised, with integer labels
           const int64_t q = ((y + 2) * S + (x + 2)) * C + c;  // offset (10 - 6) / 2 = 2
           want.push_back((double((7 * i + q) % 256) / 255.0 - o.mean[size_t(c)]) / o.stddev[size_t(c)]);
         }
-  check_close(b.images, want, 1e-5);
+  check_close(b.input, want, 1e-5);
 }

@@ -621,12 +621,90 @@ TEST_CASE("MuMoE options: errors name the problem") {
   CHECK_THROWS_MU(nn::MuMoE(nn::MuMoEOptions(4, 3).experts({8}).rank(2).gelu_approximate("erf")), "gelu_approximate");
   nn::MuMoE block(nn::MuMoEOptions(4, 3).experts({8}).rank(2));
   CHECK_THROWS_MU(block.forward(randn({2, 5})), "expected input (..., 4)");
-  CHECK_THROWS_MU(block.layer(1), "out of range");
+  CHECK_THROWS_MU(block.layer(1), "layer 1 out of range (1 layer; 0-based: layer(0) is \"layer1\" in the state dict)");
+  CHECK_THROWS_MU(block.gate(1), "level 1 out of range (1 level; 0-based: gate(0) is the parameter \"G1\")");
+  CHECK_THROWS_MU(nn::MuMoE(nn::MuMoEOptions(4, 3).experts({8, 0}).rank(2)), "level 1 (N_2, gate G2) has 0 experts");
+  // The 0-based accessors and the 1-based state-dict names point at the same tensors.
+  nn::MuMoE two(nn::MuMoEOptions(4, 3).experts({8, 2}).rank(2).hidden(5));
+  const auto params = two.named_parameters();
+  auto named = [&](const std::string& n) {
+    for (const auto& [k, v] : params)
+      if (k == n) return v;
+    FAIL("no parameter " << n);
+    return Tensor();
+  };
+  CHECK(two.gate(0).is_same(named("G1")));
+  CHECK(two.gate(1).is_same(named("G2")));
+  CHECK(two.layer(0)->factors()[0].param.is_same(named("layer1.U1")));
+  CHECK(two.layer(1)->factors()[1].param.is_same(named("layer2.U2")));
   // TR with only .rank(): the other ranks are 4.
   nn::MuMoE tr(nn::MuMoEOptions(4, 3).experts({8, 2}).kind(MoEKind::TR).rank(5));
   auto trl = std::dynamic_pointer_cast<nn::TRMuMoE>(tr.layer(0));
   REQUIRE(trl != nullptr);
   CHECK(trl->ranks() == std::vector<int64_t>{4, 4, 4, 5});
+}
+
+TEST_CASE("under the paper's initialisation a second level stays inert unless its gate is perturbed") {
+  // Level 1's expert slices start identical (σ = 0) and its gate at zero: its coefficients
+  // are uniform, the loss depends on them only through their sum (entmax's Jacobian sends
+  // a constant vector to zero), and its experts get identical updates, so neither changes.
+  // With small random gate values its experts get updates scaled by different coefficients,
+  // drift apart, and the gate's gradient follows.
+  for (bool perturb : {false, true})
+    for (MoEKind kind : {MoEKind::CP, MoEKind::TR}) {
+      CAPTURE(perturb);
+      manual_seed(21);
+      nn::MuMoE block(nn::MuMoEOptions(6, 3).experts({5, 3}).kind(kind).rank(4).gate_norm(nn::GateNorm::BatchNorm));
+      block.to(kFloat64);  // in float32, rounding alone breaks the tie slowly
+      if (perturb) nn::init::normal_(block.gate(1), 0.0, 0.01);
+      optim::SGD opt(block.parameters(), optim::SGDOptions(0.1));
+      const Tensor x = randn({16, 6}, kFloat64);
+      double g0 = 0, g1 = 0;
+      for (int step = 0; step < 3; ++step) {
+        opt.zero_grad();
+        Tensor y = block.forward(x);
+        (y * y).sum().backward();
+        g0 = block.gate(0).grad().abs().max().item();
+        g1 = block.gate(1).grad().abs().max().item();
+        opt.step();
+      }
+      CHECK(g0 > 1e-3);  // level 0's experts differ from the start
+      if (perturb) CHECK(g1 > 1e-4 * g0);
+      else CHECK(g1 < 1e-8 * g0);  // zero up to rounding
+    }
+}
+
+TEST_CASE("rank conventions of TR, TT and Tucker with two expert levels, as the README states them") {
+  // Two levels (N_1 = 8, N_2 = 2), in = 4 (+1 bias row), out = 3.
+  auto base = [] { return nn::MuMoEOptions(4, 3).experts({8, 2}).gate_norm(nn::GateNorm::None); };
+  auto shapes = [](const nn::MuMoE& b) {
+    std::vector<Shape> s;
+    for (const auto& f : b.layer(0)->factors()) s.push_back(f.param.shape());
+    return s;
+  };
+  // TR: E + 2 = 4 ranks (R_1, R_2, R_3, R_4); cores U_1 (R_1, N_1, R_2), U_2 (R_2, N_2, R_3),
+  // U_in (R_3, I+1, R_4), U_out (R_4, O, R_1): R_1 closes the ring.
+  nn::MuMoE tr(base().kind(MoEKind::TR).ranks({2, 3, 5, 7}));
+  CHECK(shapes(tr) == std::vector<Shape>{{2, 8, 3}, {3, 2, 5}, {5, 5, 7}, {7, 3, 2}});
+  // .rank(R) alone: R_4 = R, the others 4.
+  CHECK(shapes(nn::MuMoE(base().kind(MoEKind::TR).rank(6))) ==
+        std::vector<Shape>{{4, 8, 4}, {4, 2, 4}, {4, 5, 6}, {6, 3, 4}});
+  // TT: E + 1 = 3 ranks (R_2, R_3, R_4), the ring closed by R_1 = 1.
+  CHECK(shapes(nn::MuMoE(base().kind(MoEKind::TT).ranks({3, 5, 7}))) ==
+        std::vector<Shape>{{1, 8, 3}, {3, 2, 5}, {5, 5, 7}, {7, 3, 1}});
+  CHECK(shapes(nn::MuMoE(base().kind(MoEKind::TT).rank(6))) ==
+        std::vector<Shape>{{1, 8, 4}, {4, 2, 4}, {4, 5, 6}, {6, 3, 1}});
+  // Tucker: E + 2 = 4 ranks (R_N1, R_N2, R_I, R_O); core (R_O, R_I, R_N1, R_N2) and one
+  // factor per mode.
+  CHECK(shapes(nn::MuMoE(base().kind(MoEKind::Tucker).ranks({2, 3, 5, 7}))) ==
+        std::vector<Shape>{{7, 5, 2, 3}, {8, 2}, {2, 3}, {5, 5}, {3, 7}});
+
+  CHECK_THROWS_MU(nn::MuMoE(base().kind(MoEKind::TR).rank(6).ranks({2, 3, 5, 7})),
+                  "set .rank(R) or .ranks({...}), not both (got rank 6 and ranks [2, 3, 5, 7])");
+  CHECK_THROWS_MU(nn::MuMoE(base().kind(MoEKind::TT).ranks({2, 3, 5, 7})), "TT block with 2 levels needs 3 ranks");
+  CHECK_THROWS_MU(nn::MuMoE(base().kind(MoEKind::Tucker).rank(6)), "set .ranks({R_N1, ..., R_NE, R_I, R_O}) (4 entries)");
+  CHECK_THROWS_MU(nn::MuMoE(base().kind(MoEKind::CP).ranks({6})), "a CP block has one rank");
+  CHECK_THROWS_MU(nn::MuMoE(base().kind(MoEKind::Hadamard).rank(6)), "a Hadamard block has no ranks");
 }
 
 // ---------------------------------------------------------------- expert analysis

@@ -655,6 +655,35 @@ TEST_CASE("apply_lr keeps per-group ratios and survives a state-dict round trip"
   CHECK(*fresh->param_groups()[1].lr == doctest::Approx(w(50) / 2).epsilon(1e-15));
 }
 
+TEST_CASE("LRScheduler sets the schedule's rate of each iteration, as torch's scheduler.step()") {
+  Tensor a = param64({1.0}, Device::cpu()), b = param64({1.0}, Device::cpu());
+  optim::AdamW opt({ParamGroup{.params = {a}, .lr = 0.1}, ParamGroup{.params = {b}, .lr = 0.05}}, optim::AdamWOptions());
+  // torch.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5): lrs 0.1, 0.1, 0.05, 0.05, 0.025
+  // after construction and each of four step() calls (the closed form 0.1 · 0.5^floor(it / 2)).
+  optim::LRScheduler sched(opt, optim::step_lr(0.1, 2, 0.5));
+  const std::vector<double> want = {0.1, 0.1, 0.05, 0.05, 0.025};
+  for (size_t it = 0; it < want.size(); ++it) {
+    CHECK(sched.iteration() == int64_t(it));
+    CHECK(sched.last_lr() == want[it]);
+    CHECK(*opt.param_groups()[0].lr == want[it]);
+    CHECK(*opt.param_groups()[1].lr == doctest::Approx(want[it] / 2).epsilon(1e-15));
+    a.set_grad(ones({1}, kFloat64));
+    b.set_grad(ones({1}, kFloat64));
+    opt.step();
+    sched.step();
+  }
+  // A resumed run starts at its iteration.
+  auto w = optim::warmup_cosine_lr(6e-4, 6e-5, 10, 100);
+  optim::LRScheduler resumed(opt, w, 40);
+  // Group 0 was created with lr 0.1, so it follows the curve scaled by 0.1 / 6e-4.
+  CHECK(*opt.param_groups()[0].lr == doctest::Approx(w(40) * (0.1 / 6e-4)).epsilon(1e-14));
+  CHECK(resumed.last_lr() == w(40));
+  resumed.step();
+  CHECK(resumed.iteration() == 41);
+  CHECK(resumed.last_lr() == w(41));
+  CHECK_THROWS_MU(optim::LRScheduler(opt, w, -1), "start iteration must be >= 0, got -1");
+}
+
 // ---------------------------------------------------------------- state dicts
 
 namespace {

@@ -18,6 +18,22 @@ function(run what)
   set(last_output "${out}" PARENT_SCOPE)
 endfunction()
 
+# With -DBUILD_FETCHCONTENT=ON (the slow test_fetchcontent_build): only build and run the
+# FetchContent project, which compiles the whole library as part of a user's build (with
+# the default options, the same compile commands as this build's, so ccache serves most).
+if(BUILD_FETCHCONTENT)
+  set(user ${WORK_DIR}/fetchcontent_build)
+  run("configuring the FetchContent project" ${CMAKE_COMMAND} -S ${CMAKE_CURRENT_LIST_DIR}/fetchcontent -B ${user}
+      -DMUMOE_SOURCE_DIR=${MUMOE_SOURCE_DIR} -DCMAKE_CXX_COMPILER=${CXX} -DCMAKE_BUILD_TYPE=Release)
+  run("building the FetchContent project" ${CMAKE_COMMAND} --build ${user} -j2)
+  run("running the FetchContent project" ${user}/fetches_mumoe)
+  if(NOT last_output MATCHES "uses_mumoe: ok")
+    message(FATAL_ERROR "fetches_mumoe printed: ${last_output}")
+  endif()
+  message(STATUS "FetchContent(mumoe): built and ran a program")
+  return()
+endif()
+
 run("cmake --install" ${CMAKE_COMMAND} --install ${MUMOE_BUILD_DIR} --prefix ${prefix})
 foreach(f include/mumoe/mumoe.h include/mumoe/tensor/tensor.h)
   if(NOT EXISTS ${prefix}/${f})
@@ -40,5 +56,8 @@ endif()
 
 run("configuring the add_subdirectory project" ${CMAKE_COMMAND} -S ${CMAKE_CURRENT_LIST_DIR}/add_subdirectory
     -B ${WORK_DIR}/add_subdirectory -DMUMOE_SOURCE_DIR=${MUMOE_SOURCE_DIR} -DCMAKE_CXX_COMPILER=${CXX}
-    -DMUMOE_CUDA=OFF)
-message(STATUS "find_package(mumoe) and add_subdirectory(mumoe) both work")
+    -DMUMOE_CUDA=OFF -DUSER_BUILD_TYPE=)
+run("configuring the FetchContent project" ${CMAKE_COMMAND} -S ${CMAKE_CURRENT_LIST_DIR}/fetchcontent
+    -B ${WORK_DIR}/fetchcontent -DMUMOE_SOURCE_DIR=${MUMOE_SOURCE_DIR} -DCMAKE_CXX_COMPILER=${CXX}
+    -DMUMOE_CUDA=OFF -DCMAKE_BUILD_TYPE=Release)
+message(STATUS "find_package(mumoe), add_subdirectory(mumoe) and FetchContent(mumoe) work")
