@@ -10,18 +10,22 @@
 // layer with as many experts, and a regular MoE's N (I + 1) O.
 //
 //   smoke: 2,000 training images, experts 8 and 8·2, 2 seeds (seconds; the test suite runs it)
-//   local: all of Fashion-MNIST, the paper's seven expert shapes, 10 epochs, 3 seeds (about 15 min)
+//   local: all of Fashion-MNIST, the paper's seven expert shapes, 10 epochs, 3 seeds, each
+//          multi-level shape also with its further gates perturbed (about 11 min)
 //   paper: CLIP ViT-B-32 on ImageNet-1k: says what it needs and stops
 //
 //   repro_table10_hierarchical [--scale smoke|local|paper] [--out-dir DIR] [--seeds N] [--epochs E]
 //
 // Table 9 (hierarchical Mixers trained from scratch) is not reproduced by this program.
+#include <cmath>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "experiments/frozen_backbone.h"
 #include "experiments/repro.h"
+#include "nn/init.h"
 #include "nn/mumoe_block.h"
 
 using namespace mu;
@@ -102,23 +106,40 @@ int main(int argc, char** argv) {
 
     json runs = json::array();
     // Trains `build()` once per seed (initialised from the seed, batches in the seed's
-    // order): test accuracies in percent.
+    // order): test accuracies in percent, and for a μMoE the norm of its gates past the
+    // first level after training (how far those levels moved from their zero start).
+    struct Sweep {
+      repro::MeanStd acc;
+      double further_gate_norm = 0;  // mean over seeds
+    };
     auto sweep = [&](const std::string& label, auto build) {
       std::vector<double> acc;
+      double norm_sum = 0;
       for (int seed = 0; seed < seeds; ++seed) {
         manual_seed(uint64_t(seed));
         auto head = build();
         const double loss = repro::fit(*head, f.train, f.images.train.labels, training, uint64_t(seed));
         acc.push_back(100 * repro::accuracy(*head, f.test, f.images.test.labels));
+        double norm = 0;
+        if (auto moe = std::dynamic_pointer_cast<nn::MuMoE>(std::shared_ptr<nn::Module>(head)))
+          for (int64_t e = 1; e < moe->levels(); ++e) norm += square(moe->gate(e).detach()).sum().item();
+        norm = std::sqrt(norm);
+        norm_sum += norm;
         runs.push_back({{"layer", label}, {"seed", seed}, {"accuracy", acc.back()}, {"final_train_loss", loss},
-                        {"params", head->num_parameters()}});
-        std::printf("  %-24s seed %d: test accuracy %.2f%%\n", label.c_str(), seed, acc.back());
+                        {"params", head->num_parameters()}, {"further_gate_norm", norm}});
+        std::printf("  %-32s seed %d: test accuracy %.2f%%, gates past level 1: norm %.3g\n", label.c_str(), seed,
+                    acc.back(), norm);
         std::fflush(stdout);
       }
-      return repro::mean_std(acc);
+      return Sweep{repro::mean_std(acc), norm_sum / seeds};
     };
+    // The paper's initialisation leaves levels past the first inert (identical experts,
+    // uniform coefficients: no gate gradient, identical expert updates; README, "Levels past
+    // the first start inert"). Each multi-level row is also trained with those gates drawn
+    // from N(0, kFurtherGateStd²), which lets them learn.
+    const double kFurtherGateStd = 0.01;
 
-    const repro::MeanStd linear = sweep("linear", [&] { return std::make_shared<nn::Linear>(in, 10); });
+    const repro::MeanStd linear = sweep("linear", [&] { return std::make_shared<nn::Linear>(in, 10); }).acc;
     std::vector<repro::Table> tables;
     json summary = json::array();
     for (MoEKind kind : {MoEKind::CP, MoEKind::TR}) {
@@ -126,26 +147,50 @@ int main(int argc, char** argv) {
       repro::Table t{std::string(cp ? "Table 10 (a) analog: hierarchical CPμMoE final layers (R = 128)"
                                     : "Table 10 (b) analog: hierarchical TRμMoE final layers (ranks 4, ..., 4, 128)") +
                          ", " + std::to_string(in) + " -> 10, frozen Fashion-MNIST features",
-                     {"levels", "experts", "total", "test acc. (%)", "paper val acc. (%)", "# params",
+                     {"levels", "experts", "total", "test acc. (%)", "further gates' norm",
+                      "test acc. (%), further gates N(0, 0.01²)", "their norm", "paper val acc. (%)", "# params",
                       "# params, 1 level", "# params, regular MoE"},
                      {}};
       for (const PaperRow& p : rows) {
         const std::string shape = shape_str(p.experts);
         const int64_t total = product(p.experts);
         const nn::MuMoEOptions o = head_options(kind, in, p.experts, rank);
-        const repro::MeanStd acc = sweep(std::string(cp ? "CPμMoE " : "TRμMoE ") + shape,
-                                         [&] { return std::make_shared<nn::MuMoE>(o); });
+        const std::string name = std::string(cp ? "CPμMoE " : "TRμMoE ") + shape;
+        const Sweep paper_init = sweep(name, [&] { return std::make_shared<nn::MuMoE>(o); });
+        const repro::MeanStd acc = paper_init.acc;
+        std::optional<Sweep> active;
+        if (p.experts.size() > 1)
+          active = sweep(name + " gates N(0,.01)", [&] {
+            auto m = std::make_shared<nn::MuMoE>(o);
+            for (int64_t e = 1; e < m->levels(); ++e) nn::init::normal_(m->gate(e), 0.0, kFurtherGateStd);
+            return m;
+          });
         const int64_t params = nn::MuMoE::count_parameters(o);
         const int64_t one = nn::MuMoE::count_parameters(head_options(kind, in, {total}, rank));
         const int64_t regular = nn::DenseMoE::count_parameters({in, 10, p.experts, true});
         const double paper_mean = cp ? p.cp_mean : p.tr_mean, paper_std = cp ? p.cp_std : p.tr_std;
+        auto norm_str = [](double v) {
+          char b[32];
+          std::snprintf(b, sizeof b, "%.2g", v);
+          return std::string(b);
+        };
+        const bool multi = active.has_value();
         t.rows.push_back({std::to_string(p.experts.size()), shape, std::to_string(total), repro::pm(acc, 2),
-                          repro::pm({paper_mean, paper_std}, 2), repro::with_commas(params), repro::with_commas(one),
-                          repro::with_commas(regular)});
-        summary.push_back({{"kind", cp ? "CP" : "TR"}, {"experts", p.experts}, {"total_experts", total},
-                           {"accuracy_mean", acc.mean}, {"accuracy_std", acc.std}, {"paper_accuracy_mean", paper_mean},
-                           {"paper_accuracy_std", paper_std}, {"params", params}, {"params_one_level", one},
-                           {"params_regular_moe", regular}});
+                          multi ? norm_str(paper_init.further_gate_norm) : "-", multi ? repro::pm(active->acc, 2) : "-",
+                          multi ? norm_str(active->further_gate_norm) : "-", repro::pm({paper_mean, paper_std}, 2),
+                          repro::with_commas(params), repro::with_commas(one), repro::with_commas(regular)});
+        json row = {{"kind", cp ? "CP" : "TR"}, {"experts", p.experts}, {"total_experts", total},
+                    {"accuracy_mean", acc.mean}, {"accuracy_std", acc.std},
+                    {"further_gate_norm", paper_init.further_gate_norm}};
+        if (multi) {
+          row["accuracy_further_gates_perturbed_mean"] = active->acc.mean;
+          row["accuracy_further_gates_perturbed_std"] = active->acc.std;
+          row["further_gate_norm_perturbed"] = active->further_gate_norm;
+        }
+        summary.push_back(row);
+        summary.back().update(json{{"paper_accuracy_mean", paper_mean},
+                                   {"paper_accuracy_std", paper_std}, {"params", params}, {"params_one_level", one},
+                                   {"params_regular_moe", regular}});
       }
       tables.push_back(t);
     }

@@ -172,7 +172,8 @@ TEST_CASE("μMoE blocks draw their factors from a private generator as from the 
   for (nn::MoEKind kind : {nn::MoEKind::CP, nn::MoEKind::TR, nn::MoEKind::Tucker, nn::MoEKind::Hadamard,
                            nn::MoEKind::Dense}) {
     auto opts = [kind] {
-      nn::MuMoEOptions o = nn::MuMoEOptions(6, 5).experts({4, 3}).kind(kind).rank(3);
+      nn::MuMoEOptions o = nn::MuMoEOptions(6, 5).experts({4, 3}).kind(kind);
+      if (kind == nn::MoEKind::CP) o.rank(3);
       if (kind == nn::MoEKind::TR) o.ranks({2, 2, 2, 3});
       if (kind == nn::MoEKind::Tucker) o.ranks({2, 2, 3, 3});
       return o;
