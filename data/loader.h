@@ -47,7 +47,8 @@ struct DataLoaderOptions {
 };
 
 // One epoch of (input, target) batches, read from the dataset one batch at a time as the
-// loop reaches it (an input range: iterate it once).
+// loop reaches it (iterating again reads the same batches again; the order was drawn
+// when batches() was called).
 class EpochBatches {
  public:
   class iterator {

@@ -21,15 +21,21 @@ endfunction()
 # With -DBUILD_FETCHCONTENT=ON (the slow test_fetchcontent_build): only build and run the
 # FetchContent project, which compiles the whole library as part of a user's build (with
 # the default options, the same compile commands as this build's, so ccache serves most).
-if(BUILD_FETCHCONTENT)
-  set(user ${WORK_DIR}/fetchcontent_build)
-  run("configuring the FetchContent project" ${CMAKE_COMMAND} -S ${CMAKE_CURRENT_LIST_DIR}/fetchcontent -B ${user}
-      -DMUMOE_SOURCE_DIR=${MUMOE_SOURCE_DIR} -DCMAKE_CXX_COMPILER=${CXX} -DCMAKE_BUILD_TYPE=Release)
-  run("building the FetchContent project" ${CMAKE_COMMAND} --build ${user} -j2)
-  run("running the FetchContent project" ${user}/fetches_mumoe)
+# Configures, builds and runs the user's project tests/install/<form> (its program is
+# named <program>) in WORK_DIR/<dir>, with the extra configure arguments given.
+function(build_and_run form dir program)
+  set(user ${WORK_DIR}/${dir})
+  run("configuring the ${form} project" ${CMAKE_COMMAND} -S ${CMAKE_CURRENT_FUNCTION_LIST_DIR}/${form} -B ${user}
+      -DCMAKE_CXX_COMPILER=${CXX} -DCMAKE_BUILD_TYPE=Release ${ARGN})
+  run("building the ${form} project" ${CMAKE_COMMAND} --build ${user} -j2)
+  run("running the ${form} project" ${user}/${program})
   if(NOT last_output MATCHES "uses_mumoe: ok")
-    message(FATAL_ERROR "fetches_mumoe printed: ${last_output}")
+    message(FATAL_ERROR "${program} printed: ${last_output}")
   endif()
+endfunction()
+
+if(BUILD_FETCHCONTENT)
+  build_and_run(fetchcontent fetchcontent_build fetches_mumoe -DMUMOE_SOURCE_DIR=${MUMOE_SOURCE_DIR})
   message(STATUS "FetchContent(mumoe): built and ran a program")
   return()
 endif()
@@ -45,14 +51,7 @@ if(NOT configs)
   message(FATAL_ERROR "the install holds no mumoeConfig.cmake")
 endif()
 
-set(user ${WORK_DIR}/find_package)
-run("configuring the find_package project" ${CMAKE_COMMAND} -S ${CMAKE_CURRENT_LIST_DIR}/find_package -B ${user}
-    -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_CXX_COMPILER=${CXX} -DCMAKE_BUILD_TYPE=Release)
-run("building the find_package project" ${CMAKE_COMMAND} --build ${user} -j2)
-run("running the find_package project" ${user}/uses_mumoe)
-if(NOT last_output MATCHES "uses_mumoe: ok")
-  message(FATAL_ERROR "uses_mumoe printed: ${last_output}")
-endif()
+build_and_run(find_package find_package uses_mumoe -DCMAKE_PREFIX_PATH=${prefix})
 
 run("configuring the add_subdirectory project" ${CMAKE_COMMAND} -S ${CMAKE_CURRENT_LIST_DIR}/add_subdirectory
     -B ${WORK_DIR}/add_subdirectory -DMUMOE_SOURCE_DIR=${MUMOE_SOURCE_DIR} -DCMAKE_CXX_COMPILER=${CXX}
