@@ -25,7 +25,6 @@
 
 #include "experiments/frozen_backbone.h"
 #include "experiments/repro.h"
-#include "nn/init.h"
 #include "nn/mumoe_block.h"
 
 using namespace mu;
@@ -161,9 +160,7 @@ int main(int argc, char** argv) {
         std::optional<Sweep> active;
         if (p.experts.size() > 1)
           active = sweep(name + " gates N(0,.01)", [&] {
-            auto m = std::make_shared<nn::MuMoE>(o);
-            for (int64_t e = 1; e < m->levels(); ++e) nn::init::normal_(m->gate(e), 0.0, kFurtherGateStd);
-            return m;
+            return std::make_shared<nn::MuMoE>(nn::MuMoEOptions(o).further_gate_std(kFurtherGateStd));
           });
         const int64_t params = nn::MuMoE::count_parameters(o);
         const int64_t one = nn::MuMoE::count_parameters(head_options(kind, in, {total}, rank));

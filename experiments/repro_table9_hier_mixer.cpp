@@ -12,6 +12,8 @@
 //
 //   repro_table9_hier_mixer [--scale smoke|local|paper] [--out-dir DIR] [--seeds N] [--epochs E]
 //                           [--table3 repro_results/repro_table3_mixer/table3_mixer.json]
+//                           [--further-gate-std S]   (the second level's gates ~ N(0, S²): under the
+//                                                     paper's zeros that level never learns)
 //
 // Runs go to <out-dir>/runs/<model>-seed<k> (train_mixer's checkpoint and metrics); a
 // finished run is not repeated.
@@ -41,6 +43,11 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_option("--table3", table3, "repro_table3_mixer's results JSON, for the MLP and one-level rows")
       ->capture_default_str();
+  double further_gate_std = 0;
+  app.add_option("--further-gate-std", further_gate_std,
+                 "Draw the second level's gates from N(0, s^2) (0: zeros, the paper's, under which that level never "
+                 "learns); such runs are kept apart from the paper-initialised ones")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
   CLI11_PARSE(app, argc, argv);
 
   if (common.scale == repro::Scale::Paper) {
@@ -103,9 +110,14 @@ int main(int argc, char** argv) {
       models::MixerConfig c = cfg;
       c.token_block = c.channel_block = cp ? models::MixerMlp::CPMuMoE : models::MixerMlp::TRMuMoE;
       c.expert_levels = {2};
-      const std::string flag = cp ? "cp2" : "tr2";
+      c.further_gate_std = further_gate_std;
+      const std::string flag = std::string(cp ? "cp2" : "tr2") + (further_gate_std > 0 ? "-gates" : "");
       std::vector<std::string> args = {trainer, "--mlp", cp ? "cp" : "tr", "--expert-levels", "2",
                                        "--checkpoint-every", "0", "--no-progress"};
+      if (further_gate_std > 0) {
+        args.push_back("--further-gate-std");
+        args.push_back(std::to_string(further_gate_std));
+      }
       args.insert(args.end(), size_flags.begin(), size_flags.end());
       const repro::Sweep sweep = repro::seed_sweep(common, flag, r.name + " 64x2", seeds, args, "test_acc");
       std::vector<double> accs;
@@ -141,6 +153,7 @@ int main(int argc, char** argv) {
     repro::save_results(common, "table9_hier_mixer.json",
                         {{"program", "repro_table9_hier_mixer"}, {"scale", repro::scale_name(common.scale)},
                          {"seeds", seeds}, {"epochs", epochs}, {"table3", have_t3 ? table3 : ""},
+                         {"further_gate_std", further_gate_std},
                          {"rows", out_rows}, {"tables", json::array({t.to_json()})}});
   } catch (const std::exception& e) {
     std::fprintf(stderr, "repro_table9_hier_mixer: %s\n", e.what());

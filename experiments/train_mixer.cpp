@@ -105,6 +105,10 @@ int main(int argc, char** argv) {
   std::vector<int64_t> expert_levels;
   app.add_option("--expert-levels", expert_levels, "Further expert levels of every μMoE block, comma-separated (a "
                  "hierarchical μMoE: '2' gives --experts x 2 experts)")->delimiter(',')->check(CLI::PositiveNumber);
+  double further_gate_std = 0;
+  app.add_option("--further-gate-std", further_gate_std, "Draw the gates of the further expert levels from N(0, s^2) "
+                 "(0: zeros, the paper's; those levels then never learn)")->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   app.add_flag("--channel-only", channel_only, "μMoE in the channel-mixing blocks only (token mixing stays dense)");
   std::string image_arrays;
   int64_t image_size = 0, ra_ops = 2, ra_magnitude = 9;
@@ -157,6 +161,7 @@ int main(int argc, char** argv) {
     cfg.stochastic_depth = stochastic_depth;
     cfg.experts = f.experts;
     cfg.expert_levels = expert_levels;
+    cfg.further_gate_std = further_gate_std;
     const models::MixerMlp kind = f.mlp == "cp"   ? models::MixerMlp::CPMuMoE
                                   : f.mlp == "tr" ? models::MixerMlp::TRMuMoE
                                                   : models::MixerMlp::MLP;

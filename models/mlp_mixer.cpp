@@ -83,7 +83,7 @@ nn::MuMoEOptions MixerConfig::moe_options(MixerMlp kind, int64_t d, int64_t h) c
   nn::MuMoEOptions o(d, d);
   std::vector<int64_t> levels = {experts};
   levels.insert(levels.end(), expert_levels.begin(), expert_levels.end());
-  o.hidden(h).experts(levels).gate_norm(gate_norm).input_norm(moe_input_norm);
+  o.hidden(h).experts(levels).gate_norm(gate_norm).input_norm(moe_input_norm).further_gate_std(further_gate_std);
   std::vector<int64_t> tr_ranks(levels.size() + 1, 4);  // R_1 .. R_{E+1}
   tr_ranks.push_back(rank_rule(tr_rank_ratio, d));
   switch (kind) {

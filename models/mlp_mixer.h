@@ -62,6 +62,9 @@ struct MixerConfig {
   // paper's Table 9 uses {2}); empty: one level of `experts`. TR blocks take rank 4 around
   // each further level (as the paper's hierarchical counts), the last rank by the rule.
   std::vector<int64_t> expert_levels;
+  // The gates of those further levels drawn from N(0, further_gate_std²) (0: zeros, the
+  // paper's, under which those levels never learn: nn::MuMoEOptions::further_gate_std).
+  double further_gate_std = 0.0;
   nn::GateNorm gate_norm = nn::GateNorm::BatchNorm;
   double cp_rank_ratio = 0.75;
   double tr_rank_ratio = 0.19;

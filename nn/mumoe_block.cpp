@@ -1,6 +1,7 @@
 #include "nn/mumoe_block.h"
 
 #include "nn/entmax.h"
+#include "nn/init.h"
 #include "ops/ops.h"
 #include "tensor/checked.h"
 #include "tensor/option_checks.h"
@@ -81,6 +82,8 @@ void MuMoEOptions::validate() const {
   MU_CHECK(gate_eps_ >= 0 && std::isfinite(gate_eps_), "MuMoE: gate_eps must be a finite non-negative number, got ",
            gate_eps_);
   if (gate_momentum_) check_unit_interval("MuMoE", "gate_momentum", *gate_momentum_);
+  MU_CHECK(further_gate_std_ >= 0 && std::isfinite(further_gate_std_),
+           "MuMoE: further_gate_std must be a finite non-negative number, got ", further_gate_std_);
   const int64_t E = int64_t(experts_.size());
   // .rank(R) is a shorthand (CP's rank; TR's and TT's last rank, the others 4); .ranks()
   // lists them all. Both at once would leave one silently unused.
@@ -181,6 +184,9 @@ MuMoE::MuMoE(const MuMoEOptions& options) : UnaryModule("MuMoE"), options_(optio
     input_norm_ = register_module("input_norm", std::make_shared<LayerNorm>(LayerNormOptions({options_.in()})));
   for (int64_t l = 0; l < options_.num_layers(); ++l)
     layers_.push_back(register_module("layer" + std::to_string(l + 1), make_mumoe_layer(options_, options_.layer_shape(l))));
+  // After the factors, so that they are the same draws with and without it.
+  if (options_.further_gate_std() > 0)
+    for (int64_t e = 1; e < E; ++e) init::normal_(gates_[size_t(e)], 0.0, options_.further_gate_std(), options_.generator());
 }
 
 std::vector<Tensor> MuMoE::coefficients(const Tensor& x) {
@@ -269,7 +275,9 @@ std::string MuMoE::extra_repr() const {
   return detail::str("in=", options_.in(), ", out=", options_.out(), ", hidden=", options_.hidden(),
                      ", experts=", ex, ", kind=", to_string(options_.kind()), r,
                      ", gate_norm=", to_string(options_.gate_norm()), ", activation=",
-                     to_string(options_.activation()), ", input_norm=", options_.input_norm() ? "true" : "false");
+                     to_string(options_.activation()), ", input_norm=", options_.input_norm() ? "true" : "false",
+                     options_.further_gate_std() > 0 ? detail::str(", further_gate_std=", options_.further_gate_std())
+                                                     : std::string());
 }
 
 }  // namespace mu::nn

@@ -62,6 +62,12 @@ struct MuMoEOptions {
   MuMoEOptions& hidden(int64_t h) { hidden_ = h; return *this; }
   // "none" (exact GELU, as torch_reference.py's block) or "tanh".
   MuMoEOptions& gelu_approximate(std::string a) { gelu_approximate_ = std::move(a); return *this; }
+  // Standard deviation of a normal draw for the gates of levels past the first (0: zeros,
+  // the paper's). With the paper's initialisation those levels start with identical experts
+  // and uniform coefficients, get no gate gradient and identical expert updates, and so
+  // never learn; a small value (0.01) lets them. Drawn after the factors, from generator().
+  MuMoEOptions& further_gate_std(double s) { further_gate_std_ = s; return *this; }
+  double further_gate_std() const { return further_gate_std_; }
   // The generator the layers' factors are drawn from (null: the global one). Not owned.
   MuMoEOptions& generator(Generator* g) { generator_ = g; return *this; }
   Generator* generator() const { return generator_; }
@@ -107,6 +113,7 @@ struct MuMoEOptions {
   bool input_norm_ = false;
   int64_t hidden_ = 0;
   std::string gelu_approximate_ = "none";
+  double further_gate_std_ = 0.0;
   Generator* generator_ = nullptr;
 };
 

@@ -654,9 +654,9 @@ TEST_CASE("under the paper's initialisation a second level stays inert unless it
     for (MoEKind kind : {MoEKind::CP, MoEKind::TR}) {
       CAPTURE(perturb);
       manual_seed(21);
-      nn::MuMoE block(nn::MuMoEOptions(6, 3).experts({5, 3}).kind(kind).rank(4).gate_norm(nn::GateNorm::BatchNorm));
+      nn::MuMoE block(nn::MuMoEOptions(6, 3).experts({5, 3}).kind(kind).rank(4).gate_norm(nn::GateNorm::BatchNorm)
+                          .further_gate_std(perturb ? 0.01 : 0.0));
       block.to(kFloat64);  // in float32, rounding alone breaks the tie slowly
-      if (perturb) nn::init::normal_(block.gate(1), 0.0, 0.01);
       optim::SGD opt(block.parameters(), optim::SGDOptions(0.1));
       const Tensor x = randn({16, 6}, kFloat64);
       double g0 = 0, g1 = 0;
@@ -669,9 +669,29 @@ TEST_CASE("under the paper's initialisation a second level stays inert unless it
         opt.step();
       }
       CHECK(g0 > 1e-3);  // level 0's experts differ from the start
+      CHECK(block.gate(0).abs().max().item() > 0);   // level 0's gate has moved,
+      if (!perturb) CHECK(block.gate(1).abs().max().item() < 1e-12);  // level 1's has not
       if (perturb) CHECK(g1 > 1e-4 * g0);
       else CHECK(g1 < 1e-8 * g0);  // zero up to rounding
     }
+}
+
+TEST_CASE("further_gate_std draws the gates past level 0 after the factors, from the options' generator") {
+  auto o = [] { return nn::MuMoEOptions(6, 3).experts({5, 3, 2}).kind(MoEKind::CP).rank(4); };
+  Generator g1(8), g2(8);
+  nn::MuMoE plain(o().generator(&g1)), drawn(o().generator(&g2).further_gate_std(0.5));
+  // The factors are the same draws; gate 0 stays zero; gates 1 and 2 hold 30 samples of
+  // N(0, 0.5²), whose standard deviation lies in a loose band around 0.5.
+  for (int64_t l = 0; l < plain.num_layers(); ++l)
+    for (size_t f = 0; f < plain.layer(l)->factors().size(); ++f)
+      CHECK(max_abs_diff(plain.layer(l)->factors()[f].param, drawn.layer(l)->factors()[f].param) == 0.0);
+  CHECK(drawn.gate(0).abs().max().item() == 0.0);
+  const Tensor both = cat({drawn.gate(1).flatten(), drawn.gate(2).flatten()}, 0);
+  const double sd = mu::std(both).item();
+  CHECK(sd > 0.3);
+  CHECK(sd < 0.7);
+  CHECK(drawn.str().find("further_gate_std=0.5") != std::string::npos);
+  CHECK_THROWS_MU(nn::MuMoE(o().further_gate_std(-1)), "further_gate_std must be a finite non-negative number, got -1");
 }
 
 TEST_CASE("rank conventions of TR, TT and Tucker with two expert levels, as the README states them") {

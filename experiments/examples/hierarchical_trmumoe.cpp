@@ -54,17 +54,17 @@ int main(int argc, char** argv) {
     // with E = 2 levels takes E + 2 = 4 ranks (R_1, R_2, R_3, R_4): cores U1 (R_1, 16, R_2),
     // U2 (R_2, 4, R_3), U_in (R_3, 785, R_4), U_out (R_4, 10, R_1); R_1 closes the ring.
     // .rank(64) alone would mean (4, 4, 4, 64); TT takes E + 1 ranks (R_1 = 1), Tucker E + 2.
+    // further_gate_std: the paper's initialisation draws the first level's expert slices
+    // around one matrix with noise (σ = 1) and repeats it exactly on further levels (σ = 0),
+    // with every gate at zero. Level 1 would then start with 4 identical experts and uniform
+    // coefficients, get no gate gradient and identical expert updates, and stay inert for
+    // the whole run. Small random values in its gate break the tie.
     auto model = std::make_shared<nn::MuMoE>(nn::MuMoEOptions(784, 10)
                                                  .experts({16, 4})
                                                  .kind(nn::MoEKind::TR)
                                                  .ranks({4, 4, 4, 64})
-                                                 .gate_norm(nn::GateNorm::BatchNorm));
-    // The paper's initialisation draws the first level's expert slices around one matrix
-    // with noise (σ = 1) and repeats it exactly on further levels (σ = 0), with every gate
-    // at zero. Level 1 then starts with 4 identical experts and uniform coefficients, so its
-    // gate's gradient is exactly zero and its experts get identical updates: it would stay
-    // inert for the whole run. Small random values in its gate break the tie.
-    nn::init::normal_(model->gate(1), 0.0, 0.01);
+                                                 .gate_norm(nn::GateNorm::BatchNorm)
+                                                 .further_gate_std(0.01));
     std::printf("%s", model->str().c_str());
 
     // ---- optimiser, loader and schedule
