@@ -8,15 +8,20 @@
 
 namespace mu::data {
 
-// The indices of one get() call, checked against the dataset's size so that an error
-// names the dataset rather than the index_select inside it. Returns them as 1-D.
-static Tensor checked_indices(const Tensor& indices, int64_t size, const char* what) {
-  MU_CHECK(indices.defined(), what, "::get: the indices are an undefined tensor");
-  MU_CHECK(indices.dtype() == kInt64, what, "::get: indices must be int64, got ", dtype_name(indices.dtype()));
-  MU_CHECK(indices.dim() <= 1, what, "::get: indices must be 0-D or 1-D, got shape ", shape_str(indices.shape()));
-  const Tensor flat = indices.reshape({-1});
+// Every index in [0, size), checked here so that an error names the dataset (`what`, and
+// `of`: "a dataset", "a base dataset") rather than the index_select inside it.
+static void check_range(const Tensor& flat, int64_t size, const char* what, const char* of) {
   for (int64_t i : flat.to_vector<int64_t>())
-    MU_CHECK(i >= 0 && i < size, what, "::get: index ", i, " is out of range for a dataset of ", size, " examples");
+    MU_CHECK(i >= 0 && i < size, what, ": index ", i, " is out of range for ", of, " of ", size, " examples");
+}
+
+// The indices of one get() call (int64, 0-D or 1-D), range-checked, as 1-D.
+static Tensor checked_indices(const Tensor& indices, int64_t size, const char* what) {
+  MU_CHECK(indices.defined(), what, ": the indices are an undefined tensor");
+  MU_CHECK(indices.dtype() == kInt64, what, ": indices must be int64, got ", dtype_name(indices.dtype()));
+  MU_CHECK(indices.dim() <= 1, what, ": indices must be 0-D or 1-D, got shape ", shape_str(indices.shape()));
+  const Tensor flat = indices.reshape({-1});
+  check_range(flat, size, what, "a dataset");
   return flat;
 }
 
@@ -30,7 +35,7 @@ TensorDataset::TensorDataset(Tensor inputs, Tensor targets) : inputs_(std::move(
 }
 
 Batch TensorDataset::get(const Tensor& indices) const {
-  const Tensor i = checked_indices(indices, size(), "TensorDataset");
+  const Tensor i = checked_indices(indices, size(), "TensorDataset::get");
   return {index_select(inputs_, 0, i.to(inputs_.device())), index_select(targets_, 0, i.to(targets_.device()))};
 }
 
@@ -39,13 +44,11 @@ Subset::Subset(std::shared_ptr<const Dataset> base, Tensor indices) : base_(std:
   MU_CHECK(indices_.defined() && indices_.dtype() == kInt64 && indices_.dim() == 1,
            "Subset: indices must be a 1-D int64 tensor, got ", indices_.describe());
   indices_ = indices_.cpu().contiguous();
-  const int64_t n = base_->size();
-  for (int64_t i : indices_.to_vector<int64_t>())
-    MU_CHECK(i >= 0 && i < n, "Subset: index ", i, " is out of range for a base dataset of ", n, " examples");
+  check_range(indices_, base_->size(), "Subset", "a base dataset");
 }
 
 Batch Subset::get(const Tensor& indices) const {
-  return base_->get(index_select(indices_, 0, checked_indices(indices, size(), "Subset").cpu()));
+  return base_->get(index_select(indices_, 0, checked_indices(indices, size(), "Subset::get").cpu()));
 }
 
 // The subsets' sizes: `lengths` as given when they are whole numbers summing to n, or
