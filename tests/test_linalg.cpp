@@ -188,6 +188,17 @@ void gemm_sweep() {
       check_gemm<T>(batch, 2, 3, 4, Layout::RowMajor, Layout::RowMajor, false, false, false, rng);
     }
     check_gemm<T>(64, 70, 40, 50, Layout::RowMajor, Layout::Transposed, false, false, false, rng);
+    // Depths of 1 to 8 (the broadcast-once path): rows in blocks of 4, 2 and 1, a partial
+    // last vector of columns, every layout of A and B, accumulating, with a bias; a tall
+    // product the threads split by rows; a tensor ring's chain, many 4 x 4 by 4 x 149
+    // products handed to the threads in runs, with A transposed as in its gradient.
+    for (int64_t K = 1; K <= 8; ++K)
+      for (Layout la : {Layout::RowMajor, Layout::Transposed, Layout::Strided})
+        for (Layout lb : {Layout::RowMajor, Layout::Transposed, Layout::Strided})
+          check_gemm<T>(1, 7, 45, K, la, lb, false, false, la == lb, rng, la == Layout::RowMajor && !(la == lb));
+    check_gemm<T>(1, 3000, 37, 6, Layout::Transposed, Layout::RowMajor, false, false, false, rng, true);
+    check_gemm<T>(300, 4, 149, 4, Layout::RowMajor, Layout::RowMajor, false, false, false, rng);
+    check_gemm<T>(300, 4, 149, 4, Layout::Transposed, Layout::RowMajor, false, false, true, rng);
   }
 }
 
@@ -202,7 +213,7 @@ TEST_CASE("gemm float64 matches a brute-force product over sizes, layouts and ba
 TEST_CASE("gemm results are bit-identical on 1 and 4 threads") {
   std::mt19937 rng(7);
   struct Dims { int64_t M, N, K; };
-  for (Dims d : {Dims{64, 49, 4100}, Dims{200, 150, 400}, Dims{33, 65, 47}}) {
+  for (Dims d : {Dims{64, 49, 4100}, Dims{200, 150, 400}, Dims{33, 65, 47}, Dims{3000, 37, 6}}) {
     INFO("M " << d.M << " N " << d.N << " K " << d.K);
     Operand<float> A = make_operand<float>(1, d.M, d.K, Layout::Transposed, false, rng);
     Operand<float> B = make_operand<float>(1, d.K, d.N, Layout::RowMajor, false, rng);

@@ -11,6 +11,8 @@
 #include <utility>
 #include <vector>
 
+#include "ops/profile.h"
+
 namespace mu::bench {
 
 // "--name value" pairs. --reps and --warmup always; the program's own options are
@@ -60,9 +62,12 @@ struct Timing {
   double median_ms = 0, min_ms = 0, max_ms = 0;
 };
 
+// Under MUMOE_PROFILE (ops/profile.h) the kernel table covers the timed steps only: the
+// warm-up's first-touch page faults and one-off setup would otherwise inflate every row.
 template <class F>
 Timing time_it(F&& step, int reps, int warmup) {
   for (int i = 0; i < warmup; ++i) step();
+  if (profile::enabled()) profile::reset();
   std::vector<double> ms;
   for (int i = 0; i < reps; ++i) {
     auto t0 = std::chrono::steady_clock::now();

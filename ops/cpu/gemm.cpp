@@ -64,6 +64,8 @@ struct Tile {
 // Below this many flops (2 M N K summed over the batch) one thread does the whole product:
 // starting a team costs more than it saves.
 constexpr double kParallelFlops = 1 << 20;
+// Whole products of a batch go to threads in runs of at least this many flops.
+constexpr double kTinyRun = 1 << 18;
 
 // ---------------------------------------------------------------- scratch buffers
 
@@ -607,6 +609,73 @@ void small_row_range(int64_t i0, int64_t i1, int64_t N, int64_t K, const T* A, i
     small_rows<T, 1>(N, K, A + i * a_rs, a_rs, a_cs, B, b_rs, tail, C + i * c_rs, c_rs, c_cs, accumulate, bias);
 }
 
+// R rows of C = or += R rows of A · B for a depth of KK (compile-time, at most
+// kTinyDepth), B row-major: the R x KK values of A are broadcast once, then each vector
+// of columns takes KK loads of B and R x KK multiply-adds. small_rows, with the depth a
+// runtime loop, spent more on setting up its unrolled loop than on the arithmetic at
+// these depths (a tensor ring's chain, 2048 products of 4 x 4 by 4 x 149: 0.8 ms on one
+// thread, over 1500 cycles a product). The last, partial vector reads `tail`, the
+// zero-padded copy of the last columns with row stride W.
+template <class T, int R, int KK>
+void tiny_depth_rows(int64_t N, const T* A, int64_t a_rs, int64_t a_cs, const T* B, int64_t b_rs, const T* tail,
+                     T* C, int64_t c_rs, int64_t c_cs, bool accumulate, const T* bias) {
+  using V = typename Vec<T>::type;
+  constexpr int W = Vec<T>::width;
+  V a[R][KK];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+    for (int k = 0; k < KK; ++k) a[r][k] = splat(A[r * a_rs + k * a_cs]);
+  for (int64_t j = 0; j < N; j += W) {
+    const int64_t n = std::min<int64_t>(W, N - j);
+    const T* b = n == W ? B + j : tail;
+    const int64_t bs = n == W ? b_rs : W;
+    V acc[R] = {};
+#pragma GCC unroll 8
+    for (int k = 0; k < KK; ++k) {
+      V bv;
+      __builtin_memcpy(&bv, b + k * bs, sizeof(V));
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) acc[r] += a[r][k] * bv;
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) store_small<T>(C + r * c_rs + j * c_cs, c_cs, j, n, acc[r], accumulate, bias);
+  }
+}
+
+// Depths up to this take tiny_depth_rows.
+constexpr int64_t kTinyDepth = 8;
+
+// Rows [i0, i1) of C = or += A · B for a depth KK: blocks of 4 rows, then 2, 1.
+template <class T, int KK>
+void tiny_depth_range(int64_t i0, int64_t i1, int64_t N, const T* A, int64_t a_rs, int64_t a_cs, const T* B,
+                      int64_t b_rs, const T* tail, T* C, int64_t c_rs, int64_t c_cs, bool accumulate, const T* bias) {
+  int64_t i = i0;
+  for (; i + 4 <= i1; i += 4)
+    tiny_depth_rows<T, 4, KK>(N, A + i * a_rs, a_rs, a_cs, B, b_rs, tail, C + i * c_rs, c_rs, c_cs, accumulate, bias);
+  if (i + 2 <= i1) {
+    tiny_depth_rows<T, 2, KK>(N, A + i * a_rs, a_rs, a_cs, B, b_rs, tail, C + i * c_rs, c_rs, c_cs, accumulate, bias);
+    i += 2;
+  }
+  if (i < i1)
+    tiny_depth_rows<T, 1, KK>(N, A + i * a_rs, a_rs, a_cs, B, b_rs, tail, C + i * c_rs, c_rs, c_cs, accumulate, bias);
+}
+
+// The same with the depth K (1 <= K <= kTinyDepth) picked at run time.
+template <class T>
+void tiny_depth_range(int64_t K, int64_t i0, int64_t i1, int64_t N, const T* A, int64_t a_rs, int64_t a_cs,
+                      const T* B, int64_t b_rs, const T* tail, T* C, int64_t c_rs, int64_t c_cs, bool accumulate,
+                      const T* bias) {
+  switch (K) {
+#define MU_TINY_DEPTH(KK) \
+  case KK: return tiny_depth_range<T, KK>(i0, i1, N, A, a_rs, a_cs, B, b_rs, tail, C, c_rs, c_cs, accumulate, bias);
+    MU_TINY_DEPTH(1) MU_TINY_DEPTH(2) MU_TINY_DEPTH(3) MU_TINY_DEPTH(4)
+    MU_TINY_DEPTH(5) MU_TINY_DEPTH(6) MU_TINY_DEPTH(7) MU_TINY_DEPTH(8)
+#undef MU_TINY_DEPTH
+  }
+  MU_FAIL("gemm: tiny_depth_range called with depth ", K, " outside [1, ", kTinyDepth, "]");
+}
+
 // C = or += A · B without packing, for products whose B fits in L2 (see gemm_one). B is
 // copied to row-major form first unless it already is.
 template <class T>
@@ -625,6 +694,13 @@ void gemm_small(int64_t M, int64_t N, int64_t K, const T* A, int64_t a_rs, int64
   if (full < N) {
     tail = packed_a_buffer<T>(K * W);
     for (int64_t k = 0; k < K; ++k) copy_padded<W>(tail + k * W, B + k * b_rs + full, N - full);
+  }
+  if (K <= kTinyDepth) {  // threads take contiguous ranges of 4-row blocks
+    split_range((M + 3) / 4, nt, [&](int64_t b0, int64_t b1) {
+      tiny_depth_range<T>(K, std::min(M, b0 * 4), std::min(M, b1 * 4), N, A, a_rs, a_cs, B, b_rs, tail, C, c_rs, c_cs,
+                          accumulate, bias);
+    });
+    return;
   }
   // Threads take contiguous ranges of row blocks.
   split_range((M + kSmallRows - 1) / kSmallRows, nt, [&](int64_t b0, int64_t b1) {
@@ -650,8 +726,8 @@ template <class T>
 void gemm_one(int64_t M, int64_t N, int64_t K, const T* A, int64_t a_rs, int64_t a_cs, const T* B, int64_t b_rs,
               int64_t b_cs, T* C, int64_t c_rs, int64_t c_cs, bool accumulate, int nt, const T* bias) {
   const double work = double(M) * double(N) * double(K);
-  const bool small =
-      (work <= kSmallWork && double(K) * double(N) * sizeof(T) <= kSmallBBytes && b_cs == 1) || work <= kTinyWork;
+  const bool small = (work <= kSmallWork && double(K) * double(N) * sizeof(T) <= kSmallBBytes && b_cs == 1) ||
+                     work <= kTinyWork || (K <= kTinyDepth && double(K) * double(N) * sizeof(T) <= kSmallBBytes);
   if (bias != nullptr && (N == 1 || M == 1 || (!small && deep_product(M, N, K)))) {
     fill_bias_rows(M, N, bias, C, c_rs, c_cs);
     accumulate = true;
@@ -693,8 +769,14 @@ void gemm_native(int64_t batch, int64_t M, int64_t N, int64_t K, MatrixRef<const
   };
   // Enough products to share out evenly: whole products per thread, no synchronisation.
   if (nt > 1 && batch >= nt && (batch % nt == 0 || batch >= 4 * nt)) {
+    // Products handed out one at a time, so that a thread slowed by another process takes
+    // fewer; tiny ones in runs of about kTinyRun flops each, since taking a product off the
+    // shared counter costs more than a 4 x 4 x 149 product (a tensor ring's chain).
+    const double flops = 2.0 * double(M) * double(N) * double(K);
+    const int64_t run = std::clamp<int64_t>(int64_t(kTinyRun / flops), 1, std::max<int64_t>(1, batch / (8 * nt)));
 #pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
-    for (int64_t b = 0; b < batch; ++b) one(b, 1);
+    for (int64_t r0 = 0; r0 < batch; r0 += run)
+      for (int64_t b = r0; b < std::min(batch, r0 + run); ++b) one(b, 1);
     return;
   }
   for (int64_t b = 0; b < batch; ++b) one(b, nt);
