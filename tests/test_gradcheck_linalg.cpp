@@ -67,9 +67,15 @@ TEST_CASE("gradcheck: matmul with matrices and batches") {
     check_all_backends(dev, mmf, {r({3, 5}), r({5, 4})});
     check_all_backends(dev, mmf, {r({2, 3, 5}), r({2, 5, 4})});        // equal batches
     check_all_backends(dev, mmf, {r({2, 2, 3, 5}), r({5, 4})});        // batch · matrix (rows folded)
-    check_all_backends(dev, mmf, {r({3, 5}), r({2, 5, 4})});           // matrix · batch (expanded)
     check_all_backends(dev, mmf, {r({2, 1, 3, 4}), r({3, 4, 2})});     // broadcast batch dims
+    // One side a single matrix shared by the other's batch (expanded, its gradient summed
+    // over the batch): on the left, with and without leading 1s, over 11 products and
+    // 2-D batches; on the right.
+    check_all_backends(dev, mmf, {r({3, 5}), r({2, 5, 4})});
     check_all_backends(dev, mmf, {r({1, 3, 4}), r({2, 1, 4, 2})});
+    check_all_backends(dev, mmf, {r({3, 5}), r({11, 5, 4})});
+    check_all_backends(dev, mmf, {r({1, 1, 3, 5}), r({2, 3, 5, 2})});
+    check_all_backends(dev, mmf, {r({11, 3, 5}), r({1, 5, 4})});
   }
 }
 
