@@ -16,7 +16,7 @@
 // d d_ff + K d; the MoEs, d N_E (selection) + 2 K G d.
 //
 //   smoke: 2 layers of width 64, context 32, 10 steps, 2 seeds, five of the models (seconds)
-//   local: 200 steps of 8 windows, 3 seeds, every model (about 34 minutes on 2 cores)
+//   local: 200 steps of 8 windows, 3 seeds, every model (15 minutes on 2 Zen 5 cores)
 //   paper: WikiText-103 / Enwik8 at 41M-262M parameters: says what it needs and stops
 //
 //   repro_sigma_moe [--scale smoke|local|paper] [--out-dir DIR] [--seeds N] [--steps S]
