@@ -223,6 +223,35 @@ TEST_CASE("transposed operands: copies and binary ops element by element, tiles 
     }
 }
 
+TEST_CASE("permuted copies with a short innermost dim, and a unary op on them, element by element") {
+  // A tensor-ring core's layouts: (P, Q, 4) from a (4, P, Q) tensor permuted, whose short
+  // innermost dim the CPU walks as an outer one (ops/cpu/loops.h), into a dense and into
+  // a permuted destination; sizes on both sides of the thread split.
+  for (Device dev : test_devices())
+    for (const Shape& s : std::vector<Shape>{{4, 9, 11}, {4, 149, 300}, {3, 2, 40}}) {
+      INFO(dev.str() << " " << shape_str(s));
+      manual_seed(9);
+      const int64_t A = s[0], P = s[1], Q = s[2];
+      Tensor x = randn({A, P, Q}, kFloat64);
+      Tensor xp = on(x, dev).permute({1, 2, 0});  // (P, Q, A), element (p, q, a) = x[a, p, q]
+      std::vector<double> copied = xp.contiguous().cpu().to_vector<double>();
+      std::vector<double> squared = square(xp).cpu().to_vector<double>();
+      Tensor into = on(zeros({A, P, Q}, kFloat64), dev);
+      into.permute({1, 2, 0}).copy_(on(x.permute({1, 2, 0}).contiguous(), dev));  // a permuted destination
+      std::vector<double> xv = x.to_vector<double>(), iv = into.cpu().to_vector<double>();
+      int64_t wrong = 0;
+      for (int64_t p = 0; p < P; ++p)
+        for (int64_t q = 0; q < Q; ++q)
+          for (int64_t a = 0; a < A; ++a) {
+            const size_t o = size_t((p * Q + q) * A + a), src = size_t((a * P + p) * Q + q);
+            wrong += copied[o] != xv[src];
+            wrong += squared[o] != xv[src] * xv[src];
+            wrong += iv[src] != xv[src];
+          }
+      CHECK(wrong == 0);
+    }
+}
+
 TEST_CASE("maximum and minimum, with NaN propagating") {
   for (Device dev : test_devices()) {
     INFO(dev.str());
