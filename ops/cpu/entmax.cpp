@@ -244,24 +244,69 @@ void entmax_bisect_line(const T* xl, T* yl, int64_t n, int64_t st, double alpha,
   for (int64_t j = 0; j < n; ++j) yl[j * st] = T(p((double(xl[j * st]) - m) * (alpha - 1) - tau) / sum);
 }
 
+// q = p^e on the support (p > 0) and 0 off it (NaN included), e = 2 - α: the common
+// exponents spelled out, each a select before any arithmetic, so that a loop over a
+// contiguous line vectorises (a square root of a select never sees a negative).
+template <int E>  // 0: sparsemax's 1; 1: entmax15's sqrt; -1: pow(p, e)
+inline double support_power(double p, double e) {
+  if constexpr (E == 0) return p > 0 ? 1.0 : 0.0;
+  else if constexpr (E == 1) return std::sqrt(p > 0 ? p : 0.0);
+  else return p > 0 ? std::pow(p, e) : 0.0;
+}
+
 // The gradient shared by all three: with q = p^(2-α) on the support and 0 off it,
-// dx = q g - q (Σ q g) / (Σ q). `e` is 2 - α (0 for sparsemax, 0.5 for entmax15).
+// dx = q g - q (Σ q g) / (Σ q), q kept in dx until the line's sums are known. A
+// contiguous line (stride 1) takes vector loops. On the MLP-Mixer's gates
+// (6272 lines of 64) a branch per element and a scalar square root made this 0.67 ms.
+template <int E, class T>
+void entmax_backward_line(const T* gl, const T* yl, T* dl, int64_t n, int64_t st, double e) {
+  double sq = 0, sqg = 0;
+  if (st == 1) {
+    // The sums in vectors of partial sums (GCC does not vectorise one running double sum),
+    // then the lanes, then the tail.
+    using V = Vec<double>::type;
+    constexpr int W = Vec<double>::width;
+    V sqv = {}, sqgv = {};
+    int64_t j = 0;
+    for (; j + W <= n; j += W) {
+      V q, gv;
+      for (int l = 0; l < W; ++l) {
+        q[l] = support_power<E>(double(yl[j + l]), e);
+        gv[l] = double(gl[j + l]);
+      }
+      sqv += q;
+      sqgv += q * gv;
+      for (int l = 0; l < W; ++l) dl[j + l] = T(q[l]);
+    }
+    for (int l = 0; l < W; ++l) sq += sqv[l], sqg += sqgv[l];
+    for (; j < n; ++j) {
+      const double q = support_power<E>(double(yl[j]), e);
+      sq += q;
+      sqg += q * double(gl[j]);
+      dl[j] = T(q);
+    }
+  } else {
+    for (int64_t j = 0; j < n; ++j) {
+      const double q = support_power<E>(double(yl[j * st]), e);
+      sq += q;
+      sqg += q * double(gl[j * st]);
+      dl[j * st] = T(q);
+    }
+  }
+  const double c = sqg / sq;
+  if (st == 1) {
+    for (int64_t j = 0; j < n; ++j) dl[j] = T(double(dl[j]) * (double(gl[j]) - c));
+  } else {
+    for (int64_t j = 0; j < n; ++j) dl[j * st] = T(double(dl[j * st]) * (double(gl[j * st]) - c));
+  }
+}
+
 template <class T>
 void entmax_backward_lines(const T* g, const T* y, T* dx, int64_t outer, int64_t n, int64_t inner, double e) {
   for_each_line(outer, n, inner, [=](int64_t off, int64_t st) {
-    const T *gl = g + off, *yl = y + off;
-    T* dl = dx + off;
-    double sq = 0, sqg = 0;
-    for (int64_t j = 0; j < n; ++j) {
-      double pj = double(yl[j * st]);
-      double q = !(pj > 0) ? 0.0 : e == 0.0 ? 1.0 : e == 0.5 ? std::sqrt(pj) : std::pow(pj, e);
-      sq += q;
-      sqg += q * double(gl[j * st]);
-      // q is kept in dx until the line's sums are known.
-      dl[j * st] = T(q);
-    }
-    double c = sqg / sq;
-    for (int64_t j = 0; j < n; ++j) dl[j * st] = T(double(dl[j * st]) * (double(gl[j * st]) - c));
+    if (e == 0.0) entmax_backward_line<0>(g + off, y + off, dx + off, n, st, e);
+    else if (e == 0.5) entmax_backward_line<1>(g + off, y + off, dx + off, n, st, e);
+    else entmax_backward_line<-1>(g + off, y + off, dx + off, n, st, e);
   });
 }
 
