@@ -195,7 +195,7 @@ void gemm_sweep() {
     for (int64_t K = 1; K <= 8; ++K)
       for (Layout la : {Layout::RowMajor, Layout::Transposed, Layout::Strided})
         for (Layout lb : {Layout::RowMajor, Layout::Transposed, Layout::Strided})
-          check_gemm<T>(1, 7, 45, K, la, lb, false, false, la == lb, rng, la == Layout::RowMajor && !(la == lb));
+          check_gemm<T>(1, 7, 45, K, la, lb, false, false, la == lb, rng, la == Layout::RowMajor && la != lb);
     check_gemm<T>(1, 3000, 37, 6, Layout::Transposed, Layout::RowMajor, false, false, false, rng, true);
     check_gemm<T>(300, 4, 149, 4, Layout::RowMajor, Layout::RowMajor, false, false, false, rng);
     check_gemm<T>(300, 4, 149, 4, Layout::Transposed, Layout::RowMajor, false, false, true, rng);

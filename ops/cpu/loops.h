@@ -56,12 +56,12 @@ StridedLayout<N> coalesce(const Shape& shape, const std::array<Shape, N>& stride
   return out;
 }
 
-// A transposing walk (see for_each_run): the dim j, other than the innermost, along
-// which an operand that strides the innermost dim is dense; -1 when there is none or the
-// two dims are too short to tile.
 // Dims shorter than this are not worth a tile or a run of their own.
 inline constexpr int64_t kMinSide = 8;
 
+// A transposing walk (see for_each_run): the dim j, other than the innermost, along
+// which an operand that strides the innermost dim is dense; -1 when there is none or the
+// two dims are too short to tile.
 template <size_t N>
 int64_t transposed_dim(const StridedLayout<N>& L) {
   const int64_t nd = int64_t(L.shape.size());
@@ -124,19 +124,10 @@ void for_each_tile_run(const StridedLayout<N>& L, int64_t j, Run&& run) {
   }
 }
 
-// Calls run(offsets, n, inner_strides) for every innermost run of the iteration space:
-// offsets[k] is operand k's element offset at the run's start, n its length. Runs come
-// in no particular order (threads; tiles when tile_transposes is set and an operand is
-// transposed): each element is visited exactly once. Tiling pays for a copy (a
-// transposing copy of (128, 49, 128) floats: 1.1-2.6 ms -> 0.5-0.9 ms on one thread) but
-// not for a binary op with a transposed operand, which ran 3 times slower tiled (2.5 ms
-// -> 7.4 ms for an add of that shape; the cause was not found), so only single-input
-// maps (copies, conversions, unary functions) ask.
-//
-// The same single-input maps, whose order is free, also walk a short innermost dim (under
-// 8) as an outer one when an operand is dense along a longer dim, which becomes the run:
-// the copy of a tensor-ring core's gradient, (149, 768, 4) from a (4, 149, 768) permute,
-// took runs of 4 elements with an index decomposition each (0.65 ms for 458k floats).
+// A short innermost dim (under kMinSide) walked as an outer one when an operand is dense
+// along a longer dim, which becomes the run (the longest such dim). The copy of a
+// tensor-ring core's gradient, (149, 768, 4) from a (4, 149, 768) permute, took 114k runs
+// of 4 elements with an index decomposition each (0.68 ms for 458k floats; 0.23 ms so).
 template <size_t N>
 void move_dense_dim_inward(StridedLayout<N>& L) {
   const int64_t nd = int64_t(L.shape.size());
@@ -156,10 +147,19 @@ void move_dense_dim_inward(StridedLayout<N>& L) {
   }
 }
 
+// Calls run(offsets, n, inner_strides) for every innermost run of the iteration space:
+// offsets[k] is operand k's element offset at the run's start, n its length. Runs come
+// in no particular order (threads; with `free_order`, tiles when an operand is
+// transposed): each element is visited exactly once. `free_order` also lets a short
+// innermost dim be walked as an outer one (move_dense_dim_inward). Tiling pays for a copy (a
+// transposing copy of (128, 49, 128) floats: 1.1-2.6 ms -> 0.5-0.9 ms on one thread) but
+// not for a binary op with a transposed operand, which ran 3 times slower tiled (2.5 ms
+// -> 7.4 ms for an add of that shape; the cause was not found), so only single-input
+// maps (copies, conversions, unary functions) ask.
 template <size_t N, class Run>
-void for_each_run(const Shape& shape, const std::array<Shape, N>& strides, Run&& run, bool tile_transposes = false) {
+void for_each_run(const Shape& shape, const std::array<Shape, N>& strides, Run&& run, bool free_order = false) {
   StridedLayout<N> L = coalesce<N>(shape, strides);
-  if (tile_transposes) move_dense_dim_inward(L);
+  if (free_order) move_dense_dim_inward(L);
   const int64_t nd = int64_t(L.shape.size());
   const int64_t inner = L.shape[nd - 1];
   std::array<int64_t, N> inner_st;
@@ -167,7 +167,7 @@ void for_each_run(const Shape& shape, const std::array<Shape, N>& strides, Run&&
   int64_t outer = 1;
   for (int64_t d = 0; d + 1 < nd; ++d) outer *= L.shape[d];
   if (outer * inner == 0) return;
-  if (tile_transposes)
+  if (free_order)
     if (const int64_t j = transposed_dim(L); j >= 0) return for_each_tile_run(L, j, run);
 
   // Chunks of the (outer x inner) space: split the inner run too when there are few

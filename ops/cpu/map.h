@@ -58,7 +58,7 @@ void map_n_impl(const Tensor& out, const std::array<Tensor, sizeof...(TI)>& in_g
     } else {
       for (int64_t i = 0; i < n; ++i) o[i * st[0]] = f(std::get<K>(x)[i * st[K + 1]]...);
     }
-  }, /*tile_transposes=*/N == 1);
+  }, /*free_order=*/N == 1);
 }
 
 // out = f(in...), in[k] holding TI[k] elements, out TO.
