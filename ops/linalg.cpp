@@ -46,11 +46,15 @@ Tensor gemm_operand(const Tensor& x) {
   return rows_dense || cols_dense ? x : x.contiguous();
 }
 
-// a · b for two rank-2 or two rank-3 tensors with matching batch and inner sizes; no
-// graph. The result is a new dense tensor.
+// a · b for two rank-2 or two rank-3 tensors with matching batch and inner sizes, or a
+// rank-2 a shared by every entry of a rank-3 b; no graph. The result is a new dense
+// tensor.
 Tensor product_kernel(const Tensor& a_in, const Tensor& b_in, const char* op) {
   NoGradGuard no_grad;  // a layout copy made here is not part of the user's graph
-  const Tensor a = gemm_operand(a_in), b = gemm_operand(b_in);
+  const Tensor a = gemm_operand(a_in.dim() == 2 && b_in.dim() == 3
+                                    ? a_in.unsqueeze(0).expand({b_in.size(0), a_in.size(0), a_in.size(1)})
+                                    : a_in),
+               b = gemm_operand(b_in);
   const bool batched = a.dim() == 3;
   const int64_t batch = batched ? a.size(0) : 1, M = a.size(-2), N = b.size(-1);
   Tensor out = empty(batched ? Shape{batch, M, N} : Shape{M, N}, TensorOptions(a.dtype()).device(a.device()));
@@ -58,7 +62,21 @@ Tensor product_kernel(const Tensor& a_in, const Tensor& b_in, const char* op) {
   return out;
 }
 
+// Σ_b a[b] · b[b] for rank-3 a and b: (M, N); no graph. The gradient of a matrix shared
+// by a batch, summed as it is computed where the device has a kernel for it, else the
+// batch of products and then their sum.
+Tensor batch_sum_product_kernel(const Tensor& a_in, const Tensor& b_in, const char* op) {
+  if (!kernels::matmul_batch_sum.has(a_in.device().type)) return product_kernel(a_in, b_in, op).sum({0});
+  NoGradGuard no_grad;
+  const Tensor a = gemm_operand(a_in), b = gemm_operand(b_in);
+  Tensor out = empty({a.size(1), b.size(2)}, TensorOptions(a.dtype()).device(a.device()));
+  kernels::matmul_batch_sum(a.device(), out, a, b);
+  return out;
+}
+
 // The differentiable product. With y = a · b: da = g · bᵀ and db = aᵀ · g, per batch entry.
+// A rank-2 a with a rank-3 b is one matrix shared by the whole batch (y[b] = a · b[b]):
+// its gradient is the sum over the batch, Σ_b g[b] · b[b]ᵀ, taken in one pass.
 // Each operand is kept only if the other one's gradient needs it.
 Tensor product(const Tensor& a0, const Tensor& b0, const char* op, const char* node_name) {
   // Under autocast float32 operands run in bfloat16; the casts are nodes of the graph,
@@ -71,8 +89,13 @@ Tensor product(const Tensor& a0, const Tensor& b0, const char* op, const char* n
   // gradient in that layout: (gᵀ a)ᵀ, a dense matrix seen transposed, so the gradient
   // reaching the weight is dense with no transposing copy on the way.
   const bool b_transposed = b.dim() == 2 && !b.is_contiguous() && b.t().is_contiguous();
-  return record(node_name, y, {a, b}, [as, bs, ga, gb, op, b_transposed](const Tensor& g) -> TensorList {
-    Tensor da = ga ? product_kernel(g, bs.get().transpose(-2, -1), op) : Tensor();
+  const bool shared_a = a.dim() == 2 && b.dim() == 3;
+  return record(node_name, y, {a, b}, [as, bs, ga, gb, op, b_transposed, shared_a](const Tensor& g) -> TensorList {
+    Tensor da;
+    if (ga && shared_a)
+      da = batch_sum_product_kernel(g, bs.get().transpose(-2, -1), op);
+    else if (ga)
+      da = product_kernel(g, bs.get().transpose(-2, -1), op);
     Tensor db;
     if (gb && b_transposed)
       db = product_kernel(g.transpose(-2, -1), as.get(), op).transpose(-2, -1);
@@ -177,7 +200,10 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   Shape sa = batch, sb = batch;
   sa.insert(sa.end(), {M, K});
   sb.insert(sb.end(), {K, N});
-  Tensor y = product(a2.expand(sa).reshape({nb, M, K}), b2.expand(sb).reshape({nb, K, N}), "matmul", "BmmBackward");
+  // An a with no batch of its own (a matrix, or leading dims of size 1) is one matrix
+  // shared by the batch: product sums its gradient over the batch as it computes it.
+  const Tensor a3 = numel_of(ba) == 1 ? a2.reshape({M, K}) : a2.expand(sa).reshape({nb, M, K});
+  Tensor y = product(a3, b2.expand(sb).reshape({nb, K, N}), "matmul", "BmmBackward");
   Shape out = batch;
   if (da > 1) out.push_back(M);
   if (db > 1) out.push_back(N);

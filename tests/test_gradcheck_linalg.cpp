@@ -76,6 +76,12 @@ TEST_CASE("gradcheck: matmul with matrices and batches") {
     check_all_backends(dev, mmf, {r({3, 5}), r({11, 5, 4})});
     check_all_backends(dev, mmf, {r({1, 1, 3, 5}), r({2, 3, 5, 2})});
     check_all_backends(dev, mmf, {r({11, 3, 5}), r({1, 5, 4})});
+    // The shared matrix's gradient Σ_b g[b] · b[b]ᵀ has the depth N: more than one vector
+    // (float64: 8 lanes) and a tail, so that the batch-summed kernel runs its vector loop;
+    // then a b whose rows are not contiguous along that depth (the kernel's other path).
+    check_all_backends(dev, mmf, {r({3, 4}), r({5, 4, 19})});
+    check_all_backends(dev, [](const TensorList& in) { return matmul(in[0], in[1].transpose(1, 2)); },
+                       {r({2, 4}), r({6, 3, 4})});
   }
 }
 

@@ -27,6 +27,15 @@ template <class T>
 void gemm(int64_t batch, int64_t M, int64_t N, int64_t K, MatrixRef<const T> A, MatrixRef<const T> B,
           MatrixRef<T> C, bool accumulate = false, const T* bias = nullptr);
 
+// C (M x N) = Σ_b A[b] · B[b] over b < batch (C's batch stride is not used): the gradient
+// of a matrix shared by every entry of a batched product, without the batch of partial
+// products. Fastest when A[b]'s rows and B[b]'s columns are contiguous along the depth
+// (gemm_batch_sum.cpp); any other strides go through gemm one product at a time. The
+// result is the same on any number of threads. C must not overlap A or B.
+template <class T>
+void gemm_batch_sum(int64_t batch, int64_t M, int64_t N, int64_t K, MatrixRef<const T> A, MatrixRef<const T> B,
+                    MatrixRef<T> C);
+
 // Which implementation gemm uses. Auto: the library's choice, currently the native kernel
 // for every product (gemm.cpp, kAutoUsesBlas, says why). Native / Blas force one; Blas
 // still runs layouts BLAS cannot express (neither stride 1) and calls made inside an

@@ -24,6 +24,22 @@ static void matmul(const Tensor& out, const Tensor& a, const Tensor& b) {
   });
 }
 
+static void matmul_batch_sum(const Tensor& out, const Tensor& a, const Tensor& b) {
+  if (a.dtype() == kBFloat16) {
+    Tensor wide = wide_like(out);
+    matmul_batch_sum(wide, widened(a), widened(b));
+    narrow_into(out, wide);
+    return;
+  }
+  const int64_t batch = a.size(0), M = a.size(1), K = a.size(2), N = b.size(2);
+  MU_DISPATCH_FLOAT(a.dtype(), "matmul_batch_sum", [&] {
+    MatrixRef<const scalar_t> A{a.data_ptr<scalar_t>(), a.stride(0), a.stride(1), a.stride(2)};
+    MatrixRef<const scalar_t> B{b.data_ptr<scalar_t>(), b.stride(0), b.stride(1), b.stride(2)};
+    MatrixRef<scalar_t> C{out.data_ptr<scalar_t>(), 0, out.stride(0), out.stride(1)};
+    gemm_batch_sum<scalar_t>(batch, M, N, K, A, B, C);
+  });
+}
+
 static void matmul_bias(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias) {
   const int64_t M = a.size(0), K = a.size(1), N = b.size(1);
   MU_DISPATCH_FLOAT(a.dtype(), "matmul_bias", [&] {
@@ -35,6 +51,7 @@ static void matmul_bias(const Tensor& out, const Tensor& a, const Tensor& b, con
 }
 
 MU_REGISTER_KERNEL(kernels::matmul, DeviceType::CPU, matmul);
+MU_REGISTER_KERNEL(kernels::matmul_batch_sum, DeviceType::CPU, matmul_batch_sum);
 MU_REGISTER_KERNEL(kernels::matmul_bias, DeviceType::CPU, matmul_bias);
 
 }  // namespace mu::cpu

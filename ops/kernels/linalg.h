@@ -10,6 +10,11 @@ namespace mu::kernels {
 // along rows or columns (the op copies other layouts).
 MU_DECLARE_KERNEL(matmul, void(const Tensor& out, const Tensor& a, const Tensor& b));
 
+// out (M x N) = Σ_b a[b] · b[b] for rank-3 operands (batch x M x K, batch x K x N), with
+// the same layouts as matmul's. Not every device has it: the op composes matmul and sum
+// where it is missing.
+MU_DECLARE_KERNEL(matmul_batch_sum, void(const Tensor& out, const Tensor& a, const Tensor& b));
+
 // out = a · b + bias for rank-2 operands and a dense bias (N) of the same dtype, the bias
 // added to every row as out is stored (linear's forward). Not every device has it: the op
 // composes matmul and add where it is missing.

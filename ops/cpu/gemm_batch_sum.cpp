@@ -1,0 +1,221 @@
+// C = Σ_b A[b] · B[b]: the gradient of a matrix shared by every entry of a batched
+// product (an MLP-Mixer's token weights, W · X[b] for 128 images: dW = Σ_b G[b] · X[b]ᵀ).
+//
+// Computing the 128 products and then summing them costs twice: each product is small
+// (64 x 49 over a depth of 128) and both of its operands run contiguously along the
+// depth, the one layout the packed GEMM (gemm.cpp) must transpose element by element to
+// pack, for a product too small to pay the packing back; and the 128 partial matrices go
+// through memory once more to be summed. Here, when A[b]'s rows and B[b]'s columns are
+// contiguous along the depth, each output element is a dot product over (b, k): a block
+// of R x S outputs keeps R·S vectors of partial sums, loads R vectors of A and S of B per
+// step of depth and multiplies every pair, with no packing; the partial sums are added
+// across their lanes once, at the very end. Other layouts go through the GEMM, one
+// product at a time, accumulating into C.
+//
+// Each output element is summed by one thread, over b then k in a fixed order, so the
+// result does not depend on the number of threads.
+#include <omp.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "ops/cpu/gemm.h"
+#include "ops/cpu/simd.h"
+#include "tensor/error.h"
+
+namespace mu::cpu {
+namespace {
+
+// Register block: R x S vectors of partial sums plus R + S operand vectors must fit in
+// the register file (4 x 4 + 8 = 24 of 32 zmm; 3 x 3 + 6 = 15 of 16 ymm / xmm).
+constexpr int kR = kVecRegs == 32 ? 4 : 3;
+constexpr int kS = kR;
+// A thread works through the batch in chunks whose operands (its rows of A and all of B)
+// stay in its L2 cache while every block of its outputs passes over them.
+constexpr int64_t kChunkBytes = 256 * 1024;
+// C of at most kSlabOutput elements is summed in kSlabs slabs of the batch, one thread
+// each (a number fixed so that the sums do not depend on the thread count; 4 shares out
+// evenly on 2 or 4 threads).
+constexpr int64_t kSlabOutput = 16 * 1024;
+constexpr int64_t kSlabs = 4;
+// Below this many flops one thread does the whole sum (as kParallelFlops in gemm.cpp).
+constexpr double kParallelFlops = 1 << 20;
+
+// The operands of one call, in elements: A[b] row i at a + b * a_bs + i * a_rs (depth
+// contiguous), B[b] column j at b + b * b_bs + j * b_cs (depth contiguous).
+template <class T>
+struct DotOperands {
+  const T* a;
+  int64_t a_bs, a_rs;
+  const T* b;
+  int64_t b_bs, b_cs;
+  int64_t K;
+};
+
+// Adds Σ_{b in [b0, b1)} Σ_k A[b][i + r][k] B[b][k][j + s] for r < R, s < S into the
+// partial-sum vectors acc[r * acc_rs + s] (the whole vectors of the depth) and the scalars
+// tail[r * acc_rs + s] (the last K mod W steps of each product).
+template <class T, int R, int S>
+void dot_block(const DotOperands<T>& op, int64_t i, int64_t j, int64_t b0, int64_t b1, bool prefetch_a,
+               bool prefetch_b, typename Vec<T>::type* acc, T* tail, int64_t acc_rs) {
+  using V = typename Vec<T>::type;
+  constexpr int W = Vec<T>::width;
+  const int64_t K = op.K, kv = K / W * W;
+  V c[R][S];
+  for (int r = 0; r < R; ++r)
+    for (int s = 0; s < S; ++s) c[r][s] = acc[r * acc_rs + s];
+  for (int64_t bi = b0; bi < b1; ++bi) {
+    const T* a = op.a + bi * op.a_bs + i * op.a_rs;
+    const T* b = op.b + bi * op.b_bs + j * op.b_cs;
+    // One pointer per row and column, advanced together: indexing from two bases with
+    // runtime strides ran out of general registers, and GCC then reloaded each vector of
+    // A for every multiply (twice the loads, half the speed).
+    const T* ap[R];
+    const T* bp[S];
+    for (int r = 0; r < R; ++r) ap[r] = a + r * op.a_rs;
+    for (int s = 0; s < S; ++s) bp[s] = b + s * op.b_cs;
+    // The first pass over a chunk reads its operands from memory: it asks for the next
+    // item's rows ahead (A's in the first column block, B's in the first row block);
+    // later passes find them in cache. Runs of 128 values are too short for the
+    // hardware's prefetcher to take them up in time.
+    const bool ahead = bi + 1 < b1 && (prefetch_a || prefetch_b);
+    for (int64_t k = 0; k < kv; k += W) {
+      if (ahead) {
+        if (prefetch_a)
+          for (int r = 0; r < R; ++r) __builtin_prefetch(ap[r] + op.a_bs + k);
+        if (prefetch_b)
+          for (int s = 0; s < S; ++s) __builtin_prefetch(bp[s] + op.b_bs + k);
+      }
+      V av[R], bv[S];
+      for (int r = 0; r < R; ++r) av[r] = load(ap[r] + k);
+      for (int s = 0; s < S; ++s) bv[s] = load(bp[s] + k);
+      // Pinned to registers: left free, GCC folds a load into every multiply-add and so
+      // loads each vector R or S times (the loads, not the multiplies, then bound the loop).
+      for (int r = 0; r < R; ++r) asm("" : "+v"(av[r]));
+      for (int s = 0; s < S; ++s) asm("" : "+v"(bv[s]));
+      for (int r = 0; r < R; ++r)
+        for (int s = 0; s < S; ++s) c[r][s] += av[r] * bv[s];
+    }
+    if (kv < K)
+      for (int r = 0; r < R; ++r)
+        for (int s = 0; s < S; ++s) {
+          T t = 0;
+          for (int64_t k = kv; k < K; ++k) t += a[r * op.a_rs + k] * b[s * op.b_cs + k];
+          tail[r * acc_rs + s] += t;
+        }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int s = 0; s < S; ++s) acc[r * acc_rs + s] = c[r][s];
+}
+
+// dot_block for a block of r <= R rows and s <= S columns (the edges of C), each size a
+// compile-time constant so that the partial sums stay in registers.
+template <class T, int R, int S>
+void dot_block_upto(int r, int s, const DotOperands<T>& op, int64_t i, int64_t j, int64_t b0, int64_t b1,
+                    bool prefetch_a, bool prefetch_b, typename Vec<T>::type* acc, T* tail, int64_t acc_rs) {
+  if constexpr (R > 1)
+    if (r < R) return dot_block_upto<T, R - 1, S>(r, s, op, i, j, b0, b1, prefetch_a, prefetch_b, acc, tail, acc_rs);
+  if constexpr (S > 1)
+    if (s < S) return dot_block_upto<T, R, S - 1>(r, s, op, i, j, b0, b1, prefetch_a, prefetch_b, acc, tail, acc_rs);
+  dot_block<T, R, S>(op, i, j, b0, b1, prefetch_a, prefetch_b, acc, tail, acc_rs);
+}
+
+// C[m0, m1) x [n0, n1) = the sum over the items [item0, item1), on the calling thread.
+template <class T>
+void dot_rectangle(const DotOperands<T>& op, int64_t item0, int64_t item1, int64_t m0, int64_t m1, int64_t n0,
+                   int64_t n1, T* C, int64_t c_rs, int64_t c_cs) {
+  using V = typename Vec<T>::type;
+  constexpr int W = Vec<T>::width;
+  const int64_t rows = m1 - m0, cols = n1 - n0;
+  if (rows <= 0 || cols <= 0) return;
+  // Grown once per thread, reused by later calls (a Mixer step makes eight of them).
+  thread_local std::vector<V> acc_buffer;
+  thread_local std::vector<T> tail_buffer;
+  acc_buffer.assign(size_t(rows * cols), V{});
+  tail_buffer.assign(size_t(rows * cols), T(0));
+  V* acc = acc_buffer.data();
+  T* tail = tail_buffer.data();
+  const int64_t item_bytes = (rows + cols) * op.K * int64_t(sizeof(T));
+  const int64_t chunk = std::clamp<int64_t>(kChunkBytes / std::max<int64_t>(1, item_bytes), 1, item1 - item0);
+  for (int64_t b0 = item0; b0 < item1; b0 += chunk) {
+    const int64_t b1 = std::min(item1, b0 + chunk);
+    // A block's R rows of A (over the chunk) stay in L1 while the columns pass.
+    for (int64_t i = m0; i < m1; i += kR)
+      for (int64_t j = n0; j < n1; j += kS) {
+        const int r = int(std::min<int64_t>(kR, m1 - i)), s = int(std::min<int64_t>(kS, n1 - j));
+        const int64_t at = (i - m0) * cols + (j - n0);
+        dot_block_upto<T, kR, kS>(r, s, op, i, j, b0, b1, j == n0, i == m0, acc + at, tail + at, cols);
+      }
+  }
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) {
+      const V& v = acc[i * cols + j];
+      T sum = 0;
+      for (int w = 0; w < W; ++w) sum += v[w];
+      C[(m0 + i) * c_rs + (n0 + j) * c_cs] = sum + tail[i * cols + j];
+    }
+}
+
+}  // namespace
+
+template <class T>
+void gemm_batch_sum(int64_t batch, int64_t M, int64_t N, int64_t K, MatrixRef<const T> A, MatrixRef<const T> B,
+                    MatrixRef<T> C) {
+  MU_CHECK(batch >= 0 && M >= 0 && N >= 0 && K >= 0, "gemm_batch_sum: negative size (batch ", batch, ", M ", M,
+           ", N ", N, ", K ", K, ")");
+  if (M == 0 || N == 0) return;
+  if (batch == 0 || K == 0) {  // an empty sum
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) C.data[i * C.row_stride + j * C.col_stride] = T(0);
+    return;
+  }
+  const bool depth_contiguous = (A.col_stride == 1 || K == 1) && (B.row_stride == 1 || K == 1);
+  if (!depth_contiguous) {
+    // One product at a time through the GEMM, the first writing C and the rest adding.
+    for (int64_t b = 0; b < batch; ++b)
+      gemm<T>(1, M, N, K, {A.data + b * A.batch_stride, 0, A.row_stride, A.col_stride},
+              {B.data + b * B.batch_stride, 0, B.row_stride, B.col_stride}, {C.data, 0, C.row_stride, C.col_stride},
+              b > 0);
+    return;
+  }
+  const DotOperands<T> op{A.data, A.batch_stride, A.row_stride, B.data, B.batch_stride, B.col_stride, K};
+  int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
+  if (2.0 * double(batch) * double(M) * double(N) * double(K) < kParallelFlops) nt = 1;
+  if (M * N <= kSlabOutput && batch >= kSlabs) {
+    // A small C: the batch is cut into kSlabs slabs, each summed whole by one thread into
+    // its own partial C, and the partials added in slab order. Each thread then streams
+    // whole items (a few contiguous runs of memory) that no other thread reads.
+    thread_local std::vector<T> partial_buffer;  // of the calling thread: the workers only write into it
+    partial_buffer.resize(size_t(kSlabs * M * N));
+    T* partial = partial_buffer.data();
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1) if (nt > 1)
+    for (int64_t sl = 0; sl < kSlabs; ++sl)
+      dot_rectangle<T>(op, batch * sl / kSlabs, batch * (sl + 1) / kSlabs, 0, M, 0, N, partial + sl * M * N, N, 1);
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) {
+        T sum = partial[i * N + j];
+        for (int64_t sl = 1; sl < kSlabs; ++sl) sum += partial[sl * M * N + i * N + j];
+        C.data[i * C.row_stride + j * C.col_stride] = sum;
+      }
+    return;
+  }
+  // A larger C: each thread takes a band of whole register blocks along its longer side.
+  const bool by_rows = M >= N;
+  const int64_t blocks = by_rows ? (M + kR - 1) / kR : (N + kS - 1) / kS;
+  nt = int(std::min<int64_t>(nt, blocks));
+#pragma omp parallel for num_threads(nt) schedule(static, 1) if (nt > 1)
+  for (int t = 0; t < nt; ++t) {
+    const int64_t lo = blocks * t / nt, hi = blocks * (t + 1) / nt;
+    if (by_rows)
+      dot_rectangle<T>(op, 0, batch, lo * kR, std::min(M, hi * kR), 0, N, C.data, C.row_stride, C.col_stride);
+    else
+      dot_rectangle<T>(op, 0, batch, 0, M, lo * kS, std::min(N, hi * kS), C.data, C.row_stride, C.col_stride);
+  }
+}
+
+template void gemm_batch_sum<float>(int64_t, int64_t, int64_t, int64_t, MatrixRef<const float>,
+                                    MatrixRef<const float>, MatrixRef<float>);
+template void gemm_batch_sum<double>(int64_t, int64_t, int64_t, int64_t, MatrixRef<const double>,
+                                     MatrixRef<const double>, MatrixRef<double>);
+
+}  // namespace mu::cpu
