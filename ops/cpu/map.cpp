@@ -32,12 +32,6 @@ namespace {
 using VF = Vec<float>::type;
 constexpr int kWF = Vec<float>::width;
 
-[[gnu::always_inline]] inline VF splat_lanes(float v) {
-  VF r;
-  for (int i = 0; i < kWF; ++i) r[i] = v;
-  return r;
-}
-
 // P(t) by Estrin's scheme (depth 4 rather than Horner's 9: the chains, not the
 // multiply-adds, bound this loop).
 [[gnu::always_inline]] inline VF erfc_exponent(VF t) {
@@ -83,45 +77,75 @@ struct GeluParts {
   return g * ((x >= 0.0f ? 1.0f - q : q) + x * gauss * float(fn::kInvSqrt2Pi));
 }
 
-// out[0, n) = f(in[0, n)) over a dense run: whole vectors, then the last partial one
-// through a zero-padded copy, so that every element goes through the same vector code
-// whatever its position (the results do not depend on how threads split the runs).
+// out[0, n) = f(in[0, n)) for n a multiple of the vector width. Never inlined, so that a
+// run's whole vectors, its last partial vector (zero-padded) and a strided element (alone
+// in a padded vector) all execute these very instructions: inlined at each of those
+// places, GCC contracted different multiply-adds, and GELU's derivative differed by an
+// ulp at the points where 4 threads cut a run of 77100 elements.
 template <class F>
-[[gnu::always_inline]] inline void run_lanes(const F& f, float* o, int64_t n, const float* a) {
-  int64_t i = 0;
-  for (; i + kWF <= n; i += kWF) store(o + i, f(load(a + i)));
-  if (i < n) {
+[[gnu::noinline]] void whole_vectors(const F& f, float* o, int64_t n, const float* a) {
+  for (int64_t i = 0; i < n; i += kWF) store(o + i, f(load(a + i)));
+}
+template <class F>
+[[gnu::noinline]] void whole_vectors(const F& f, float* o, int64_t n, const float* a, const float* b) {
+  for (int64_t i = 0; i < n; i += kWF) store(o + i, f(load(a + i), load(b + i)));
+}
+
+// out[0, n) = f(in[0, n)) over a dense run: whole vectors, then the last partial one
+// through a zero-padded copy, so that every element's result is the same whatever its
+// position (the results do not depend on how threads split the runs).
+template <class F>
+void run_lanes(const F& f, float* o, int64_t n, const float* a) {
+  const int64_t whole = n / kWF * kWF;
+  whole_vectors(f, o, whole, a);
+  if (whole < n) {
     float pa[kWF] = {}, res[kWF];
-    std::copy(a + i, a + n, pa);
-    store(res, f(load(pa)));
-    std::copy(res, res + (n - i), o + i);
+    std::copy(a + whole, a + n, pa);
+    whole_vectors(f, res, kWF, pa);
+    std::copy(res, res + (n - whole), o + whole);
   }
 }
 // The same with two inputs.
 template <class F>
-[[gnu::always_inline]] inline void run_lanes(const F& f, float* o, int64_t n, const float* a, const float* b) {
-  int64_t i = 0;
-  for (; i + kWF <= n; i += kWF) store(o + i, f(load(a + i), load(b + i)));
-  if (i < n) {
+void run_lanes(const F& f, float* o, int64_t n, const float* a, const float* b) {
+  const int64_t whole = n / kWF * kWF;
+  whole_vectors(f, o, whole, a, b);
+  if (whole < n) {
     float pa[kWF] = {}, pb[kWF] = {}, res[kWF];
-    std::copy(a + i, a + n, pa);
-    std::copy(b + i, b + n, pb);
-    store(res, f(load(pa), load(pb)));
-    std::copy(res, res + (n - i), o + i);
+    std::copy(a + whole, a + n, pa);
+    std::copy(b + whole, b + n, pb);
+    whole_vectors(f, res, kWF, pa, pb);
+    std::copy(res, res + (n - whole), o + whole);
   }
 }
 
+// The lane functions as types, so that each whole_vectors instantiation inlines its own.
+struct GeluLanes {
+  VF operator()(VF x) const { return gelu_lanes(x); }
+};
+struct GeluGradLanes {
+  VF operator()(VF g, VF x) const { return gelu_grad_lanes(g, x); }
+};
+
 }  // namespace
 
+// One element (of a strided run) goes through the vector code as a padded run of one, so
+// that strided and dense runs give the same bits.
 struct GeluFloat {
-  // One element (a strided run): the vector code on one lane, so that strided and dense
-  // runs give the same bits.
-  float operator()(float v) const { return gelu_lanes(splat_lanes(v))[0]; }
-  void run(float* o, const float* x, int64_t n) const { run_lanes(gelu_lanes, o, n, x); }
+  float operator()(float v) const {
+    float r;
+    run_lanes(GeluLanes{}, &r, 1, &v);
+    return r;
+  }
+  void run(float* o, const float* x, int64_t n) const { run_lanes(GeluLanes{}, o, n, x); }
 };
 struct GeluGradFloat {
-  float operator()(float g, float x) const { return gelu_grad_lanes(splat_lanes(g), splat_lanes(x))[0]; }
-  void run(float* o, const float* g, const float* x, int64_t n) const { run_lanes(gelu_grad_lanes, o, n, g, x); }
+  float operator()(float g, float x) const {
+    float r;
+    run_lanes(GeluGradLanes{}, &r, 1, &g, &x);
+    return r;
+  }
+  void run(float* o, const float* g, const float* x, int64_t n) const { run_lanes(GeluGradLanes{}, o, n, g, x); }
 };
 
 // The tanh form likewise, through 0.5 (1 + tanh(u)) = sigmoid(2u) with the vectorisable
@@ -140,6 +164,7 @@ struct GeluTanhGradFloat {
     return g * (s + 2.0f * x * s * (1.0f - s) * float(fn::kGeluK) * (1.0f + float(3 * fn::kGeluC) * x * x));
   }
 };
+
 
 template <class F>
 static void map_kernel(const Tensor& out, const std::array<Tensor, 3>& in_given, const F& f) {
