@@ -12,8 +12,10 @@
 // across their lanes once, at the very end. Other layouts go through the GEMM, one
 // product at a time, accumulating into C.
 //
-// Each output element is summed by one thread, over b then k in a fixed order, so the
-// result does not depend on the number of threads.
+// The order of every sum is fixed by the shapes alone, never by the number of threads: a
+// small C is summed over a fixed number of slabs of the batch, one thread per slab, and
+// the slabs' partial C added in slab order; a larger C is cut into bands of whole
+// register blocks, each summed by one thread over the whole batch.
 #include <omp.h>
 
 #include <algorithm>
@@ -89,8 +91,9 @@ void dot_block(const DotOperands<T>& op, int64_t i, int64_t j, int64_t b0, int64
       V av[R], bv[S];
       for (int r = 0; r < R; ++r) av[r] = load(ap[r] + k);
       for (int s = 0; s < S; ++s) bv[s] = load(bp[s] + k);
-      // Pinned to registers: left free, GCC folds a load into every multiply-add and so
-      // loads each vector R or S times (the loads, not the multiplies, then bound the loop).
+      // Pinned to registers (as in attention.cpp): left free, GCC folds a load into every
+      // multiply-add and so loads each vector R or S times; the loop then runs on the
+      // load ports (74 -> 136 GFLOP/s on one Zen 5 core for the Mixer's 64 x 49 sum).
       for (int r = 0; r < R; ++r) asm("" : "+v"(av[r]));
       for (int s = 0; s < S; ++s) asm("" : "+v"(bv[s]));
       for (int r = 0; r < R; ++r)
