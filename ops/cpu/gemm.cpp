@@ -145,6 +145,30 @@ void pack_a(int64_t m, int64_t kc, const T* a, int64_t rs, int64_t cs, T* dst) {
   }
 }
 
+// r[i][l] <-> r[l][i]: the W x W block held in W vectors, transposed in registers. Each
+// stage swaps the off-diagonal H x H sub-blocks of every 2H x 2H block: rows i and i + H
+// (i with bit H clear) exchange the lanes with bit H set in row i for those with it clear
+// in row i + H. log2(W) stages of W shuffles (64 for 16 x 16 floats).
+template <int H, class V, size_t... L>
+inline void swap_blocks(V& lo, V& hi, std::index_sequence<L...>) {
+  constexpr int W = int(sizeof...(L));
+  const V a = lo, b = hi;
+  lo = __builtin_shufflevector(a, b, ((int(L) & H) == 0 ? int(L) : W + int(L) - H)...);
+  hi = __builtin_shufflevector(a, b, ((int(L) & H) == 0 ? int(L) + H : W + int(L))...);
+}
+template <int H, class V, int W>
+inline void transpose_stage(V (&r)[W]) {
+  if constexpr (H >= 1) {
+    for (int i = 0; i < W; ++i)
+      if ((i & H) == 0) swap_blocks<H>(r[i], r[i + H], std::make_index_sequence<W>{});
+    transpose_stage<H / 2>(r);
+  }
+}
+template <class V, int W>
+inline void transpose_block(V (&r)[W]) {
+  transpose_stage<W / 2>(r);
+}
+
 // Copies depth [0, kc) x columns [j0, j0 + NR) of B (element (p, j) at b[p * rs + j * cs])
 // into one NR-column panel, row p of the panel being NR consecutive values; columns at or
 // past n are zero.
@@ -158,9 +182,22 @@ void pack_b_panel(int64_t kc, int64_t nr, const T* b, int64_t rs, int64_t cs, T*
     // The last, partial panel of a row-major B: the nr values, then zeros.
     for (int64_t p = 0; p < kc; ++p) copy_padded<NR>(dst + p * NR, b + p * rs, nr);
   } else if (nr == NR && rs == 1) {
-    // Transposed B: read each source column sequentially.
+    // Transposed B (x · Wᵀ, a Linear layer's weight): W x W blocks are loaded as W
+    // vectors along the depth, transposed in registers and stored as W panel rows; the
+    // depth's last kc mod W steps one value at a time. Element by element, the whole
+    // copy had cost 5% of a tensor-ring layer's step.
+    using V = typename Vec<T>::type;
+    constexpr int W = Vec<T>::width;
+    int64_t p0 = 0;
+    for (; p0 + W <= kc; p0 += W)
+      for (int jb = 0; jb < NR; jb += W) {
+        V r[W];
+        for (int jj = 0; jj < W; ++jj) r[jj] = load(b + (jb + jj) * cs + p0);
+        transpose_block(r);
+        for (int pp = 0; pp < W; ++pp) store(dst + (p0 + pp) * NR + jb, r[pp]);
+      }
     for (int j = 0; j < NR; ++j)
-      for (int64_t p = 0; p < kc; ++p) dst[p * NR + j] = b[j * cs + p];
+      for (int64_t p = p0; p < kc; ++p) dst[p * NR + j] = b[j * cs + p];
   } else {
     for (int64_t p = 0; p < kc; ++p) {
       for (int64_t j = 0; j < nr; ++j) dst[p * NR + j] = b[p * rs + j * cs];
