@@ -206,6 +206,22 @@ TEST_CASE("large tensors take the threaded path and give the same answer") {
     for (size_t i = 0; i < av.size(); i += 997) CHECK(yv[i] == av[i] * bv[i % 400]);
     Tensor yt = (on(a, dev).t() * 2.0).cpu();  // strided large input
     CHECK(yt.at({399, 299}) == 2 * a.at({299, 399}));
+    // A broadcast scalar on either side of a non-commutative op; and square's gradient
+    // under a sum, whose g reaches it as a broadcast scalar on the left.
+    std::vector<double> lv = (full({}, 1.5, TensorOptions(kFloat64).device(dev)) - on(a, dev)).cpu().to_vector<double>();
+    std::vector<double> rv = (on(a, dev) / full({}, 4.0, TensorOptions(kFloat64).device(dev))).cpu().to_vector<double>();
+    Tensor ag = on(a, dev).requires_grad_();
+    square(ag).sum().backward();
+    std::vector<double> gv = ag.grad().cpu().to_vector<double>();
+    bool left = true, right = true, grad = true;
+    for (size_t i = 0; i < av.size(); ++i) {
+      left = left && lv[i] == 1.5 - av[i];
+      right = right && rv[i] == av[i] / 4.0;
+      grad = grad && gv[i] == 2 * av[i];
+    }
+    CHECK(left);
+    CHECK(right);
+    CHECK(grad);
   }
 }
 

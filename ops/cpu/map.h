@@ -49,9 +49,14 @@ void map_n_impl(const Tensor& out, const std::array<Tensor, sizeof...(TI)>& in_g
         for (int64_t i = 0; i < n; ++i) o[i] = f(std::get<K>(x)[i]...);
     } else if constexpr (N == 2) {
       // tensor (op) broadcast scalar or row, the commonest broadcast: hoist the scalar.
+      // Either side: a backward's g is often the broadcast one (the gradient of a sum
+      // reaching square's g · 2x), and the strided loop below stays scalar.
       if (st[0] == 1 && st[1] == 1 && st[2] == 0) {
         const auto yv = *std::get<1>(x);
         for (int64_t i = 0; i < n; ++i) o[i] = f(std::get<0>(x)[i], yv);
+      } else if (st[0] == 1 && st[1] == 0 && st[2] == 1) {
+        const auto xv = *std::get<0>(x);
+        for (int64_t i = 0; i < n; ++i) o[i] = f(xv, std::get<1>(x)[i]);
       } else {
         for (int64_t i = 0; i < n; ++i) o[i * st[0]] = f(std::get<K>(x)[i * st[K + 1]]...);
       }
