@@ -135,6 +135,13 @@ void gemm_sweep() {
           check_gemm<T>(1, d.M, d.N, d.K, la, lb, false, false, false, rng);
       check_gemm<T>(1, d.M, d.N, d.K, Layout::RowMajor, Layout::Transposed, false, false, true, rng);
     }
+    // Past the small-product limits with no more rows than one row block and a narrow
+    // row-major B: B's full panels read in place, its last partial one packed; every
+    // layout of A, accumulating, with a bias.
+    for (Layout la : {Layout::RowMajor, Layout::Transposed, Layout::Strided}) {
+      check_gemm<T>(1, 150, 200, 1000, la, Layout::RowMajor, false, false, la == Layout::Strided, rng);
+      check_gemm<T>(1, 150, 200, 1000, la, Layout::RowMajor, false, false, false, rng, true);
+    }
     // Past the small-product limits with a row-major B: packed, more rows than one row
     // block, more depth than one depth block, the threads splitting rows and columns.
     for (Layout la : {Layout::RowMajor, Layout::Transposed})

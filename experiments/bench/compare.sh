@@ -25,7 +25,9 @@
 #                         (the median of the rounds' medians), the ratio and both peak
 #                         resident memories (the largest of the rounds); then the FLOPs of
 #                         each step's products, the floor they imply at the run's GEMM
-#                         rate and the share of that floor the step reaches
+#                         rate and the share of that floor the step reaches; and the share
+#                         at the GEMM rate measured right after each of our runs (sgemm-1024
+#                         runs again after every workload), the median over the rounds
 #
 # BUILD_DIR defaults to build. THREADS and REPS may be set in the environment.
 set -euo pipefail
@@ -67,6 +69,13 @@ def run(cmd):
 
 rep_args = ["--reps", reps] if reps else []
 results = {}  # (workload, impl) -> {"medians": [...], "peak": MiB}
+# This machine's speed drifts by 10-20% within minutes, so a GEMM rate measured once
+# can flatter or wrong a step timed minutes apart. sgemm-1024 also runs right after each
+# of our workload runs; that adjacent rate gives each round's floor share.
+adjacent = {}  # workload -> [(our median that round, adjacent GEMM rate)]
+def gemm_rate_now():
+    lines, _ = run([os.path.join(bench_dir, "bench_sgemm")])
+    return max(2 * 1024**3 / (j["median_ms"] * 1e-3) for j in lines if j["workload"] == "sgemm-1024")
 for r in range(rounds):
     for w in listed:
         sides = [("torch", ["/usr/bin/python3", reference, "bench", "--workload", w, "--threads", threads] + rep_args),
@@ -83,6 +92,8 @@ for r in range(rounds):
                 e = results.setdefault(key, {"medians": [], "peak": 0.0, "impl": j["impl"]})
                 e["medians"].append(j["median_ms"])
                 e["peak"] = max(e["peak"], peak)
+                if side == "mumoe" and w != "sgemm-1024" and j["impl"] == "mumoe":
+                    adjacent.setdefault(w, []).append((j["median_ms"], gemm_rate_now()))
         print(f"round {r + 1}/{rounds}: {w} done", file=sys.stderr, flush=True)
 
 print(f"{'workload':<22} {'impl':<16} {'ours ms':>9} {'torch ms':>9} {'ratio':>6} {'ours MiB':>9} {'torch MiB':>9}")
@@ -137,13 +148,17 @@ gemm_ms = [statistics.median(e["medians"]) for (w, impl), e in results.items() i
 if gemm_ms:
     rate = 2 * 1024**3 / (min(gemm_ms) * 1e-3)
     print(f"\nGEMM rate {rate / 1e9:.1f} GFLOP/s (sgemm-1024, the faster of the native and OpenBLAS medians)")
-    print(f"{'workload':<22} {'GFLOP/step':>10} {'floor ms':>9} {'ours ms':>9} {'share':>6}")
+    print(f"{'workload':<22} {'GFLOP/step':>10} {'floor ms':>9} {'ours ms':>9} {'share':>6} {'adjacent':>9}")
     for w, f in flops.items():
         if (w, "mumoe") not in results:
             continue
         m = statistics.median(results[(w, "mumoe")]["medians"])
         floor = f / rate * 1e3
-        print(f"{w:<22} {f / 1e9:>10.1f} {floor:>9.1f} {m:>9.1f} {floor / m * 100:>5.0f}%")
+        # adjacent: the median over rounds of the floor at the GEMM rate measured right
+        # after that round's run, over that run's median.
+        adj = statistics.median(f / r * 1e3 / ms for ms, r in adjacent.get(w, [])) if w in adjacent else float("nan")
+        print(f"{w:<22} {f / 1e9:>10.1f} {floor:>9.1f} {m:>9.1f} {floor / m * 100:>5.0f}% {adj * 100:>8.0f}%")
+    print("share: at the run's fastest sgemm-1024 median; adjacent: at the rate measured right after each run")
 PY
 fi
 case "$which" in
