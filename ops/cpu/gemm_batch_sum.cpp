@@ -35,6 +35,9 @@ constexpr int kS = kR;
 // A thread works through the batch in chunks whose operands (its rows of A and all of B)
 // stay in its L2 cache while every block of its outputs passes over them.
 constexpr int64_t kChunkBytes = 256 * 1024;
+// Outputs are summed in tiles of at most kTile x kTile, whole register blocks.
+constexpr int64_t kTile = 16 * kR;
+static_assert(kTile % kR == 0 && kTile % kS == 0);
 // C of at most kSlabOutput elements is summed in kSlabs slabs of the batch, one thread
 // each (a number fixed so that the sums do not depend on the thread count; 4 shares out
 // evenly on 2 or 4 threads).
@@ -123,10 +126,12 @@ void dot_block_upto(int r, int s, const DotOperands<T>& op, int64_t i, int64_t j
   dot_block<T, R, S>(op, i, j, b0, b1, prefetch_a, prefetch_b, acc, tail, acc_rs);
 }
 
-// C[m0, m1) x [n0, n1) = the sum over the items [item0, item1), on the calling thread.
+// C[m0, m1) x [n0, n1) = the sum over the items [item0, item1), on the calling thread,
+// for a rectangle of at most kTile x kTile outputs (its partial sums: 256 KB of AVX-512
+// vectors).
 template <class T>
-void dot_rectangle(const DotOperands<T>& op, int64_t item0, int64_t item1, int64_t m0, int64_t m1, int64_t n0,
-                   int64_t n1, T* C, int64_t c_rs, int64_t c_cs) {
+void dot_tile(const DotOperands<T>& op, int64_t item0, int64_t item1, int64_t m0, int64_t m1, int64_t n0,
+              int64_t n1, T* C, int64_t c_rs, int64_t c_cs) {
   using V = typename Vec<T>::type;
   constexpr int W = Vec<T>::width;
   const int64_t rows = m1 - m0, cols = n1 - n0;
@@ -157,6 +162,16 @@ void dot_rectangle(const DotOperands<T>& op, int64_t item0, int64_t item1, int64
       for (int w = 0; w < W; ++w) sum += v[w];
       C[(m0 + i) * c_rs + (n0 + j) * c_cs] = sum + tail[i * cols + j];
     }
+}
+
+// The same for any rectangle, tile by tile: the partial sums of a whole band of a large C
+// (a vector per output) would take 16 times its size.
+template <class T>
+void dot_rectangle(const DotOperands<T>& op, int64_t item0, int64_t item1, int64_t m0, int64_t m1, int64_t n0,
+                   int64_t n1, T* C, int64_t c_rs, int64_t c_cs) {
+  for (int64_t i = m0; i < m1; i += kTile)
+    for (int64_t j = n0; j < n1; j += kTile)
+      dot_tile<T>(op, item0, item1, i, std::min(m1, i + kTile), j, std::min(n1, j + kTile), C, c_rs, c_cs);
 }
 
 }  // namespace
