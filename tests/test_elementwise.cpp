@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <limits>
 
 #include "helpers.h"
 
@@ -149,6 +150,45 @@ TEST_CASE("float32 gelu and its gradient give the same bits dense, strided and a
     for (size_t k = 1; k < grads.size(); ++k)
       CHECK(std::memcmp(grads[0].data(), grads[k].data(), grads[0].size() * sizeof(float)) == 0);
   }
+}
+
+// float32 exp over the whole float range against float64: within 3 ulp where the result is
+// normal (the CPU runs a vector exp, ops/cpu/vec_exp.h, squared from x/2 beyond its
+// range), within 2 units of the smallest subnormal where it is subnormal, +inf past
+// overflow, 0 at -inf, NaN for NaN; the same bits dense and strided.
+TEST_CASE("float32 exp is accurate over the whole range, overflows to inf and keeps subnormals") {
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    Tensor x32 = arange(-104.0, 89.0, 1.0 / 512, kFloat64).to(kFloat32);
+    std::vector<double> xv = x32.to_vector<double>();
+    std::vector<double> got = exp(on(x32, dev)).to_vector<double>();
+    double worst_ulp = 0, worst_sub = 0;
+    bool overflow_ok = true;
+    for (size_t i = 0; i < xv.size(); ++i) {
+      const double want = std::exp(xv[i]);
+      if (want > double(std::numeric_limits<float>::max())) {
+        overflow_ok = overflow_ok && std::isinf(got[i]) && got[i] > 0;
+      } else if (want >= double(std::numeric_limits<float>::min())) {
+        worst_ulp = std::max(worst_ulp, std::fabs(got[i] - want) / (want * 0x1p-23));
+      } else {
+        worst_sub = std::max(worst_sub, std::fabs(got[i] - want) / 0x1p-149);
+      }
+    }
+    MESSAGE(dev.str() << ": exp within " << worst_ulp << " ulp (normal), " << worst_sub << " x 2^-149 (subnormal)");
+    CHECK(worst_ulp <= 3);
+    CHECK(worst_sub <= 2);
+    CHECK(overflow_ok);
+    const float inf = std::numeric_limits<float>::infinity();
+    std::vector<float> special = exp(on(from_vector<float>({-inf, inf, NAN, 0.0f, -0.0f}, {5}), dev)).to_vector<float>();
+    CHECK(special[0] == 0.0f);
+    CHECK((std::isinf(special[1]) && special[1] > 0));
+    CHECK(std::isnan(special[2]));
+    CHECK(special[3] == 1.0f);
+    CHECK(special[4] == 1.0f);
+  }
+  Tensor x = randn({37, 29}) * 20.0;
+  std::vector<float> dense = exp(x).to_vector<float>(), strided = exp(x.t()).t().contiguous().to_vector<float>();
+  CHECK(std::memcmp(dense.data(), strided.data(), dense.size() * sizeof(float)) == 0);
 }
 
 // Below about x = -5.5, x/2 (1 + erf(x/√2)) cancels to nothing in float32 on any
