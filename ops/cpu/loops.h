@@ -180,7 +180,6 @@ void for_each_run(const Shape& shape, const std::array<Shape, N>& strides, Run&&
   {
     int tid = omp_get_thread_num(), nt = omp_get_num_threads();
     int64_t begin = total * tid / nt, end = total * (tid + 1) / nt;
-    std::vector<int64_t> idx(nd > 1 ? nd - 1 : 1, 0);
     int64_t pos = begin;
     while (pos < end) {
       int64_t row = pos / inner, col = pos % inner;
