@@ -324,6 +324,26 @@ TEST_CASE("permuted copies with a short innermost dim, and a unary op on them, e
           }
       CHECK(wrong == 0);
     }
+  // The same walk with no outer dims left ((5000, 3) from a transposed (3, 5000)) and with
+  // two that cannot merge (a sliced source), against the index arithmetic.
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    manual_seed(10);
+    Tensor x2 = randn({3, 5000}, kFloat64);
+    std::vector<double> x2v = x2.to_vector<double>(), t2 = on(x2, dev).t().contiguous().cpu().to_vector<double>();
+    int64_t wrong = 0;
+    for (int64_t i = 0; i < 5000; ++i)
+      for (int64_t a = 0; a < 3; ++a) wrong += t2[size_t(i * 3 + a)] != x2v[size_t(a * 5000 + i)];
+    Tensor x4 = randn({4, 6, 7, 60}, kFloat64);
+    std::vector<double> x4v = x4.to_vector<double>();
+    std::vector<double> t4 = on(x4, dev).slice(3, 0, 50).permute({1, 2, 3, 0}).contiguous().cpu().to_vector<double>();
+    for (int64_t p = 0; p < 6; ++p)
+      for (int64_t q = 0; q < 7; ++q)
+        for (int64_t r = 0; r < 50; ++r)
+          for (int64_t a = 0; a < 4; ++a)
+            wrong += t4[size_t(((p * 7 + q) * 50 + r) * 4 + a)] != x4v[size_t(((a * 6 + p) * 7 + q) * 60 + r)];
+    CHECK(wrong == 0);
+  }
 }
 
 TEST_CASE("maximum and minimum, with NaN propagating") {

@@ -129,21 +129,63 @@ void for_each_tile_run(const StridedLayout<N>& L, int64_t j, Run&& run) {
 // tensor-ring core's gradient, (149, 768, 4) from a (4, 149, 768) permute, took 114k runs
 // of 4 elements with an index decomposition each (0.68 ms for 458k floats; 0.23 ms so).
 template <size_t N>
-void move_dense_dim_inward(StridedLayout<N>& L) {
+bool move_dense_dim_inward(StridedLayout<N>& L) {
   const int64_t nd = int64_t(L.shape.size());
-  if (nd < 2 || L.shape[nd - 1] >= kMinSide) return;
+  if (nd < 2 || L.shape[nd - 1] >= kMinSide) return false;
   int64_t best = -1;
   for (int64_t d = 0; d + 1 < nd; ++d)
     for (size_t k = 0; k < N; ++k)
       if ((L.strides[k][d] == 1 || L.strides[k][d] == -1) && L.shape[d] >= kMinSide &&
           (best < 0 || L.shape[d] > L.shape[best]))
         best = d;
-  if (best < 0) return;
+  if (best < 0) return false;
   L.shape.push_back(L.shape[best]);
   L.shape.erase(L.shape.begin() + best);
   for (size_t k = 0; k < N; ++k) {
     L.strides[k].push_back(L.strides[k][best]);
     L.strides[k].erase(L.strides[k].begin() + best);
+  }
+  return true;
+}
+
+// The walk of a layout that move_dense_dim_inward reordered to (outer..., s, inner), s
+// the short former innermost dim: items of a few outer rows each, every item walking its
+// rows once per index of s. Each operand plane (one index of s) is then read in long
+// sequential stretches, and the item's share of the other operand, written s times at a
+// stride of up to s, stays in cache between the passes. With the s index inside the
+// rows, s streams far apart advanced together: the TR core gradient's copy above, its
+// source just written by a product on the other core, took 0.65-1.2 ms on 2 threads
+// (0.2 ms on one); 1.9 ms per call in the TR layer's step, 0.38 ms walked so.
+template <size_t N, class Run>
+void for_each_short_dim_run(const StridedLayout<N>& L, Run& run) {
+  const int64_t nd = int64_t(L.shape.size()), inner = L.shape[nd - 1], s = L.shape[nd - 2];
+  std::array<int64_t, N> inner_st, s_st;
+  for (size_t k = 0; k < N; ++k) {
+    inner_st[k] = L.strides[k][nd - 1];
+    s_st[k] = L.strides[k][nd - 2];
+  }
+  int64_t outer = 1;
+  for (int64_t d = 0; d + 2 < nd; ++d) outer *= L.shape[d];
+  if (outer * s * inner == 0) return;
+  const int64_t block = std::max<int64_t>(1, kParallelGrain / (s * inner)), items = (outer + block - 1) / block;
+  int nthreads = outer * s * inner >= kParallelGrain ? omp_get_max_threads() : 1;
+  if (omp_in_parallel()) nthreads = 1;
+#pragma omp parallel for num_threads(nthreads) if (nthreads > 1) schedule(static)
+  for (int64_t item = 0; item < items; ++item) {
+    const int64_t o1 = std::min(outer, (item + 1) * block);
+    for (int64_t c = 0; c < s; ++c)
+      for (int64_t o = item * block; o < o1; ++o) {
+        // The row's offsets: its outer multi-index, then the index c of s.
+        std::array<int64_t, N> off{};
+        int64_t r = o;
+        for (int64_t d = nd - 3; d >= 0; --d) {
+          const int64_t i = r % L.shape[d];
+          r /= L.shape[d];
+          for (size_t k = 0; k < N; ++k) off[k] += i * L.strides[k][d];
+        }
+        for (size_t k = 0; k < N; ++k) off[k] += c * s_st[k];
+        run(off, inner, inner_st);
+      }
   }
 }
 
@@ -159,7 +201,7 @@ void move_dense_dim_inward(StridedLayout<N>& L) {
 template <size_t N, class Run>
 void for_each_run(const Shape& shape, const std::array<Shape, N>& strides, Run&& run, bool free_order = false) {
   StridedLayout<N> L = coalesce<N>(shape, strides);
-  if (free_order) move_dense_dim_inward(L);
+  if (free_order && move_dense_dim_inward(L)) return for_each_short_dim_run(L, run);
   const int64_t nd = int64_t(L.shape.size());
   const int64_t inner = L.shape[nd - 1];
   std::array<int64_t, N> inner_st;
