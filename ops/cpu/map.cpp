@@ -143,16 +143,22 @@ struct ExpLanes {
 
 }  // namespace
 
-// One element (of a strided run) goes through the vector code as a padded run of one, so
-// that strided and dense runs give the same bits.
-struct GeluFloat {
+// A float32 functor of the map loop (ops/cpu/map.h) from a lane function of one input:
+// dense runs through run_lanes, and one element (of a strided run) through the same
+// vector code as a padded run of one, so that strided and dense runs give the same bits.
+template <class Lanes>
+struct UnaryLanesFloat {
   float operator()(float v) const {
     float r;
-    run_lanes(GeluLanes{}, &r, 1, &v);
+    run_lanes(Lanes{}, &r, 1, &v);
     return r;
   }
-  void run(float* o, const float* x, int64_t n) const { run_lanes(GeluLanes{}, o, n, x); }
+  void run(float* o, const float* x, int64_t n) const { run_lanes(Lanes{}, o, n, x); }
 };
+using GeluFloat = UnaryLanesFloat<GeluLanes>;
+// float32 exp: libm's expf keeps a loop scalar (3.2M floats: 7.4 ms on one Zen 5 core).
+using ExpFloat = UnaryLanesFloat<ExpLanes>;
+// The same for GELU's derivative, of two inputs (g, x).
 struct GeluGradFloat {
   float operator()(float g, float x) const {
     float r;
@@ -160,16 +166,6 @@ struct GeluGradFloat {
     return r;
   }
   void run(float* o, const float* g, const float* x, int64_t n) const { run_lanes(GeluGradLanes{}, o, n, g, x); }
-};
-
-// float32 exp: libm's expf keeps a loop scalar (3.2M floats: 7.4 ms on one Zen 5 core).
-struct ExpFloat {
-  float operator()(float v) const {
-    float r;
-    run_lanes(ExpLanes{}, &r, 1, &v);
-    return r;
-  }
-  void run(float* o, const float* x, int64_t n) const { run_lanes(ExpLanes{}, o, n, x); }
 };
 
 // The tanh form likewise, through 0.5 (1 + tanh(u)) = sigmoid(2u) with the vectorisable
