@@ -59,6 +59,20 @@ StridedLayout<N> coalesce(const Shape& shape, const std::array<Shape, N>& stride
 // Dims shorter than this are not worth a tile or a run of their own.
 inline constexpr int64_t kMinSide = 8;
 
+// Each operand's element offset at multi-index `index` of dims [0, end) other than `skip`
+// (row-major, the last of them fastest): the start of one run of a walk below.
+template <size_t N>
+std::array<int64_t, N> offsets_at(const StridedLayout<N>& L, int64_t index, int64_t end, int64_t skip = -1) {
+  std::array<int64_t, N> off{};
+  for (int64_t d = end - 1; d >= 0; --d) {
+    if (d == skip) continue;
+    const int64_t i = index % L.shape[d];
+    index /= L.shape[d];
+    for (size_t k = 0; k < N; ++k) off[k] += i * L.strides[k][d];
+  }
+  return off;
+}
+
 // A transposing walk (see for_each_run): the dim j, other than the innermost, along
 // which an operand that strides the innermost dim is dense; -1 when there is none or the
 // two dims are too short to tile.
@@ -104,14 +118,7 @@ void for_each_tile_run(const StridedLayout<N>& L, int64_t j, Run&& run) {
   for (int64_t item = 0; item < items; ++item) {
     // The item's base offsets: its tile of rows, then its index over the other dims.
     const int64_t r0 = (item % row_tiles) * kTile;
-    int64_t b = item / row_tiles;
-    std::array<int64_t, N> base{};
-    for (int64_t d = nd - 2; d >= 0; --d) {
-      if (d == j) continue;
-      const int64_t i = b % L.shape[d];
-      b /= L.shape[d];
-      for (size_t k = 0; k < N; ++k) base[k] += i * L.strides[k][d];
-    }
+    const std::array<int64_t, N> base = offsets_at(L, item / row_tiles, nd - 1, j);
     const int64_t r1 = std::min(rows, r0 + kTile);
     for (int64_t c0 = 0; c0 < inner; c0 += kTile) {
       const int64_t n = std::min(kTile, inner - c0);
@@ -125,9 +132,10 @@ void for_each_tile_run(const StridedLayout<N>& L, int64_t j, Run&& run) {
 }
 
 // A short innermost dim (under kMinSide) walked as an outer one when an operand is dense
-// along a longer dim, which becomes the run (the longest such dim). The copy of a
-// tensor-ring core's gradient, (149, 768, 4) from a (4, 149, 768) permute, took 114k runs
-// of 4 elements with an index decomposition each (0.68 ms for 458k floats; 0.23 ms so).
+// along a longer dim, which becomes the run (the longest such dim); for_each_short_dim_run
+// then walks it. The copy of a tensor-ring core's gradient, (149, 768, 4) from a
+// (4, 149, 768) permute, took 114k runs of 4 elements with an index decomposition each
+// (0.68 ms for 458k floats; 0.23 ms with the dim moved).
 template <size_t N>
 bool move_dense_dim_inward(StridedLayout<N>& L) {
   const int64_t nd = int64_t(L.shape.size());
@@ -176,13 +184,7 @@ void for_each_short_dim_run(const StridedLayout<N>& L, Run& run) {
     for (int64_t c = 0; c < s; ++c)
       for (int64_t o = item * block; o < o1; ++o) {
         // The row's offsets: its outer multi-index, then the index c of s.
-        std::array<int64_t, N> off{};
-        int64_t r = o;
-        for (int64_t d = nd - 3; d >= 0; --d) {
-          const int64_t i = r % L.shape[d];
-          r /= L.shape[d];
-          for (size_t k = 0; k < N; ++k) off[k] += i * L.strides[k][d];
-        }
+        std::array<int64_t, N> off = offsets_at(L, o, nd - 2);
         for (size_t k = 0; k < N; ++k) off[k] += c * s_st[k];
         run(off, inner, inner_st);
       }
@@ -226,14 +228,7 @@ void for_each_run(const Shape& shape, const std::array<Shape, N>& strides, Run&&
     while (pos < end) {
       int64_t row = pos / inner, col = pos % inner;
       int64_t n = std::min(inner - col, end - pos);
-      // Decompose the row number into the outer multi-index.
-      std::array<int64_t, N> off{};
-      int64_t r = row;
-      for (int64_t d = nd - 2; d >= 0; --d) {
-        int64_t i = r % L.shape[d];
-        r /= L.shape[d];
-        for (size_t k = 0; k < N; ++k) off[k] += i * L.strides[k][d];
-      }
+      std::array<int64_t, N> off = offsets_at(L, row, nd - 1);
       for (size_t k = 0; k < N; ++k) off[k] += col * inner_st[k];
       run(off, n, inner_st);
       pos += n;
