@@ -61,9 +61,6 @@ struct Tile {
   static constexpr int64_t NC = NR * 128;
 };
 
-// Below this many flops (2 M N K summed over the batch) one thread does the whole product:
-// starting a team costs more than it saves.
-constexpr double kParallelFlops = 1 << 20;
 // Whole products of a batch go to threads in runs of at least this many flops.
 constexpr double kTinyRun = 1 << 18;
 

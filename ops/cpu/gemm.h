@@ -6,6 +6,10 @@
 
 namespace mu::cpu {
 
+// Below this many flops (2 M N K summed over the batch) one thread does the whole product
+// (gemm and gemm_batch_sum): starting a team costs more than it saves.
+inline constexpr double kParallelFlops = 1 << 20;
+
 // One operand's geometry, in elements. Element (i, j) of matrix b lives at
 // data[b * batch_stride + i * row_stride + j * col_stride]. The native kernel takes any
 // strides (even 0, for a broadcast row or column); BLAS needs row_stride == 1 or

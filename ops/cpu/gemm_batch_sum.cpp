@@ -43,8 +43,6 @@ static_assert(kTile % kR == 0 && kTile % kS == 0);
 // evenly on 2 or 4 threads).
 constexpr int64_t kSlabOutput = 16 * 1024;
 constexpr int64_t kSlabs = 4;
-// Below this many flops one thread does the whole sum (as kParallelFlops in gemm.cpp).
-constexpr double kParallelFlops = 1 << 20;
 
 // The operands of one call, in elements: A[b] row i at a + b * a_bs + i * a_rs (depth
 // contiguous), B[b] column j at b + b * b_bs + j * b_cs (depth contiguous).
