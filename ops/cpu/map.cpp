@@ -97,16 +97,7 @@ constexpr int kWF = Vec<float>::width;
   const VF t = (a + b) * kLog2e + kRound;  // n in the low mantissa bits (see kRound)
   const VF n = t - kRound;
   const VF r = ((a - n * kLn2Hi) + b) - n * kLn2Lo;
-  // exp(r) to degree 7, as exp_lanes, and 2^n in the exponent bits.
-  VF p = r * (1.0f / 5040) + 1.0f / 720;
-  p = p * r + 1.0f / 120;
-  p = p * r + 1.0f / 24;
-  p = p * r + 1.0f / 6;
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
-  const VI scale = (VI(t) + (127 - std::bit_cast<int32_t>(kRound))) << 23;
-  return u * (p * VF(scale));
+  return u * (exp_reduced(r) * exp2_of_rounded(t));
 }
 
 // x Φ(x) on every lane.
@@ -120,7 +111,7 @@ constexpr int kWF = Vec<float>::width;
 [[gnu::always_inline]] inline VF gelu_grad_lanes(VF g, VF x) {
   VF minus_half_sq;
   const VF q = gelu_tail(x, minus_half_sq);
-  const VF gauss = exp_lanes(minus_half_sq);
+  const VF gauss = exp_lanes_in_range(max_of(exp_constants::kLo, minus_half_sq));  // -x²/2 <= 0 < kHi
   return g * ((x >= 0.0f ? 1.0f - q : q) + x * gauss * float(fn::kInvSqrt2Pi));
 }
 
