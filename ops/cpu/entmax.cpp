@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <type_traits>
 #include <limits>
 #include <vector>
 
@@ -97,8 +98,8 @@ void sparsemax_line(const T* xl, T* yl, int64_t n, int64_t st) {
 }
 
 // entmax15's threshold without a sort: τ solves f(τ) = Σ (z_i - τ)_+² = 1, f convex and
-// decreasing up to max z = 0, with f(-1) >= 1. Newton's steps from τ = -1 stay at or left
-// of the root (convexity), so the set S = {z > τ} always holds the support; on S the
+// decreasing up to max z = 0, with f(start) >= 1 (start = -1 always qualifies, as the max
+// alone gives f(-1) >= 1). Newton's steps from there stay at or left of the root (convexity), so the set S = {z > τ} always holds the support; on S the
 // equation is a quadratic, τ_S = mean_S - sqrt((1 - ss_S) / |S|), which is the answer
 // exactly when S is the support: every z in S above τ_S and none outside it. That is
 // checked, not assumed; false (after at most 64 steps, or when rounding stalls the steps)
@@ -106,8 +107,7 @@ void sparsemax_line(const T* xl, T* yl, int64_t n, int64_t st) {
 // tests' lines (ties at the threshold, spreads from 1e-9 to 1e6) nor a training run has
 // reached. A few passes over the line instead of a sort: the MLP-Mixer's gate (64
 // experts) spent 5% of its step sorting.
-bool entmax15_tau_newton(const double* z, int64_t n, double& tau_out) {
-  double tau = -1;
+bool entmax15_tau_newton(const double* z, int64_t n, double tau, double& tau_out) {
   for (int it = 0; it < 64; ++it) {
     // Over S = {z > τ}: s1 = Σ (z - τ), s2 = Σ (z - τ)², k = |S|, the smallest z in S and
     // the largest outside it; in vectors of partial results (GCC does not vectorise one
@@ -157,6 +157,51 @@ bool entmax15_tau_newton(const double* z, int64_t n, double& tau_out) {
   return false;
 }
 
+// A start for entmax15_tau_newton from the two largest z, 0 and z2: for z2 > -1 the two
+// alone give f(τ) = τ² + (z2 - τ)² = 1 at τ2 = (z2 - sqrt(2 - z2²)) / 2 < z2, and the
+// other entries only add to f, so f(τ2) >= 1: a lower bound nearer the root than -1.
+// On the MLP-Mixer's normalised gate logits (64 experts) it saves one of about 3.5 passes.
+double entmax15_start(double z2) { return z2 > -1 ? (z2 - std::sqrt(2 - z2 * z2)) / 2 : -1.0; }
+
+// The largest and second largest of a contiguous float32 line on float vectors (a line
+// that holds NaN, or +inf, or only -inf gives a NaN max, as line_max).
+struct TopTwo {
+  double first, second;
+};
+TopTwo line_top_two(const float* x, int64_t n) {
+  using VF = Vec<float>::type;
+  constexpr int W = Vec<float>::width;
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  float m1 = -kInf, m2 = -kInf;
+  bool nan = false;
+  auto take = [&](float v) {
+    nan = nan || v != v;
+    m2 = std::max(m2, std::min(m1, v));
+    m1 = std::max(m1, v);
+  };
+  int64_t j = 0;
+  if (n >= W) {
+    // Per lane: its largest and second largest, and whether it saw a NaN.
+    VF a = VF{} - kInf, b = a;
+    auto seen_nan = a != a;
+    for (; j + W <= n; j += W) {
+      const VF v = load(x + j);
+      seen_nan = seen_nan | (v != v);
+      const VF lo = v < a ? v : a;
+      b = lo > b ? lo : b;
+      a = v > a ? v : a;
+    }
+    for (int l = 0; l < W; ++l) {
+      nan = nan || seen_nan[l] != 0;
+      take(a[l]);
+      take(b[l]);
+    }
+  }
+  for (; j < n; ++j) take(x[j]);
+  if (nan || !std::isfinite(m1)) return {kNaN, kNaN};
+  return {double(m1), double(m2)};
+}
+
 // entmax15 on z = (x - max) / 2: on a support of the k largest entries, Σ (z_i - τ)² = 1
 // gives τ_k = mean_k - sqrt((1 - ss_k) / k), ss_k the sum of squared deviations from
 // mean_k; the support is the set of k with τ_k <= z_k and τ = τ_K. τ comes from
@@ -166,11 +211,22 @@ void entmax15_line(const T* xl, T* yl, int64_t n, int64_t st) {
   double* s = scratch(3 * n);
   double* taus = s + n;
   double* z = s + 2 * n;
-  double m = line_max(xl, n, st);
+  double m, start = -1;
+  if constexpr (std::is_same_v<T, float>) {
+    if (st == 1) {  // the common case: a contiguous line, its max on vectors
+      const TopTwo top = line_top_two(xl, n);
+      m = top.first;
+      if (!std::isnan(m)) start = entmax15_start((top.second - m) * 0.5);
+    } else {
+      m = line_max(xl, n, st);
+    }
+  } else {
+    m = line_max(xl, n, st);
+  }
   if (std::isnan(m)) return fill_nan(yl, n, st);
   for (int64_t j = 0; j < n; ++j) z[j] = (double(xl[j * st]) - m) * 0.5;
   double tau;
-  if (!entmax15_tau_newton(z, n, tau)) {
+  if (!entmax15_tau_newton(z, n, start, tau)) {
     int64_t c = load_candidates(xl, yl, n, st, 0.5, s, m);
     // Welford's running mean and squared deviations: the package's k (mean_sq - mean²)
     // loses digits to cancellation, this does not.
