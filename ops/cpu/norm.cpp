@@ -113,23 +113,36 @@ void row_moments(const float* x, int64_t n, double& mean, double& var) {
   var = v > 0 ? v : 0.0;  // a constant row can round to a tiny negative
 }
 
-// The backward's Σ gw and Σ gw xh with gw = g w (g where w is null) and xh = (x - m) rs,
-// the terms computed in float32 as the dx pass computes them and summed in double: the
-// sums then carry no error the dx pass's own roundings do not already have, and each
-// group of kWD elements takes two conversions instead of three (g, w and xh widened).
+// The backward's first pass over a row: Σ gw and Σ gw xh with gw = g w (g where w is
+// null) and xh = (x - m) rs, and, where fw / fb are given, fw += g xh and fb += g (the
+// weight's and the bias's block sums). The terms are computed in float32 as the dx pass
+// computes them and summed in double: the sums then carry no error the dx pass's own
+// roundings do not already have, and each group of kWD elements takes two conversions.
+// One pass for all four: g, x and xh are loaded and computed once.
 void row_grad_sums(const float* g, const float* x, const float* w, float m, float rs, int64_t n, double& s1,
-                   double& s2) {
+                   double& s2, float* fw, float* fb) {
   row_sums(
       n, s1, s2,
       [&](int64_t j, VD& u, VD& v) {
-        const WidenF gw = w ? load_widen(g + j) * load_widen(w + j) : load_widen(g + j);
+        const WidenF gv = load_widen(g + j), xh = (load_widen(x + j) - m) * rs;
+        const WidenF gw = w ? gv * load_widen(w + j) : gv;
+        if (fw) {
+          const WidenF s = load_widen(fw + j) + gv * xh;
+          std::memcpy(fw + j, &s, sizeof(s));
+        }
+        if (fb) {
+          const WidenF s = load_widen(fb + j) + gv;
+          std::memcpy(fb + j, &s, sizeof(s));
+        }
         u = widen(gw);
-        v = widen(gw * ((load_widen(x + j) - m) * rs));
+        v = widen(gw * xh);
       },
       [&](int64_t j, double& u, double& v) {
-        const float gw = w ? g[j] * w[j] : g[j];
+        const float xh = (x[j] - m) * rs, gw = w ? g[j] * w[j] : g[j];
+        if (fw) fw[j] += g[j] * xh;
+        if (fb) fb[j] += g[j];
         u = double(gw);
-        v = double(gw * ((x[j] - m) * rs));
+        v = double(gw * xh);
       });
 }
 
@@ -213,10 +226,12 @@ static void layer_norm_backward_rows(const T* g, const T* x, const T* mean, cons
       const T* gr = g + r * n;
       const T* xr = x + r * n;
       const T m = mean[r], rs = rstd[r];
+      bool sums_done = false;  // fw and fb already updated with the row
       if (dx) {
         A s1 = 0, s2 = 0;  // sum gw, sum gw xh
         if constexpr (std::is_same_v<T, float>) {
-          row_grad_sums(gr, xr, w, m, rs, n, s1, s2);
+          row_grad_sums(gr, xr, w, m, rs, n, s1, s2, fw, fb);
+          sums_done = true;
         } else {
 #pragma omp simd reduction(+ : s1, s2)
           for (int64_t j = 0; j < n; ++j) {
@@ -232,9 +247,9 @@ static void layer_norm_backward_rows(const T* g, const T* x, const T* mean, cons
         else
           for (int64_t j = 0; j < n; ++j) dr[j] = rs * (gr[j] - c1 - (xr[j] - m) * rs * c2);
       }
-      if (fw)
+      if (fw && !sums_done)
         for (int64_t j = 0; j < n; ++j) fw[j] += gr[j] * ((xr[j] - m) * rs);
-      if (fb)
+      if (fb && !sums_done)
         for (int64_t j = 0; j < n; ++j) fb[j] += gr[j];
       if ((r - r0) % kBlock == kBlock - 1) flush();
     }
