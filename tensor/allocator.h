@@ -1,6 +1,7 @@
 // Host memory for tensors: a caching allocator so that a training step re-uses the
 // blocks of the previous one instead of going back to malloc (and the kernel's page
-// faults) every step. Blocks are 64-byte aligned for SIMD loads.
+// faults) every step. Blocks are 64-byte aligned for SIMD loads; those of 2 MiB and more
+// start on a 2 MiB boundary, with transparent huge pages requested (allocator.cpp).
 #pragma once
 #include <cstddef>
 #include <cstdint>
