@@ -115,6 +115,17 @@ struct LastUseScope {
 
 bool last_use() { return g_last_use; }
 
+// Whether a gradient waiting in a buffer may take the next one in place: it has no other
+// owner (no other tensor, node, hook or view holds it or its memory, so no one sees it
+// change), every element has memory of its own (not an expanded view), and the sum keeps
+// its shape, dtype and device. A step of a residual network sums two gradients into
+// every skip connection; in place, the sum writes into memory the cache holds already
+// instead of a fresh block.
+static bool can_add_in_place(const Tensor& acc, const Tensor& g) {
+  return acc.impl_ptr().use_count() == 1 && acc.storage().use_count() == 1 && acc.is_contiguous() &&
+         acc.shape() == g.shape() && acc.dtype() == g.dtype() && acc.device() == g.device() && !acc.is_same(g);
+}
+
 void run_backward(const TensorList& roots, const TensorList& grad_roots, bool retain_graph) {
   NoGradGuard no_grad;  // gradient formulas must not record graphs of their own
   AutocastGuard no_autocast(kBFloat16, false);  // nor cast: they use the dtypes the forward saved
@@ -145,7 +156,9 @@ void run_backward(const TensorList& roots, const TensorList& grad_roots, bool re
     TensorList& buf = buffers[e.fn.get()];
     if (buf.empty()) buf.resize(e.fn->num_outputs);
     Tensor& slot = buf[e.input_nr];
-    slot = slot.defined() ? slot + g : g;
+    if (!slot.defined()) slot = g;
+    else if (can_add_in_place(slot, g)) slot.add_(g);
+    else slot = slot + g;
     keep_alive[e.fn.get()] = e.fn;
   };
   std::vector<Node*> ready;
