@@ -141,14 +141,15 @@ MixerBlock::MixerBlock(const MixerConfig& c, int64_t index) : UnaryModule("Mixer
 // for each sample b, the biases added down the columns. The same function as the MLP on
 // xᵀ, transposed back, without either transpose: the products read x as it lies and
 // write (B, T, D) directly, and the residual add after it reads a dense tensor.
+// Each bias goes with its product (matmul_row_bias: added as the product is stored).
 static Tensor token_mlp_left(const nn::Sequential& mlp, const Tensor& x) {
   const auto fc1 = mlp.at<nn::Linear>(0), fc2 = mlp.at<nn::Linear>(2);
-  Tensor h = matmul(fc1->weight, x);  // (H, T) · (B, T, D) -> (B, H, D)
-  if (fc1->bias.defined()) h = h + fc1->bias.unsqueeze(1);
+  auto layer = [](const nn::Linear& fc, const Tensor& in) {
+    return fc.bias.defined() ? matmul_row_bias(fc.weight, in, fc.bias) : matmul(fc.weight, in);
+  };
+  Tensor h = layer(*fc1, x);  // (H, T) · (B, T, D) + b1 -> (B, H, D)
   h = mlp[1]->forward(h);
-  Tensor t = matmul(fc2->weight, h);  // (T, H) · (B, H, D) -> (B, T, D)
-  if (fc2->bias.defined()) t = t + fc2->bias.unsqueeze(1);
-  return t;
+  return layer(*fc2, h);  // (T, H) · (B, H, D) + b2 -> (B, T, D)
 }
 
 Tensor MixerBlock::forward(const Tensor& x) {

@@ -272,6 +272,49 @@ Tensor matmul_with_one(const Tensor& x, const Tensor& w) {
   return y.reshape(out_shape);
 }
 
+Tensor matmul_row_bias(const Tensor& a, const Tensor& b, const Tensor& bias) {
+  MU_CHECK(a.defined() && b.defined() && bias.defined(), "matmul_row_bias: a, b and bias must be defined");
+  MU_CHECK(a.dim() == 2, "matmul_row_bias: a must be 2-D (M, K), got shape ", shape_str(a.shape()));
+  MU_CHECK(b.dim() == 2 || b.dim() == 3, "matmul_row_bias: b must be (K, N) or (B, K, N), got shape ",
+           shape_str(b.shape()));
+  check_operands(a, b, "matmul_row_bias");
+  check_inner(a, b, a.size(1), b.size(-2), "matmul_row_bias");
+  const int64_t M = a.size(0), K = a.size(1), N = b.size(-1);
+  MU_CHECK(bias.dim() == 1 && bias.size(0) == M, "matmul_row_bias: bias must have shape (", M,
+           "), one value per row of a, got ", shape_str(bias.shape()));
+  using autograd::autocast::low_dtype;
+  MU_CHECK(low_dtype(bias) == low_dtype(a) && bias.device() == a.device(), "matmul_row_bias: bias is ",
+           dtype_name(bias.dtype()), " on ", bias.device().str(), " but a is ", dtype_name(a.dtype()), " on ",
+           a.device().str());
+  const DType dt = b.dtype();
+  const bool fused = kernels::matmul_row_bias.has(b.device().type) && (dt == kFloat32 || dt == kFloat64) &&
+                     a.dtype() == dt && bias.dtype() == dt && low_dtype(b) == dt;
+  if (!fused) return matmul(a, b) + bias.unsqueeze(1);
+  const bool batched = b.dim() == 3;
+  Tensor y;
+  {
+    NoGradGuard no_grad;
+    const Tensor av = gemm_operand(batched ? a.unsqueeze(0).expand({b.size(0), M, K}) : a), bv = gemm_operand(b);
+    y = empty(batched ? Shape{b.size(0), M, N} : Shape{M, N}, TensorOptions(dt).device(b.device()));
+    kernels::matmul_row_bias(b.device(), y, av, bv, bias.contiguous());
+  }
+  const bool ga = a.requires_grad(), gb = b.requires_grad(), gbias = bias.requires_grad();
+  if (!ga && !gb && !gbias) return y;
+  SavedTensor as = gb ? save(a) : SavedTensor(), bs = ga ? save(b) : SavedTensor();
+  // da = Σ_n g[n] b[n]ᵀ (summed as it is computed), db = aᵀ g, dbias = g summed over all
+  // but its rows.
+  return record("MatmulRowBiasBackward", y, {a, b, bias},
+                [as, bs, ga, gb, gbias, batched](const Tensor& g) -> TensorList {
+                  Tensor da, db, dbias;
+                  if (ga)
+                    da = batched ? batch_sum_product_kernel(g, bs.get().transpose(-2, -1), "matmul_row_bias")
+                                 : product_kernel(g, bs.get().t(), "matmul_row_bias");
+                  if (gb) db = product_kernel(as.get().t(), g, "matmul_row_bias");
+                  if (gbias) dbias = batched ? sum(g, {0, 2}) : sum(g, {1});
+                  return {da, db, dbias};
+                });
+}
+
 Tensor Tensor::matmul(const Tensor& other) const { return mu::matmul(*this, other); }
 
 }  // namespace mu

@@ -23,4 +23,11 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b = Tensor());
 // elsewhere it is matmul(x, w[:K]) + w[K].
 Tensor matmul_with_one(const Tensor& x, const Tensor& w);
 
+// a · b + bias[:, None] for a (M, K), b (K, N) or (B, K, N) and bias (M): a Linear layer
+// (weight a, bias) applied along b's second-to-last dim, as an MLP-Mixer's token MLP
+// applies one across the patches of every channel, without transposing b. On the CPU
+// (float32, float64) the bias is added as the product is stored and one node computes
+// the three gradients; elsewhere it is matmul(a, b) + bias.unsqueeze(1).
+Tensor matmul_row_bias(const Tensor& a, const Tensor& b, const Tensor& bias);
+
 }  // namespace mu

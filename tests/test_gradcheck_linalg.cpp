@@ -125,6 +125,20 @@ TEST_CASE("gradcheck: matmul_with_one, batched and strided inputs, a weight that
   }
 }
 
+TEST_CASE("gradcheck: matmul_row_bias, a 2-D and a batched right operand, transposed and strided") {
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    auto f = [](const TensorList& in) { return matmul_row_bias(in[0], in[1], in[2]); };
+    check_all_backends(dev, f, {r({4, 3}), r({3, 5}), r({4})});
+    check_all_backends(dev, f, {r({4, 3}), r({2, 3, 5}), r({4})});
+    check_all_backends(dev, [](const TensorList& in) { return matmul_row_bias(in[0].t(), in[1].transpose(1, 2), in[2]); },
+                       {r({3, 4}), r({2, 5, 3}), r({4})});
+    // b also used elsewhere: both gradient contributions add up.
+    check_all_backends(dev, [](const TensorList& in) { return matmul_row_bias(in[0], in[1], in[2]) * in[1].sum({1}, true); },
+                       {r({3, 3}), r({2, 3, 5}), r({3})});
+  }
+}
+
 TEST_CASE("gradcheck: linear with and without bias, batched and strided inputs") {
   for (Device dev : test_devices()) {
     INFO(dev.str());

@@ -73,20 +73,21 @@ Operand<T> make_operand(int64_t batch, int64_t rows, int64_t cols, Layout l, boo
 // which bounds the rounding error of any summation order.
 template <class T>
 void check_gemm(int64_t batch, int64_t M, int64_t N, int64_t K, Layout la, Layout lb, bool bcast_a, bool bcast_b,
-                bool accumulate, std::mt19937& rng, bool with_bias = false) {
+                bool accumulate, std::mt19937& rng, bool with_bias = false, bool bias_per_row = false) {
   INFO("batch " << batch << " M " << M << " N " << N << " K " << K << " A " << layout_name(la) << (bcast_a ? " (broadcast)" : "")
                 << " B " << layout_name(lb) << (bcast_b ? " (broadcast)" : "") << " accumulate " << accumulate
                 << " backend " << cpu::gemm_backend_name(cpu::gemm_backend()) << " " << sizeof(T) * 8 << "-bit"
-                << (with_bias ? " with bias" : ""));
+                << (with_bias ? (bias_per_row ? " with a bias per row" : " with a bias per column") : ""));
   Operand<T> A = make_operand<T>(batch, M, K, la, bcast_a, rng);
   Operand<T> B = make_operand<T>(batch, K, N, lb, bcast_b, rng);
   Operand<T> C = make_operand<T>(batch, M, N, Layout::RowMajor, false, rng);
   std::vector<T> c0 = C.buf;
-  std::vector<T> bias(static_cast<size_t>(N));
+  std::vector<T> bias(static_cast<size_t>(bias_per_row ? M : N));
   std::normal_distribution<double> nd;
   for (auto& v : bias) v = T(nd(rng));
   cpu::gemm<T>(batch, M, N, K, {A.buf.data(), A.batch_stride, A.rs, A.cs}, {B.buf.data(), B.batch_stride, B.rs, B.cs},
-               {C.buf.data(), C.batch_stride, C.rs, C.cs}, accumulate, with_bias ? bias.data() : nullptr);
+               {C.buf.data(), C.batch_stride, C.rs, C.cs}, accumulate, with_bias && !bias_per_row ? bias.data() : nullptr,
+               with_bias && bias_per_row ? bias.data() : nullptr);
   const double eps = sizeof(T) == 4 ? 1e-4 : 1e-12;
   double worst = 0;
   for (int64_t b = 0; b < batch; ++b)
@@ -101,7 +102,10 @@ void check_gemm(int64_t batch, int64_t M, int64_t N, int64_t K, Layout la, Layou
         const size_t at = size_t(b * C.batch_stride + i * C.rs + j);
         if (accumulate) ref += double(c0[at]), mag += std::abs(double(c0[at]));
         // The bias goes with a product that writes C; accumulating ignores it.
-        else if (with_bias) ref += double(bias[size_t(j)]), mag += std::abs(double(bias[size_t(j)]));
+        else if (with_bias) {
+          const double v = double(bias[size_t(bias_per_row ? i : j)]);
+          ref += v, mag += std::abs(v);
+        }
         double err = std::abs(double(C.buf[at]) - ref) - eps * (mag + 1);
         worst = std::max(worst, err);
       }
@@ -140,7 +144,8 @@ void gemm_sweep() {
     // layout of A, accumulating, with a bias.
     for (Layout la : {Layout::RowMajor, Layout::Transposed, Layout::Strided}) {
       check_gemm<T>(1, 150, 200, 1000, la, Layout::RowMajor, false, false, la == Layout::Strided, rng);
-      check_gemm<T>(1, 150, 200, 1000, la, Layout::RowMajor, false, false, false, rng, true);
+      for (bool per_row : {false, true})
+        check_gemm<T>(1, 150, 200, 1000, la, Layout::RowMajor, false, false, false, rng, true, per_row);
     }
     // Past the small-product limits with a row-major B: packed, more rows than one row
     // block, more depth than one depth block, the threads splitting rows and columns.
@@ -156,23 +161,27 @@ void gemm_sweep() {
     check_gemm<T>(3, 40, 70, 2100, Layout::Transposed, Layout::RowMajor, false, true, true, rng);
     // Deeper than 64 slabs of 1024: the slab count stops at 64 and the slabs grow.
     check_gemm<T>(1, 5, 9, 70000, Layout::Transposed, Layout::RowMajor, false, false, false, rng);
-    // A bias added as C is stored (a Linear layer's), on every path: small, blocked with
-    // a packed or an in-place A and edge tiles, deep, matrix-vector, K = 0, a batch;
-    // and ignored when accumulating.
+    // A bias added as C is stored (a Linear layer's, per column, or one per row), on
+    // every path: small, blocked with a packed or an in-place A and edge tiles, deep,
+    // matrix-vector, K = 0, a batch; and ignored when accumulating.
     for (Dims d : {Dims{33, 65, 47}, Dims{33, 45, 47}, Dims{200, 40, 300}, Dims{13, 37, 2100}, Dims{1, 70, 90}, Dims{70, 1, 90},
                    Dims{9, 33, 0}})
       for (Layout la : {Layout::RowMajor, Layout::Transposed})
         for (Layout lb : {Layout::RowMajor, Layout::Transposed})
-          for (bool acc : {false, true}) check_gemm<T>(1, d.M, d.N, d.K, la, lb, false, false, acc, rng, true);
-    check_gemm<T>(1, 130, 100, 300, Layout::RowMajor, Layout::Transposed, false, false, false, rng, true);
-    check_gemm<T>(3, 40, 70, 200, Layout::RowMajor, Layout::Transposed, false, true, false, rng, true);
+          for (bool acc : {false, true})
+            for (bool per_row : {false, true}) check_gemm<T>(1, d.M, d.N, d.K, la, lb, false, false, acc, rng, true, per_row);
+    for (bool per_row : {false, true}) {
+      check_gemm<T>(1, 130, 100, 300, Layout::RowMajor, Layout::Transposed, false, false, false, rng, true, per_row);
+      check_gemm<T>(3, 40, 70, 200, Layout::RowMajor, Layout::Transposed, false, true, false, rng, true, per_row);
+    }
     // Narrower than a vector with A's rows and B's columns along the depth (dot
     // products): alone, accumulating, with a bias, in a batch; and the same shapes with
     // other layouts, which take the vector paths.
     for (Layout lb : {Layout::Transposed, Layout::RowMajor})
       for (bool acc : {false, true}) {
         check_gemm<T>(1, 13, 5, 149, Layout::RowMajor, lb, false, false, acc, rng);
-        check_gemm<T>(1, 13, 5, 149, Layout::RowMajor, lb, false, false, acc, rng, true);
+        for (bool per_row : {false, true})
+          check_gemm<T>(1, 13, 5, 149, Layout::RowMajor, lb, false, false, acc, rng, true, per_row);
       }
     check_gemm<T>(9, 4, 4, 149, Layout::RowMajor, Layout::Transposed, false, false, false, rng);
     check_gemm<T>(2, 4, 7, 8, Layout::RowMajor, Layout::Transposed, false, true, false, rng);
@@ -202,8 +211,10 @@ void gemm_sweep() {
     for (int64_t K = 1; K <= 8; ++K)
       for (Layout la : {Layout::RowMajor, Layout::Transposed, Layout::Strided})
         for (Layout lb : {Layout::RowMajor, Layout::Transposed, Layout::Strided})
-          check_gemm<T>(1, 7, 45, K, la, lb, false, false, la == lb, rng, la == Layout::RowMajor && la != lb);
-    check_gemm<T>(1, 3000, 37, 6, Layout::Transposed, Layout::RowMajor, false, false, false, rng, true);
+          for (bool per_row : {false, true})
+            check_gemm<T>(1, 7, 45, K, la, lb, false, false, la == lb, rng, la == Layout::RowMajor && la != lb, per_row);
+    for (bool per_row : {false, true})
+      check_gemm<T>(1, 3000, 37, 6, Layout::Transposed, Layout::RowMajor, false, false, false, rng, true, per_row);
     check_gemm<T>(300, 4, 149, 4, Layout::RowMajor, Layout::RowMajor, false, false, false, rng);
     check_gemm<T>(300, 4, 149, 4, Layout::Transposed, Layout::RowMajor, false, false, true, rng);
   }
@@ -636,6 +647,62 @@ TEST_CASE("matmul_with_one matches [x, 1] · w by brute force, and its gradients
       CHECK(allclose(wd.grad().cpu(), w2.grad().cpu(), tol, tol));
     }
   }
+}
+
+// matmul_row_bias(a, b, bias) = a · b + bias[:, None]: against a brute-force loop in
+// double, for a 2-D and a batched b, a transposed and a strided one, an empty batch; its
+// gradients against those of matmul(a, b) + bias.unsqueeze(1); and its errors.
+TEST_CASE("matmul_row_bias matches a · b + bias per row by brute force, and its gradients the composed ones") {
+  for (Device dev : test_devices()) {
+    for (DType dt : {kFloat32, kFloat64}) {
+      INFO(dev.str() << " " << dtype_name(dt));
+      manual_seed(23);
+      Tensor a = randn({6, 5}, dt), bias = randn({6}, dt), base = randn({3, 5, 14}, dt);
+      for (Tensor b : {randn({5, 7}, dt), randn({3, 5, 7}, dt), randn({3, 7, 5}, dt).transpose(1, 2),
+                       base.slice(2, 0, 14, 2), randn({0, 5, 7}, dt)}) {
+        INFO("b " << shape_str(b.shape()) << (b.is_contiguous() ? "" : " (a view)"));
+        Tensor y = matmul_row_bias(on(a, dev), on(b, dev), on(bias, dev));
+        const int64_t B = b.dim() == 3 ? b.size(0) : 1;
+        Shape want_shape = b.dim() == 3 ? Shape{B, 6, 7} : Shape{6, 7};
+        REQUIRE(y.shape() == want_shape);
+        std::vector<double> av = a.to_vector<double>(), bv = b.contiguous().to_vector<double>(),
+                            cv = bias.to_vector<double>(), want;
+        for (int64_t n = 0; n < B; ++n)
+          for (size_t i = 0; i < 6; ++i)
+            for (size_t j = 0; j < 7; ++j) {
+              double acc = cv[i];
+              for (size_t k = 0; k < 5; ++k) acc += av[i * 5 + k] * bv[size_t(n) * 35 + k * 7 + j];
+              want.push_back(acc);
+            }
+        check_close_or_nan(y, want_shape, want, dt == kFloat32 ? 1e-5 : 1e-12);
+      }
+      for (Shape bs : {Shape{5, 7}, Shape{4, 5, 7}}) {
+        INFO("gradients, b " << shape_str(bs));
+        Tensor ad = on(a, dev).requires_grad_(), bd = on(randn(bs, dt), dev).requires_grad_(),
+               cd = on(bias, dev).requires_grad_();
+        Shape gs = bs;
+        gs[gs.size() - 2] = 6;
+        Tensor g = on(randn(gs, dt), dev);
+        (matmul_row_bias(ad, bd, cd) * g).sum().backward();
+        Tensor a2 = ad.detach().requires_grad_(), b2 = bd.detach().requires_grad_(), c2 = cd.detach().requires_grad_();
+        ((matmul(a2, b2) + c2.unsqueeze(1)) * g).sum().backward();
+        const double tol = dt == kFloat32 ? 1e-5 : 1e-12;
+        CHECK(allclose(ad.grad().cpu(), a2.grad().cpu(), tol, tol));
+        CHECK(allclose(bd.grad().cpu(), b2.grad().cpu(), tol, tol));
+        CHECK(allclose(cd.grad().cpu(), c2.grad().cpu(), tol, tol));
+      }
+    }
+  }
+  CHECK_THROWS_MU(matmul_row_bias(randn({2, 3}), randn({4, 5}), randn({2})),
+                  "matmul_row_bias: shapes [2, 3] and [4, 5] cannot be multiplied (3 != 4)");
+  CHECK_THROWS_MU(matmul_row_bias(randn({2, 3}), randn({3, 5}), randn({3})),
+                  "matmul_row_bias: bias must have shape (2), one value per row of a, got [3]");
+  CHECK_THROWS_MU(matmul_row_bias(randn({2, 2, 3}), randn({3, 5}), randn({2})),
+                  "matmul_row_bias: a must be 2-D (M, K), got shape [2, 2, 3]");
+  CHECK_THROWS_MU(matmul_row_bias(randn({2, 3}), randn({3}), randn({2})),
+                  "matmul_row_bias: b must be (K, N) or (B, K, N), got shape [3]");
+  CHECK_THROWS_MU(matmul_row_bias(randn({2, 3}), randn({3, 5}), randn({2}, kFloat64)),
+                  "matmul_row_bias: bias is float64 on cpu but a is float32 on cpu");
 }
 
 TEST_CASE("matmul errors") {

@@ -45,6 +45,33 @@ inline typename Vec<T>::type splat(T x) {
   return splat_lanes<typename Vec<T>::type>(x, std::make_index_sequence<Vec<T>::width>());
 }
 
+// What a product that writes C adds to it as it stores it: element (i, j) of a broadcast
+// matrix, p[i * rs + j * cs]. A Linear layer's bias, one value per column, is (bias, 0,
+// 1); a bias per row (a Linear layer applied along the rows: an MLP-Mixer's token MLP) is
+// (bias, 1, 0). Empty (p null) adds nothing.
+template <class T>
+struct Addend {
+  const T* p = nullptr;
+  int64_t rs = 0, cs = 1;
+  explicit operator bool() const { return p != nullptr; }
+  // The addend of the block whose top-left element is (i, j).
+  Addend at(int64_t i, int64_t j) const { return p ? Addend{p + i * rs + j * cs, rs, cs} : Addend{}; }
+  T get(int64_t i, int64_t j) const { return p[i * rs + j * cs]; }
+  // Elements (i, j) .. (i, j + W - 1) as a vector: one load, one broadcast or W loads.
+  typename Vec<T>::type vec(int64_t i, int64_t j) const {
+    typename Vec<T>::type v;
+    const T* q = p + i * rs + j * cs;
+    if (cs == 1) {
+      __builtin_memcpy(&v, q, sizeof(v));
+    } else if (cs == 0) {
+      v = splat(*q);
+    } else {
+      for (int w = 0; w < Vec<T>::width; ++w) v[w] = q[w * cs];
+    }
+    return v;
+  }
+};
+
 template <class T>
 struct Tile {
   static constexpr int NV = 2;                         // vectors per row of the C tile
@@ -219,7 +246,7 @@ void pack_b_panel(int64_t kc, int64_t nr, const T* b, int64_t rs, int64_t cs, T*
 // the 96 columns of a μMoE rank it cost a sixth of the product.
 template <class T, bool DirectA = false>
 void micro_kernel(int64_t kc, const T* __restrict a, const T* __restrict b, T* __restrict c, int64_t ldc,
-                  bool overwrite, int64_t ars = 0, int64_t aps = 0, const T* __restrict bias = nullptr,
+                  bool overwrite, int64_t ars = 0, int64_t aps = 0, Addend<T> bias = {},
                   int64_t bps = Tile<T>::NR) {
   using V = typename Vec<T>::type;
   constexpr int W = Vec<T>::width, MR = Tile<T>::MR, NV = Tile<T>::NV;
@@ -265,10 +292,8 @@ void micro_kernel(int64_t kc, const T* __restrict a, const T* __restrict b, T* _
         V old;
         __builtin_memcpy(&old, cp, sizeof(V));  // C rows need not be vector-aligned
         v += old;
-      } else if (bias != nullptr) {  // a Linear layer's bias, added as C is stored
-        V bv;
-        __builtin_memcpy(&bv, bias + j * W, sizeof(V));
-        v += bv;
+      } else if (bias) {  // a Linear layer's bias, added as C is stored
+        v += bias.vec(i, j * W);
       }
       __builtin_memcpy(cp, &v, sizeof(V));
     }
@@ -279,14 +304,14 @@ void micro_kernel(int64_t kc, const T* __restrict a, const T* __restrict b, T* _
 // non-unit column stride: computed into a local tile, then the valid part merged into C.
 template <class T, bool DirectA = false>
 void edge_tile(int64_t kc, const T* a, const T* b, T* c, int64_t rs, int64_t cs, int64_t mr, int64_t nr,
-               bool overwrite, int64_t ars = 0, int64_t aps = 0, const T* bias = nullptr, int64_t bps = Tile<T>::NR) {
+               bool overwrite, int64_t ars = 0, int64_t aps = 0, Addend<T> bias = {}, int64_t bps = Tile<T>::NR) {
   constexpr int MR = Tile<T>::MR, NR = Tile<T>::NR;
   alignas(64) T tmp[MR * NR];
-  micro_kernel<T, DirectA>(kc, a, b, tmp, NR, true, ars, aps, nullptr, bps);
+  micro_kernel<T, DirectA>(kc, a, b, tmp, NR, true, ars, aps, {}, bps);
   for (int64_t i = 0; i < mr; ++i)
     for (int64_t j = 0; j < nr; ++j) {
       T& dst = c[i * rs + j * cs];
-      dst = overwrite ? tmp[i * NR + j] + (bias != nullptr ? bias[j] : T(0)) : dst + tmp[i * NR + j];
+      dst = overwrite ? tmp[i * NR + j] + (bias ? bias.get(i, j) : T(0)) : dst + tmp[i * NR + j];
     }
 }
 
@@ -297,7 +322,7 @@ void edge_tile(int64_t kc, const T* a, const T* b, T* c, int64_t rs, int64_t cs,
 // by every column panel of B, and one KC x NR panel of B by every MR-row panel of A.
 template <class T>
 void gemm_serial(int64_t M, int64_t N, int64_t K, const T* A, int64_t a_rs, int64_t a_cs, const T* B, int64_t b_rs,
-                 int64_t b_cs, T* C, int64_t c_rs, int64_t c_cs, bool accumulate, const T* bias = nullptr) {
+                 int64_t b_cs, T* C, int64_t c_rs, int64_t c_cs, bool accumulate, Addend<T> bias = {}) {
   constexpr int64_t MR = Tile<T>::MR, NR = Tile<T>::NR, KC = Tile<T>::KC, MC = Tile<T>::MC, NC = Tile<T>::NC;
   const int64_t kc_max = std::min(KC, K);
   T* bpack = packed_b_buffer<T>(kc_max * std::min(NC, (N + NR - 1) / NR * NR));
@@ -343,7 +368,7 @@ void gemm_serial(int64_t M, int64_t N, int64_t K, const T* A, int64_t a_rs, int6
           for (int64_t ip = 0; ip * MR < mc; ++ip) {
             const int64_t mr = std::min(MR, mc - ip * MR);
             T* cp = C + (ic + ip * MR) * c_rs + (jc + jp * NR) * c_cs;
-            const T* bias_tile = overwrite && bias != nullptr ? bias + jc + jp * NR : nullptr;
+            const Addend<T> bias_tile = overwrite ? bias.at(ic + ip * MR, jc + jp * NR) : Addend<T>{};
             const bool whole = nr == NR && c_cs == 1;
             if (direct_a && mr == MR) {
               const T* ap = ablock + ip * MR * a_rs;
@@ -399,7 +424,7 @@ void block_grid(int64_t M, int64_t N, int64_t MR, int64_t NR, int nt, int64_t& r
 template <class T>
 void gemm_blocked(int64_t M, int64_t N, int64_t K, const T* A, int64_t a_rs, int64_t a_cs, const T* B,
                   int64_t b_rs, int64_t b_cs, T* C, int64_t c_rs, int64_t c_cs, bool accumulate, int nt,
-                  const T* bias = nullptr) {
+                  Addend<T> bias = {}) {
   constexpr int64_t MR = Tile<T>::MR, NR = Tile<T>::NR;
   int64_t rb = 1, cb = 1;
   if (nt > 1) block_grid(M, N, MR, NR, nt, rb, cb);
@@ -413,7 +438,7 @@ void gemm_blocked(int64_t M, int64_t N, int64_t K, const T* A, int64_t a_rs, int
     const int64_t n0 = std::min(N, pn * c / cb * NR), n1 = std::min(N, pn * (c + 1) / cb * NR);
     if (m0 < m1 && n0 < n1)
       gemm_serial<T>(m1 - m0, n1 - n0, K, A + m0 * a_rs, a_rs, a_cs, B + n0 * b_cs, b_rs, b_cs,
-                     C + m0 * c_rs + n0 * c_cs, c_rs, c_cs, accumulate, bias != nullptr ? bias + n0 : nullptr);
+                     C + m0 * c_rs + n0 * c_cs, c_rs, c_cs, accumulate, bias.at(m0, n0));
   }
 }
 
@@ -559,23 +584,21 @@ constexpr double kTinyWork = 32.0 * 32.0 * 32.0;
 // to C when accumulating, else plus the bias, if any. A whole vector is one unaligned
 // store; a partial one (n < W lanes, or a strided C) is stored lane by lane.
 template <class T>
-inline void store_small(T* dst, int64_t c_cs, int64_t j, int64_t n, typename Vec<T>::type v, bool accumulate,
-                        const T* bias) {
+inline void store_small(T* dst, int64_t c_cs, int64_t i, int64_t j, int64_t n, typename Vec<T>::type v,
+                        bool accumulate, Addend<T> bias) {
   using V = typename Vec<T>::type;
   if (n == Vec<T>::width && c_cs == 1) {
     if (accumulate) {
       V old;
       __builtin_memcpy(&old, dst, sizeof(V));
       v += old;
-    } else if (bias != nullptr) {
-      V bv;
-      __builtin_memcpy(&bv, bias + j, sizeof(V));
-      v += bv;
+    } else if (bias) {
+      v += bias.vec(i, j);
     }
     __builtin_memcpy(dst, &v, sizeof(V));
   } else {
     for (int64_t w = 0; w < n; ++w)
-      dst[w * c_cs] = accumulate ? dst[w * c_cs] + v[w] : v[w] + (bias != nullptr ? bias[j + w] : T(0));
+      dst[w * c_cs] = accumulate ? dst[w * c_cs] + v[w] : v[w] + (bias ? bias.get(i, j + w) : T(0));
   }
 }
 
@@ -591,7 +614,7 @@ inline void store_small(T* dst, int64_t c_cs, int64_t j, int64_t n, typename Vec
 // lanes are stored.
 template <class T, int R>
 void small_rows(int64_t N, int64_t K, const T* A, int64_t a_rs, int64_t a_cs, const T* B, int64_t b_rs,
-                const T* tail, T* C, int64_t c_rs, int64_t c_cs, bool accumulate, const T* bias) {
+                const T* tail, T* C, int64_t c_rs, int64_t c_cs, bool accumulate, Addend<T> bias) {
   static_assert(R <= 6, "R x 2 accumulators, 2 vectors of B and a broadcast must fit 16 registers");
   using V = typename Vec<T>::type;
   constexpr int W = Vec<T>::width;
@@ -613,8 +636,8 @@ void small_rows(int64_t N, int64_t K, const T* A, int64_t a_rs, int64_t a_cs, co
     }
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
-      store_small<T>(C + r * c_rs + j * c_cs, c_cs, j, W, acc[r][0], accumulate, bias);
-      store_small<T>(C + r * c_rs + (j + W) * c_cs, c_cs, j + W, W, acc[r][1], accumulate, bias);
+      store_small<T>(C + r * c_rs + j * c_cs, c_cs, r, j, W, acc[r][0], accumulate, bias);
+      store_small<T>(C + r * c_rs + (j + W) * c_cs, c_cs, r, j + W, W, acc[r][1], accumulate, bias);
     }
   }
   for (; j < N; j += W) {
@@ -630,7 +653,7 @@ void small_rows(int64_t N, int64_t K, const T* A, int64_t a_rs, int64_t a_cs, co
 #pragma GCC unroll 8
       for (int r = 0; r < R; ++r) acc[r] += splat(A[r * a_rs + k * a_cs]) * bv;
     }
-    for (int r = 0; r < R; ++r) store_small<T>(C + r * c_rs + j * c_cs, c_cs, j, n, acc[r], accumulate, bias);
+    for (int r = 0; r < R; ++r) store_small<T>(C + r * c_rs + j * c_cs, c_cs, r, j, n, acc[r], accumulate, bias);
   }
 }
 
@@ -641,21 +664,24 @@ constexpr int64_t kSmallRows = 6;
 template <class T>
 void small_row_range(int64_t i0, int64_t i1, int64_t N, int64_t K, const T* A, int64_t a_rs, int64_t a_cs,
                      const T* B, int64_t b_rs, const T* tail, T* C, int64_t c_rs, int64_t c_cs, bool accumulate,
-                     const T* bias) {
+                     Addend<T> bias) {
   int64_t i = i0;
   for (; i + kSmallRows <= i1; i += kSmallRows)
     small_rows<T, kSmallRows>(N, K, A + i * a_rs, a_rs, a_cs, B, b_rs, tail, C + i * c_rs, c_rs, c_cs, accumulate,
-                              bias);
+                              bias.at(i, 0));
   if (i + 4 <= i1) {
-    small_rows<T, 4>(N, K, A + i * a_rs, a_rs, a_cs, B, b_rs, tail, C + i * c_rs, c_rs, c_cs, accumulate, bias);
+    small_rows<T, 4>(N, K, A + i * a_rs, a_rs, a_cs, B, b_rs, tail, C + i * c_rs, c_rs, c_cs, accumulate,
+                     bias.at(i, 0));
     i += 4;
   }
   if (i + 2 <= i1) {
-    small_rows<T, 2>(N, K, A + i * a_rs, a_rs, a_cs, B, b_rs, tail, C + i * c_rs, c_rs, c_cs, accumulate, bias);
+    small_rows<T, 2>(N, K, A + i * a_rs, a_rs, a_cs, B, b_rs, tail, C + i * c_rs, c_rs, c_cs, accumulate,
+                     bias.at(i, 0));
     i += 2;
   }
   if (i < i1)
-    small_rows<T, 1>(N, K, A + i * a_rs, a_rs, a_cs, B, b_rs, tail, C + i * c_rs, c_rs, c_cs, accumulate, bias);
+    small_rows<T, 1>(N, K, A + i * a_rs, a_rs, a_cs, B, b_rs, tail, C + i * c_rs, c_rs, c_cs, accumulate,
+                     bias.at(i, 0));
 }
 
 // R rows of C = or += R rows of A · B for a depth of KK (compile-time, at most
@@ -667,7 +693,7 @@ void small_row_range(int64_t i0, int64_t i1, int64_t N, int64_t K, const T* A, i
 // zero-padded copy of the last columns with row stride W.
 template <class T, int R, int KK>
 void tiny_depth_rows(int64_t N, const T* A, int64_t a_rs, int64_t a_cs, const T* B, int64_t b_rs, const T* tail,
-                     T* C, int64_t c_rs, int64_t c_cs, bool accumulate, const T* bias) {
+                     T* C, int64_t c_rs, int64_t c_cs, bool accumulate, Addend<T> bias) {
   using V = typename Vec<T>::type;
   constexpr int W = Vec<T>::width;
   V a[R][KK];
@@ -688,7 +714,7 @@ void tiny_depth_rows(int64_t N, const T* A, int64_t a_rs, int64_t a_cs, const T*
       for (int r = 0; r < R; ++r) acc[r] += a[r][k] * bv;
     }
 #pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) store_small<T>(C + r * c_rs + j * c_cs, c_cs, j, n, acc[r], accumulate, bias);
+    for (int r = 0; r < R; ++r) store_small<T>(C + r * c_rs + j * c_cs, c_cs, r, j, n, acc[r], accumulate, bias);
   }
 }
 
@@ -698,23 +724,26 @@ constexpr int64_t kTinyDepth = 8;
 // Rows [i0, i1) of C = or += A · B for a depth KK: blocks of 4 rows, then 2, 1.
 template <class T, int KK>
 void tiny_depth_range(int64_t i0, int64_t i1, int64_t N, const T* A, int64_t a_rs, int64_t a_cs, const T* B,
-                      int64_t b_rs, const T* tail, T* C, int64_t c_rs, int64_t c_cs, bool accumulate, const T* bias) {
+                      int64_t b_rs, const T* tail, T* C, int64_t c_rs, int64_t c_cs, bool accumulate, Addend<T> bias) {
   int64_t i = i0;
   for (; i + 4 <= i1; i += 4)
-    tiny_depth_rows<T, 4, KK>(N, A + i * a_rs, a_rs, a_cs, B, b_rs, tail, C + i * c_rs, c_rs, c_cs, accumulate, bias);
+    tiny_depth_rows<T, 4, KK>(N, A + i * a_rs, a_rs, a_cs, B, b_rs, tail, C + i * c_rs, c_rs, c_cs, accumulate,
+                              bias.at(i, 0));
   if (i + 2 <= i1) {
-    tiny_depth_rows<T, 2, KK>(N, A + i * a_rs, a_rs, a_cs, B, b_rs, tail, C + i * c_rs, c_rs, c_cs, accumulate, bias);
+    tiny_depth_rows<T, 2, KK>(N, A + i * a_rs, a_rs, a_cs, B, b_rs, tail, C + i * c_rs, c_rs, c_cs, accumulate,
+                              bias.at(i, 0));
     i += 2;
   }
   if (i < i1)
-    tiny_depth_rows<T, 1, KK>(N, A + i * a_rs, a_rs, a_cs, B, b_rs, tail, C + i * c_rs, c_rs, c_cs, accumulate, bias);
+    tiny_depth_rows<T, 1, KK>(N, A + i * a_rs, a_rs, a_cs, B, b_rs, tail, C + i * c_rs, c_rs, c_cs, accumulate,
+                              bias.at(i, 0));
 }
 
 // The same with the depth K (1 <= K <= kTinyDepth) picked at run time.
 template <class T>
 void tiny_depth_range(int64_t K, int64_t i0, int64_t i1, int64_t N, const T* A, int64_t a_rs, int64_t a_cs,
                       const T* B, int64_t b_rs, const T* tail, T* C, int64_t c_rs, int64_t c_cs, bool accumulate,
-                      const T* bias) {
+                      Addend<T> bias) {
   switch (K) {
 #define MU_TINY_DEPTH(KK) \
   case KK: return tiny_depth_range<T, KK>(i0, i1, N, A, a_rs, a_cs, B, b_rs, tail, C, c_rs, c_cs, accumulate, bias);
@@ -729,7 +758,7 @@ void tiny_depth_range(int64_t K, int64_t i0, int64_t i1, int64_t N, const T* A, 
 // copied to row-major form first unless it already is.
 template <class T>
 void gemm_small(int64_t M, int64_t N, int64_t K, const T* A, int64_t a_rs, int64_t a_cs, const T* B, int64_t b_rs,
-                int64_t b_cs, T* C, int64_t c_rs, int64_t c_cs, bool accumulate, int nt, const T* bias = nullptr) {
+                int64_t b_cs, T* C, int64_t c_rs, int64_t c_cs, bool accumulate, int nt, Addend<T> bias = {}) {
   if (b_cs != 1) {
     T* dense = packed_b_buffer<T>(K * N);
     for (int64_t k = 0; k < K; ++k)
@@ -760,12 +789,11 @@ void gemm_small(int64_t M, int64_t N, int64_t K, const T* A, int64_t a_rs, int64
 
 // ---------------------------------------------------------------- native entry
 
-// C = the bias row repeated down M rows: the paths without a bias epilogue add the
-// product onto it instead.
+// C = the addend: the paths without a bias epilogue add the product onto it instead.
 template <class T>
-void fill_bias_rows(int64_t M, int64_t N, const T* bias, T* C, int64_t c_rs, int64_t c_cs) {
+void fill_bias_rows(int64_t M, int64_t N, Addend<T> bias, T* C, int64_t c_rs, int64_t c_cs) {
   for (int64_t i = 0; i < M; ++i)
-    for (int64_t j = 0; j < N; ++j) C[i * c_rs + j * c_cs] = bias[j];
+    for (int64_t j = 0; j < N; ++j) C[i * c_rs + j * c_cs] = bias.get(i, j);
 }
 
 // One product on `nt` threads, K > 0: picks the path for its shape. A bias (not when
@@ -773,14 +801,14 @@ void fill_bias_rows(int64_t M, int64_t N, const T* bias, T* C, int64_t c_rs, int
 // matrix-vector and deep paths accumulate onto C filled with it.
 template <class T>
 void gemm_one(int64_t M, int64_t N, int64_t K, const T* A, int64_t a_rs, int64_t a_cs, const T* B, int64_t b_rs,
-              int64_t b_cs, T* C, int64_t c_rs, int64_t c_cs, bool accumulate, int nt, const T* bias) {
+              int64_t b_cs, T* C, int64_t c_rs, int64_t c_cs, bool accumulate, int nt, Addend<T> bias) {
   const double work = double(M) * double(N) * double(K);
   const bool small = (work <= kSmallWork && double(K) * double(N) * sizeof(T) <= kSmallBBytes && b_cs == 1) ||
                      work <= kTinyWork || (K <= kTinyDepth && double(K) * double(N) * sizeof(T) <= kSmallBBytes);
-  if (bias != nullptr && (N == 1 || M == 1 || (!small && deep_product(M, N, K)))) {
+  if (bias && (N == 1 || M == 1 || (!small && deep_product(M, N, K)))) {
     fill_bias_rows(M, N, bias, C, c_rs, c_cs);
     accumulate = true;
-    bias = nullptr;
+    bias = {};
   }
   if (N == 1)  // C column = A · b column
     return gemv<T>(M, K, A, a_rs, a_cs, B, b_rs, C, c_rs, accumulate, nt);
@@ -794,7 +822,7 @@ void gemm_one(int64_t M, int64_t N, int64_t K, const T* A, int64_t a_rs, int64_t
         for (int64_t j = 0; j < N; ++j) {
           const T v = dot<T>(K, A + i * a_rs, 1, B + j * b_cs, 1);
           T& dst = C[i * c_rs + j * c_cs];
-          dst = accumulate ? dst + v : v + (bias != nullptr ? bias[j] : T(0));
+          dst = accumulate ? dst + v : v + (bias ? bias.get(i, j) : T(0));
         }
     });
     return;
@@ -808,7 +836,7 @@ void gemm_one(int64_t M, int64_t N, int64_t K, const T* A, int64_t a_rs, int64_t
 
 template <class T>
 void gemm_native(int64_t batch, int64_t M, int64_t N, int64_t K, MatrixRef<const T> A, MatrixRef<const T> B,
-                 MatrixRef<T> C, bool accumulate, const T* bias) {
+                 MatrixRef<T> C, bool accumulate, Addend<T> bias) {
   int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
   if (2.0 * double(M) * double(N) * double(K) * double(batch) < kParallelFlops) nt = 1;
   auto one = [&](int64_t b, int threads) {
@@ -964,18 +992,20 @@ GemmBackend gemm_backend() {
 
 template <class T>
 void gemm(int64_t batch, int64_t M, int64_t N, int64_t K, MatrixRef<const T> A, MatrixRef<const T> B,
-          MatrixRef<T> C, bool accumulate, const T* bias) {
+          MatrixRef<T> C, bool accumulate, const T* col_bias, const T* row_bias) {
   MU_CHECK(batch >= 0 && M >= 0 && N >= 0 && K >= 0, "gemm: negative size (batch ", batch, ", M ", M, ", N ", N,
            ", K ", K, ")");
+  MU_CHECK(col_bias == nullptr || row_bias == nullptr, "gemm: a bias per column or one per row, not both");
   if (batch == 0 || M == 0 || N == 0) return;
-  if (accumulate) bias = nullptr;  // documented: the bias goes with a product that writes C
+  Addend<T> bias = col_bias ? Addend<T>{col_bias, 0, 1} : row_bias ? Addend<T>{row_bias, 1, 0} : Addend<T>{};
+  if (accumulate) bias = {};  // documented: the bias goes with a product that writes C
   if (K == 0) {
     // An empty sum: C = 0 (or the bias), or C unchanged when accumulating.
     if (!accumulate)
       for (int64_t b = 0; b < batch; ++b)
         for (int64_t i = 0; i < M; ++i)
           for (int64_t j = 0; j < N; ++j)
-            C.data[b * C.batch_stride + i * C.row_stride + j * C.col_stride] = bias != nullptr ? bias[j] : T(0);
+            C.data[b * C.batch_stride + i * C.row_stride + j * C.col_stride] = bias ? bias.get(i, j) : T(0);
     return;
   }
 #ifdef MUMOE_OPENBLAS
@@ -984,21 +1014,21 @@ void gemm(int64_t batch, int64_t M, int64_t N, int64_t K, MatrixRef<const T> A, 
   const bool blas_wanted =
       !omp_in_parallel() && (be == GemmBackend::Blas || (be == GemmBackend::Auto && kAutoUsesBlas &&
                                                          double(M) * double(N) * double(K) >= kBlasMinWork));
-  if (blas_wanted && bias != nullptr && blas_can(M, N, K, A, B, C)) {
+  if (blas_wanted && bias && blas_can(M, N, K, A, B, C)) {
     // BLAS adds onto C (beta = 1) filled with the bias.
     for (int64_t b = 0; b < batch; ++b)
       fill_bias_rows(M, N, bias, C.data + b * C.batch_stride, C.row_stride, C.col_stride);
     accumulate = true;
-    bias = nullptr;
+    bias = {};
   }
-  if (blas_wanted && bias == nullptr && try_blas<T>(batch, M, N, K, A, B, C, accumulate)) return;
+  if (blas_wanted && !bias && try_blas<T>(batch, M, N, K, A, B, C, accumulate)) return;
 #endif
   gemm_native<T>(batch, M, N, K, A, B, C, accumulate, bias);
 }
 
 template void gemm<float>(int64_t, int64_t, int64_t, int64_t, MatrixRef<const float>, MatrixRef<const float>,
-                          MatrixRef<float>, bool, const float*);
+                          MatrixRef<float>, bool, const float*, const float*);
 template void gemm<double>(int64_t, int64_t, int64_t, int64_t, MatrixRef<const double>, MatrixRef<const double>,
-                           MatrixRef<double>, bool, const double*);
+                           MatrixRef<double>, bool, const double*, const double*);
 
 }  // namespace mu::cpu

@@ -26,10 +26,13 @@ struct MatrixRef {
 // `accumulate`. C must not overlap A or B; distinct C[b] must not overlap each other.
 // K == 0 gives C = 0 (or leaves C as it is when accumulating). `bias` (N contiguous
 // values, ignored when accumulating) is added to every row of C as C is stored, as a
-// Linear layer's: C = A·B + 1 biasᵀ without a second pass over C.
+// Linear layer's: C = A·B + 1 biasᵀ without a second pass over C. `row_bias` (M contiguous
+// values, likewise) is added to every column instead, C = A·B + row_bias 1ᵀ: a Linear
+// layer applied along C's rows (an MLP-Mixer's token MLP). At most one of the two; both
+// are shared by every entry of the batch.
 template <class T>
 void gemm(int64_t batch, int64_t M, int64_t N, int64_t K, MatrixRef<const T> A, MatrixRef<const T> B,
-          MatrixRef<T> C, bool accumulate = false, const T* bias = nullptr);
+          MatrixRef<T> C, bool accumulate = false, const T* bias = nullptr, const T* row_bias = nullptr);
 
 // C (M x N) = Σ_b A[b] · B[b] over b < batch (C's batch stride is not used): the gradient
 // of a matrix shared by every entry of a batched product, without the batch of partial

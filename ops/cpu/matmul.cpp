@@ -6,6 +6,20 @@
 
 namespace mu::cpu {
 
+// out = a · b (+ row_bias 1ᵀ, when defined) for rank-2 or rank-3 operands.
+static void product(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& row_bias, const char* name) {
+  const bool batched = a.dim() == 3;
+  const int64_t batch = batched ? a.size(0) : 1, M = a.size(-2), K = a.size(-1), N = b.size(-1);
+  MU_DISPATCH_FLOAT(a.dtype(), name, [&] {
+    // A 2-D operand is a batch of one: its batch stride is never used.
+    MatrixRef<const scalar_t> A{a.data_ptr<scalar_t>(), batched ? a.stride(0) : 0, a.stride(-2), a.stride(-1)};
+    MatrixRef<const scalar_t> B{b.data_ptr<scalar_t>(), batched ? b.stride(0) : 0, b.stride(-2), b.stride(-1)};
+    MatrixRef<scalar_t> C{out.data_ptr<scalar_t>(), batched ? out.stride(0) : 0, out.stride(-2), out.stride(-1)};
+    gemm<scalar_t>(batch, M, N, K, A, B, C, false, nullptr,
+                   row_bias.defined() ? row_bias.data_ptr<scalar_t>() : nullptr);
+  });
+}
+
 static void matmul(const Tensor& out, const Tensor& a, const Tensor& b) {
   if (a.dtype() == kBFloat16) {  // autocast's products: in float32, rounded once (ops/cpu/widen.h)
     Tensor wide = wide_like(out);
@@ -13,15 +27,11 @@ static void matmul(const Tensor& out, const Tensor& a, const Tensor& b) {
     narrow_into(out, wide);
     return;
   }
-  const bool batched = a.dim() == 3;
-  const int64_t batch = batched ? a.size(0) : 1, M = a.size(-2), K = a.size(-1), N = b.size(-1);
-  MU_DISPATCH_FLOAT(a.dtype(), "matmul", [&] {
-    // A 2-D operand is a batch of one: its batch stride is never used.
-    MatrixRef<const scalar_t> A{a.data_ptr<scalar_t>(), batched ? a.stride(0) : 0, a.stride(-2), a.stride(-1)};
-    MatrixRef<const scalar_t> B{b.data_ptr<scalar_t>(), batched ? b.stride(0) : 0, b.stride(-2), b.stride(-1)};
-    MatrixRef<scalar_t> C{out.data_ptr<scalar_t>(), batched ? out.stride(0) : 0, out.stride(-2), out.stride(-1)};
-    gemm<scalar_t>(batch, M, N, K, A, B, C);
-  });
+  product(out, a, b, Tensor(), "matmul");
+}
+
+static void matmul_row_bias(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias) {
+  product(out, a, b, bias, "matmul_row_bias");
 }
 
 static void matmul_batch_sum(const Tensor& out, const Tensor& a, const Tensor& b) {
@@ -53,5 +63,6 @@ static void matmul_bias(const Tensor& out, const Tensor& a, const Tensor& b, con
 MU_REGISTER_KERNEL(kernels::matmul, DeviceType::CPU, matmul);
 MU_REGISTER_KERNEL(kernels::matmul_batch_sum, DeviceType::CPU, matmul_batch_sum);
 MU_REGISTER_KERNEL(kernels::matmul_bias, DeviceType::CPU, matmul_bias);
+MU_REGISTER_KERNEL(kernels::matmul_row_bias, DeviceType::CPU, matmul_row_bias);
 
 }  // namespace mu::cpu

@@ -20,4 +20,10 @@ MU_DECLARE_KERNEL(matmul_batch_sum, void(const Tensor& out, const Tensor& a, con
 // composes matmul and add where it is missing.
 MU_DECLARE_KERNEL(matmul_bias, void(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias));
 
+// out = a · b + bias 1ᵀ with matmul's operands (rank 2, or rank 3 for a batch) and a dense
+// bias (M) of the same dtype, one value per row of every product, added as out is stored
+// (matmul_row_bias's forward). Not every device has it: the op composes matmul and add
+// where it is missing.
+MU_DECLARE_KERNEL(matmul_row_bias, void(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias));
+
 }  // namespace mu::kernels
