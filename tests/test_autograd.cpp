@@ -27,6 +27,32 @@ TEST_CASE("a diamond graph runs each node once, after all its consumers") {
   CHECK(a.grad().to_vector<double>() == std::vector<double>{12.0, -24.0});
 }
 
+// The engine sums a node's incoming gradients in place when nothing else holds the one
+// waiting. An add's backward hands one tensor to both of its inputs; when a second
+// gradient then reaches one of them while the other still waits, the sum must not change
+// the tensor the other holds. Which of p and r runs first depends on the order of the
+// edges, so both orders are tried. Nor may a sum change the gradient the caller passed.
+TEST_CASE("gradients summed in place never change a tensor that someone else holds") {
+  for (bool p_first : {true, false}) {
+    INFO("p " << (p_first ? "first" : "second"));
+    Tensor x = tensor({1.0, 2.0, 3.0}, kFloat64).requires_grad_();
+    Tensor a = x * 3.0, u = x * 2.0;
+    Tensor p = a + u;   // a and u get the same gradient tensor
+    Tensor r = u * 5.0;  // u's second gradient, 5 g
+    Tensor w = p_first ? p + r : r + p;
+    Tensor g = tensor({1.0, 1.0, 1.0}, kFloat64);
+    w.backward(g);
+    // da = g, du = g + 5 g; dx = 3 da + 2 du = 15 g.
+    CHECK(x.grad().to_vector<double>() == std::vector<double>{15.0, 15.0, 15.0});
+    CHECK(g.to_vector<double>() == std::vector<double>{1.0, 1.0, 1.0});
+  }
+  // A tensor used twice in one add: its two gradients are one tensor, summed out of place.
+  Tensor y = tensor({1.0, -1.0}, kFloat64).requires_grad_();
+  Tensor v = y * 4.0;
+  (v + v).sum().backward();
+  CHECK(y.grad().to_vector<double>() == std::vector<double>{8.0, 8.0});
+}
+
 TEST_CASE("backward of a non-scalar takes an explicit gradient") {
   Tensor x = tensor({1.0, 2.0, 3.0}, kFloat64).requires_grad_();
   Tensor y = x * x;
