@@ -6,8 +6,8 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
-#include <type_traits>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "ops/cpu/lines.h"
@@ -99,8 +99,9 @@ void sparsemax_line(const T* xl, T* yl, int64_t n, int64_t st) {
 
 // entmax15's threshold without a sort: τ solves f(τ) = Σ (z_i - τ)_+² = 1, f convex and
 // decreasing up to max z = 0, with f(start) >= 1 (start = -1 always qualifies, as the max
-// alone gives f(-1) >= 1). Newton's steps from there stay at or left of the root (convexity), so the set S = {z > τ} always holds the support; on S the
-// equation is a quadratic, τ_S = mean_S - sqrt((1 - ss_S) / |S|), which is the answer
+// alone gives f(-1) >= 1). Newton's steps from there stay at or left of the root
+// (convexity), so the set S = {z > τ} always holds the support; on S the equation is a
+// quadratic, τ_S = mean_S - sqrt((1 - ss_S) / |S|), which is the answer
 // exactly when S is the support: every z in S above τ_S and none outside it. That is
 // checked, not assumed; false (after at most 64 steps, or when rounding stalls the steps)
 // leaves the line to the sort below, a guard for rounding corner cases that none of the

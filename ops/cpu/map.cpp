@@ -49,7 +49,8 @@ constexpr int kWF = Vec<float>::width;
 // compare and a blend.)
 [[gnu::always_inline]] inline VF min_of(float c, VF v) {
 #if defined(__AVX512F__) && defined(__x86_64__)
-  return VF(_mm512_maskz_min_ps(0xFFFF, __m512(VF{} + c), __m512(v)));  // maskz: GCC 12 warns on the plain form's undefined source
+  // maskz with every lane: GCC 12 warns on the plain form's undefined source operand.
+  return VF(_mm512_maskz_min_ps(0xFFFF, __m512(VF{} + c), __m512(v)));
 #elif defined(__AVX__) && defined(__x86_64__)
   return VF(_mm256_min_ps(__m256(VF{} + c), __m256(v)));
 #else

@@ -1,8 +1,9 @@
 // CPU kernels of layer_norm and batch_norm (declared in ops/kernels/norm.h). Statistics
 // are sums carried in double: for float32 rows one pass of shifted sums (row_moments),
-// otherwise two passes (the mean, then the squared deviations from it). Parameter gradients, which sum over rows that different threads
-// own, are summed per thread into private arrays that are added up afterwards in
-// thread order: no races, and the same result for the same thread count.
+// otherwise two passes (the mean, then the squared deviations from it). Parameter
+// gradients, which sum over rows that different threads own, are summed per thread into
+// private arrays that are added up afterwards in thread order: no races, and the same
+// result for the same thread count.
 #include <omp.h>
 
 #include <cmath>
