@@ -320,47 +320,33 @@ template <int E, class T>
 void entmax_backward_line(const T* gl, const T* yl, T* dl, int64_t n, int64_t st, double e) {
   double sq = 0, sqg = 0;
   int64_t j = 0;
-  if constexpr (E == 1 && std::is_same_v<T, float>) {
-    if (st == 1) {
-      // entmax15's q = sqrt(p) in float32, 16 lanes a square root instead of 8: the same
-      // q as the double root rounded to float (a square root rounded twice, 53 then 24
-      // bits, is correctly rounded), which is the q that dx holds meanwhile. The sums, over
-      // those q, stay in double. (6272 lines of 64 on two threads: 0.50 -> 0.14 ms; the lanes of
-      // double roots were filled one at a time.)
+  if (st == 1) {
+    // entmax15's q = sqrt(p) of a float32 line is taken first, in float32 on whole vectors
+    // (16 lanes a square root instead of 8, and the double lanes below were filled one
+    // root at a time: 6272 lines of 64 on two threads, 0.50 -> 0.14 ms): the same q as
+    // the double root rounded to float (a square root rounded twice, 53 then 24 bits, is
+    // correctly rounded), which is the q that dl holds meanwhile; the sums read it back.
+    constexpr bool roots_first = E == 1 && std::is_same_v<T, float>;
+    if constexpr (roots_first)
       for (int64_t i = 0; i < n; ++i) {  // vectorised: vsqrtps
-        const float p = yl[i];
-        dl[i] = std::sqrt(p > 0 ? p : 0.0f);
+        const T p = yl[i];
+        dl[i] = std::sqrt(p > 0 ? p : T(0));
       }
-      using V = Vec<double>::type;
-      constexpr int W = Vec<double>::width;
-      V sqv = {}, sqgv = {};
-      for (; j + W <= n; j += W) {
-        V q, g;
-        for (int l = 0; l < W; ++l) q[l] = double(dl[j + l]), g[l] = double(gl[j + l]);
-        sqv += q;
-        sqgv += q * g;
-      }
-      for (int l = 0; l < W; ++l) sq += sqv[l], sqg += sqgv[l];
-      for (; j < n; ++j) sq += double(dl[j]), sqg += double(dl[j]) * double(gl[j]);
-      const double c = sqg / sq;
-      for (int64_t i = 0; i < n; ++i) dl[i] = float(double(dl[i]) * (double(gl[i]) - c));
-      return;
-    }
-  } else if (st == 1) {
-    // Whole vectors first, in vectors of partial sums (GCC does not vectorise one running
-    // double sum); the tail, or a strided line, below.
+    // Whole vectors in vectors of partial sums (GCC does not vectorise one running double
+    // sum); the tail, or a strided line, below.
     using V = Vec<double>::type;
     constexpr int W = Vec<double>::width;
     V sqv = {}, sqgv = {};
     for (; j + W <= n; j += W) {
       V q, gv;
       for (int l = 0; l < W; ++l) {
-        q[l] = support_power<E>(double(yl[j + l]), e);
+        q[l] = roots_first ? double(dl[j + l]) : support_power<E>(double(yl[j + l]), e);
         gv[l] = double(gl[j + l]);
       }
       sqv += q;
       sqgv += q * gv;
-      for (int l = 0; l < W; ++l) dl[j + l] = T(q[l]);
+      if constexpr (!roots_first)
+        for (int l = 0; l < W; ++l) dl[j + l] = T(q[l]);
     }
     for (int l = 0; l < W; ++l) sq += sqv[l], sqg += sqgv[l];
   }
