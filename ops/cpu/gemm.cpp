@@ -292,7 +292,7 @@ void micro_kernel(int64_t kc, const T* __restrict a, const T* __restrict b, T* _
         V old;
         __builtin_memcpy(&old, cp, sizeof(V));  // C rows need not be vector-aligned
         v += old;
-      } else if (bias) {  // a Linear layer's bias, added as C is stored
+      } else if (bias) {  // a bias (per column or per row), added as C is stored
         v += bias.vec(i, j * W);
       }
       __builtin_memcpy(cp, &v, sizeof(V));

@@ -6,8 +6,10 @@
 
 namespace mu::cpu {
 
-// out = a · b (+ row_bias 1ᵀ, when defined) for rank-2 or rank-3 operands.
-static void product(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& row_bias, const char* name) {
+// out = a · b, plus 1 col_biasᵀ or row_bias 1ᵀ where defined, for rank-2 or rank-3
+// operands: the one body of the three product kernels below.
+static void product(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& col_bias, const Tensor& row_bias,
+                    const char* name) {
   const bool batched = a.dim() == 3;
   const int64_t batch = batched ? a.size(0) : 1, M = a.size(-2), K = a.size(-1), N = b.size(-1);
   MU_DISPATCH_FLOAT(a.dtype(), name, [&] {
@@ -15,7 +17,7 @@ static void product(const Tensor& out, const Tensor& a, const Tensor& b, const T
     MatrixRef<const scalar_t> A{a.data_ptr<scalar_t>(), batched ? a.stride(0) : 0, a.stride(-2), a.stride(-1)};
     MatrixRef<const scalar_t> B{b.data_ptr<scalar_t>(), batched ? b.stride(0) : 0, b.stride(-2), b.stride(-1)};
     MatrixRef<scalar_t> C{out.data_ptr<scalar_t>(), batched ? out.stride(0) : 0, out.stride(-2), out.stride(-1)};
-    gemm<scalar_t>(batch, M, N, K, A, B, C, false, nullptr,
+    gemm<scalar_t>(batch, M, N, K, A, B, C, false, col_bias.defined() ? col_bias.data_ptr<scalar_t>() : nullptr,
                    row_bias.defined() ? row_bias.data_ptr<scalar_t>() : nullptr);
   });
 }
@@ -27,11 +29,11 @@ static void matmul(const Tensor& out, const Tensor& a, const Tensor& b) {
     narrow_into(out, wide);
     return;
   }
-  product(out, a, b, Tensor(), "matmul");
+  product(out, a, b, Tensor(), Tensor(), "matmul");
 }
 
 static void matmul_row_bias(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias) {
-  product(out, a, b, bias, "matmul_row_bias");
+  product(out, a, b, Tensor(), bias, "matmul_row_bias");
 }
 
 static void matmul_batch_sum(const Tensor& out, const Tensor& a, const Tensor& b) {
@@ -51,13 +53,7 @@ static void matmul_batch_sum(const Tensor& out, const Tensor& a, const Tensor& b
 }
 
 static void matmul_bias(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias) {
-  const int64_t M = a.size(0), K = a.size(1), N = b.size(1);
-  MU_DISPATCH_FLOAT(a.dtype(), "matmul_bias", [&] {
-    MatrixRef<const scalar_t> A{a.data_ptr<scalar_t>(), 0, a.stride(0), a.stride(1)};
-    MatrixRef<const scalar_t> B{b.data_ptr<scalar_t>(), 0, b.stride(0), b.stride(1)};
-    MatrixRef<scalar_t> C{out.data_ptr<scalar_t>(), 0, out.stride(0), out.stride(1)};
-    gemm<scalar_t>(1, M, N, K, A, B, C, false, bias.data_ptr<scalar_t>());
-  });
+  product(out, a, b, bias, Tensor(), "matmul_bias");
 }
 
 MU_REGISTER_KERNEL(kernels::matmul, DeviceType::CPU, matmul);
