@@ -6,6 +6,7 @@
 
 #include "helpers.h"
 #include "nn/nn.h"
+#include "ops/kernels/norm.h"
 
 using namespace mu;
 
@@ -200,6 +201,42 @@ TEST_CASE("layer_norm's weight and bias gradients are the sums over rows, the sa
     auto [dw2, db2] = run();
     CHECK(max_abs_diff(dw, dw2) == 0.0);
     CHECK(max_abs_diff(db, db2) == 0.0);
+  }
+}
+
+// The CPU kernel's statistics of float32 rows (one pass of sums shifted by the row's first
+// value) against a two-pass loop in long double over the same float32 values: rows whose
+// mean is up to 5·10^6 times their spread (where an unshifted Σx² / n - mean² loses
+// digits: it fails here), a first value far from the mean, a constant row, rows of one,
+// and lengths around the vector width.
+TEST_CASE("layer_norm's CPU statistics keep their digits on rows far from zero") {
+  if (!kernels::layer_norm_forward.has(DeviceType::CPU)) return;
+  manual_seed(24);
+  for (int64_t n : {1, 5, 8, 17, 128, 131, 1000}) {
+    INFO("n " << n);
+    const int64_t rows = 7;
+    Tensor x = randn({rows, n});
+    std::vector<float> xv = x.to_vector<float>();
+    const double offsets[rows] = {0, 1e4, 3e4, -2e5, 1e6, 7, 3e4};
+    const double spreads[rows] = {1, 1, 0.01, 0.1, 0.2, 0, 0.01};
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t j = 0; j < n; ++j) xv[size_t(r * n + j)] = float(offsets[r] + spreads[r] * xv[size_t(r * n + j)]);
+    if (n > 1) xv[size_t(6 * n)] = float(3e4 + 2.0);  // row 6 starts 200 spreads from its mean
+    x = from_vector<float>(xv, {rows, n});
+    Tensor y = empty({rows, n}), mean = empty({rows}), rstd = empty({rows});
+    const double eps = 1e-5;
+    kernels::layer_norm_forward(x.device(), x, Tensor(), Tensor(), y, mean, rstd, rows, n, eps);
+    std::vector<float> mv = mean.to_vector<float>(), rv = rstd.to_vector<float>();
+    for (int64_t r = 0; r < rows; ++r) {
+      long double m = 0, v = 0;
+      for (int64_t j = 0; j < n; ++j) m += xv[size_t(r * n + j)];
+      m /= n;
+      for (int64_t j = 0; j < n; ++j) v += (xv[size_t(r * n + j)] - m) * (xv[size_t(r * n + j)] - m);
+      const double want_rstd = double(1 / std::sqrt(v / n + eps));
+      INFO("row " << r);
+      CHECK(std::abs(mv[size_t(r)] - double(m)) <= 1e-6 * std::abs(double(m)) + 1e-30);
+      CHECK(std::abs(rv[size_t(r)] - want_rstd) <= 1e-6 * want_rstd);
+    }
   }
 }
 
