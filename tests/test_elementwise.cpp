@@ -114,6 +114,48 @@ TEST_CASE("float32 gelu (exact and tanh) and its gradient are accurate to a few 
 // The CPU's float32 GELU runs whole vectors over dense runs and one lane of the same code
 // for strided elements and a run's last partial vector: an element's result must not
 // depend on where it sits (threads split runs at different places).
+// float32 GELU and its gradient where the tails run out: beyond ±10 up to ±20 (past the
+// |x| cap of 16 and the exponent's clamp, near -13.2, below which x Φ(x) is no longer a
+// normal float) against float64, and at the special values. Below the normals a result
+// must be a zero or a subnormal of the right sign, never a stray normal number.
+TEST_CASE("float32 gelu and its gradient in the far tails and at the special values") {
+  auto cdf = [](double x) { return 0.5 * std::erfc(-x / std::sqrt(2.0)); };
+  auto dgelu = [&](double x) { return cdf(x) + x * std::exp(-0.5 * x * x) / std::sqrt(2 * M_PI); };
+  const double kNormal = 0x1p-126;
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    std::vector<double> xs;
+    for (double v = 10; v <= 20; v += 1.0 / 64) xs.push_back(v), xs.push_back(-v);
+    for (double v : {1e30, -1e30, 3e38, -3e38}) xs.push_back(v);
+    Tensor x32 = from_vector<double>(xs, {int64_t(xs.size())}).to(kFloat32);
+    std::vector<double> xv = x32.to_vector<double>();
+    Tensor xg = on(x32, dev).requires_grad_();
+    Tensor y = gelu(xg);
+    y.backward(ones_like(y));
+    std::vector<double> got = y.to_vector<double>(), dgot = xg.grad().to_vector<double>();
+    int64_t wrong = 0;
+    for (size_t i = 0; i < xv.size(); ++i) {
+      const double x = xv[i], w = x * cdf(x), dw = dgelu(x);
+      // Normal results within 8 float32 ulp of float64's; others zero or subnormal, their sign that of the truth.
+      auto ok = [&](double g, double want) {
+        if (std::abs(want) >= kNormal) return std::abs(g - want) <= 8 * 0x1p-24 * std::abs(want);
+        return std::abs(g) < kNormal && !(g * want < 0);
+      };
+      const bool bad = !ok(got[i], w) || !ok(dgot[i], dw);
+      if (bad) MESSAGE("x = " << x << ": gelu " << got[i] << " (want " << w << "), gradient " << dgot[i] << " (want " << dw << ")");
+      wrong += bad;
+    }
+    CHECK(wrong == 0);
+    // NaN stays NaN, +inf stays +inf (gradient NaN: inf times a zero density, as float64's
+    // formula gives), -inf gives NaN (-inf times Φ(-inf) = 0, as torch's).
+    Tensor sp = on(from_vector<float>({NAN, INFINITY, -INFINITY}, {3}), dev);
+    std::vector<float> g = gelu(sp).to_vector<float>();
+    CHECK(std::isnan(g[0]));
+    CHECK(g[1] == INFINITY);
+    CHECK(std::isnan(g[2]));
+  }
+}
+
 TEST_CASE("float32 gelu and its gradient give the same bits dense, strided and at any offset") {
   Tensor x = randn({37, 29}) * 3.0;
   std::vector<float> dense = gelu(x).to_vector<float>();

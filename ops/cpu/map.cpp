@@ -44,9 +44,8 @@ using VF = Vec<float>::type;
 using VI = Vec<int32_t>::type;
 constexpr int kWF = Vec<float>::width;
 
-// min(c, v) and max(c, v) on every lane with NaN lanes of v passed through: the
-// instructions return their second operand when either is NaN. (A select compiles to a
-// compare and a blend.)
+// min(c, v) on every lane with NaN lanes of v passed through: the instruction returns
+// its second operand when either is NaN. (A select compiles to a compare and a blend.)
 [[gnu::always_inline]] inline VF min_of(float c, VF v) {
 #if defined(__AVX512F__) && defined(__x86_64__)
   // maskz with every lane: GCC 12 warns on the plain form's undefined source operand.
@@ -55,15 +54,6 @@ constexpr int kWF = Vec<float>::width;
   return VF(_mm256_min_ps(__m256(VF{} + c), __m256(v)));
 #else
   return v > c ? c : v;
-#endif
-}
-[[gnu::always_inline]] inline VF max_of(float c, VF v) {
-#if defined(__AVX512F__) && defined(__x86_64__)
-  return VF(_mm512_maskz_max_ps(0xFFFF, __m512(VF{} + c), __m512(v)));
-#elif defined(__AVX__) && defined(__x86_64__)
-  return VF(_mm256_max_ps(__m256(VF{} + c), __m256(v)));
-#else
-  return v < c ? c : v;
 #endif
 }
 
@@ -80,40 +70,62 @@ constexpr int kWF = Vec<float>::width;
   return (p89 * u8 + ((p67 * u2 + p45) * u4 + (p23 * u2 + p01)));
 }
 
-// q = Φ(-|x|) on every lane, and -x²/2 (unclamped) in minus_half_sq. With ax = min(|x|, 16)
-// (NaN passes), u = t/2 = 1 / (2 + ax/√2), and q = u exp(a + b), a = -ax²/2 and
-// b = P(t) - (the rounding error of ax²)/2 ~ O(1). exp(a + b) = 2^n exp(r) with
-// n = round((a + b) / ln 2) and r = (a - n ln2_hi) + b - n ln2_lo: a - n ln2_hi is exact
-// (both are multiples of 2^-17 and the difference is below 2), so a + b is never rounded
-// as a whole (rounding it cost up to 4e-6 relative at x = -13). a is clamped at -86.7
-// (|x| > 13.17, where q is below float32's normals): with b >= -1.27 the sum stays above
-// -88, so n >= -127, whose 2^n is built as +0.0 (ops/cpu/vec_exp.h): q is an exact +0.
-[[gnu::always_inline]] inline VF gelu_tail(VF x, VF& minus_half_sq) {
+// The tails of GELU come out of products that end below float32's normals (x Φ(x) near
+// x = -13.2, x φ(x) near -13.6), so the exponentials are built 2^64 times too large (their
+// 2^n stays normal for every |x| <= 16) and each product is scaled back last, rounded once:
+// results keep their digits down to the normals and are correctly rounded subnormals
+// below. Beyond the cap of 16, where the capped formula would be wrong and the results
+// are x Φ(x) = 0 on the left (x on the right, gradient 1), the exponentials are set to 0.
+constexpr float kUp = 64, kDown = 0x1p-64f;  // the exponent added, and the scale back
+
+// The two exponentials of GELU and its derivative, 2^64 times their value.
+struct GeluTail {
+  VF u;  // t/2 = 1 / (2 + |x|/√2), |x| capped at 16
+  VF e;  // 2^64 exp(-x²/2 + P(t)): Φ(-|x|) = u e 2^-64
+  VF minus_half_sq;  // -x²/2 of the capped |x|
+  decltype(VF{} < VF{}) in_range;  // |x| < 16
+};
+
+// With ax = min(|x|, 16) (NaN passes), Φ(-|x|) = u exp(a + b), a = -ax²/2 and b = P(t) -
+// (the rounding error of ax²)/2 ~ O(1). exp(a + b) = 2^n exp(r) with n = round((a + b) /
+// ln 2) and r = (a - n ln2_hi) + b - n ln2_lo: a - n ln2_hi is exact (both are multiples
+// of 2^-17 and the difference is below 2), so a + b is never rounded as a whole (rounding
+// it cost up to 4e-6 relative at x = -13).
+[[gnu::always_inline]] inline GeluTail gelu_tail(VF x) {
   using namespace exp_constants;
+  GeluTail g;
   const VF ax = min_of(16.0f, VF((VI(x) & 0x7fffffff)));
-  const VF u = 1.0f / (ax * float(fn::kSqrt1_2) + 2.0f);
+  g.in_range = ax < 16.0f;
+  g.u = 1.0f / (ax * float(fn::kSqrt1_2) + 2.0f);
   const VF sq = ax * ax, sq_lo = ax * ax - sq;  // exact where the multiply-add fuses (GCC's default)
-  minus_half_sq = sq * -0.5f;
-  const VF a = max_of(-86.7f, minus_half_sq), b = sq_lo * -0.5f + erfc_exponent(u);
+  const VF a = sq * -0.5f, b = sq_lo * -0.5f + erfc_exponent(g.u);
+  g.minus_half_sq = a;
   const VF t = (a + b) * kLog2e + kRound;  // n in the low mantissa bits (see kRound)
   const VF n = t - kRound;
   const VF r = ((a - n * kLn2Hi) + b) - n * kLn2Lo;
-  return u * (exp_reduced(r) * exp2_of_rounded(t));
+  const VF e = exp_reduced(r) * exp2_of_rounded(t, int(kUp));
+  g.e = g.in_range ? e : VF{};
+  return g;
 }
 
-// x Φ(x) on every lane.
+// x Φ(x) on every lane: x (1 - q) on the right, x q on the left, q = Φ(-|x|) = u e 2^-64
+// with x u e formed before the scale (x u is about -1.2 where the product underflows).
 [[gnu::always_inline]] inline VF gelu_lanes(VF x) {
-  VF minus_half_sq;
-  const VF q = gelu_tail(x, minus_half_sq);
-  return x * (x >= 0.0f ? 1.0f - q : q);
+  const GeluTail g = gelu_tail(x);
+  const VF q = (g.u * g.e) * kDown;
+  return x >= 0.0f ? x * (1.0f - q) : ((x * g.u) * g.e) * kDown;
 }
 
-// g (Φ(x) + x φ(x)), φ(x) = exp(-x²/2) / √(2π), on every lane.
+// g (Φ(x) + x φ(x)), φ(x) = exp(-x²/2) / √(2π), on every lane; x φ(x) from exp(-x²/2)
+// 2^64 like e, so that it too stays exact down to the normals.
 [[gnu::always_inline]] inline VF gelu_grad_lanes(VF g, VF x) {
-  VF minus_half_sq;
-  const VF q = gelu_tail(x, minus_half_sq);
-  const VF gauss = exp_lanes_in_range(max_of(exp_constants::kLo, minus_half_sq));  // -x²/2 <= 0 < kHi
-  return g * ((x >= 0.0f ? 1.0f - q : q) + x * gauss * float(fn::kInvSqrt2Pi));
+  using namespace exp_constants;
+  const GeluTail tl = gelu_tail(x);
+  const VF q = (tl.u * tl.e) * kDown;
+  const VF a = tl.minus_half_sq, t = a * kLog2e + kRound, n = t - kRound;
+  const VF gauss = exp_reduced((a - n * kLn2Hi) - n * kLn2Lo) * exp2_of_rounded(t, int(kUp));
+  const VF x_phi = ((x * float(fn::kInvSqrt2Pi)) * (tl.in_range ? gauss : VF{})) * kDown;
+  return g * ((x >= 0.0f ? 1.0f - q : q) + x_phi);
 }
 
 // out[0, n) = f(in[0, n)) for n a multiple of the vector width. Never inlined, so that a

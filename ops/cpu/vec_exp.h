@@ -122,11 +122,12 @@ template <class V>
   p = p * r + 1.0f;
   return p * r + 1.0f;
 }
+// 2^(n + k) for the n held in t; k > 0 keeps the scale normal for n down to -126 - k.
 template <class V>
-[[gnu::always_inline]] inline V exp2_of_rounded(V t) {
+[[gnu::always_inline]] inline V exp2_of_rounded(V t, int k = 0) {
   using VI [[gnu::vector_size(sizeof(V))]] = int32_t;
   const VI ni = (VI)t - std::bit_cast<int32_t>(exp_constants::kRound);  // (VI) reinterprets the bits
-  return (V)((ni + 127) << 23);
+  return (V)((ni + (127 + k)) << 23);
 }
 
 // exp_lanes for x already in [kLo, kHi] (or NaN).
