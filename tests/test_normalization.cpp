@@ -240,6 +240,52 @@ TEST_CASE("layer_norm's CPU statistics keep their digits on rows far from zero")
   }
 }
 
+// Rows holding infinities or NaN, and rows of length 0, give the statistics of the two-pass
+// definition (mean = Σx / n, var = Σ(x - mean)² / n) in long double: a -inf row's mean is
+// -inf and its rstd NaN, a NaN anywhere makes both NaN, an empty row's are NaN (0 / 0).
+// float32 rows take the one-pass shifted sums, float64 rows two passes: both are checked.
+TEST_CASE("layer_norm's CPU statistics of non-finite and empty rows follow the two-pass definition") {
+  if (!kernels::layer_norm_forward.has(DeviceType::CPU)) return;
+  const float inf = INFINITY, nan = NAN;
+  const std::vector<std::vector<float>> rows = {
+      {-inf, -inf, -inf, -inf, -inf, -inf, -inf, -inf, -inf}, {-inf, 1, 2, 3, 4, 5, 6, 7, 8},
+      {1, 2, 3, 4, nan, 6, 7, 8, 9},                         {1, 2, 3, 4, 5, 6, 7, 8, inf},
+      {inf, 2, 3, 4, 5, 6, 7, 8, -inf},                      {nan, 2, 3, 4, 5, 6, 7, 8, 9},
+      {1, 2, 3, 4, 5, 6, 7, 8, 9}};
+  const double eps = 1e-5;
+  auto same = [](double got, long double want) {
+    if (std::isnan(want)) return std::isnan(got);
+    if (std::isinf(want)) return got == double(want);
+    return std::abs(got - double(want)) <= 1e-6 * (1 + std::abs(double(want)));
+  };
+  for (DType dt : {kFloat32, kFloat64}) {
+    INFO(dtype_name(dt));
+    const int64_t R = int64_t(rows.size()), n = int64_t(rows[0].size());
+    std::vector<float> flat;
+    for (const auto& r : rows) flat.insert(flat.end(), r.begin(), r.end());
+    Tensor x = from_vector<float>(flat, {R, n}).to(dt);
+    Tensor y = empty({R, n}, dt), mean = empty({R}, dt), rstd = empty({R}, dt);
+    kernels::layer_norm_forward(x.device(), x, Tensor(), Tensor(), y, mean, rstd, R, n, eps);
+    std::vector<double> mv = mean.to_vector<double>(), rv = rstd.to_vector<double>();
+    for (int64_t r = 0; r < R; ++r) {
+      long double m = 0, v = 0;
+      for (float e : rows[size_t(r)]) m += e;
+      m /= n;
+      for (float e : rows[size_t(r)]) v += (e - m) * (e - m);
+      const long double want_rstd = 1 / std::sqrt(v / n + eps);
+      INFO("row " << r << ": mean " << mv[size_t(r)] << " (want " << double(m) << "), rstd " << rv[size_t(r)]
+                  << " (want " << double(want_rstd) << ")");
+      CHECK(same(mv[size_t(r)], m));
+      CHECK(same(rv[size_t(r)], want_rstd));
+    }
+    // Rows of length 0: the mean and the variance are 0 / 0.
+    Tensor e = empty({3, 0}, dt), ey = empty({3, 0}, dt), em = empty({3}, dt), er = empty({3}, dt);
+    kernels::layer_norm_forward(e.device(), e, Tensor(), Tensor(), ey, em, er, 3, 0, eps);
+    for (double m : em.to_vector<double>()) CHECK(std::isnan(m));
+    for (double r : er.to_vector<double>()) CHECK(std::isnan(r));
+  }
+}
+
 TEST_CASE("layer_norm errors name the problem") {
   Tensor x = randn({4, 5});
   CHECK_THROWS_MU(layer_norm(x, {6}), "layer_norm: expected an input whose trailing dims are [6] (normalized_shape), "

@@ -114,10 +114,22 @@ void map_tests() {
   map_case<fn::Sub, double, double, double, double>("sub f64 strided, transposed operand", fn::Sub{}, emu_view(o64, {6, 7}), {emu_view(a64, {6, 7}, {1, 6}), emu_view(b64, {6, 7}), {}});
   map_case<fn::Mul, float, float, float, float>("mul f32 strided, output with gaps", fn::Mul{}, emu_view(o, {5, 6}, {13, 2}), {emu_view(a, {5, 6}), emu_view(b, {6}), {}});
   map_case<fn::Where, double, bool, double, double>("where f64 strided, broadcast condition", fn::Where{}, emu_view(o64, {4, 6}), {viewb(cb, {4, 1}), emu_view(a64, {6}), emu_view(b64, {4, 6})});
+  // A repeated row (a bias along the last dim, stride 0 elsewhere) keeps the vectorised
+  // kernel: packs read modulo the row's length; a row whose length is no multiple of the
+  // pack, or a column, goes strided.
+  map_case<fn::Add, float, float, float, float>("add f32 row-broadcast bias (12 x 8 + 8)", fn::Add{}, emu_view(o, {12, 8}), {emu_view(a, {12, 8}), emu_view(b, {8}), {}});
+  map_case<fn::Add, float, float, float, float>("add f32 row-broadcast bias first (8 + 3 x 4 x 8)", fn::Add{}, emu_view(o, {3, 4, 8}), {emu_view(b, {1, 1, 8}), emu_view(a, {3, 4, 8}), {}});
+  map_case<fn::Mul, double, double, double, double>("mul f64 row-broadcast (5 x 6 * 6)", fn::Mul{}, emu_view(o64, {5, 6}), {emu_view(a64, {5, 6}), emu_view(b64, {6}), {}});
+  map_case<fn::Where, double, bool, double, double>("where f64 row-broadcast condition and value", fn::Where{}, emu_view(o64, {7, 16}), {viewb(cb, {16}), emu_view(a64, {16}), emu_view(b64, {7, 16})});
+  map_case<fn::Add, float, float, float, float>("add f32 row of 6 (no multiple of 4): strided", fn::Add{}, emu_view(o, {9, 6}), {emu_view(a, {9, 6}), emu_view(b, {6}), {}});
+  map_case<fn::Add, float, float, float, float>("add f32 column broadcast (12 x 8 + 12 x 1): strided", fn::Add{}, emu_view(o, {12, 8}), {emu_view(a, {12, 8}), emu_view(b, {12, 1}), {}});
+  // Dims merged by strided() (out dense, an operand transposed in its two outer dims) and
+  // sizes that are no powers of two (the magic-number divisions).
+  map_case<fn::Add, float, float, float, float>("add f32 strided, merged dims, odd sizes", fn::Add{}, emu_view(o, {7, 3, 2, 11}), {emu_view(a, {7, 3, 2, 11}, {66, 22, 11, 1}), emu_view(b, {7, 3, 2, 11}, {6, 2, 1, 21}), {}});
   // Grid-stride loops: the kernels launched with one block of 32 threads.
   std::fill(o.begin(), o.end(), 0.f);
   ck::Operands ops{{a.data(), b.data(), nullptr}};
-  emu_launch_seq(1, 32, [&] { ck::map_vectorized<float, float, float, float, 2, 4, fn::Add>(o.data(), ops, N, fn::Add{}); });
+  emu_launch_seq(1, 32, [&] { ck::map_vectorized<float, float, float, float, 2, 4, fn::Add>(o.data(), ops, ck::RowPacks{{0, 0, 0}}, N, fn::Add{}); });
   bool ok = true;
   for (size_t i = 0; i < n; ++i) ok = ok && o[i] == a[i] + b[i];
   std::fill(o.begin(), o.end(), 0.f);

@@ -12,6 +12,7 @@
 #pragma once
 #include <cuda_runtime.h>
 #include <barrier>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -45,6 +46,8 @@ inline thread_local BlockCtx* ctx;  // the block the calling thread belongs to
 inline thread_local unsigned linear_tid;  // x + y * blockDim.x + z * blockDim.x * blockDim.y
 inline thread_local unsigned shfl_round;  // shuffles this thread has made in the launch
 inline void __syncthreads() { ctx->bar->arrive_and_wait(); }
+// The high 32 bits of a 32 x 32-bit product (ops/cuda/strided.cuh's magic-number divisions).
+inline unsigned __umulhi(unsigned a, unsigned b) { return unsigned((uint64_t(a) * b) >> 32); }
 
 // The block's instance of a static __shared__ array of type A (an array type), filled
 // with garbage on first use. Every thread of the block gets the same storage.

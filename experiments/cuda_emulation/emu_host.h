@@ -53,6 +53,7 @@ struct EmuTensor {
     return n;
   }
   const Shape& shape() const { return sh; }
+  int64_t size(int64_t d) const { return sh[size_t(d < 0 ? d + dim() : d)]; }
   const Shape& strides() const { return st; }
   bool is_contiguous() const {
     int64_t e = 1;
@@ -79,18 +80,4 @@ EmuTensor emu_view(std::vector<T>& data, Shape shape, Shape strides = {}, int64_
 namespace mu::cuda {
 inline cudaStream_t stream(const EmuTensor&) { return nullptr; }
 
-// strided() of strided.cuh for EmuTensor operands: right-aligned broadcasting, stride 0
-// along every expanded dim.
-template <int N>
-Strided<N> strided(const Shape& shape, const EmuTensor* const (&t)[N], const char*) {
-  Strided<N> g;
-  g.nd = int(shape.size());
-  for (int d = 0; d < g.nd; ++d) g.sizes[d] = shape[size_t(d)];
-  for (int k = 0; k < N; ++k)
-    for (int d = 0; d < g.nd; ++d) {
-      const int64_t td = d - (g.nd - t[k]->dim());
-      g.strides[k][d] = td < 0 || t[k]->sh[size_t(td)] != shape[size_t(d)] ? 0 : t[k]->st[size_t(td)];
-    }
-  return g;
-}
 }  // namespace mu::cuda

@@ -96,7 +96,10 @@ template <class Terms, class Tail>
 // subtraction loses at most a factor n + 1 of the double sums' relative error (about
 // 1e-12 for rows of 10^4), where an unshifted Σx² / n - mean² would lose (mean / std)².
 void row_moments(const float* x, int64_t n, double& mean, double& var) {
-  const double c = x[0];
+  // An infinite or NaN shift would make every difference NaN or infinite, a -inf row's
+  // mean NaN instead of -inf (the two-pass sums' and the CUDA kernel's result): the shift
+  // is 0 then. An empty row has none.
+  const double c = n > 0 && std::isfinite(x[0]) ? double(x[0]) : 0.0;
   double s1, s2;
   row_sums(
       n, s1, s2,
@@ -111,7 +114,7 @@ void row_moments(const float* x, int64_t n, double& mean, double& var) {
   const double ms = s1 / double(n);
   mean = c + ms;
   const double v = s2 / double(n) - ms * ms;
-  var = v > 0 ? v : 0.0;  // a constant row can round to a tiny negative
+  var = v < 0 ? 0.0 : v;  // a constant row can round to a tiny negative; NaN (a non-finite row, n = 0) stays
 }
 
 // The backward's first pass over a row: Σ gw and Σ gw xh with gw = g w (g where w is

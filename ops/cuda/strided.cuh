@@ -79,8 +79,9 @@ struct Strided {
 // its dims merged where every operand allows (size-1 dims dropped; a dim folded into
 // the next inner one when each operand's stride there is the inner stride times the
 // inner size).
-template <int N>
-Strided<N> strided(const Shape& shape, const Tensor* const (&t)[N], const char* op) {
+// (TensorT: Tensor; the host emulation of experiments/cuda_emulation passes its own.)
+template <int N, class TensorT = Tensor>
+Strided<N> strided(const Shape& shape, const TensorT* const (&t)[N], const char* op) {
   MU_CHECK(shape.size() <= size_t(kMaxDims), op, " on CUDA: at most ", kMaxDims, " dims are supported, got ",
            shape.size(), " (shape ", shape_str(shape), ")");
   Shape st[N];
