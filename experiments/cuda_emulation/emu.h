@@ -11,6 +11,7 @@
 // runs the programs under a timeout).
 #pragma once
 #include <cuda_runtime.h>
+#include <algorithm>
 #include <barrier>
 #include <cstdint>
 #include <cstdio>
@@ -88,7 +89,12 @@ template <class V>
 V __shfl_sync(unsigned, V v, int src) { return emu_shuffle(v, [src](int) { return src & 31; }); }
 
 // Runs body() as a grid of `grid` blocks of `block` threads with `smem` bytes of dynamic
-// shared memory; blocks one after another, the threads of a block at once.
+// shared memory; blocks one after another, the threads of a block at once. One team of
+// std::threads serves every block of the launch (creating a thread costs more than most
+// blocks' work): between two blocks the team meets at a barrier of its own, and the last
+// thread to arrive refills shared memory with garbage and forgets the static arrays. That
+// barrier is not the block's: a thread that returns early while the others wait in a
+// __syncthreads still leaves them waiting, and the hang shows, as on the GPU.
 template <class F>
 void emu_launch(dim3 grid, dim3 block, size_t smem, F body) {
   gridDim_ = {grid.x, grid.y, grid.z};
@@ -99,33 +105,40 @@ void emu_launch(dim3 grid, dim3 block, size_t smem, F body) {
             grid.z, block.x, block.y, block.z);
     std::abort();
   }
-  for (unsigned bz = 0; bz < grid.z; ++bz)
-    for (unsigned by = 0; by < grid.y; ++by)
-      for (unsigned bx = 0; bx < grid.x; ++bx) {
-        std::vector<double> mem(smem / 8 + 16, 12345.678);  // garbage, not zeros
-        std::barrier<> bar(threads);
-        std::vector<std::unique_ptr<std::barrier<>>> wb;
-        BlockCtx c;
-        c.bar = &bar;
-        for (unsigned w = 0; w < (threads + 31) / 32; ++w) {
-          // A last partial warp synchronises only its own lanes.
-          const unsigned lanes = threads - w * 32 < 32 ? threads - w * 32 : 32;
-          wb.push_back(std::make_unique<std::barrier<>>(lanes));
-          c.warp[w] = wb.back().get();
-        }
-        c.smem = reinterpret_cast<unsigned char*>(mem.data());
-        std::vector<std::thread> ts;
-        for (unsigned t = 0; t < threads; ++t)
-          ts.emplace_back([&, t] {
-            threadIdx_ = {t % block.x, t / block.x % block.y, t / (block.x * block.y)};
+  std::vector<double> mem(smem / 8 + 16);
+  BlockCtx c;
+  auto fresh_block = [&]() noexcept {
+    std::fill(mem.begin(), mem.end(), 12345.678);  // garbage, not zeros
+    c.shared.clear();
+  };
+  fresh_block();
+  std::barrier<> bar(threads);
+  std::barrier<decltype(fresh_block)> team(threads, fresh_block);
+  std::vector<std::unique_ptr<std::barrier<>>> wb;
+  c.bar = &bar;
+  for (unsigned w = 0; w < (threads + 31) / 32; ++w) {
+    // A last partial warp synchronises only its own lanes.
+    const unsigned lanes = threads - w * 32 < 32 ? threads - w * 32 : 32;
+    wb.push_back(std::make_unique<std::barrier<>>(lanes));
+    c.warp[w] = wb.back().get();
+  }
+  c.smem = reinterpret_cast<unsigned char*>(mem.data());
+  std::vector<std::thread> ts;
+  for (unsigned t = 0; t < threads; ++t)
+    ts.emplace_back([&, t] {
+      threadIdx_ = {t % block.x, t / block.x % block.y, t / (block.x * block.y)};
+      linear_tid = t;
+      ctx = &c;
+      for (unsigned bz = 0; bz < grid.z; ++bz)
+        for (unsigned by = 0; by < grid.y; ++by)
+          for (unsigned bx = 0; bx < grid.x; ++bx) {
             blockIdx_ = {bx, by, bz};
-            linear_tid = t;
             shfl_round = 0;
-            ctx = &c;
             body();
-          });
-        for (auto& t : ts) t.join();
-      }
+            team.arrive_and_wait();  // every thread done with this block; then a fresh one
+          }
+    });
+  for (auto& t : ts) t.join();
 }
 // The form run.sh writes for `k<<<grid, block, smem, stream>>>(args)`.
 template <class F>
