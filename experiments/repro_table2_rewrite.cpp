@@ -17,6 +17,10 @@
 //   CPμMoE               CPμMoE final layer, N = 128, R = 128, batch-norm gating
 //   + oversample         the same trained with the target subpopulation's rows repeated to
 //                        as many as the left-facing sneakers
+//   + adv. debias        the CPμMoE trained beside an adversary (Alvi et al., 2018; the
+//                        paper's row): a linear classifier learns A from the layer's expert
+//                        coefficients, and the layer learns its classes while pushing that
+//                        classifier towards 1/2 (see fit_adversarial)
 //   + blind thresh.      the CPμMoE with λ āᵀa added to the sneaker head for ā = 1 (entmax
 //                        coefficients sum to 1: a constant λ), at the paper's λ = 2.5
 //   + expert thresh.     Eq. 5: ā = the mean coefficients of the target subpopulation's
@@ -37,6 +41,7 @@
 //   paper: CelebA with CLIP ViT-B-32: says what it needs and stops
 //
 //   repro_table2_rewrite [--scale smoke|local|paper] [--out-dir DIR] [--seeds N] [--epochs E]
+//                        [--adv-alpha A]
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -156,6 +161,61 @@ double mrs(const Metrics& before, const Metrics& after) {
 
 std::vector<int64_t> argmax_rows(const Tensor& logits) { return argmax(logits, 1).to_vector<int64_t>(); }
 
+// Adversarial debiasing as in Alvi et al. (2018), "Turning a blind eye": a representation
+// is freed of attribute A by a second classifier that learns A from it while the network
+// learns its task and, weighted by alpha, a confusion loss, the cross-entropy of that
+// classifier's prediction against the uniform distribution over A. The paper fine-tunes
+// its CLIP backbone this way (the adversary, 1K parameters, reads the 512-d embedding);
+// the backbone here is frozen, so the representation freed of A is the one the final
+// layer computes, its N expert coefficients a: a linear adversary N -> 2 (A is the facing
+// direction, known for every training row). Each batch: the layer's step on its class
+// cross-entropy plus alpha times the confusion loss (the adversary fixed), then the
+// adversary's step on its own cross-entropy over the batch's detached coefficients. Same
+// batches, optimiser and schedule as repro::fit. Returns the adversary's accuracy on A over
+// the last epoch (1/2: no A left in a it can read).
+double fit_adversarial(nn::MuMoE& block, const Tensor& x, const Tensor& labels, const std::vector<bool>& a_rows,
+                       const repro::HeadTraining& t, double alpha, uint64_t seed) {
+  std::vector<int64_t> av(a_rows.begin(), a_rows.end());
+  const Tensor attr = from_vector(av, {int64_t(av.size())});
+  const int64_t experts = block.options().experts()[0];
+  nn::Linear adversary(experts, 2);
+  Generator order(seed);
+  data::DataLoader loader(x.size(0), data::DataLoaderOptions(t.batch).drop_last(true).generator(&order));
+  const int64_t per_epoch = loader.batches_per_epoch();
+  MU_CHECK(per_epoch > 0, "fit_adversarial: ", x.size(0), " rows make no batch of ", t.batch);
+  const int64_t steps = std::max<int64_t>(1, int64_t(t.epochs * double(per_epoch)));
+  optim::AdamW opt(block.parameters(), optim::AdamWOptions(t.lr).weight_decay(t.weight_decay));
+  optim::AdamW adv_opt(adversary.parameters(), optim::AdamWOptions(t.lr).weight_decay(t.weight_decay));
+  const optim::LRSchedule schedule = optim::warmup_cosine_lr(t.lr, t.min_lr, std::min(t.warmup, steps / 2), steps);
+  block.train();
+  int64_t step = 0, right = 0, seen = 0;
+  while (step < steps) {
+    right = seen = 0;
+    for (const Tensor& idx : loader.epoch()) {
+      if (step == steps) break;
+      optim::apply_lr(opt, schedule, step);
+      optim::apply_lr(adv_opt, schedule, step++);
+      const Tensor xb = index_select(x, 0, idx), ab = index_select(attr, 0, idx);
+      const std::vector<Tensor> coef = block.coefficients(xb);
+      const Tensor logits = block.forward_with(xb, coef);
+      // The confusion loss: -Σ_j (1/2) log p_j, averaged over the batch.
+      const Tensor confusion = mean(log_softmax(adversary(coef[0]), 1)) * -1.0;
+      Tensor loss = cross_entropy(logits, index_select(labels, 0, idx)) + confusion * alpha;
+      opt.zero_grad();
+      loss.backward();
+      opt.step();
+      const Tensor adv_logits = adversary(coef[0].detach());
+      Tensor adv_loss = cross_entropy(adv_logits, ab);
+      adv_opt.zero_grad();  // also drops what the layer's backward left in its gradients
+      adv_loss.backward();
+      adv_opt.step();
+      right += int64_t(sum((argmax(adv_logits.detach(), 1) == ab).to(kInt64)).item());
+      seen += ab.size(0);
+    }
+  }
+  return double(right) / double(std::max<int64_t>(1, seen));
+}
+
 // The paper's Table 2 (b), 'blond males' (μMoE paper; MRS from the preliminary paper).
 struct PaperRow {
   const char* mrs;
@@ -166,11 +226,15 @@ struct PaperRow {
 
 int main(int argc, char** argv) {
   CLI::App app{"μMoE Table 2 analog: expert re-writing of a rare Fashion-MNIST subpopulation against blind "
-               "thresholding and oversampling"};
+               "thresholding, oversampling and adversarial debiasing"};
   repro::Common common;
   repro::add_common_flags(app, common, "repro_table2_rewrite");
   repro::FinalLayerRuns runs_cfg;
   repro::add_final_layer_flags(app, runs_cfg);
+  double alpha = 1;
+  app.add_option("--adv-alpha", alpha, "weight of adversarial debiasing's confusion loss")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
   if (common.scale == repro::Scale::Paper) {
@@ -223,9 +287,13 @@ int main(int argc, char** argv) {
     const Tensor over_x = index_select(f.train, 0, over_idx), over_y = index_select(f.images.train.labels, 0, over_idx);
     const Tensor target_x = index_select(f.train, 0, from_vector(target_rows, {int64_t(target_rows.size())}));
 
+    char alpha_text[32];
+    std::snprintf(alpha_text, sizeof alpha_text, "%g", alpha);
+    const std::string adv_name = std::string("+ adv. debias (Alvi et al., α = ") + alpha_text + ")";
     const char* names[] = {"Linear",
                            "CPμMoE",
                            "+ oversample",
+                           adv_name.c_str(),
                            "+ blind thresh. (λ = 2.5, the paper's)",
                            "+ blind thresh. (λ chosen on validation)",
                            "+ expert thresh. (Eq. 5, λ = N, the paper's)",
@@ -235,8 +303,9 @@ int main(int argc, char** argv) {
     const PaperRow paper[] = {{"-", 0.346, 0.534, 0.263, 0.346, 95.833},
                               {"-", 0.409, 0.476, 0.236, 0.409, 95.893},
                               {"-", 0.655, 0.226, 0.131, 0.655, 95.750},
+                              {"-", 0.193, 0.630, 0.325, 0.193, 95.031},
                               blind_paper, blind_paper, expert_paper, expert_paper};
-    constexpr int kMethods = 7;
+    constexpr int kMethods = 8;
     // λ candidates for the thresholds, each method's chosen by its MRS on the validation rows.
     const std::vector<double> lambdas = {0.25, 0.5, 1, 2, 4, 8, 16, 32, 64, 128};
     const Tensor val_x = f.features(b.val.images);
@@ -244,6 +313,7 @@ int main(int argc, char** argv) {
     json chosen = json::array();
     std::vector<std::vector<Metrics>> results(kMethods);
     json runs = json::array();
+    std::vector<double> adversary;  // the adversary's accuracy on A over its last epoch, per seed
     auto moe = [&] {
       return std::make_shared<nn::MuMoE>(nn::MuMoEOptions(f.train.size(1), kClasses)
                                              .experts({experts})
@@ -267,6 +337,13 @@ int main(int argc, char** argv) {
       auto over = moe();
       repro::fit(*over, over_x, over_y, training, uint64_t(seed));
       results[2].push_back(metrics(repro::predict(*over, f.test).to_vector<int64_t>(), test_labels, b.test_a));
+
+      manual_seed(uint64_t(seed));
+      auto debiased = moe();
+      const double adversary_acc =
+          fit_adversarial(*debiased, f.train, f.images.train.labels, b.train_a, training, alpha, uint64_t(seed));
+      results[3].push_back(metrics(repro::predict(*debiased, f.test).to_vector<int64_t>(), test_labels, b.test_a));
+      adversary.push_back(adversary_acc);
 
       NoGradGuard no_grad;
       block->eval();
@@ -292,10 +369,10 @@ int main(int argc, char** argv) {
         return metrics(argmax_rows(nn::forward_with_rewrite(*block, f.test, abar, {kTarget}, lambda)), test_labels,
                        b.test_a);
       };
-      results[3].push_back(rewritten(all_ones, 2.5));
-      results[4].push_back(rewritten(all_ones, blind_lambda));
-      results[5].push_back(rewritten(mean, std::nullopt));  // λ = N
-      results[6].push_back(rewritten(mean, expert_lambda));
+      results[4].push_back(rewritten(all_ones, 2.5));
+      results[5].push_back(rewritten(all_ones, blind_lambda));
+      results[6].push_back(rewritten(mean, std::nullopt));  // λ = N
+      results[7].push_back(rewritten(mean, expert_lambda));
       for (int k = 0; k < kMethods; ++k) {
         Metrics& m = results[size_t(k)].back();
         if (k >= 2) m.mrs = mrs(results[1].back(), m);
@@ -303,11 +380,11 @@ int main(int argc, char** argv) {
                         {"std_bias", m.std_bias}, {"max_min", m.max_min}, {"test_accuracy", m.test_acc},
                         {"mrs", std::isnan(m.mrs) ? json(nullptr) : json(m.mrs)}, {"group_accuracy", m.group_acc}});
       }
-      std::printf("  seed %d: target group accuracy linear %.3f, CPμMoE %.3f, oversample %.3f, blind %.3f / %.3f "
-                  "(λ %g), expert %.3f / %.3f (λ %g)\n",
+      std::printf("  seed %d: target group accuracy linear %.3f, CPμMoE %.3f, oversample %.3f, adv. debias %.3f "
+                  "(adversary's accuracy on A %.3f), blind %.3f / %.3f (λ %g), expert %.3f / %.3f (λ %g)\n",
                   seed, results[0].back().target, results[1].back().target, results[2].back().target,
-                  results[3].back().target, results[4].back().target, blind_lambda, results[5].back().target,
-                  results[6].back().target, expert_lambda);
+                  results[3].back().target, adversary_acc, results[4].back().target, results[5].back().target,
+                  blind_lambda, results[6].back().target, results[7].back().target, expert_lambda);
       std::fflush(stdout);
     }
 
@@ -346,7 +423,8 @@ int main(int argc, char** argv) {
                          {"target_class", kTarget}, {"keep_one_in", kKeepOneIn},
                          {"train_target_rows", target_train}, {"train_target_class_left_rows", target_left_train},
                          {"backbone_test_accuracy", 100 * f.backbone_accuracy}, {"lambdas", lambdas},
-                         {"chosen_lambda", chosen}, {"rows", summary}, {"runs", runs},
+                         {"chosen_lambda", chosen}, {"adversarial_alpha", alpha},
+                         {"adversary_accuracy", adversary}, {"rows", summary}, {"runs", runs},
                          {"table", table.to_json()}});
   } catch (const mu::Error& e) {
     std::fprintf(stderr, "repro_table2_rewrite: %s\n", e.what());
