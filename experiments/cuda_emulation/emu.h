@@ -1,25 +1,28 @@
 // Host emulation of the few CUDA features the kernels of ops/cuda/ use, so that their
 // index arithmetic, masking and synchronisation can be checked on a machine without a
-// GPU: one std::thread per CUDA thread, blocks run one after another, __syncthreads a
-// barrier of the block, the warp shuffles (__shfl_xor_sync, __shfl_down_sync,
-// __shfl_sync) an exchange through per-warp slots and one warp barrier.
+// GPU: each CUDA thread a fiber (a ucontext with its own stack) on the calling thread,
+// blocks run one after another, __syncthreads a barrier of the block's fibers, the warp
+// shuffles (__shfl_xor_sync, __shfl_down_sync, __shfl_sync) an exchange through per-warp
+// slots and one warp barrier. A fiber runs until it waits at a barrier or ends; a
+// scheduler resumes, in thread order, every fiber whose barrier has opened (switching
+// fibers costs far less than waking an OS thread: a block of 1024 threads meets at a
+// barrier in about a millisecond).
 // Grids and blocks are dim3 (threads numbered x fastest, warps cut from that linear
 // order, as on the GPU). Shared memory, dynamic (ctx->smem) or static (emu_shared, which
 // run.sh substitutes for `__shared__ T name[N]`), starts as garbage (not zeros), so an
-// entry read before it is written shows. Not a CUDA model: no races are detected, and a
-// shuffle or barrier that not every thread of its warp or block reaches hangs (run.sh
-// runs the programs under a timeout).
+// entry read before it is written shows. Not a CUDA model: no races are detected. A
+// barrier or shuffle that some thread of its block or warp never reaches (it returned, or
+// waits at another) stops the program with a message naming the block and the count.
 #pragma once
 #include <cuda_runtime.h>
+#include <ucontext.h>
 #include <algorithm>
-#include <barrier>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <memory>
 #include <mutex>
-#include <thread>
 #include <vector>
 #undef __launch_bounds__
 #define __launch_bounds__(x)
@@ -33,9 +36,18 @@ inline Dim gridDim_, blockDim_;
 #ifndef warpSize
 #define warpSize 32
 #endif
+
+// A barrier of `expected` fibers: the last to arrive opens it (a new generation) and goes
+// on; the others return to the scheduler until it has opened.
+struct EmuBarrier {
+  unsigned expected = 0, arrived = 0;
+  uint64_t generation = 0;
+  void arrive_and_wait();
+};
+
 struct BlockCtx {
-  std::barrier<>* bar;
-  std::barrier<>* warp[32];
+  EmuBarrier* bar;
+  EmuBarrier* warp[32];
   double shfl[2][1024];  // two rounds of slots, used alternately (see emu_shuffle)
   unsigned char* smem;
   // Static __shared__ arrays of this block, by the address of their key (one per
@@ -43,9 +55,43 @@ struct BlockCtx {
   std::mutex shared_mu;
   std::map<const void*, std::unique_ptr<double[]>> shared;
 };
+// The running fiber's view, set by the scheduler whenever it resumes one.
 inline thread_local BlockCtx* ctx;  // the block the calling thread belongs to
 inline thread_local unsigned linear_tid;  // x + y * blockDim.x + z * blockDim.x * blockDim.y
-inline thread_local unsigned shfl_round;  // shuffles this thread has made in the launch
+inline thread_local unsigned shfl_round;  // shuffles this thread has made in the block
+
+// One CUDA thread: its context, what it waits for, and its own copies of the globals above.
+struct EmuFiber {
+  ucontext_t uc;
+  Dim tid;
+  unsigned linear = 0, shfl_round = 0;
+  const EmuBarrier* wait_on = nullptr;  // null: runnable
+  uint64_t wait_generation = 0;
+  bool done = false;
+};
+inline ucontext_t emu_scheduler;      // where a fiber returns when it waits or ends
+inline EmuFiber* emu_running = nullptr;
+inline void (*emu_body_call)(void*) = nullptr;  // the launch's body, type-erased
+inline void* emu_body_arg = nullptr;
+inline void emu_fiber_entry() {
+  emu_body_call(emu_body_arg);
+  emu_running->done = true;  // returning resumes emu_scheduler (uc_link)
+}
+
+inline void EmuBarrier::arrive_and_wait() {
+  const uint64_t g = generation;
+  if (++arrived == expected) {
+    arrived = 0;
+    ++generation;
+    return;
+  }
+  EmuFiber* f = emu_running;
+  f->wait_on = this;
+  f->wait_generation = g;
+  f->shfl_round = shfl_round;
+  swapcontext(&f->uc, &emu_scheduler);
+}
+
 inline void __syncthreads() { ctx->bar->arrive_and_wait(); }
 // The high 32 bits of a 32 x 32-bit product (ops/cuda/strided.cuh's magic-number divisions).
 inline unsigned __umulhi(unsigned a, unsigned b) { return unsigned((uint64_t(a) * b) >> 32); }
@@ -88,13 +134,13 @@ V __shfl_down_sync(unsigned, V v, unsigned d) { return emu_shuffle(v, [d](int l)
 template <class V>
 V __shfl_sync(unsigned, V v, int src) { return emu_shuffle(v, [src](int) { return src & 31; }); }
 
+// Fiber stacks, kept from launch to launch (mostly untouched: memory is committed as used).
+inline constexpr size_t kEmuStack = 256 * 1024;
+inline std::vector<std::unique_ptr<char[]>> emu_stacks;
+
 // Runs body() as a grid of `grid` blocks of `block` threads with `smem` bytes of dynamic
-// shared memory; blocks one after another, the threads of a block at once. One team of
-// std::threads serves every block of the launch (creating a thread costs more than most
-// blocks' work): between two blocks the team meets at a barrier of its own, and the last
-// thread to arrive refills shared memory with garbage and forgets the static arrays. That
-// barrier is not the block's: a thread that returns early while the others wait in a
-// __syncthreads still leaves them waiting, and the hang shows, as on the GPU.
+// shared memory; blocks one after another, each block's threads as fibers. Every block
+// starts with shared memory refilled with garbage and no static arrays.
 template <class F>
 void emu_launch(dim3 grid, dim3 block, size_t smem, F body) {
   gridDim_ = {grid.x, grid.y, grid.z};
@@ -105,40 +151,70 @@ void emu_launch(dim3 grid, dim3 block, size_t smem, F body) {
             grid.z, block.x, block.y, block.z);
     std::abort();
   }
+  if (emu_running) {
+    fprintf(stderr, "emu_launch: a launch from inside a kernel\n");
+    std::abort();
+  }
+  while (emu_stacks.size() < threads) emu_stacks.push_back(std::make_unique<char[]>(kEmuStack));
+  emu_body_call = [](void* b) { (*static_cast<F*>(b))(); };
+  emu_body_arg = &body;
   std::vector<double> mem(smem / 8 + 16);
   BlockCtx c;
-  auto fresh_block = [&]() noexcept {
-    std::fill(mem.begin(), mem.end(), 12345.678);  // garbage, not zeros
-    c.shared.clear();
-  };
-  fresh_block();
-  std::barrier<> bar(threads);
-  std::barrier<decltype(fresh_block)> team(threads, fresh_block);
-  std::vector<std::unique_ptr<std::barrier<>>> wb;
+  EmuBarrier bar{threads};
+  std::vector<EmuBarrier> warps((threads + 31) / 32);
   c.bar = &bar;
-  for (unsigned w = 0; w < (threads + 31) / 32; ++w) {
+  for (unsigned w = 0; w < warps.size(); ++w) {
     // A last partial warp synchronises only its own lanes.
-    const unsigned lanes = threads - w * 32 < 32 ? threads - w * 32 : 32;
-    wb.push_back(std::make_unique<std::barrier<>>(lanes));
-    c.warp[w] = wb.back().get();
+    warps[w].expected = threads - w * 32 < 32 ? threads - w * 32 : 32;
+    c.warp[w] = &warps[w];
   }
   c.smem = reinterpret_cast<unsigned char*>(mem.data());
-  std::vector<std::thread> ts;
-  for (unsigned t = 0; t < threads; ++t)
-    ts.emplace_back([&, t] {
-      threadIdx_ = {t % block.x, t / block.x % block.y, t / (block.x * block.y)};
-      linear_tid = t;
-      ctx = &c;
-      for (unsigned bz = 0; bz < grid.z; ++bz)
-        for (unsigned by = 0; by < grid.y; ++by)
-          for (unsigned bx = 0; bx < grid.x; ++bx) {
-            blockIdx_ = {bx, by, bz};
-            shfl_round = 0;
-            body();
-            team.arrive_and_wait();  // every thread done with this block; then a fresh one
+  std::vector<EmuFiber> fibers(threads);
+  for (unsigned bz = 0; bz < grid.z; ++bz)
+    for (unsigned by = 0; by < grid.y; ++by)
+      for (unsigned bx = 0; bx < grid.x; ++bx) {
+        std::fill(mem.begin(), mem.end(), 12345.678);  // garbage, not zeros
+        c.shared.clear();
+        for (unsigned t = 0; t < threads; ++t) {
+          EmuFiber& f = fibers[t];
+          f = EmuFiber{};
+          f.tid = {t % block.x, t / block.x % block.y, t / (block.x * block.y)};
+          f.linear = t;
+          getcontext(&f.uc);
+          f.uc.uc_stack.ss_sp = emu_stacks[t].get();
+          f.uc.uc_stack.ss_size = kEmuStack;
+          f.uc.uc_link = &emu_scheduler;
+          makecontext(&f.uc, emu_fiber_entry, 0);
+        }
+        blockIdx_ = {bx, by, bz};
+        ctx = &c;
+        unsigned live = threads;
+        while (live > 0) {
+          bool ran = false;
+          for (EmuFiber& f : fibers) {
+            if (f.done || (f.wait_on && f.wait_on->generation == f.wait_generation)) continue;
+            f.wait_on = nullptr;
+            threadIdx_ = f.tid;
+            linear_tid = f.linear;
+            shfl_round = f.shfl_round;
+            emu_running = &f;
+            swapcontext(&emu_scheduler, &f.uc);
+            emu_running = nullptr;
+            ran = true;
+            live -= f.done ? 1 : 0;
           }
-    });
-  for (auto& t : ts) t.join();
+          if (!ran) {
+            fflush(stdout);  // what the harness printed so far, before the reason
+            fprintf(stderr,
+                    "emu_launch: block (%u, %u, %u) of %u threads is stuck: %u threads wait at a barrier or shuffle "
+                    "that the other %u (returned, or waiting at another) never reach\n",
+                    bx, by, bz, threads, live, threads - live);
+            std::abort();
+          }
+        }
+      }
+  emu_body_call = nullptr;
+  emu_body_arg = nullptr;
 }
 // The form run.sh writes for `k<<<grid, block, smem, stream>>>(args)`.
 template <class F>

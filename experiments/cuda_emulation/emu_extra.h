@@ -74,7 +74,7 @@ void emu_launch_cfg(G grid, B block, S smem, F body) {
 }
 
 // A kernel without barriers or shuffles run one thread after another (much faster than
-// a std::thread each; only for kernels whose threads never wait on one another).
+// a fiber each; only for kernels whose threads never wait on one another).
 template <class F>
 void emu_launch_seq(unsigned blocks, unsigned threads, F body) {
   gridDim_ = {blocks, 1, 1};

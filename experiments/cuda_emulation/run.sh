@@ -84,7 +84,7 @@ assert shim.endswith(end)
 open(sys.argv[3], 'w').write(shim[:-len(end)] + grid_for + end + '\n')
 PY
   g++ -std=c++20 -O1 -w -I"$out/lines_src" -I"$out" -I"$here" -I"$root" -I"$cuda_inc" "$here/lines_emulated.cpp" -o "$out/lines" $link
-  # A shuffle or barrier that some thread never reaches hangs the emulation: bounded here.
+  # A stuck barrier stops the emulation with a message; the timeout bounds anything else.
   timeout 600 "$out/lines"
 fi
 
