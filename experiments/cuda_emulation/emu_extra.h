@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #undef MU_CUDA_CHECK_LAUNCH
 #define MU_CUDA_CHECK_LAUNCH(name) (void)(name)
@@ -67,10 +68,17 @@ inline double emu_fma(double a, double b, double c) { return std::fma(a, b, c); 
 inline bool emu_sequential = false;
 template <class F>
 void emu_launch_seq(unsigned blocks, unsigned threads, F body);
+// A launch dimension as written: a count or a dim3.
+template <class D>
+dim3 emu_dim(D d) {
+  if constexpr (std::is_same_v<D, dim3>) return d;
+  else return dim3(unsigned(d));
+}
 template <class G, class B, class S, class F>
 void emu_launch_cfg(G grid, B block, S smem, F body) {
-  if (emu_sequential) emu_launch_seq(unsigned(grid), unsigned(block), body);
-  else emu_launch(unsigned(grid), unsigned(block), size_t(smem), body);
+  if constexpr (!std::is_same_v<G, dim3> && !std::is_same_v<B, dim3>)
+    if (emu_sequential) return emu_launch_seq(unsigned(grid), unsigned(block), body);
+  emu_launch(emu_dim(grid), emu_dim(block), size_t(smem), body);
 }
 
 // A kernel without barriers or shuffles run one thread after another (much faster than

@@ -44,6 +44,7 @@ struct EmuTensor {
   DType dt = DType::Float32;
   Shape sh, st;
   void* raw_data() const { return p; }
+  bool defined() const { return p != nullptr; }  // EmuTensor{}: an undefined tensor
   DType dtype() const { return dt; }
   Device device() const { return Device::cuda(0); }
   int64_t dim() const { return int64_t(sh.size()); }

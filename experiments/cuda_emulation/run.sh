@@ -7,6 +7,8 @@
 #   elementwise  map, copy and dropout; optim: the fused AdamW and SGD steps; index: the
 #   optim index  indexing kernels; entmax: sparsemax, entmax15, entmax_bisect (their host
 #   entmax       functions run too, through emu_extra.h and emu_host.h)
+#   hadamard     the fused Hadamard-of-GEMMs kernels (SIMT, and tensor cores through
+#                emu_wmma.h)
 # Usage: experiments/cuda_emulation/run.sh [part...]   (no part: all of them)
 # Each part compiles its harness from the kernels' sources as they are now (extracted by
 # the scripts here) and exits non-zero when a check fails. The harnesses link the
@@ -14,9 +16,9 @@
 # passes its own, with or without CUDA), else build-emu/ at the root, configured without
 # CUDA the first time (a full build of the library) and brought up to date here.
 set -e
-parts=${*:-attention views lines elementwise optim index entmax}
+parts=${*:-attention views lines elementwise optim index hadamard entmax}
 for p in $parts; do
-  case $p in attention|views|lines|elementwise|optim|index|entmax) ;; *) echo "run.sh: unknown part '$p'" >&2; exit 2 ;; esac
+  case $p in attention|views|lines|elementwise|optim|index|hadamard|entmax) ;; *) echo "run.sh: unknown part '$p'" >&2; exit 2 ;; esac
 done
 wants() { case " $parts " in *" $1 "*) return 0 ;; esac; return 1; }
 here=$(cd "$(dirname "$0")" && pwd)
@@ -124,6 +126,13 @@ if wants index; then
     '#include "emu_host.h"\n#include "emu_cub.h"\n#include "ops/cuda/bitonic.cuh"\n#include "ops/kernels/index.h"\nusing namespace mu;' "$close"
   g++ $flags "$here/index_emulated.cpp" -o "$out/index" $link
   "$out/index"
+fi
+
+if wants hadamard; then
+  $ex "$root/ops/cuda/hadamard_gemm.cu" "$ns" 'MU_REGISTER_KERNEL' "$out/hadamard_cuda.h" \
+    '#include "emu_host.h"\n#include "emu_wmma.h"\n#include "ops/kernels/hadamard_gemm.h"\nusing namespace mu;' "$close"
+  g++ $flags "$here/hadamard_emulated.cpp" -o "$out/hadamard" $link
+  "$out/hadamard"
 fi
 
 if wants entmax; then
