@@ -7,8 +7,8 @@
 //    strided scheme (broadcast and transposed operands, a non-contiguous output), unary,
 //    binary, bool-valued and where's select; grid-stride loops with a small grid;
 //  - copy: every pair of the 10 dtypes, dense (converting) and strided (transposed and
-//    broadcast source, non-contiguous destination), the same-dtype memcpy, bfloat16 and
-//    float16 rounding ties, -0, denormals, inf and NaN; fill of every dtype, dense and
+//    broadcast source, non-contiguous destination; rows moved as 16-byte packs), the
+//    same-dtype memcpy, bfloat16 and float16 rounding ties, -0, denormals, inf and NaN; fill of every dtype, dense and
 //    strided;
 //  - dropout_mask for float32, float64 and bfloat16.
 // No barriers in these kernels: they run one thread after another (emu_launch_seq).
@@ -217,6 +217,16 @@ void copy_tests() {
       // other element of the destination.
       check(view<GTO>(dst, {2, n}), view<GF>(src_g, {2, n}, {1, 2}), "strided, transposed source");
       check(view<GTO>(dst, {2, n}, {1, 2}), view<GF>(src_g, {n}), "strided, broadcast source, destination with gaps");
+      // Dense innermost rows of 16 on both sides, outer dims permuted or broadcast: the
+      // 16-byte pack path (copy_strided_vectorized), as a transposing copy of attention
+      // heads (B, H, T, D) <-> (B, T, H, D) takes it.
+      std::vector<store_t<GF>> heads_g(192);
+      for (size_t i = 0; i < heads_g.size(); ++i) heads_g[i] = src_g[i % src_g.size()];
+      std::vector<store_t<GTO>> heads_dst(192);
+      dst.swap(heads_dst);
+      check(view<GTO>(dst, {3, 4, 16}), view<GF>(heads_g, {3, 4, 16}, {16, 48, 1}), "strided packs, permuted rows");
+      check(view<GTO>(dst, {3, 4, 16}), view<GF>(heads_g, {1, 4, 16}), "strided packs, broadcast rows");
+      dst.swap(heads_dst);
       ++pairs;
     });
   });
