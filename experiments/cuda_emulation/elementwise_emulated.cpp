@@ -8,8 +8,9 @@
 //    binary, bool-valued and where's select; grid-stride loops with a small grid;
 //  - copy: every pair of the 10 dtypes, dense (converting) and strided (transposed and
 //    broadcast source, non-contiguous destination; rows moved as 16-byte packs), the
-//    same-dtype memcpy, bfloat16 and float16 rounding ties, -0, denormals, inf and NaN; fill of every dtype, dense and
-//    strided;
+//    same-dtype memcpy, bfloat16 and float16 rounding ties, -0, denormals, inf and NaN;
+//    fill of every dtype, dense and strided;
+//  - map's row packs (a bias repeated along the last dim) and strided() merging dims;
 //  - dropout_mask for float32, float64 and bfloat16.
 // No barriers in these kernels: they run one thread after another (emu_launch_seq).
 #include "elementwise_cuda.h"
