@@ -43,27 +43,39 @@ struct HeadTraining {
   double weight_decay = 1e-4;
 };
 
+// The batches and learning rates of a HeadTraining over `rows` rows: shuffled batches in
+// the order `order` draws (the last, smaller batch dropped), the step count, and the
+// warm-up and cosine schedule over it. `who` names the caller in the error for too few rows.
+struct HeadSteps {
+  data::DataLoader loader;
+  int64_t steps;
+  optim::LRSchedule schedule;
+};
+inline HeadSteps head_steps(int64_t rows, const HeadTraining& t, Generator* order, const char* who) {
+  const int64_t per_epoch = rows / t.batch;
+  MU_CHECK(per_epoch > 0, who, ": ", rows, " rows make no batch of ", t.batch);
+  const int64_t steps = std::max<int64_t>(1, int64_t(t.epochs * double(per_epoch)));
+  return HeadSteps{data::DataLoader(rows, data::DataLoaderOptions(t.batch).drop_last(true).generator(order)), steps,
+                   optim::warmup_cosine_lr(t.lr, t.min_lr, std::min(t.warmup, steps / 2), steps)};
+}
+
 // Trains `model` (inputs -> class logits) on rows of x with their labels. The seed sets
 // the batch order (the model's initialisation is the caller's: build it after
 // manual_seed). Returns the mean training loss over the last epoch's batches.
 inline double fit(nn::UnaryModule& model, const Tensor& x, const Tensor& labels, const HeadTraining& t,
                   uint64_t seed) {
   Generator order(seed);
-  data::DataLoader loader(x.size(0), data::DataLoaderOptions(t.batch).drop_last(true).generator(&order));
-  const int64_t per_epoch = loader.batches_per_epoch();
-  MU_CHECK(per_epoch > 0, "fit: ", x.size(0), " rows make no batch of ", t.batch);
-  const int64_t steps = std::max<int64_t>(1, int64_t(t.epochs * double(per_epoch)));
+  const HeadSteps hs = head_steps(x.size(0), t, &order, "fit");
   optim::AdamW opt(model.parameters(), optim::AdamWOptions(t.lr).weight_decay(t.weight_decay));
-  const optim::LRSchedule schedule = optim::warmup_cosine_lr(t.lr, t.min_lr, std::min(t.warmup, steps / 2), steps);
   model.train();
   int64_t step = 0;
   double last_epoch_loss = 0;
   int64_t last_epoch_batches = 0;
-  while (step < steps) {
+  while (step < hs.steps) {
     last_epoch_loss = 0, last_epoch_batches = 0;
-    for (const Tensor& idx : loader.epoch()) {
-      if (step == steps) break;
-      optim::apply_lr(opt, schedule, step++);
+    for (const Tensor& idx : hs.loader.epoch()) {
+      if (step == hs.steps) break;
+      optim::apply_lr(opt, hs.schedule, step++);
       Tensor loss = cross_entropy(model(index_select(x, 0, idx)), index_select(labels, 0, idx));
       opt.zero_grad();
       loss.backward();

@@ -180,21 +180,17 @@ double fit_adversarial(nn::MuMoE& block, const Tensor& x, const Tensor& labels, 
   const int64_t experts = block.options().experts()[0];
   nn::Linear adversary(experts, 2);
   Generator order(seed);
-  data::DataLoader loader(x.size(0), data::DataLoaderOptions(t.batch).drop_last(true).generator(&order));
-  const int64_t per_epoch = loader.batches_per_epoch();
-  MU_CHECK(per_epoch > 0, "fit_adversarial: ", x.size(0), " rows make no batch of ", t.batch);
-  const int64_t steps = std::max<int64_t>(1, int64_t(t.epochs * double(per_epoch)));
+  const repro::HeadSteps hs = repro::head_steps(x.size(0), t, &order, "fit_adversarial");
   optim::AdamW opt(block.parameters(), optim::AdamWOptions(t.lr).weight_decay(t.weight_decay));
   optim::AdamW adv_opt(adversary.parameters(), optim::AdamWOptions(t.lr).weight_decay(t.weight_decay));
-  const optim::LRSchedule schedule = optim::warmup_cosine_lr(t.lr, t.min_lr, std::min(t.warmup, steps / 2), steps);
   block.train();
   int64_t step = 0, right = 0, seen = 0;
-  while (step < steps) {
+  while (step < hs.steps) {
     right = seen = 0;
-    for (const Tensor& idx : loader.epoch()) {
-      if (step == steps) break;
-      optim::apply_lr(opt, schedule, step);
-      optim::apply_lr(adv_opt, schedule, step++);
+    for (const Tensor& idx : hs.loader.epoch()) {
+      if (step == hs.steps) break;
+      optim::apply_lr(opt, hs.schedule, step);
+      optim::apply_lr(adv_opt, hs.schedule, step++);
       const Tensor xb = index_select(x, 0, idx), ab = index_select(attr, 0, idx);
       const std::vector<Tensor> coef = block.coefficients(xb);
       const Tensor logits = block.forward_with(xb, coef);

@@ -100,6 +100,13 @@ ex="python3 $here/extract.py"
 ns='namespace mu::cuda_kernels {'
 close='}  // namespace mu::cuda_kernels'
 flags="-std=c++20 -O1 -ffp-contract=off -w -I$out -I$here -I$root -I$cuda_inc"
+# harness NAME [FLAGS...]: compiles NAME_emulated.cpp with the extracted headers and runs it.
+harness() {
+  name=$1
+  shift
+  g++ $flags "$@" "$here/${name}_emulated.cpp" -o "$out/$name" $link
+  "$out/$name"
+}
 
 if wants elementwise; then
   $ex "$root/ops/cuda/map.cu" "$ns" 'template <class... F>' "$out/map_cuda.h" \
@@ -108,8 +115,7 @@ if wants elementwise; then
   $ex "$root/ops/cuda/dropout.cu" "$ns" 'MU_REGISTER_KERNEL' "$out/dropout_cuda.h" '' "$close"
   cat "$out/map_cuda.h" "$out/copy_cuda.h" "$out/dropout_cuda.h" > "$out/elementwise_cuda.h"
   # -O0: its hundreds of kernel instances take minutes to optimise and a second to run.
-  g++ $flags -O0 "$here/elementwise_emulated.cpp" -o "$out/elementwise" $link
-  "$out/elementwise"
+  harness elementwise -O0
 fi
 
 if wants optim; then
@@ -117,22 +123,19 @@ if wants optim; then
     '#include "emu_host.h"\n#include <array>\n#include "ops/kernels/optim.h"\nnamespace mu {\nstruct EmuAdamWTensors { std::vector<EmuTensor> params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs; };\nstruct EmuSGDTensors { std::vector<EmuTensor> params, grads, momentum_buffers; };\n}' "$close"
   $ex "$root/ops/cpu/optim.cpp" 'namespace {' '}  // namespace\n\n// One parameter' "$out/optim_cpu.h" \
     '#include <algorithm>\n#include <omp.h>\n#include "ops/cpu/loops.h"\n#include "ops/kernels/optim.h"\nnamespace mu::cpu {' '}  // namespace\n}  // namespace mu::cpu'
-  g++ $flags -fopenmp -march=native "$here/optim_emulated.cpp" -o "$out/optim" $link
-  "$out/optim"
+  harness optim -fopenmp -march=native
 fi
 
 if wants index; then
   $ex "$root/ops/cuda/index.cu" "$ns" 'MU_REGISTER_KERNEL' "$out/index_cuda.h" \
     '#include "emu_host.h"\n#include "emu_cub.h"\n#include "ops/cuda/bitonic.cuh"\n#include "ops/kernels/index.h"\nusing namespace mu;' "$close"
-  g++ $flags "$here/index_emulated.cpp" -o "$out/index" $link
-  "$out/index"
+  harness index
 fi
 
 if wants hadamard; then
   $ex "$root/ops/cuda/hadamard_gemm.cu" "$ns" 'MU_REGISTER_KERNEL' "$out/hadamard_cuda.h" \
     '#include "emu_host.h"\n#include "emu_wmma.h"\n#include "ops/kernels/hadamard_gemm.h"\nusing namespace mu;' "$close"
-  g++ $flags "$here/hadamard_emulated.cpp" -o "$out/hadamard" $link
-  "$out/hadamard"
+  harness hadamard
 fi
 
 if wants entmax; then
@@ -140,6 +143,5 @@ if wants entmax; then
     '#include "emu_host.h"\n#include "ops/cuda/bitonic.cuh"\n#include "ops/kernels/entmax.h"\nusing namespace mu;' "$close"
   $ex "$root/ops/cpu/entmax.cpp" 'namespace {' '// A sort costs' "$out/entmax_cpu.h" \
     '#include <algorithm>\n#include <functional>\n#include "ops/cpu/lines.h"\n#include "ops/cpu/simd.h"\nnamespace mu::cpu {' '}  // namespace\n}  // namespace mu::cpu'
-  g++ $flags -fopenmp -march=native "$here/entmax_emulated.cpp" -o "$out/entmax" $link
-  "$out/entmax"
+  harness entmax -fopenmp -march=native
 fi
