@@ -5,20 +5,12 @@
 // kernels.h. Prints the error of each output relative to its largest reference value.
 #include "kernels.h"
 #include <cstdio>
+#include "emu_convert.h"
 #include <random>
 #include <algorithm>
 using namespace mu;
 using namespace mu::cuda_kernels;
 
-// T to and from double, through float for bfloat16 (which converts only to and from float).
-template <class T> double to_d(T x) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) return double(float(x));
-  else return double(x);
-}
-template <class T> T from_d(double x) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) return T(float(x));
-  else return T(x);
-}
 
 template <class T, class W, bool V4 = false>
 double run(int64_t B, int64_t H, int64_t Tq, int64_t Tk, int D, bool causal, double p, double scale, uint64_t seed) {

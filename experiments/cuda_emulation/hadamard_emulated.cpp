@@ -9,20 +9,13 @@
 #include "hadamard_cuda.h"
 #include <cmath>
 #include <cstdio>
+#include "emu_convert.h"
 #include <random>
 using namespace mu;
 namespace ck = mu::cuda_kernels;
 
 static int failures = 0;
 
-template <class T> double to_d(T x) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) return double(__bfloat162float(x));
-  else return double(x);
-}
-template <class T> T from_d(double x) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) return __float2bfloat16_rn(float(x));
-  else return T(x);
-}
 
 // Worst |out - ref| / (|ref| + floor) over the output, where floor is the size of a
 // typical entry: the products of sums of K terms that cancel leave entries near 0 whose
