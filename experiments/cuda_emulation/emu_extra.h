@@ -17,6 +17,7 @@
 // Copies on the (absent) stream are immediate; errors are never raised.
 #include <cstring>
 #define cudaMemcpyAsync(dst, src, n, kind, s) (std::memcpy((dst), (src), (n)), cudaSuccess)
+#define cudaMemsetAsync(p, v, n, s) (std::memset((p), (v), (n)), cudaSuccess)
 #define cudaStreamSynchronize(s) cudaSuccess
 #define cudaGetErrorName(e) "emulated"
 #define cudaGetErrorString(e) "emulated"

@@ -55,6 +55,7 @@ struct EmuTensor {
   }
   const Shape& shape() const { return sh; }
   int64_t size(int64_t d) const { return sh[size_t(d < 0 ? d + dim() : d)]; }
+  int64_t stride(int64_t d) const { return st[size_t(d < 0 ? d + dim() : d)]; }
   const Shape& strides() const { return st; }
   bool is_contiguous() const {
     int64_t e = 1;

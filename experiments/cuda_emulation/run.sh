@@ -7,6 +7,7 @@
 #   elementwise  map, copy and dropout; optim: the fused AdamW and SGD steps; index: the
 #   optim index  indexing kernels; entmax: sparsemax, entmax15, entmax_bisect (their host
 #   entmax       functions run too, through emu_extra.h and emu_host.h)
+#   matmul       matmul's host side and packing kernel, cuBLAS stood in for by emu_cublas.h
 #   hadamard     the fused Hadamard-of-GEMMs kernels (SIMT, and tensor cores through
 #                emu_wmma.h)
 # Usage: experiments/cuda_emulation/run.sh [part...]   (no part: all of them)
@@ -16,9 +17,9 @@
 # passes its own, with or without CUDA), else build-emu/ at the root, configured without
 # CUDA the first time (a full build of the library) and brought up to date here.
 set -e
-parts=${*:-attention views lines elementwise optim index hadamard entmax}
+parts=${*:-attention views lines elementwise optim index matmul hadamard entmax}
 for p in $parts; do
-  case $p in attention|views|lines|elementwise|optim|index|hadamard|entmax) ;; *) echo "run.sh: unknown part '$p'" >&2; exit 2 ;; esac
+  case $p in attention|views|lines|elementwise|optim|index|matmul|hadamard|entmax) ;; *) echo "run.sh: unknown part '$p'" >&2; exit 2 ;; esac
 done
 wants() { case " $parts " in *" $1 "*) return 0 ;; esac; return 1; }
 here=$(cd "$(dirname "$0")" && pwd)
@@ -130,6 +131,12 @@ if wants index; then
   $ex "$root/ops/cuda/index.cu" "$ns" 'MU_REGISTER_KERNEL' "$out/index_cuda.h" \
     '#include "emu_host.h"\n#include "emu_cub.h"\n#include "ops/cuda/bitonic.cuh"\n#include "ops/kernels/index.h"\nusing namespace mu;' "$close"
   harness index
+fi
+
+if wants matmul; then
+  $ex "$root/ops/cuda/matmul.cu" "$ns" 'MU_REGISTER_KERNEL' "$out/matmul_cuda.h" \
+    '#include "emu_host.h"\n#include "emu_cublas.h"\n#include <climits>\n#include "ops/cuda/cublas_view.cuh"\n#include "ops/kernels/linalg.h"\nusing namespace mu;' "$close"
+  harness matmul
 fi
 
 if wants hadamard; then
