@@ -108,6 +108,17 @@ harness() {
   g++ $flags "$@" "$here/${name}_emulated.cpp" -o "$out/$name" $link
   "$out/$name"
 }
+# kernel_part NAME FILE INCLUDES [FLAGS...]: ops/cuda/FILE's namespace up to its
+# registrations into NAME_cuda.h, after emu_host.h and INCLUDES; then harness NAME FLAGS.
+kernel_part() {
+  name=$1
+  file=$2
+  includes=$3
+  shift 3
+  $ex "$root/ops/cuda/$file" "$ns" 'MU_REGISTER_KERNEL' "$out/${name}_cuda.h" \
+    "#include \"emu_host.h\"\\n$includes\\nusing namespace mu;" "$close"
+  harness "$name" "$@"
+}
 
 if wants elementwise; then
   $ex "$root/ops/cuda/map.cu" "$ns" 'template <class... F>' "$out/map_cuda.h" \
@@ -120,35 +131,28 @@ if wants elementwise; then
 fi
 
 if wants optim; then
-  $ex "$root/ops/cuda/optim.cu" "$ns" 'MU_REGISTER_KERNEL' "$out/optim_cuda.h" \
-    '#include "emu_host.h"\n#include <array>\n#include "ops/kernels/optim.h"\nnamespace mu {\nstruct EmuAdamWTensors { std::vector<EmuTensor> params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs; };\nstruct EmuSGDTensors { std::vector<EmuTensor> params, grads, momentum_buffers; };\n}' "$close"
   $ex "$root/ops/cpu/optim.cpp" 'namespace {' '}  // namespace\n\n// One parameter' "$out/optim_cpu.h" \
     '#include <algorithm>\n#include <omp.h>\n#include "ops/cpu/loops.h"\n#include "ops/kernels/optim.h"\nnamespace mu::cpu {' '}  // namespace\n}  // namespace mu::cpu'
-  harness optim -fopenmp -march=native
+  kernel_part optim optim.cu \
+    '#include <array>\n#include "ops/kernels/optim.h"\nnamespace mu {\nstruct EmuAdamWTensors { std::vector<EmuTensor> params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs; };\nstruct EmuSGDTensors { std::vector<EmuTensor> params, grads, momentum_buffers; };\n}' \
+    -fopenmp -march=native
 fi
 
 if wants index; then
-  $ex "$root/ops/cuda/index.cu" "$ns" 'MU_REGISTER_KERNEL' "$out/index_cuda.h" \
-    '#include "emu_host.h"\n#include "emu_cub.h"\n#include "ops/cuda/bitonic.cuh"\n#include "ops/kernels/index.h"\nusing namespace mu;' "$close"
-  harness index
+  kernel_part index index.cu '#include "emu_cub.h"\n#include "ops/cuda/bitonic.cuh"\n#include "ops/kernels/index.h"'
 fi
 
 if wants matmul; then
-  $ex "$root/ops/cuda/matmul.cu" "$ns" 'MU_REGISTER_KERNEL' "$out/matmul_cuda.h" \
-    '#include "emu_host.h"\n#include "emu_cublas.h"\n#include <climits>\n#include "ops/cuda/cublas_view.cuh"\n#include "ops/kernels/linalg.h"\nusing namespace mu;' "$close"
-  harness matmul
+  kernel_part matmul matmul.cu \
+    '#include "emu_cublas.h"\n#include <climits>\n#include "ops/cuda/cublas_view.cuh"\n#include "ops/kernels/linalg.h"'
 fi
 
 if wants hadamard; then
-  $ex "$root/ops/cuda/hadamard_gemm.cu" "$ns" 'MU_REGISTER_KERNEL' "$out/hadamard_cuda.h" \
-    '#include "emu_host.h"\n#include "emu_wmma.h"\n#include "ops/kernels/hadamard_gemm.h"\nusing namespace mu;' "$close"
-  harness hadamard
+  kernel_part hadamard hadamard_gemm.cu '#include "emu_wmma.h"\n#include "ops/kernels/hadamard_gemm.h"'
 fi
 
 if wants entmax; then
-  $ex "$root/ops/cuda/entmax.cu" "$ns" 'MU_REGISTER_KERNEL' "$out/entmax_cuda.h" \
-    '#include "emu_host.h"\n#include "ops/cuda/bitonic.cuh"\n#include "ops/kernels/entmax.h"\nusing namespace mu;' "$close"
   $ex "$root/ops/cpu/entmax.cpp" 'namespace {' '// A sort costs' "$out/entmax_cpu.h" \
     '#include <algorithm>\n#include <functional>\n#include "ops/cpu/lines.h"\n#include "ops/cpu/simd.h"\nnamespace mu::cpu {' '}  // namespace\n}  // namespace mu::cpu'
-  harness entmax -fopenmp -march=native
+  kernel_part entmax entmax.cu '#include "ops/cuda/bitonic.cuh"\n#include "ops/kernels/entmax.h"' -fopenmp -march=native
 fi
