@@ -1,8 +1,9 @@
-// Stand-ins for the cuBLAS GEMMs ops/cuda/matmul.cu calls, for emu.h's harnesses: the
-// documented column-major semantics (C = alpha op(A) op(B) + beta C per batch entry, op
-// N or T, leading dimensions checked as cuBLAS checks them, C not read when beta is 0),
-// summed in the compute type (float for float32 and bfloat16, double for float64), in k
-// order. The library's types and enums come from cublas_v2.h; the calls are renamed.
+// Stand-ins for the cuBLAS GEMMs ops/cuda/matmul.cu and grouped_mm.cu call, for emu.h's
+// harnesses: the documented column-major semantics (C = alpha op(A) op(B) + beta C per
+// batch entry, op N or T, leading dimensions checked as cuBLAS checks them, C not read
+// when beta is 0), summed in the compute type (float for float32 and bfloat16, double for
+// float64), in k order. The library's types and enums come from cublas_v2.h; the calls
+// are renamed.
 #pragma once
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
@@ -65,10 +66,50 @@ inline cublasStatus_t emu_cublasGemmStridedBatchedEx(cublasHandle_t, cublasOpera
   return CUBLAS_STATUS_NOT_SUPPORTED;
 }
 
+inline cublasStatus_t emu_cublasDgemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                                      const double* alpha, const double* A, int lda, const double* B, int ldb,
+                                      const double* beta, double* C, int ldc) {
+  return emu_cublasDgemmStridedBatched(h, ta, tb, m, n, k, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1);
+}
+
+inline cublasStatus_t emu_cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                                       int k, const void* alpha, const void* A, cudaDataType_t at, int lda,
+                                       const void* B, cudaDataType_t bt, int ldb, const void* beta, void* C,
+                                       cudaDataType_t ct, int ldc, cublasComputeType_t compute,
+                                       cublasGemmAlgo_t algo) {
+  return emu_cublasGemmStridedBatchedEx(h, ta, tb, m, n, k, alpha, A, at, lda, 0, B, bt, ldb, 0, beta, C, ct, ldc, 0,
+                                        1, compute, algo);
+}
+
+// Groups of problems with per-group sizes and scalars (float), the problems' pointers in
+// order across the groups. A harness clears emu_cublas_grouped to have it refused
+// (CUBLAS_STATUS_NOT_SUPPORTED), as cuBLAS refuses combinations it lacks.
+inline bool emu_cublas_grouped = true;
+inline cublasStatus_t emu_cublasGemmGroupedBatchedEx(
+    cublasHandle_t h, const cublasOperation_t ta[], const cublasOperation_t tb[], const int m[], const int n[],
+    const int k[], const void* alpha, const void* const A[], cudaDataType_t at, const int lda[],
+    const void* const B[], cudaDataType_t bt, const int ldb[], const void* beta, void* const C[], cudaDataType_t ct,
+    const int ldc[], int groups, const int group_size[], cublasComputeType_t compute) {
+  if (!emu_cublas_grouped) return CUBLAS_STATUS_NOT_SUPPORTED;
+  int at_problem = 0;
+  for (int g = 0; g < groups; ++g)
+    for (int i = 0; i < group_size[g]; ++i, ++at_problem) {
+      const cublasStatus_t st = emu_cublasGemmEx(
+          h, ta[g], tb[g], m[g], n[g], k[g], static_cast<const float*>(alpha) + g, A[at_problem], at, lda[g],
+          B[at_problem], bt, ldb[g], static_cast<const float*>(beta) + g, C[at_problem], ct, ldc[g], compute,
+          CUBLAS_GEMM_DEFAULT);
+      if (st != CUBLAS_STATUS_SUCCESS) return st;
+    }
+  return CUBLAS_STATUS_SUCCESS;
+}
+
 inline const char* emu_cublas_status(cublasStatus_t s) {
   return s == CUBLAS_STATUS_INVALID_VALUE ? "CUBLAS_STATUS_INVALID_VALUE" : "a cuBLAS error";
 }
 #define cublasDgemmStridedBatched emu_cublasDgemmStridedBatched
 #define cublasGemmStridedBatchedEx emu_cublasGemmStridedBatchedEx
+#define cublasDgemm emu_cublasDgemm
+#define cublasGemmEx emu_cublasGemmEx
+#define cublasGemmGroupedBatchedEx emu_cublasGemmGroupedBatchedEx
 #define cublasGetStatusName emu_cublas_status
 #define cublasGetStatusString emu_cublas_status

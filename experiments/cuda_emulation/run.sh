@@ -8,6 +8,7 @@
 #   optim index  indexing kernels; entmax: sparsemax, entmax15, entmax_bisect (their host
 #   entmax       functions run too, through emu_extra.h and emu_host.h)
 #   matmul       matmul's host side and packing kernel, cuBLAS stood in for by emu_cublas.h
+#   grouped      grouped_mm and its weight gradient (host side; cuBLAS as for matmul)
 #   hadamard     the fused Hadamard-of-GEMMs kernels (SIMT, and tensor cores through
 #                emu_wmma.h)
 # Usage: experiments/cuda_emulation/run.sh [part...]   (no part: all of them)
@@ -17,9 +18,9 @@
 # passes its own, with or without CUDA), else build-emu/ at the root, configured without
 # CUDA the first time (a full build of the library) and brought up to date here.
 set -e
-parts=${*:-attention views lines elementwise optim index matmul hadamard entmax}
+parts=${*:-attention views lines elementwise optim index matmul grouped hadamard entmax}
 for p in $parts; do
-  case $p in attention|views|lines|elementwise|optim|index|matmul|hadamard|entmax) ;; *) echo "run.sh: unknown part '$p'" >&2; exit 2 ;; esac
+  case $p in attention|views|lines|elementwise|optim|index|matmul|grouped|hadamard|entmax) ;; *) echo "run.sh: unknown part '$p'" >&2; exit 2 ;; esac
 done
 wants() { case " $parts " in *" $1 "*) return 0 ;; esac; return 1; }
 here=$(cd "$(dirname "$0")" && pwd)
@@ -145,6 +146,11 @@ fi
 if wants matmul; then
   kernel_part matmul matmul.cu \
     '#include "emu_cublas.h"\n#include <climits>\n#include "ops/cuda/cublas_view.cuh"\n#include "ops/kernels/linalg.h"'
+fi
+
+if wants grouped; then
+  kernel_part grouped grouped_mm.cu \
+    '#include "emu_cublas.h"\n#include <climits>\n#include "ops/cuda/cublas_view.cuh"\n#include "ops/kernels/grouped_mm.h"'
 fi
 
 if wants hadamard; then
