@@ -5,7 +5,7 @@
 // kernels.h. Prints the error of each output relative to its largest reference value.
 #include "kernels.h"
 #include <cstdio>
-#include "emu_convert.h"
+#include "attention_reference.h"
 #include <random>
 #include <algorithm>
 using namespace mu;
@@ -15,55 +15,10 @@ using namespace mu::cuda_kernels;
 template <class T, class W, bool V4 = false>
 double run(int64_t B, int64_t H, int64_t Tq, int64_t Tk, int D, bool causal, double p, double scale, uint64_t seed) {
   const int64_t BH = B * H;
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<double> nd;
-  auto gen = [&](int64_t n) { std::vector<double> v(n); for (auto& x : v) x = nd(rng); return v; };
-  std::vector<double> q = gen(BH * Tq * D), k = gen(BH * Tk * D), v = gen(BH * Tk * D), dO = gen(BH * Tq * D);
-  auto toT = [](const std::vector<double>& a) { std::vector<T> r(a.size()); for (size_t i = 0; i < a.size(); ++i) r[i] = from_d<T>(a[i]); return r; };
-  auto qt = toT(q), kt = toT(k), vt = toT(v), dOt = toT(dO);
-  // The reference reads the inputs as rounded to T.
-  for (size_t i = 0; i < q.size(); ++i) q[i] = to_d(qt[i]);
-  for (size_t i = 0; i < k.size(); ++i) k[i] = to_d(kt[i]), v[i] = to_d(vt[i]);
-  for (size_t i = 0; i < dO.size(); ++i) dO[i] = to_d(dOt[i]);
-  // The reference: every score, probability and gradient term in float64.
+  const AttentionCase<T> c = attention_case<T>(BH, Tq, Tk, D, causal, p, scale, seed);
+  const std::vector<T>&qt = c.q, &kt = c.k, &vt = c.v, &dOt = c.dO;
   const uint64_t key = kernels::attention_dropout_key(seed), thr = kernels::attention_dropout_threshold(p);
   const double keep = p < 1 ? 1 / (1 - p) : 0;
-  std::vector<double> out(BH * Tq * D, 0), lse(BH * Tq), dq(BH * Tq * D, 0), dk(BH * Tk * D, 0), dv(BH * Tk * D, 0);
-  for (int64_t bh = 0; bh < BH; ++bh) {
-    std::vector<double> P(Tq * Tk), M(Tq * Tk);
-    for (int64_t i = 0; i < Tq; ++i) {
-      double mx = -INFINITY;
-      std::vector<double> s(Tk);
-      for (int64_t j = 0; j < Tk; ++j) {
-        double d = 0;
-        for (int c = 0; c < D; ++c) d += q[(bh * Tq + i) * D + c] * k[(bh * Tk + j) * D + c];
-        s[j] = (causal && j > i) ? -INFINITY : scale * d;
-        mx = std::max(mx, s[j]);
-        M[i * Tk + j] = p > 0 ? (kernels::attention_dropout_bits(key, uint64_t((bh * Tq + i) * Tk + j)) >= thr ? keep : 0) : 1;
-      }
-      double l = 0;
-      for (int64_t j = 0; j < Tk; ++j) l += std::exp(s[j] - mx);
-      lse[bh * Tq + i] = Tk ? mx + std::log(l) : -INFINITY;
-      for (int64_t j = 0; j < Tk; ++j) P[i * Tk + j] = std::exp(s[j] - lse[bh * Tq + i]);
-      for (int64_t j = 0; j < Tk; ++j)
-        for (int c = 0; c < D; ++c) out[(bh * Tq + i) * D + c] += P[i * Tk + j] * M[i * Tk + j] * v[(bh * Tk + j) * D + c];
-    }
-    for (int64_t i = 0; i < Tq; ++i) {
-      double Di = 0;
-      for (int c = 0; c < D; ++c) Di += dO[(bh * Tq + i) * D + c] * out[(bh * Tq + i) * D + c];
-      for (int64_t j = 0; j < Tk; ++j) {
-        double dp = 0;
-        for (int c = 0; c < D; ++c) dp += dO[(bh * Tq + i) * D + c] * v[(bh * Tk + j) * D + c];
-        const double pm = P[i * Tk + j] * M[i * Tk + j];
-        const double ds = P[i * Tk + j] * (dp * M[i * Tk + j] - Di);
-        for (int c = 0; c < D; ++c) {
-          dv[(bh * Tk + j) * D + c] += pm * dO[(bh * Tq + i) * D + c];
-          dq[(bh * Tq + i) * D + c] += scale * ds * k[(bh * Tk + j) * D + c];
-          dk[(bh * Tk + j) * D + c] += scale * ds * q[(bh * Tq + i) * D + c];
-        }
-      }
-    }
-  }
   // The kernels, launched as ops/cuda/attention.cu's host side does (forward_launch,
   // backward_launch): the vector variant (V4: float32, D = 64) with 16-byte rows and its
   // own tiles, the scalar one with odd row strides.
@@ -94,12 +49,8 @@ double run(int64_t B, int64_t H, int64_t Tq, int64_t Tk, int D, bool causal, dou
     emu_launch(unsigned(BH * ((Tk + KB - 1) / KB)), 128, smem_kv, [&] { dkdv_kernel<T, W, KB, KQ, DC, V4>(qt.data(), kt.data(), vt.data(), dOt.data(), lw.data(), di.data(), dk_k.data(), dv_k.data(), g); });
     emu_launch(unsigned(BH * ((Tq + QQ - 1) / QQ)), 128, smem_q, [&] { dq_kernel<T, W, QQ, QK, DC, V4>(qt.data(), kt.data(), vt.data(), dOt.data(), lw.data(), di.data(), dq_k.data(), g); });
   });
-  auto err = [](const auto& a, const std::vector<double>& b) {
-    double m = 0, s = 0;
-    for (size_t i = 0; i < b.size(); ++i) { m = std::max(m, std::abs(to_d(a[i]) - b[i])); s = std::max(s, std::abs(b[i])); }
-    return m / (s > 0 ? s : 1);
-  };
-  double e[5] = {err(o_k, out), err(l_k, lse), err(dq_k, dq), err(dk_k, dk), err(dv_k, dv)};
+  double e[5] = {attention_error(o_k, c.out), attention_error(l_k, c.lse), attention_error(dq_k, c.dq),
+                 attention_error(dk_k, c.dk), attention_error(dv_k, c.dv)};
   printf("%s%s B%ld H%ld Tq%ld Tk%ld D%d causal%d p%.2f: out %.2e lse %.2e dq %.2e dk %.2e dv %.2e\n",
          std::is_same_v<T, double> ? "f64" : std::is_same_v<T, float> ? "f32" : "bf16", V4 ? " vector" : "", B, H, Tq, Tk, D, causal, p, e[0], e[1], e[2], e[3], e[4]);
   return *std::max_element(e, e + 5);

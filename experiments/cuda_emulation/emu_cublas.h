@@ -15,9 +15,10 @@ float emu_blas_f(T x) {
   else return float(x);
 }
 
-template <class T, class Acc>
+// A and B of type T, C of type TC (T, or float32 beside bfloat16 operands), sums in Acc.
+template <class T, class Acc, class TC = T>
 cublasStatus_t emu_gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, Acc alpha, const T* A,
-                        int lda, long long sa, const T* B, int ldb, long long sb, Acc beta, T* C, int ldc,
+                        int lda, long long sa, const T* B, int ldb, long long sb, Acc beta, TC* C, int ldc,
                         long long sc, int count) {
   const int rows_a = ta == CUBLAS_OP_N ? m : k, rows_b = tb == CUBLAS_OP_N ? k : n;
   if (m < 0 || n < 0 || k < 0 || count < 0 || lda < std::max(1, rows_a) || ldb < std::max(1, rows_b) ||
@@ -33,10 +34,10 @@ cublasStatus_t emu_gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n
           if constexpr (std::is_same_v<Acc, double>) s += a * b;
           else s += emu_blas_f(a) * emu_blas_f(b);
         }
-        T& c = C[bi * sc + i + (long long)j * ldc];
+        TC& c = C[bi * sc + i + (long long)j * ldc];
         const Acc r = beta == Acc(0) ? alpha * s : alpha * s + beta * Acc(emu_blas_f(c));
-        if constexpr (std::is_same_v<T, __nv_bfloat16>) c = __float2bfloat16_rn(r);
-        else c = T(r);
+        if constexpr (std::is_same_v<TC, __nv_bfloat16>) c = __float2bfloat16_rn(r);
+        else c = TC(r);
       }
   return CUBLAS_STATUS_SUCCESS;
 }
@@ -54,15 +55,19 @@ inline cublasStatus_t emu_cublasGemmStridedBatchedEx(cublasHandle_t, cublasOpera
                                                      cudaDataType_t bt, int ldb, long long sb, const void* beta,
                                                      void* C, cudaDataType_t ct, int ldc, long long sc, int count,
                                                      cublasComputeType_t, cublasGemmAlgo_t) {
-  if (at != bt || at != ct) return CUBLAS_STATUS_NOT_SUPPORTED;
+  // float32 throughout, or bfloat16 operands with a bfloat16 or float32 result.
   const float al = *static_cast<const float*>(alpha), be = *static_cast<const float*>(beta);
-  if (at == CUDA_R_32F)
+  if (at != bt) return CUBLAS_STATUS_NOT_SUPPORTED;
+  if (at == CUDA_R_32F && ct == CUDA_R_32F)
     return emu_gemm<float, float>(ta, tb, m, n, k, al, static_cast<const float*>(A), lda, sa,
                                   static_cast<const float*>(B), ldb, sb, be, static_cast<float*>(C), ldc, sc, count);
-  if (at == CUDA_R_16BF)
-    return emu_gemm<__nv_bfloat16, float>(ta, tb, m, n, k, al, static_cast<const __nv_bfloat16*>(A), lda, sa,
-                                          static_cast<const __nv_bfloat16*>(B), ldb, sb, be,
-                                          static_cast<__nv_bfloat16*>(C), ldc, sc, count);
+  using bf = __nv_bfloat16;
+  if (at == CUDA_R_16BF && ct == CUDA_R_16BF)
+    return emu_gemm<bf, float>(ta, tb, m, n, k, al, static_cast<const bf*>(A), lda, sa, static_cast<const bf*>(B),
+                               ldb, sb, be, static_cast<bf*>(C), ldc, sc, count);
+  if (at == CUDA_R_16BF && ct == CUDA_R_32F)
+    return emu_gemm<bf, float, float>(ta, tb, m, n, k, al, static_cast<const bf*>(A), lda, sa,
+                                      static_cast<const bf*>(B), ldb, sb, be, static_cast<float*>(C), ldc, sc, count);
   return CUBLAS_STATUS_NOT_SUPPORTED;
 }
 
@@ -104,7 +109,9 @@ inline cublasStatus_t emu_cublasGemmGroupedBatchedEx(
 }
 
 inline const char* emu_cublas_status(cublasStatus_t s) {
-  return s == CUBLAS_STATUS_INVALID_VALUE ? "CUBLAS_STATUS_INVALID_VALUE" : "a cuBLAS error";
+  return s == CUBLAS_STATUS_INVALID_VALUE   ? "CUBLAS_STATUS_INVALID_VALUE"
+         : s == CUBLAS_STATUS_NOT_SUPPORTED ? "CUBLAS_STATUS_NOT_SUPPORTED"
+                                            : "a cuBLAS error";
 }
 #define cublasDgemmStridedBatched emu_cublasDgemmStridedBatched
 #define cublasGemmStridedBatchedEx emu_cublasGemmStridedBatchedEx

@@ -15,7 +15,7 @@ body = s[i:s.index(end, i)]
 # extern __shared__ [__align__(n)] type name[];  ->  type* name = (type*)ctx->smem;
 body = re.sub(r'extern __shared__ (?:__align__\(\d+\) )?([\w:]+(?: [\w:]+)*) (\w+)\[\];',
               r'\1* \2 = reinterpret_cast<\1*>(ctx->smem);', body)
-body = body.replace('__shared__ alignas', 'static alignas').replace('__shared__ ', 'static ')
+body = re.sub(r'__shared__ (alignas\(\d+\)) ', r'\1 static ', body).replace('__shared__ ', 'static ')
 
 
 def split_top(text):

@@ -1,6 +1,7 @@
 #!/bin/sh
 # Host checks of the CUDA kernels for machines without a GPU (see emu.h), by part:
 #   attention    the tiled attention kernels (scalar and vector variants)
+#   attention_gemm  the cuBLAS attention path's host side and row kernels
 #   views        the cuBLAS operand mapping (ops/cuda/cublas_view.cuh)
 #   lines        the line-wise and reduction kernels (softmax, cross_entropy, layer_norm,
 #                batch_norm, sum, max/min, argmax/argmin) against the CPU kernels
@@ -18,9 +19,9 @@
 # passes its own, with or without CUDA), else build-emu/ at the root, configured without
 # CUDA the first time (a full build of the library) and brought up to date here.
 set -e
-parts=${*:-attention views lines elementwise optim index matmul grouped hadamard entmax}
+parts=${*:-attention attention_gemm views lines elementwise optim index matmul grouped hadamard entmax}
 for p in $parts; do
-  case $p in attention|views|lines|elementwise|optim|index|matmul|grouped|hadamard|entmax) ;; *) echo "run.sh: unknown part '$p'" >&2; exit 2 ;; esac
+  case $p in attention|attention_gemm|views|lines|elementwise|optim|index|matmul|grouped|hadamard|entmax) ;; *) echo "run.sh: unknown part '$p'" >&2; exit 2 ;; esac
 done
 wants() { case " $parts " in *" $1 "*) return 0 ;; esac; return 1; }
 here=$(cd "$(dirname "$0")" && pwd)
@@ -151,6 +152,17 @@ fi
 if wants grouped; then
   kernel_part grouped grouped_mm.cu \
     '#include "emu_cublas.h"\n#include <climits>\n#include "ops/cuda/cublas_view.cuh"\n#include "ops/kernels/grouped_mm.h"'
+fi
+
+if wants attention_gemm; then
+  # lines.cuh (its block reductions) with its launches rewritten, beside the extracted
+  # file, so that its #include finds it before the real one.
+  mkdir -p "$out/ops/cuda"
+  python3 "$here/extract_lines.py" "$root/ops/cuda/lines.cuh" "$out/ops/cuda/lines.cuh"
+  # The whole file: its entry points are plain functions (attention.cu calls them).
+  $ex "$root/ops/cuda/attention_gemm.cu" "$ns" "$close" "$out/attention_gemm_cuda.h" \
+    '#define EMU_MAX_BLOCKS 3\n#include "emu_host.h"\n#include "emu_cublas.h"\n#include <climits>\n#include "ops/cuda/attention_common.cuh"\n#include "ops/cuda/lines.cuh"\nusing namespace mu;' "$close"
+  harness attention_gemm
 fi
 
 if wants hadamard; then
