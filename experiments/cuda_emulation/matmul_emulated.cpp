@@ -88,9 +88,5 @@ void sweep(const char* name) {
 }
 
 int main() {
-  sweep<float>("float32");
-  sweep<double>("float64");
-  sweep<__nv_bfloat16>("bfloat16");
-  printf("%s\n", failures ? "FAIL" : "PASS");
-  return failures ? 1 : 0;
+  return emu_each_float_type([](auto tag, const char* name) { sweep<decltype(tag)>(name); }, failures);
 }
