@@ -155,7 +155,8 @@ void emu_launch(dim3 grid, dim3 block, size_t smem, F body) {
     fprintf(stderr, "emu_launch: a launch from inside a kernel\n");
     std::abort();
   }
-  while (emu_stacks.size() < threads) emu_stacks.push_back(std::make_unique<char[]>(kEmuStack));
+  // new char[] leaves the bytes uninitialised: pages are committed only as a stack grows.
+  while (emu_stacks.size() < threads) emu_stacks.push_back(std::unique_ptr<char[]>(new char[kEmuStack]));
   emu_body_call = [](void* b) { (*static_cast<F*>(b))(); };
   emu_body_arg = &body;
   std::vector<double> mem(smem / 8 + 16);
