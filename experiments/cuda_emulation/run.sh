@@ -10,6 +10,7 @@
 #   entmax       functions run too, through emu_extra.h and emu_host.h)
 #   matmul       matmul's host side and packing kernel, cuBLAS stood in for by emu_cublas.h
 #   grouped      grouped_mm and its weight gradient (host side; cuBLAS as for matmul)
+#   runtime      runtime.cu's caching allocator and staged copies over emu_runtime.h
 #   hadamard     the fused Hadamard-of-GEMMs kernels (SIMT, and tensor cores through
 #                emu_wmma.h)
 # Usage: experiments/cuda_emulation/run.sh [part...]   (no part: all of them)
@@ -19,9 +20,9 @@
 # passes its own, with or without CUDA), else build-emu/ at the root, configured without
 # CUDA the first time (a full build of the library) and brought up to date here.
 set -e
-parts=${*:-attention attention_gemm views lines elementwise optim index matmul grouped hadamard entmax}
+parts=${*:-attention attention_gemm views lines elementwise optim index matmul grouped runtime hadamard entmax}
 for p in $parts; do
-  case $p in attention|attention_gemm|views|lines|elementwise|optim|index|matmul|grouped|hadamard|entmax) ;; *) echo "run.sh: unknown part '$p'" >&2; exit 2 ;; esac
+  case $p in attention|attention_gemm|views|lines|elementwise|optim|index|matmul|grouped|runtime|hadamard|entmax) ;; *) echo "run.sh: unknown part '$p'" >&2; exit 2 ;; esac
 done
 wants() { case " $parts " in *" $1 "*) return 0 ;; esac; return 1; }
 here=$(cd "$(dirname "$0")" && pwd)
@@ -163,6 +164,10 @@ if wants attention_gemm; then
   $ex "$root/ops/cuda/attention_gemm.cu" "$ns" "$close" "$out/attention_gemm_cuda.h" \
     '#define EMU_MAX_BLOCKS 3\n#include "emu_host.h"\n#include "emu_cublas.h"\n#include <climits>\n#include "ops/cuda/attention_common.cuh"\n#include "ops/cuda/lines.cuh"\nusing namespace mu;' "$close"
   harness attention_gemm
+fi
+
+if wants runtime; then
+  harness runtime
 fi
 
 if wants hadamard; then

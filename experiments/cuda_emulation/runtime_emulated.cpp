@@ -1,0 +1,90 @@
+// ops/cuda/runtime.cu (the device plumbing, compiled here as host C++) over the stand-in
+// runtime of emu_runtime.h: one device whose memory is host memory under a byte budget.
+// Checks the caching allocator's size classes (against the rule written out here), reuse
+// of a freed block by a request of the same class, the books (allocated, peak, cached),
+// out of memory with cached blocks (released, the allocation retried once and served),
+// out of memory with everything live (an error naming the bytes asked and held), and
+// host <-> device copies through the two pinned staging buffers in 16 MiB chunks.
+#include "emu_runtime.h"
+#include "ops/cuda/runtime.cu"
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+using namespace mu;
+
+static int failures = 0;
+static void check(bool ok, const std::string& what) {
+  std::printf("%s: %s\n", what.c_str(), ok ? "ok" : "FAIL");
+  failures += !ok;
+}
+
+int main() {
+  const size_t KiB = 1024, MiB = KiB * KiB;
+  // Size classes: 512-byte steps below 1 MiB, 2 MiB steps below 64 MiB, eighths of the
+  // next power of two above.
+  const std::pair<size_t, size_t> classes[] = {{0, 512},           {1, 512},           {513, 1024},
+                                               {MiB - 1, MiB},     {MiB, 2 * MiB},     {3 * MiB + 1, 4 * MiB},
+                                               {64 * MiB, 64 * MiB}, {65 * MiB, 80 * MiB}, {100 * MiB, 112 * MiB}};
+  bool ok = true;
+  for (auto [n, want] : classes) ok = ok && cuda::round_size(n) == want;
+  check(ok, "size classes");
+
+  emu_device_budget = 10 * MiB;
+  void* p1 = cuda::allocate(1000, 0);
+  cuda::deallocate(p1, 1000, 0);
+  void* p2 = cuda::allocate(900, 0);  // the same 1024-byte class: the cached block
+  MemoryStats st = cuda::memory_stats(0);
+  check(p2 == p1 && emu_malloc_calls == 1 && st.allocated_bytes == 1024 && st.cached_bytes == 0 &&
+            st.peak_bytes == 1024,
+        "a freed block serves the next request of its class");
+
+  // 6 MiB cached + 8 MiB asked > 10 MiB: the first cudaMalloc fails, the cache is
+  // released, the retry succeeds.
+  void* a = cuda::allocate(6 * MiB, 0);
+  cuda::deallocate(a, 6 * MiB, 0);
+  const int frees_before = emu_free_calls;
+  void* b = cuda::allocate(8 * MiB, 0);
+  st = cuda::memory_stats(0);
+  check(b != nullptr && emu_free_calls == frees_before + 1 && st.cached_bytes == 0 &&
+            st.allocated_bytes == int64_t(8 * MiB + 1024) && emu_device_used == 8 * MiB + 1024 &&
+            st.peak_bytes == int64_t(8 * MiB + 1024),
+        "out of memory: the cache released and the allocation retried");
+
+  // Everything live: 8 MiB + 1 KiB held, 4 MiB more does not fit.
+  std::string msg;
+  try {
+    cuda::allocate(4 * MiB, 0);
+  } catch (const Error& e) {
+    msg = e.what();
+  }
+  check(msg.find("CUDA out of memory on cuda:0: tried to allocate 4194304 bytes") != std::string::npos &&
+            msg.find("live tensors hold 8389632 bytes") != std::string::npos &&
+            msg.find("the device has 2096128 of 10485760 bytes free") != std::string::npos,
+        "out of memory with nothing to release: " + msg);
+
+  cuda::reset_peak_memory(0);
+  cuda::deallocate(b, 8 * MiB, 0);
+  st = cuda::memory_stats(0);
+  check(st.peak_bytes == int64_t(8 * MiB + 1024) && st.allocated_bytes == 1024 && st.cached_bytes == int64_t(8 * MiB),
+        "peak kept after the free; the block cached");
+  cuda::empty_cache(0);
+  check(cuda::memory_stats(0).cached_bytes == 0 && emu_device_used == 1024, "empty_cache returns the cache");
+
+  // 40 MiB + 123 bytes each way: three chunks, both staging buffers, a short last chunk.
+  emu_device_budget = 256 * MiB;
+  const size_t n = 40 * MiB + 123;
+  std::vector<unsigned char> src(n), back(n, 0);
+  for (size_t i = 0; i < n; ++i) src[i] = (unsigned char)(i * 2654435761u >> 13);
+  void* dev = cuda::allocate(n, 0);
+  cuda::memcpy(dev, Device::cuda(0), src.data(), Device::cpu(), n);
+  const bool dev_ok = std::memcmp(dev, src.data(), n) == 0;
+  cuda::memcpy(back.data(), Device::cpu(), dev, Device::cuda(0), n);
+  check(dev_ok && back == src, "host -> device -> host through the staging chunks");
+  cuda::deallocate(dev, n, 0);
+  cuda::deallocate(p2, 900, 0);
+
+  std::printf("%s\n", failures ? "FAIL" : "PASS");
+  return failures ? 1 : 0;
+}
