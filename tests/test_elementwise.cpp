@@ -111,13 +111,10 @@ TEST_CASE("float32 gelu (exact and tanh) and its gradient are accurate to a few 
   }
 }
 
-// The CPU's float32 GELU runs whole vectors over dense runs and one lane of the same code
-// for strided elements and a run's last partial vector: an element's result must not
-// depend on where it sits (threads split runs at different places).
-// float32 GELU and its gradient where the tails run out: beyond ±10 up to ±20 (past the
-// |x| cap of 16 and the exponent's clamp, near -13.2, below which x Φ(x) is no longer a
-// normal float) against float64, and at the special values. Below the normals a result
-// must be a zero or a subnormal of the right sign, never a stray normal number.
+// float32 GELU and its gradient where the tails run out: beyond ±10 up to ±20 (past
+// -13.2, below which x Φ(x) is no longer a normal float, and past the |x| cap of 16)
+// against float64, and at the special values. Below the normals a result must be a zero
+// or a subnormal of the right sign, never a stray normal number.
 TEST_CASE("float32 gelu and its gradient in the far tails and at the special values") {
   auto cdf = [](double x) { return 0.5 * std::erfc(-x / std::sqrt(2.0)); };
   auto dgelu = [&](double x) { return cdf(x) + x * std::exp(-0.5 * x * x) / std::sqrt(2 * M_PI); };
@@ -148,13 +145,21 @@ TEST_CASE("float32 gelu and its gradient in the far tails and at the special val
     CHECK(wrong == 0);
     // NaN stays NaN, +inf stays +inf (gradient NaN: inf times a zero density, as float64's
     // formula gives), -inf gives NaN (-inf times Φ(-inf) = 0, as torch's).
-    Tensor sp = on(from_vector<float>({NAN, INFINITY, -INFINITY}, {3}), dev);
-    std::vector<float> g = gelu(sp).to_vector<float>();
+    Tensor sp = on(from_vector<float>({NAN, INFINITY, -INFINITY}, {3}), dev).requires_grad_();
+    Tensor ysp = gelu(sp);
+    ysp.backward(ones_like(ysp));
+    std::vector<float> g = ysp.to_vector<float>(), dg = sp.grad().to_vector<float>();
     CHECK(std::isnan(g[0]));
     CHECK(g[1] == INFINITY);
     CHECK(std::isnan(g[2]));
+    CHECK(std::isnan(dg[0]));
+    CHECK(std::isnan(dg[1]));
   }
 }
+
+// The CPU's float32 GELU runs whole vectors over dense runs and one lane of the same code
+// for strided elements and a run's last partial vector: an element's result must not
+// depend on where it sits (threads split runs at different places).
 
 TEST_CASE("float32 gelu and its gradient give the same bits dense, strided and at any offset") {
   Tensor x = randn({37, 29}) * 3.0;
