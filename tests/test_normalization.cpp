@@ -204,6 +204,18 @@ TEST_CASE("layer_norm's weight and bias gradients are the sums over rows, the sa
   }
 }
 
+namespace {
+// A row's mean and rstd = 1 / sqrt(var + eps) by the two-pass definition (var the biased
+// variance, as torch's), in long double: the reference of the statistics tests below.
+std::pair<long double, long double> two_pass_stats(const float* x, int64_t n, double eps) {
+  long double m = 0, v = 0;
+  for (int64_t j = 0; j < n; ++j) m += x[j];
+  m /= n;
+  for (int64_t j = 0; j < n; ++j) v += (x[j] - m) * (x[j] - m);
+  return {m, 1 / std::sqrt(v / n + eps)};
+}
+}  // namespace
+
 // The CPU kernel's statistics of float32 rows (one pass of sums shifted by the row's first
 // value) against a two-pass loop in long double over the same float32 values: rows whose
 // mean is up to 5·10^6 times their spread (where an unshifted Σx² / n - mean² loses
@@ -228,11 +240,8 @@ TEST_CASE("layer_norm's CPU statistics keep their digits on rows far from zero")
     kernels::layer_norm_forward(x.device(), x, Tensor(), Tensor(), y, mean, rstd, rows, n, eps);
     std::vector<float> mv = mean.to_vector<float>(), rv = rstd.to_vector<float>();
     for (int64_t r = 0; r < rows; ++r) {
-      long double m = 0, v = 0;
-      for (int64_t j = 0; j < n; ++j) m += xv[size_t(r * n + j)];
-      m /= n;
-      for (int64_t j = 0; j < n; ++j) v += (xv[size_t(r * n + j)] - m) * (xv[size_t(r * n + j)] - m);
-      const double want_rstd = double(1 / std::sqrt(v / n + eps));
+      const auto [m, rs] = two_pass_stats(xv.data() + r * n, n, eps);
+      const double want_rstd = double(rs);
       INFO("row " << r);
       CHECK(std::abs(mv[size_t(r)] - double(m)) <= 1e-6 * std::abs(double(m)) + 1e-30);
       CHECK(std::abs(rv[size_t(r)] - want_rstd) <= 1e-6 * want_rstd);
@@ -268,11 +277,7 @@ TEST_CASE("layer_norm's CPU statistics of non-finite and empty rows follow the t
     kernels::layer_norm_forward(x.device(), x, Tensor(), Tensor(), y, mean, rstd, R, n, eps);
     std::vector<double> mv = mean.to_vector<double>(), rv = rstd.to_vector<double>();
     for (int64_t r = 0; r < R; ++r) {
-      long double m = 0, v = 0;
-      for (float e : rows[size_t(r)]) m += e;
-      m /= n;
-      for (float e : rows[size_t(r)]) v += (e - m) * (e - m);
-      const long double want_rstd = 1 / std::sqrt(v / n + eps);
+      const auto [m, want_rstd] = two_pass_stats(rows[size_t(r)].data(), n, eps);
       INFO("row " << r << ": mean " << mv[size_t(r)] << " (want " << double(m) << "), rstd " << rv[size_t(r)]
                   << " (want " << double(want_rstd) << ")");
       CHECK(same(mv[size_t(r)], m));
