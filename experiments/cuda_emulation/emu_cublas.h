@@ -8,12 +8,8 @@
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <algorithm>
+#include "emu_convert.h"
 
-template <class T>
-float emu_blas_f(T x) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) return __bfloat162float(x);
-  else return float(x);
-}
 
 // A and B of type T, C of type TC (T, or float32 beside bfloat16 operands), sums in Acc.
 template <class T, class Acc, class TC = T>
@@ -32,12 +28,11 @@ cublasStatus_t emu_gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n
           const T a = ta == CUBLAS_OP_N ? A[bi * sa + i + (long long)p * lda] : A[bi * sa + p + (long long)i * lda];
           const T b = tb == CUBLAS_OP_N ? B[bi * sb + p + (long long)j * ldb] : B[bi * sb + j + (long long)p * ldb];
           if constexpr (std::is_same_v<Acc, double>) s += a * b;
-          else s += emu_blas_f(a) * emu_blas_f(b);
+          else s += float(to_d(a)) * float(to_d(b));  // the values read exactly, multiplied in float32
         }
         TC& c = C[bi * sc + i + (long long)j * ldc];
-        const Acc r = beta == Acc(0) ? alpha * s : alpha * s + beta * Acc(emu_blas_f(c));
-        if constexpr (std::is_same_v<TC, __nv_bfloat16>) c = __float2bfloat16_rn(r);
-        else c = TC(r);
+        const Acc r = beta == Acc(0) ? alpha * s : alpha * s + beta * Acc(to_d(c));
+        c = from_d<TC>(r);
       }
   return CUBLAS_STATUS_SUCCESS;
 }
