@@ -93,6 +93,16 @@ inline void EmuBarrier::arrive_and_wait() {
 }
 
 inline void __syncthreads() { ctx->bar->arrive_and_wait(); }
+// The warp's lanes meet (the mask is taken to be the whole warp, the only use here).
+inline void __syncwarp(unsigned = 0xffffffffu) { ctx->warp[linear_tid / 32]->arrive_and_wait(); }
+
+// Fibers switch only at barriers, so a read-modify-write is already indivisible.
+inline float atomicAdd(float* p, float v) {
+  const float old = *p;
+  *p = old + v;
+  return old;
+}
+
 // The high 32 bits of a 32 x 32-bit product (ops/cuda/strided.cuh's magic-number divisions).
 inline unsigned __umulhi(unsigned a, unsigned b) { return unsigned((uint64_t(a) * b) >> 32); }
 
@@ -159,7 +169,9 @@ void emu_launch(dim3 grid, dim3 block, size_t smem, F body) {
   while (emu_stacks.size() < threads) emu_stacks.push_back(std::unique_ptr<char[]>(new char[kEmuStack]));
   emu_body_call = [](void* b) { (*static_cast<F*>(b))(); };
   emu_body_arg = &body;
-  std::vector<double> mem(smem / 8 + 16);
+  // 128-byte aligned, the most any kernel declares (`extern __shared__ __align__(128)`).
+  std::vector<double> mem(smem / 8 + 32);
+  double* const mem_start = reinterpret_cast<double*>((reinterpret_cast<uintptr_t>(mem.data()) + 127) & ~uintptr_t(127));
   BlockCtx c;
   EmuBarrier bar{threads};
   std::vector<EmuBarrier> warps((threads + 31) / 32);
@@ -169,7 +181,7 @@ void emu_launch(dim3 grid, dim3 block, size_t smem, F body) {
     warps[w].expected = threads - w * 32 < 32 ? threads - w * 32 : 32;
     c.warp[w] = &warps[w];
   }
-  c.smem = reinterpret_cast<unsigned char*>(mem.data());
+  c.smem = reinterpret_cast<unsigned char*>(mem_start);
   std::vector<EmuFiber> fibers(threads);
   for (unsigned bz = 0; bz < grid.z; ++bz)
     for (unsigned by = 0; by < grid.y; ++by)

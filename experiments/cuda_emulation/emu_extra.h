@@ -21,6 +21,21 @@
 #define cudaStreamSynchronize(s) cudaSuccess
 #define cudaGetErrorName(e) "emulated"
 #define cudaGetErrorString(e) "emulated"
+// The device is an H100 (as far as the kernels ask): 227 KiB of shared memory per
+// block when a kernel opts in, which cudaFuncSetAttribute grants up to that and no further.
+inline constexpr int kEmuSmemOptin = 232448;
+inline cudaError_t emu_device_attribute(int* value, cudaDeviceAttr attr) {
+  if (attr != cudaDevAttrMaxSharedMemoryPerBlockOptin) {
+    fprintf(stderr, "emu_extra.h: cudaDeviceGetAttribute(%d) is not emulated\n", int(attr));
+    std::abort();
+  }
+  *value = kEmuSmemOptin;
+  return cudaSuccess;
+}
+#define cudaDeviceGetAttribute(value, attr, device) emu_device_attribute((value), (attr))
+#define cudaFuncSetAttribute(fn, attr, v)                                                           \
+  ((attr) == cudaFuncAttributeMaxDynamicSharedMemorySize && (v) <= kEmuSmemOptin ? cudaSuccess \
+                                                                                   : cudaErrorInvalidValue)
 
 // Block-wide "any": every thread's predicate ORed, handed to every thread. The three
 // barriers keep one call's flag apart from the next call's (blocks run one at a time).

@@ -13,6 +13,8 @@
 #   runtime      runtime.cu's caching allocator and staged copies over emu_runtime.h
 #   hadamard     the fused Hadamard-of-GEMMs kernels (SIMT, and tensor cores through
 #                emu_wmma.h)
+#   flash        the tensor-core bfloat16 attention backward (attention_flash.cu), its
+#                fragments through emu_wmma.h
 # Usage: experiments/cuda_emulation/run.sh [part...]   (no part: all of them)
 # Each part compiles its harness from the kernels' sources as they are now (extracted by
 # the scripts here) and exits non-zero when a check fails. The harnesses link the
@@ -20,9 +22,9 @@
 # passes its own, with or without CUDA), else build-emu/ at the root, configured without
 # CUDA the first time (a full build of the library) and brought up to date here.
 set -e
-parts=${*:-attention attention_gemm views lines elementwise optim index matmul grouped runtime hadamard entmax}
+parts=${*:-attention attention_gemm views lines elementwise optim index matmul grouped runtime hadamard flash entmax}
 for p in $parts; do
-  case $p in attention|attention_gemm|views|lines|elementwise|optim|index|matmul|grouped|runtime|hadamard|entmax) ;; *) echo "run.sh: unknown part '$p'" >&2; exit 2 ;; esac
+  case $p in attention|attention_gemm|views|lines|elementwise|optim|index|matmul|grouped|runtime|hadamard|flash|entmax) ;; *) echo "run.sh: unknown part '$p'" >&2; exit 2 ;; esac
 done
 wants() { case " $parts " in *" $1 "*) return 0 ;; esac; return 1; }
 here=$(cd "$(dirname "$0")" && pwd)
@@ -168,6 +170,24 @@ fi
 
 if wants runtime; then
   harness runtime
+fi
+
+if wants flash; then
+  # attention_flash.cu's namespace whole (kernel and host side). Its host side makes dQ's
+  # float32 accumulator with zeros() and rounds it with kernels::copy, both on Tensor:
+  # renamed to the harness's emu_zeros and emu_copy, on EmuTensor.
+  $ex "$root/ops/cuda/attention_flash.cu" "$ns" "$close" "$out/flash_cuda.h" \
+    '#include "emu_host.h"\n#include "emu_wmma.h"\n#include "ops/cuda/attention_common.cuh"\nusing namespace mu;\nnamespace mu::cuda_kernels {\nEmuTensor emu_zeros(const Shape&, const TensorOptions&);\nvoid emu_copy(Device, const EmuTensor&, const EmuTensor&);\n}' "$close"
+  python3 - "$out/flash_cuda.h" <<'PY2'
+import sys
+p = sys.argv[1]
+s = open(p).read()
+for a, b in (('= zeros(', '= emu_zeros('), ('kernels::copy(', 'emu_copy(')):
+    assert s.count(a) == 1, 'attention_flash.cu changed: update run.sh (%s)' % a
+    s = s.replace(a, b)
+open(p, 'w').write(s)
+PY2
+  harness flash
 fi
 
 if wants hadamard; then

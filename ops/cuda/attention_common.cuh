@@ -31,8 +31,10 @@ inline bool attention_path_forced(const char* path) {
 inline bool attention_path_unset() { return std::getenv("MUMOE_ATTENTION") == nullptr; }
 
 // Whether every tensor's data start on 16 bytes (kernels that move rows as 16-byte vectors).
-inline bool attention_aligned16(std::initializer_list<const Tensor*> ts) {
-  for (const Tensor* t : ts)
+// A template on the tensor type only so that the host emulation runs it on its own.
+template <class TensorT>
+bool attention_aligned16(std::initializer_list<const TensorT*> ts) {
+  for (const TensorT* t : ts)
     if (!cuda::aligned16(t->raw_data())) return false;
   return true;
 }
