@@ -82,6 +82,8 @@ inline double emu_fma(double a, double b, double c) { return std::fma(a, b, c); 
 // With emu_sequential set, the threads run one after another (see emu_launch_seq): for
 // kernels without barriers or shuffles only (one that has them then crashes on ctx).
 inline bool emu_sequential = false;
+// Called before every launch when set (emu_nccl.h: no kernel on a stream NCCL is busy with).
+inline void (*emu_before_launch)() = nullptr;
 template <class F>
 void emu_launch_seq(unsigned blocks, unsigned threads, F body);
 // A launch dimension as written: a count or a dim3.
@@ -92,6 +94,7 @@ dim3 emu_dim(D d) {
 }
 template <class G, class B, class S, class F>
 void emu_launch_cfg(G grid, B block, S smem, F body) {
+  if (emu_before_launch) emu_before_launch();
   if constexpr (!std::is_same_v<G, dim3> && !std::is_same_v<B, dim3>)
     if (emu_sequential) return emu_launch_seq(unsigned(grid), unsigned(block), body);
   emu_launch(emu_dim(grid), emu_dim(block), size_t(smem), body);

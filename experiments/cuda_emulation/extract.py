@@ -3,9 +3,14 @@
 # `extern __shared__` arrays point at the emulated block's shared memory, `__shared__`
 # variables become function statics (blocks run one after another, so one copy per
 # kernel is one per block), and kernel<<<grid, block, smem, stream>>>(args) becomes an
-# emu_launch_cfg call. Usage: extract.py SRC START END OUT [PREFIX [SUFFIX]]
+# emu_launch_cfg call. Usage: extract.py [--keep-tensor] SRC START END OUT [PREFIX [SUFFIX]]
+# (--keep-tensor: the host functions keep mu::Tensor, for code that only reads a tensor's
+# data pointer, size and dtype, run on CPU tensors.)
 import re, sys
 
+keep_tensor = sys.argv[1] == '--keep-tensor'
+if keep_tensor:
+    del sys.argv[1]
 src, start, end, out = sys.argv[1:5]
 start, end = start.replace("\\n", "\n"), end.replace("\\n", "\n")  # markers may span lines
 s = open(src).read()
@@ -42,8 +47,9 @@ def launch(m):
 
 
 # The host functions take EmuTensor (emu_host.h) and its lists in place of Tensor.
-body = re.sub(r'\bTensor\b', 'EmuTensor', body)
-body = re.sub(r'kernels::(AdamW|SGD)Tensors', r'Emu\1Tensors', body)
+if not keep_tensor:
+    body = re.sub(r'\bTensor\b', 'EmuTensor', body)
+    body = re.sub(r'kernels::(AdamW|SGD)Tensors', r'Emu\1Tensors', body)
 body = re.sub(r'([\w:]+(?:<[^;{}]*?>)?)<<<(.*?)>>>\((.*?)\);', launch, body, flags=re.S)
 # PREFIX and SUFFIX: text around the cut (\\n for a newline).
 prefix = sys.argv[5].replace('\\n', '\n') if len(sys.argv) > 5 else ''

@@ -15,6 +15,8 @@
 #                emu_wmma.h)
 #   flash        the tensor-core bfloat16 attention backward (attention_flash.cu), its
 #                fragments through emu_wmma.h
+#   nccl         the NCCL side of the process group (dist/nccl.cu) over emu_nccl.h's
+#                stand-in for the NCCL library, two ranks under mpirun
 # Usage: experiments/cuda_emulation/run.sh [part...]   (no part: all of them)
 # Each part compiles its harness from the kernels' sources as they are now (extracted by
 # the scripts here) and exits non-zero when a check fails. The harnesses link the
@@ -22,9 +24,9 @@
 # passes its own, with or without CUDA), else build-emu/ at the root, configured without
 # CUDA the first time (a full build of the library) and brought up to date here.
 set -e
-parts=${*:-attention attention_gemm views lines elementwise optim index matmul grouped runtime hadamard flash entmax}
+parts=${*:-attention attention_gemm views lines elementwise optim index matmul grouped runtime hadamard flash entmax nccl}
 for p in $parts; do
-  case $p in attention|attention_gemm|views|lines|elementwise|optim|index|matmul|grouped|runtime|hadamard|flash|entmax) ;; *) echo "run.sh: unknown part '$p'" >&2; exit 2 ;; esac
+  case $p in attention|attention_gemm|views|lines|elementwise|optim|index|matmul|grouped|runtime|hadamard|flash|entmax|nccl) ;; *) echo "run.sh: unknown part '$p'" >&2; exit 2 ;; esac
 done
 wants() { case " $parts " in *" $1 "*) return 0 ;; esac; return 1; }
 here=$(cd "$(dirname "$0")" && pwd)
@@ -188,6 +190,19 @@ for a, b in (('= zeros(', '= emu_zeros('), ('kernels::copy(', 'emu_copy(')):
 open(p, 'w').write(s)
 PY2
   harness flash
+fi
+
+if wants nccl; then
+  # dist/nccl.cu's namespace whole, on mu::Tensor (CPU tensors as device memory), against
+  # the real nccl.h with the library's functions from emu_nccl.h, run under mpirun -np 2
+  # ($MUMOE_MPIRUN, else mpirun; as root, OpenMPI wants OMPI_ALLOW_RUN_AS_ROOT=1 and
+  # OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1, which ctest sets).
+  command -v mpicxx >/dev/null || { echo "run.sh nccl: mpicxx not found (install libopenmpi-dev)" >&2; exit 1; }
+  python3 $here/extract.py --keep-tensor "$root/dist/nccl.cu" 'namespace mu::dist::detail {' '}  // namespace mu::dist::detail' \
+    "$out/nccl_cuda.h" '#include "emu_host.h"\n#include "emu_nccl.h"\n#include "dist/nccl.h"\n#include "tensor/error.h"' \
+    '}  // namespace mu::dist::detail'
+  g++ $flags $(mpicxx --showme:compile) "$here/nccl_emulated.cpp" -o "$out/nccl" $link $(mpicxx --showme:link)
+  OMP_NUM_THREADS=1 timeout 300 ${MUMOE_MPIRUN:-mpirun} -np 2 --oversubscribe "$out/nccl"
 fi
 
 if wants hadamard; then
