@@ -258,13 +258,15 @@ static void reduce_case(const Shape& shape, const Shape& dims, const char* path,
                             [&] { std::string s; for (int64_t st : x.strides()) s += std::to_string(st) + " "; return s; }() +
                             "] " + path;
     {
-      const DType od = dt == kBool ? kInt64 : dt;
+      // A count for bool; float32 for the 16-bit floats (read as they are, summed in float32).
+      const DType od = dt == kBool ? kInt64 : dt == kBFloat16 || dt == kFloat16 ? kFloat32 : dt;
       const Tensor oe = garbage(p.out_shape, od), oc = empty(p.out_shape, TensorOptions(od));
       ck::sum(oe, x, p);
       kernels::sum(kCpu, oc, xc, p);
       compare("sum " + tag, oe, oc, dt == kFloat32 ? 1e-6 : 1e-12);
     }
-    if (dt == kBool || p.inner == 0) continue;  // max of nothing is refused by the op
+    // Max of nothing is refused by the op; the 16-bit floats reach max and argmax as float32.
+    if (dt == kBool || dt == kBFloat16 || dt == kFloat16 || p.inner == 0) continue;
     for (bool mx : {true, false}) {
       const Tensor oe = garbage(p.out_shape, dt), oc = empty(p.out_shape, TensorOptions(dt));
       ck::extremum(oe, x, p, mx);
@@ -285,7 +287,9 @@ static void reduce_checks() {
   const std::vector<DType> all = {kFloat32, kFloat64, kInt64, kBool};
   reduce_case({50, 7}, {1}, "thread per output (run 7)", all, same);
   reduce_case({5, 0}, {1}, "thread per output, empty runs", {kFloat32, kInt64, kBool}, same);
-  reduce_case({5, 300}, {1}, "block of 256, grid-stride", {kFloat32, kInt64}, same);
+  reduce_case({5, 300}, {1}, "block of 256, grid-stride", {kFloat32, kInt64, kBFloat16}, same);
+  reduce_case({30, 7}, {1}, "thread per output, 16-bit floats", {kBFloat16, kFloat16}, same);
+  reduce_case({40, 100}, {0}, "columns, 16-bit floats", {kBFloat16, kFloat16}, same);
   reduce_case({4, 40}, {1}, "block of 64, grid-stride", {kFloat64, kBool}, same);
   reduce_case({40, 100}, {0}, "columns (leading dim), 4 tiles, grid-stride", all, same);
   reduce_case({2, 2100}, {1}, "block, runs split in 2 chunks, grid-stride", {kFloat32}, same);
