@@ -76,10 +76,17 @@ AttentionCase<T> attention_case(int64_t BH, int64_t Tq, int64_t Tk, int D, bool 
   return c;
 }
 
-// The largest |a - b| relative to the largest |b|.
+// The largest |a - b| relative to the largest |b|; NaN when an entry of a is NaN where b
+// has a number, or the reverse (an output never written, or a lost value), since std::max
+// would pass over it.
 template <class V>
 double attention_error(const V& a, const std::vector<double>& b) {
   double m = 0, s = 0;
-  for (size_t i = 0; i < b.size(); ++i) m = std::max(m, std::abs(to_d(a[i]) - b[i])), s = std::max(s, std::abs(b[i]));
+  for (size_t i = 0; i < b.size(); ++i) {
+    const double x = to_d(a[i]);
+    const double d = x == b[i] ? 0.0 : std::abs(x - b[i]);  // equal infinities agree
+    if (std::isnan(d)) return NAN;
+    m = std::max(m, d), s = std::max(s, std::abs(b[i]));
+  }
   return m / (s > 0 ? s : 1);
 }

@@ -15,10 +15,13 @@
 #include "tensor/shape.h"
 
 namespace mu::cuda {
+// The byte fresh memory is filled with: garbage, not zeros (a harness may pick 0xff, NaN
+// in every float dtype, where a small garbage value would go unnoticed).
+inline unsigned char emu_garbage_byte = 0xA7;
 cudaStream_t stream(int) { return nullptr; }
 void* allocate(size_t nbytes, int) {
   void* p = std::malloc(nbytes ? nbytes : 1);
-  std::memset(p, 0xA7, nbytes);  // garbage, not zeros
+  std::memset(p, emu_garbage_byte, nbytes);
   return p;
 }
 void deallocate(void* p, size_t, int) { std::free(p); }

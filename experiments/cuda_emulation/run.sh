@@ -15,6 +15,8 @@
 #                emu_wmma.h)
 #   flash        the tensor-core bfloat16 attention backward (attention_flash.cu), its
 #                fragments through emu_wmma.h
+#   cudnn        the cuDNN attention graphs and their host side (attention_cudnn.cu) over
+#                emu_cudnn.h, which checks the backend API's rules and interprets the graphs
 #   nccl         the NCCL side of the process group (dist/nccl.cu) over emu_nccl.h's
 #                stand-in for the NCCL library, two ranks under mpirun
 # Usage: experiments/cuda_emulation/run.sh [part...]   (no part: all of them)
@@ -24,9 +26,9 @@
 # passes its own, with or without CUDA), else build-emu/ at the root, configured without
 # CUDA the first time (a full build of the library) and brought up to date here.
 set -e
-parts=${*:-attention attention_gemm views lines elementwise optim index matmul grouped runtime hadamard flash entmax nccl}
+parts=${*:-attention attention_gemm views lines elementwise optim index matmul grouped runtime hadamard flash cudnn entmax nccl}
 for p in $parts; do
-  case $p in attention|attention_gemm|views|lines|elementwise|optim|index|matmul|grouped|runtime|hadamard|flash|entmax|nccl) ;; *) echo "run.sh: unknown part '$p'" >&2; exit 2 ;; esac
+  case $p in attention|attention_gemm|views|lines|elementwise|optim|index|matmul|grouped|runtime|hadamard|flash|cudnn|entmax|nccl) ;; *) echo "run.sh: unknown part '$p'" >&2; exit 2 ;; esac
 done
 wants() { case " $parts " in *" $1 "*) return 0 ;; esac; return 1; }
 here=$(cd "$(dirname "$0")" && pwd)
@@ -190,6 +192,14 @@ for a, b in (('= zeros(', '= emu_zeros('), ('kernels::copy(', 'emu_copy(')):
 open(p, 'w').write(s)
 PY2
   harness flash
+fi
+
+if wants cudnn; then
+  # attention_cudnn.cu's namespace whole (its graphs and host side), against the real
+  # cudnn.h with the library's functions from emu_cudnn.h.
+  $ex "$root/ops/cuda/attention_cudnn.cu" "$ns" "$close" "$out/cudnn_cuda.h" \
+    '#include "emu_host.h"\n#include "emu_cudnn.h"\n#include <iterator>\n#include <map>\n#include <mutex>\n#include <tuple>\n#include "ops/cuda/attention_common.cuh"\nusing namespace mu;' "$close"
+  harness cudnn
 fi
 
 if wants nccl; then
