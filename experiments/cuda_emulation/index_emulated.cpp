@@ -130,7 +130,10 @@ void cumsum_case(int64_t outer, int64_t n, int64_t inner, bool reverse, const ch
   // The block scan adds in another order: float32 results within a float rounding of the
   // sequential double sum, float64 within a few of its own; int64 exact.
   double worst = 0;
-  for (size_t i = 0; i < x.size(); ++i) worst = std::max(worst, std::abs(double(out[i]) - double(ref[i])) / std::max(1.0, std::abs(double(ref[i]))));
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double d = std::abs(double(out[i]) - double(ref[i])) / std::max(1.0, std::abs(double(ref[i])));
+    worst = std::isnan(d) ? INFINITY : std::max(worst, d);  // std::max would pass over a NaN
+  }
   const double tol = std::is_integral_v<T> ? 0 : std::is_same_v<T, float> ? 1.2e-7 : 1e-13;
   char w[160];
   snprintf(w, sizeof w, "cumsum %s %s (%ld, %ld, %ld) reverse %d (rel err %.1e)",
