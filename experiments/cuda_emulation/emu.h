@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -169,9 +170,13 @@ void emu_launch(dim3 grid, dim3 block, size_t smem, F body) {
   while (emu_stacks.size() < threads) emu_stacks.push_back(std::unique_ptr<char[]>(new char[kEmuStack]));
   emu_body_call = [](void* b) { (*static_cast<F*>(b))(); };
   emu_body_arg = &body;
-  // 128-byte aligned, the most any kernel declares (`extern __shared__ __align__(128)`).
-  std::vector<double> mem(smem / 8 + 32);
+  // 128-byte aligned, the most any kernel declares (`extern __shared__ __align__(128)`),
+  // with at least 256 bytes past its end that must still hold the garbage after each
+  // block: a kernel writing past the shared memory its launch asked for stops there.
+  std::vector<double> mem(smem / 8 + 64);
   double* const mem_start = reinterpret_cast<double*>((reinterpret_cast<uintptr_t>(mem.data()) + 127) & ~uintptr_t(127));
+  const std::vector<double> garbage(mem.size(), 12345.678);
+  const size_t tail = size_t(mem_start - mem.data()) * 8 + smem;  // the first byte past the block's shared memory
   BlockCtx c;
   EmuBarrier bar{threads};
   std::vector<EmuBarrier> warps((threads + 31) / 32);
@@ -186,7 +191,7 @@ void emu_launch(dim3 grid, dim3 block, size_t smem, F body) {
   for (unsigned bz = 0; bz < grid.z; ++bz)
     for (unsigned by = 0; by < grid.y; ++by)
       for (unsigned bx = 0; bx < grid.x; ++bx) {
-        std::fill(mem.begin(), mem.end(), 12345.678);  // garbage, not zeros
+        std::copy(garbage.begin(), garbage.end(), mem.begin());  // garbage, not zeros
         c.shared.clear();
         for (unsigned t = 0; t < threads; ++t) {
           EmuFiber& f = fibers[t];
@@ -224,6 +229,13 @@ void emu_launch(dim3 grid, dim3 block, size_t smem, F body) {
                     bx, by, bz, threads, live, threads - live);
             std::abort();
           }
+        }
+        if (std::memcmp(reinterpret_cast<const char*>(mem.data()) + tail, reinterpret_cast<const char*>(garbage.data()) + tail,
+                        mem.size() * 8 - tail) != 0) {
+          fflush(stdout);
+          fprintf(stderr, "emu_launch: block (%u, %u, %u) wrote past the %zu bytes of dynamic shared memory of its launch\n",
+                  bx, by, bz, smem);
+          std::abort();
         }
       }
   emu_body_call = nullptr;

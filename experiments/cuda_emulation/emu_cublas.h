@@ -11,11 +11,14 @@
 #include "emu_convert.h"
 
 
+inline long emu_cublas_calls = 0;  // GEMM calls so far (the attention harness tells the cuBLAS path by it)
+
 // A and B of type T, C of type TC (T, or float32 beside bfloat16 operands), sums in Acc.
 template <class T, class Acc, class TC = T>
 cublasStatus_t emu_gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, Acc alpha, const T* A,
                         int lda, long long sa, const T* B, int ldb, long long sb, Acc beta, TC* C, int ldc,
                         long long sc, int count) {
+  ++emu_cublas_calls;
   const int rows_a = ta == CUBLAS_OP_N ? m : k, rows_b = tb == CUBLAS_OP_N ? k : n;
   if (m < 0 || n < 0 || k < 0 || count < 0 || lda < std::max(1, rows_a) || ldb < std::max(1, rows_b) ||
       ldc < std::max(1, m))

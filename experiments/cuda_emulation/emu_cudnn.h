@@ -516,8 +516,9 @@ struct cudnnContext {
 };
 
 // ---------------------------------------------------------------- the cuDNN functions
+// Inline (the header declared them plain): any number of translation units may include this.
 
-const char* cudnnGetErrorString(cudnnStatus_t s) {
+inline const char* cudnnGetErrorString(cudnnStatus_t s) {
   switch (s) {
     case CUDNN_STATUS_SUCCESS: return "emulated: success";
     case CUDNN_STATUS_BAD_PARAM: return "emulated: bad parameter";
@@ -526,33 +527,33 @@ const char* cudnnGetErrorString(cudnnStatus_t s) {
   }
 }
 
-cudnnStatus_t cudnnCreate(cudnnHandle_t* h) {
+inline cudnnStatus_t cudnnCreate(cudnnHandle_t* h) {
   ++emu_cudnn::creates;
   if (emu_cudnn::create_fails) return CUDNN_STATUS_NOT_INITIALIZED;
   *h = new cudnnContext;
   return CUDNN_STATUS_SUCCESS;
 }
 
-cudnnStatus_t cudnnSetStream(cudnnHandle_t h, cudaStream_t) {
+inline cudnnStatus_t cudnnSetStream(cudnnHandle_t h, cudaStream_t) {
   h->stream_set = true;
   return CUDNN_STATUS_SUCCESS;
 }
 
-cudnnStatus_t cudnnBackendCreateDescriptor(cudnnBackendDescriptorType_t type, cudnnBackendDescriptor_t* d) {
+inline cudnnStatus_t cudnnBackendCreateDescriptor(cudnnBackendDescriptorType_t type, cudnnBackendDescriptor_t* d) {
   auto* x = new emu_cudnn::Desc{type, {}};
   emu_cudnn::live.insert(x);
   *d = x;
   return CUDNN_STATUS_SUCCESS;
 }
 
-cudnnStatus_t cudnnBackendDestroyDescriptor(cudnnBackendDescriptor_t d) {
+inline cudnnStatus_t cudnnBackendDestroyDescriptor(cudnnBackendDescriptor_t d) {
   auto* x = static_cast<emu_cudnn::Desc*>(d);
   if (!emu_cudnn::live.erase(x)) return emu_cudnn::violation("a descriptor destroyed twice"), CUDNN_STATUS_BAD_PARAM;
   delete x;
   return CUDNN_STATUS_SUCCESS;
 }
 
-cudnnStatus_t cudnnBackendSetAttribute(cudnnBackendDescriptor_t d, cudnnBackendAttributeName_t name,
+inline cudnnStatus_t cudnnBackendSetAttribute(cudnnBackendDescriptor_t d, cudnnBackendAttributeName_t name,
                                        cudnnBackendAttributeType_t type, int64_t count, const void* value) {
   auto* x = static_cast<emu_cudnn::Desc*>(d);
   if (!emu_cudnn::live.count(x)) return emu_cudnn::violation("an attribute set on no descriptor"), CUDNN_STATUS_BAD_PARAM;
@@ -567,7 +568,7 @@ cudnnStatus_t cudnnBackendSetAttribute(cudnnBackendDescriptor_t d, cudnnBackendA
   return CUDNN_STATUS_SUCCESS;
 }
 
-cudnnStatus_t cudnnBackendFinalize(cudnnBackendDescriptor_t d) {
+inline cudnnStatus_t cudnnBackendFinalize(cudnnBackendDescriptor_t d) {
   using namespace emu_cudnn;
   auto* x = static_cast<Desc*>(d);
   if (x->finalized) return violation("a descriptor finalized twice"), CUDNN_STATUS_BAD_PARAM;
@@ -585,7 +586,7 @@ cudnnStatus_t cudnnBackendFinalize(cudnnBackendDescriptor_t d) {
   return CUDNN_STATUS_SUCCESS;
 }
 
-cudnnStatus_t cudnnBackendGetAttribute(cudnnBackendDescriptor_t const d, cudnnBackendAttributeName_t name,
+inline cudnnStatus_t cudnnBackendGetAttribute(cudnnBackendDescriptor_t const d, cudnnBackendAttributeName_t name,
                                        cudnnBackendAttributeType_t type, int64_t requested, int64_t* count,
                                        void* values) {
   using namespace emu_cudnn;
@@ -621,7 +622,7 @@ cudnnStatus_t cudnnBackendGetAttribute(cudnnBackendDescriptor_t const d, cudnnBa
   return CUDNN_STATUS_NOT_SUPPORTED;
 }
 
-cudnnStatus_t cudnnBackendExecute(cudnnHandle_t h, cudnnBackendDescriptor_t plan, cudnnBackendDescriptor_t pack) {
+inline cudnnStatus_t cudnnBackendExecute(cudnnHandle_t h, cudnnBackendDescriptor_t plan, cudnnBackendDescriptor_t pack) {
   using namespace emu_cudnn;
   auto* p = static_cast<Desc*>(plan);
   auto* v = static_cast<Desc*>(pack);

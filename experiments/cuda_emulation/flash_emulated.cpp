@@ -10,39 +10,11 @@
 // alignment, MUMOE_ATTENTION naming another path, no heads.
 #include "flash_cuda.h"
 #include <cstdio>
-#include <deque>
 #include "attention_reference.h"
 using namespace mu;
 namespace ck = mu::cuda_kernels;
 using bf16 = __nv_bfloat16;
 
-namespace mu::cuda_kernels {
-// Storage of the tensors emu_zeros hands out, kept to the end of the program.
-static std::deque<std::vector<double>> emu_storage;
-
-EmuTensor emu_zeros(const Shape& shape, const TensorOptions& o) {
-  int64_t n = 1;
-  for (int64_t s : shape) n *= s;
-  emu_storage.emplace_back(size_t(n * int64_t(element_size(o.dtype())) + 7) / 8, 0.0);  // all bits zero
-  EmuTensor t = emu_view(emu_storage.back(), shape);  // row-major strides, in elements of any type
-  t.dt = o.dtype();
-  return t;
-}
-
-// kernels::copy as attention_backward_flash uses it: a contiguous float32 tensor into a
-// contiguous bfloat16 one, each value rounded to nearest even (ops/cuda/copy.cu's
-// conversion; that kernel has its own harness, elementwise_emulated.cpp).
-void emu_copy(Device, const EmuTensor& dst, const EmuTensor& src) {
-  if (dst.dtype() != DType::BFloat16 || src.dtype() != DType::Float32 || dst.shape() != src.shape() ||
-      !dst.is_contiguous() || !src.is_contiguous()) {
-    fprintf(stderr, "emu_copy: only contiguous float32 -> bfloat16 of one shape is emulated\n");
-    std::abort();
-  }
-  const float* s = static_cast<const float*>(src.raw_data());
-  bf16* d = static_cast<bf16*>(dst.raw_data());
-  for (int64_t i = 0; i < src.numel(); ++i) d[i] = __float2bfloat16_rn(s[i]);
-}
-}  // namespace mu::cuda_kernels
 
 static int failures = 0;
 static void report(const char* what, bool ok) {

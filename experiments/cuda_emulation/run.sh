@@ -17,6 +17,8 @@
 #                fragments through emu_wmma.h
 #   cudnn        the cuDNN attention graphs and their host side (attention_cudnn.cu) over
 #                emu_cudnn.h, which checks the backend API's rules and interprets the graphs
+#   attention_op the whole attention op (attention.cu's host side choosing among the
+#                cuDNN, flash, cuBLAS and tiled paths, all of them emulated) against float64
 #   nccl         the NCCL side of the process group (dist/nccl.cu) over emu_nccl.h's
 #                stand-in for the NCCL library, two ranks under mpirun
 # Usage: experiments/cuda_emulation/run.sh [part...]   (no part: all of them)
@@ -26,9 +28,9 @@
 # passes its own, with or without CUDA), else build-emu/ at the root, configured without
 # CUDA the first time (a full build of the library) and brought up to date here.
 set -e
-parts=${*:-attention attention_gemm views lines elementwise optim index matmul grouped runtime hadamard flash cudnn entmax nccl}
+parts=${*:-attention attention_gemm views lines elementwise optim index matmul grouped runtime hadamard flash cudnn attention_op entmax nccl}
 for p in $parts; do
-  case $p in attention|attention_gemm|views|lines|elementwise|optim|index|matmul|grouped|runtime|hadamard|flash|cudnn|entmax|nccl) ;; *) echo "run.sh: unknown part '$p'" >&2; exit 2 ;; esac
+  case $p in attention|attention_gemm|views|lines|elementwise|optim|index|matmul|grouped|runtime|hadamard|flash|cudnn|attention_op|entmax|nccl) ;; *) echo "run.sh: unknown part '$p'" >&2; exit 2 ;; esac
 done
 wants() { case " $parts " in *" $1 "*) return 0 ;; esac; return 1; }
 here=$(cd "$(dirname "$0")" && pwd)
@@ -161,27 +163,23 @@ if wants grouped; then
     '#include "emu_cublas.h"\n#include <climits>\n#include "ops/cuda/cublas_view.cuh"\n#include "ops/kernels/grouped_mm.h"'
 fi
 
-if wants attention_gemm; then
-  # lines.cuh (its block reductions) with its launches rewritten, beside the extracted
-  # file, so that its #include finds it before the real one.
+# The three paths attention.cu hands calls to, each extracted whole into $out/NAME_cuda.h
+# (their entry points are plain functions): for their own parts, and together with
+# attention.cu for the part attention_op.
+# The cuBLAS path, with lines.cuh (its block reductions) rewritten beside it so that its
+# #include finds that one before the real one.
+extract_attention_gemm() {
   mkdir -p "$out/ops/cuda"
   python3 "$here/extract_lines.py" "$root/ops/cuda/lines.cuh" "$out/ops/cuda/lines.cuh"
-  # The whole file: its entry points are plain functions (attention.cu calls them).
   $ex "$root/ops/cuda/attention_gemm.cu" "$ns" "$close" "$out/attention_gemm_cuda.h" \
     '#define EMU_MAX_BLOCKS 3\n#include "emu_host.h"\n#include "emu_cublas.h"\n#include <climits>\n#include "ops/cuda/attention_common.cuh"\n#include "ops/cuda/lines.cuh"\nusing namespace mu;' "$close"
-  harness attention_gemm
-fi
-
-if wants runtime; then
-  harness runtime
-fi
-
-if wants flash; then
-  # attention_flash.cu's namespace whole (kernel and host side). Its host side makes dQ's
-  # float32 accumulator with zeros() and rounds it with kernels::copy, both on Tensor:
-  # renamed to the harness's emu_zeros and emu_copy, on EmuTensor.
+}
+# The tensor-core backward. Its host side makes dQ's float32 accumulator with zeros() and
+# rounds it with kernels::copy, both on Tensor: renamed to emu_host.h's emu_zeros and
+# emu_copy, on EmuTensor.
+extract_flash() {
   $ex "$root/ops/cuda/attention_flash.cu" "$ns" "$close" "$out/flash_cuda.h" \
-    '#include "emu_host.h"\n#include "emu_wmma.h"\n#include "ops/cuda/attention_common.cuh"\nusing namespace mu;\nnamespace mu::cuda_kernels {\nEmuTensor emu_zeros(const Shape&, const TensorOptions&);\nvoid emu_copy(Device, const EmuTensor&, const EmuTensor&);\n}' "$close"
+    '#include "emu_host.h"\n#include "emu_wmma.h"\n#include "ops/cuda/attention_common.cuh"\nusing namespace mu;' "$close"
   python3 - "$out/flash_cuda.h" <<'PY2'
 import sys
 p = sys.argv[1]
@@ -191,15 +189,50 @@ for a, b in (('= zeros(', '= emu_zeros('), ('kernels::copy(', 'emu_copy(')):
     s = s.replace(a, b)
 open(p, 'w').write(s)
 PY2
+}
+# The cuDNN path (graphs and host side), against the real cudnn.h with the library's
+# functions from emu_cudnn.h.
+extract_cudnn() {
+  $ex "$root/ops/cuda/attention_cudnn.cu" "$ns" "$close" "$out/cudnn_cuda.h" \
+    '#include "emu_host.h"\n#include "emu_cudnn.h"\n#include <iterator>\n#include <map>\n#include <mutex>\n#include <tuple>\n#include "ops/cuda/attention_common.cuh"\nusing namespace mu;' "$close"
+}
+
+if wants attention_gemm; then
+  extract_attention_gemm
+  harness attention_gemm
+fi
+
+if wants runtime; then
+  harness runtime
+fi
+
+if wants flash; then
+  extract_flash
   harness flash
 fi
 
 if wants cudnn; then
-  # attention_cudnn.cu's namespace whole (its graphs and host side), against the real
-  # cudnn.h with the library's functions from emu_cudnn.h.
-  $ex "$root/ops/cuda/attention_cudnn.cu" "$ns" "$close" "$out/cudnn_cuda.h" \
-    '#include "emu_host.h"\n#include "emu_cudnn.h"\n#include <iterator>\n#include <map>\n#include <mutex>\n#include <tuple>\n#include "ops/cuda/attention_common.cuh"\nusing namespace mu;' "$close"
+  extract_cudnn
   harness cudnn
+fi
+
+if wants attention_op; then
+  # The whole op: attention.cu (kernels and host side: tile sizes, shared memory, the
+  # vector variant's choice, empty calls, the order of the paths) as the library builds
+  # it, with the other three paths as their own translation units. The paths' entry
+  # points are declared to attention.cu on EmuTensor (their headers, renamed).
+  extract_attention_gemm
+  extract_flash
+  extract_cudnn
+  for h in attention_gemm attention_flash; do
+    $ex "$root/ops/cuda/$h.cuh" "$ns" "$close" "$out/${h}_decl.h" '' "$close"
+  done
+  $ex "$root/ops/cuda/attention.cu" "$ns" 'MU_REGISTER_KERNEL' "$out/attention_op_cuda.h" \
+    '#define MUMOE_CUDNN\n#include "emu_host.h"\n#include "emu_cudnn.h"\n#include "emu_cublas.h"\n#include <climits>\n#include "ops/cuda/attention_common.cuh"\n#include "attention_gemm_decl.h"\n#include "attention_flash_decl.h"\nusing namespace mu;' "$close"
+  for tu in attention_gemm flash cudnn; do
+    g++ $flags -x c++ -c "$out/${tu}_cuda.h" -o "$out/op_$tu.o"
+  done
+  harness attention_op "$out/op_attention_gemm.o" "$out/op_flash.o" "$out/op_cudnn.o"
 fi
 
 if wants nccl; then
