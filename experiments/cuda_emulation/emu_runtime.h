@@ -10,7 +10,7 @@
 #include <cstring>
 #include <map>
 
-inline size_t emu_device_budget = size_t(64) << 20;  // bytes cudaMalloc may hand out
+inline size_t emu_device_budget = size_t(4) << 30;  // bytes cudaMalloc may hand out (harnesses set their own)
 inline size_t emu_device_used = 0;
 inline std::map<void*, size_t> emu_device_blocks;  // live cudaMalloc blocks
 inline int emu_malloc_calls = 0, emu_free_calls = 0;

@@ -1,0 +1,32 @@
+#!/usr/bin/env python3
+"""Rewrites a whole CUDA source of the library (ops/cuda/*.cu, dist/nccl.cu) into host C++
+for the emulated CUDA device (CMake's MUMOE_CUDA_EMULATED; see emu_library.h): launches
+and __shared__ declarations as extract_lines.py rewrites them, `extern __shared__` arrays
+pointing at the block's dynamic shared memory, the includes of <mma.h> and cub dropped
+(emu_library.h stands in for them); everything else, registrations included, as written.
+runtime.cu has no kernels: it is compiled over emu_runtime.h instead.
+Usage: library_source.py SRC DST"""
+import os
+import re
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from extract_lines import SHARED, launches, shared  # noqa: E402
+
+src, dst = sys.argv[1], sys.argv[2]
+s = open(src).read()
+if os.path.basename(src) == 'runtime.cu':
+    head = '#include "emu_runtime.h"\n'
+else:
+    s = re.sub(r'^#include <(mma\.h|cub/[^>]*)>$', '', s, flags=re.M)  # the line kept, empty
+    s = launches(s)
+    s = SHARED.sub(shared, s)
+    s = re.sub(r'extern __shared__ (?:__align__\(\d+\) )?([\w:]+(?: [\w:]+)*) (\w+)\[\];',
+               r'\1* \2 = reinterpret_cast<\1*>(ctx->smem);', s)
+    assert '__shared__' not in s, src + ': a __shared__ declaration was not rewritten'
+    head = '#include "emu_library.h"\n'
+os.makedirs(os.path.dirname(dst), exist_ok=True)
+out = '// Generated from %s by experiments/cuda_emulation/library_source.py: do not edit.\n#line 1 "%s"\n' % (src, src)
+# The prelude first, then the file from its first line (so that errors name its lines).
+open(dst + '.tmp', 'w').write(head + out + s)
+os.replace(dst + '.tmp', dst)
