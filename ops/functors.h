@@ -49,6 +49,7 @@ MU_HOST_DEVICE inline float m_tanh(float x) { return ::tanhf(x); }
 MU_HOST_DEVICE inline double m_tanh(double x) { return ::tanh(x); }
 MU_HOST_DEVICE inline float m_erf(float x) { return ::erff(x); }
 MU_HOST_DEVICE inline double m_erf(double x) { return ::erf(x); }
+MU_HOST_DEVICE inline double m_erfc(double x) { return ::erfc(x); }
 MU_HOST_DEVICE inline float m_pow(float x, float y) { return ::powf(x, y); }
 MU_HOST_DEVICE inline double m_pow(double x, double y) { return ::pow(x, y); }
 MU_HOST_DEVICE inline float m_floor(float x) { return ::floorf(x); }
@@ -142,10 +143,18 @@ struct Relu : Functor<1, Types::Numeric> {
   // NaN is not below zero, so it passes through, as in PyTorch.
   template <class T> MU_HOST_DEVICE T operator()(T v) const { return v < 0 ? T(0) : v; }
 };
-// x * Phi(x), Phi the standard normal CDF (torch's approximate="none").
+// x * Phi(x), Phi the standard normal CDF (torch's approximate="none"), computed in
+// double and rounded once: Phi(x) = erfc(-x/√2)/2 keeps its digits in the lower tail,
+// where 1 + erf(x/√2) cancels (to 0 in float below x = -5.5, in double below -8.3), and
+// the double product keeps float's digits down to its normals (and rounds to its
+// subnormals below). The CPU's float32 runs have their own vector code (ops/cpu/map.cpp,
+// as exact); this is what the other backends and dtypes compute.
 struct Gelu : Functor<1> {
   static constexpr const char* name = "gelu";
-  template <class T> MU_HOST_DEVICE T operator()(T v) const { return v * (T(0.5) * (T(1) + m_erf(v * T(kSqrt1_2)))); }
+  template <class T> MU_HOST_DEVICE T operator()(T v) const {
+    const double x = double(v);
+    return T(x * (0.5 * m_erfc(-x * kSqrt1_2)));
+  }
 };
 // 0.5 x (1 + tanh(k (x + c x^3))) (torch's approximate="tanh").
 struct GeluTanh : Functor<1> {
@@ -204,12 +213,14 @@ struct ReluGrad : Functor<2> {  // (g, y)
   // As torch's threshold_backward: zero where y <= 0, so a NaN output passes its gradient.
   template <class T> MU_HOST_DEVICE T operator()(T g, T y) const { return y <= 0 ? T(0) : g; }
 };
-struct GeluGrad : Functor<2> {  // (g, x): Phi(x) + x phi(x)
+// (g, x): g (Phi(x) + x phi(x)), in double as Gelu (x² of a float is exact there) and
+// rounded once.
+struct GeluGrad : Functor<2> {
   static constexpr const char* name = "gelu_backward";
-  template <class T> MU_HOST_DEVICE T operator()(T g, T x) const {
-    T cdf = T(0.5) * (1 + m_erf(x * T(kSqrt1_2)));
-    T pdf = m_exp(-T(0.5) * x * x) * T(kInvSqrt2Pi);
-    return g * (cdf + x * pdf);
+  template <class T> MU_HOST_DEVICE T operator()(T g, T v) const {
+    const double x = double(v);
+    const double cdf = 0.5 * m_erfc(-x * kSqrt1_2), pdf = m_exp(-0.5 * x * x) * kInvSqrt2Pi;
+    return T(double(g) * (cdf + x * pdf));
   }
 };
 struct GeluTanhGrad : Functor<2> {  // (g, x)

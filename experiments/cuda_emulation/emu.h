@@ -54,7 +54,7 @@ struct BlockCtx {
   // Static __shared__ arrays of this block, by the address of their key (one per
   // declaration and template instance), allocated by the first thread to reach one.
   std::mutex shared_mu;
-  std::map<const void*, std::unique_ptr<double[]>> shared;
+  std::map<const void*, std::unique_ptr<double[]>> shared;  // 128 bytes more than asked, for the alignment
 };
 // The running fiber's view, set by the scheduler whenever it resumes one.
 inline thread_local BlockCtx* ctx;  // the block the calling thread belongs to
@@ -113,12 +113,13 @@ template <class A>
 A& emu_shared(const void* key) {
   std::lock_guard<std::mutex> lock(ctx->shared_mu);
   auto& slot = ctx->shared[key];
+  const size_t words = (sizeof(A) + 7) / 8;
   if (!slot) {
-    const size_t words = (sizeof(A) + 7) / 8;
-    slot.reset(new double[words]);
-    for (size_t i = 0; i < words; ++i) slot[i] = 12345.678;  // garbage, not zeros
+    slot.reset(new double[words + 16]);
+    for (size_t i = 0; i < words + 16; ++i) slot[i] = 12345.678;  // garbage, not zeros
   }
-  return *reinterpret_cast<A*>(slot.get());
+  // 128-byte aligned, the most a declaration asks for (__align__(32) for WMMA tiles).
+  return *reinterpret_cast<A*>((reinterpret_cast<uintptr_t>(slot.get()) + 127) & ~uintptr_t(127));
 }
 
 // Every lane of the warp publishes v, then reads the value of lane src(lane) (its own

@@ -2,7 +2,8 @@
 """Rewrites a CUDA source of ops/cuda/ into C++ that runs under emu.h:
   - `k<T><<<grid, block, smem, stream>>>(args);` becomes
     `::emu_launch(grid, block, smem, stream, [&] { k<T>(args); });`
-  - `__shared__ [alignas(N)] T name[A][B];` becomes per-block storage from emu_shared;
+  - `__shared__ [alignas(N)] T name[A][B];` (or a scalar) becomes per-block storage from
+    emu_shared (128-byte aligned);
   - MU_REGISTER_KERNEL lines are dropped (the emulated functions are called directly;
     the library's CPU kernels keep their tables);
   - `constexpr int64_t kMaxBlocks = ...;` is set to EMU_MAX_BLOCKS, so that grid-stride
@@ -46,7 +47,8 @@ def launches(s):
         pos = q
 
 
-SHARED = re.compile(r'__shared__\s+(?:alignas\((\d+)\)\s+)?([\w:<>, ]+?)\s+(\w+)((?:\[[^\]]+\])+);')
+# `__shared__ [alignas(N) | __align__(N)] T name[A][B];` or a scalar `__shared__ T name;`
+SHARED = re.compile(r'__shared__\s+(?:(?:alignas|__align__)\((\d+)\)\s+)?([\w:<>, ]+?)\s+(\w+)((?:\[[^\]]+\])*);')
 
 
 def shared(m):

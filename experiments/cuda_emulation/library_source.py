@@ -5,6 +5,9 @@ and __shared__ declarations as extract_lines.py rewrites them, `extern __shared_
 pointing at the block's dynamic shared memory, the includes of <mma.h> and cub dropped
 (emu_library.h stands in for them); everything else, registrations included, as written.
 runtime.cu has no kernels: it is compiled over emu_runtime.h instead.
+The one header with launches, ops/cuda/lines.cuh, is rewritten the same way (to
+emulated_headers/lines.cuh under the build's emulated/ directory), and the files that
+include it include that copy.
 Usage: library_source.py SRC DST"""
 import os
 import re
@@ -19,6 +22,8 @@ if os.path.basename(src) == 'runtime.cu':
     head = '#include "emu_runtime.h"\n'
 else:
     s = re.sub(r'^#include <(mma\.h|cub/[^>]*)>$', '', s, flags=re.M)  # the line kept, empty
+    # lines.cuh launches kernels too: its rewritten copy (made by this script as well).
+    s = s.replace('#include "ops/cuda/lines.cuh"', '#include "emulated_headers/lines.cuh"')
     s = launches(s)
     s = SHARED.sub(shared, s)
     s = re.sub(r'extern __shared__ (?:__align__\(\d+\) )?([\w:]+(?: [\w:]+)*) (\w+)\[\];',
