@@ -1,12 +1,11 @@
 // Host emulation of the few CUDA features the kernels of ops/cuda/ use, so that their
 // index arithmetic, masking and synchronisation can be checked on a machine without a
-// GPU: each CUDA thread a fiber (a ucontext with its own stack) on the calling thread,
+// GPU: each CUDA thread a fiber (its own stack, switched by _setjmp/_longjmp) on the calling thread,
 // blocks run one after another, __syncthreads a barrier of the block's fibers, the warp
 // shuffles (__shfl_xor_sync, __shfl_down_sync, __shfl_sync) an exchange through per-warp
 // slots and one warp barrier. A fiber runs until it waits at a barrier or ends; a
 // scheduler resumes, in thread order, every fiber whose barrier has opened (switching
-// fibers costs far less than waking an OS thread: a block of 1024 threads meets at a
-// barrier in about 3 ms on the 2-core build machine, mostly swapcontext's signal-mask calls).
+// fibers costs far less than waking an OS thread, and no system call).
 // Grids and blocks are dim3 (threads numbered x fastest, warps cut from that linear
 // order, as on the GPU). Shared memory, dynamic (ctx->smem) or static (emu_shared, which
 // run.sh substitutes for `__shared__ T name[N]`), starts as garbage (not zeros), so an
@@ -15,6 +14,7 @@
 // waits at another) stops the program with a message naming the block and the count.
 #pragma once
 #include <cuda_runtime.h>
+#include <setjmp.h>
 #include <ucontext.h>
 #include <algorithm>
 #include <cstdint>
@@ -61,22 +61,45 @@ inline thread_local BlockCtx* ctx;  // the block the calling thread belongs to
 inline thread_local unsigned linear_tid;  // x + y * blockDim.x + z * blockDim.x * blockDim.y
 inline thread_local unsigned shfl_round;  // shuffles this thread has made in the block
 
-// One CUDA thread: its context, what it waits for, and its own copies of the globals above.
+// One CUDA thread: a fiber kept for the whole program (one per thread index of a block),
+// what it waits for, and its own copies of the globals above. A fiber is started once,
+// from its ucontext (the only switch that costs a system call: setcontext restores the
+// signal mask); from then on every switch is _setjmp/_longjmp between its stack and the
+// scheduler's, and a fiber that finished a block's body loops to run the next block's.
 struct EmuFiber {
-  ucontext_t uc;
+  jmp_buf jb;  // where it resumes
+  ucontext_t uc;  // how it starts
+  bool started = false;
   Dim tid;
   unsigned linear = 0, shfl_round = 0;
   const EmuBarrier* wait_on = nullptr;  // null: runnable
   uint64_t wait_generation = 0;
   bool done = false;
 };
-inline ucontext_t emu_scheduler;      // where a fiber returns when it waits or ends
+inline jmp_buf emu_scheduler;  // where a fiber returns when it waits or ends
 inline EmuFiber* emu_running = nullptr;
 inline void (*emu_body_call)(void*) = nullptr;  // the launch's body, type-erased
 inline void* emu_body_arg = nullptr;
-inline void emu_fiber_entry() {
-  emu_body_call(emu_body_arg);
-  emu_running->done = true;  // returning resumes emu_scheduler (uc_link)
+// Back to the scheduler; returns when the scheduler resumes this fiber.
+inline void emu_yield(EmuFiber* f) {
+  if (_setjmp(f->jb) == 0) _longjmp(emu_scheduler, 1);
+}
+[[noreturn]] inline void emu_fiber_entry() {
+  for (;;) {
+    emu_body_call(emu_body_arg);
+    emu_running->done = true;
+    emu_yield(emu_running);  // resumed only for a later block: run its body
+  }
+}
+// From the scheduler: runs f until it waits or finishes.
+inline void emu_resume(EmuFiber& f) {
+  if (_setjmp(emu_scheduler) == 0) {
+    if (!f.started) {
+      f.started = true;
+      setcontext(&f.uc);
+    }
+    _longjmp(f.jb, 1);
+  }
 }
 
 inline void EmuBarrier::arrive_and_wait() {
@@ -90,7 +113,7 @@ inline void EmuBarrier::arrive_and_wait() {
   f->wait_on = this;
   f->wait_generation = g;
   f->shfl_round = shfl_round;
-  swapcontext(&f->uc, &emu_scheduler);
+  emu_yield(f);
 }
 
 inline void __syncthreads() { ctx->bar->arrive_and_wait(); }
@@ -149,6 +172,7 @@ V __shfl_sync(unsigned, V v, int src) { return emu_shuffle(v, [src](int) { retur
 // Fiber stacks, kept from launch to launch (mostly untouched: memory is committed as used).
 inline constexpr size_t kEmuStack = 256 * 1024;
 inline std::vector<std::unique_ptr<char[]>> emu_stacks;
+inline std::vector<std::unique_ptr<EmuFiber>> emu_fibers;  // by thread index, started on first use
 
 // Runs body() as a grid of `grid` blocks of `block` threads with `smem` bytes of dynamic
 // shared memory; blocks one after another, each block's threads as fibers. Every block
@@ -168,7 +192,16 @@ void emu_launch(dim3 grid, dim3 block, size_t smem, F body) {
     std::abort();
   }
   // new char[] leaves the bytes uninitialised: pages are committed only as a stack grows.
-  while (emu_stacks.size() < threads) emu_stacks.push_back(std::unique_ptr<char[]>(new char[kEmuStack]));
+  while (emu_stacks.size() < threads) {
+    emu_stacks.push_back(std::unique_ptr<char[]>(new char[kEmuStack]));
+    auto f = std::make_unique<EmuFiber>();
+    getcontext(&f->uc);
+    f->uc.uc_stack.ss_sp = emu_stacks.back().get();
+    f->uc.uc_stack.ss_size = kEmuStack;
+    f->uc.uc_link = nullptr;  // the entry never returns
+    makecontext(&f->uc, emu_fiber_entry, 0);
+    emu_fibers.push_back(std::move(f));
+  }
   emu_body_call = [](void* b) { (*static_cast<F*>(b))(); };
   emu_body_arg = &body;
   // 128-byte aligned, the most any kernel declares (`extern __shared__ __align__(128)`),
@@ -188,36 +221,35 @@ void emu_launch(dim3 grid, dim3 block, size_t smem, F body) {
     c.warp[w] = &warps[w];
   }
   c.smem = reinterpret_cast<unsigned char*>(mem_start);
-  std::vector<EmuFiber> fibers(threads);
+  EmuFiber* const* const fibers = reinterpret_cast<EmuFiber* const*>(emu_fibers.data());  // the first `threads`
   for (unsigned bz = 0; bz < grid.z; ++bz)
     for (unsigned by = 0; by < grid.y; ++by)
       for (unsigned bx = 0; bx < grid.x; ++bx) {
         std::copy(garbage.begin(), garbage.end(), mem.begin());  // garbage, not zeros
         c.shared.clear();
         for (unsigned t = 0; t < threads; ++t) {
-          EmuFiber& f = fibers[t];
-          f = EmuFiber{};
+          EmuFiber& f = *fibers[t];
           f.tid = {t % block.x, t / block.x % block.y, t / (block.x * block.y)};
           f.linear = t;
-          getcontext(&f.uc);
-          f.uc.uc_stack.ss_sp = emu_stacks[t].get();
-          f.uc.uc_stack.ss_size = kEmuStack;
-          f.uc.uc_link = &emu_scheduler;
-          makecontext(&f.uc, emu_fiber_entry, 0);
+          f.shfl_round = 0;
+          f.wait_on = nullptr;
+          f.wait_generation = 0;
+          f.done = false;
         }
         blockIdx_ = {bx, by, bz};
         ctx = &c;
         unsigned live = threads;
         while (live > 0) {
           bool ran = false;
-          for (EmuFiber& f : fibers) {
+          for (unsigned t = 0; t < threads; ++t) {
+            EmuFiber& f = *fibers[t];
             if (f.done || (f.wait_on && f.wait_on->generation == f.wait_generation)) continue;
             f.wait_on = nullptr;
             threadIdx_ = f.tid;
             linear_tid = f.linear;
             shfl_round = f.shfl_round;
             emu_running = &f;
-            swapcontext(&emu_scheduler, &f.uc);
+            emu_resume(f);
             emu_running = nullptr;
             ran = true;
             live -= f.done ? 1 : 0;
