@@ -55,7 +55,7 @@ Tensor loss_of(Net& m, const Tensor& x, const Tensor& y, bool use_extra) {
 std::vector<double> flat_params(nn::Module& m) {
   std::vector<double> v;
   for (const Tensor& p : m.parameters())
-    for (double x : p.detach().to(kFloat64).contiguous().to_vector<double>()) v.push_back(x);
+    for (double x : p.detach().cpu().to(kFloat64).contiguous().to_vector<double>()) v.push_back(x);
   return v;
 }
 
@@ -120,6 +120,57 @@ TEST_CASE("2 ranks with half the batch each reach the parameters of 1 rank with 
       CHECK_FALSE(m->never.grad().defined());
     }
   }
+}
+
+// The same on the ranks' CUDA devices (float64, so that the CPU's single-process run is
+// the reference to within rounding): gradients averaged by NCCL during the backward, the
+// parameters broadcast by it at the start. Skipped, saying why, without a device per rank
+// or without NCCL.
+TEST_CASE("on CUDA, 2 ranks with half the batch each reach the parameters of 1 rank with the whole batch") {
+  REQUIRE(pg().size() == 2);
+  const int devices = cuda::device_count();
+  if (devices < pg().local_size()) {
+    MESSAGE("SKIPPED (DDP on CUDA): " << pg().local_size() << " ranks on this machine, " << devices
+                                      << " CUDA device(s); NCCL needs one device per rank");
+    return;
+  }
+#ifndef MUMOE_NCCL
+  MESSAGE("SKIPPED (DDP on CUDA): this build has no NCCL");
+  return;
+#endif
+  const Device dev = pg().default_device();
+  auto reference = make_net();
+  reference->to(kFloat64);
+  optim::AdamW ref_opt(reference->parameters(), optim::AdamWOptions(1e-2).weight_decay(0.1));
+  for (int s = 0; s < 5; ++s) {
+    auto [x, y] = global_batch(s);
+    ref_opt.zero_grad();
+    loss_of(*reference, x.to(kFloat64), y.to(kFloat64), true).backward();
+    ref_opt.step();
+  }
+  auto m = make_net();
+  m->to(kFloat64);
+  if (pg().rank() == 1) {  // other weights on rank 1: the broadcast must overwrite them
+    NoGradGuard ng;
+    for (Tensor p : m->parameters()) p.copy_(randn(p.shape()).to(kFloat64));
+  }
+  m->to(dev);
+  dist::DDPOptions o;
+  o.bucket_bytes = 64;  // several buckets, their all-reduces started during the backward
+  dist::DistributedDataParallel ddp(*m, pg(), o);
+  optim::AdamW opt(m->parameters(), optim::AdamWOptions(1e-2).weight_decay(0.1));
+  const dist::Shard shard = dist::batch_shard(8, pg().rank(), pg().size());
+  for (int s = 0; s < 5; ++s) {
+    auto [x, y] = global_batch(s);
+    opt.zero_grad();
+    loss_of(*m, x.narrow(0, shard.begin, shard.count).to(kFloat64).to(dev),
+            y.narrow(0, shard.begin, shard.count).to(kFloat64).to(dev), true)
+        .backward();
+    opt.step();
+  }
+  CHECK(m->fc1->weight.device() == dev);
+  CHECK(max_rel_diff(flat_params(*m), flat_params(*reference)) <= 1e-12);
+  CHECK_FALSE(m->never.grad().defined());
 }
 
 TEST_CASE("a parameter only some ranks use gets the mean with zeros from the others") {

@@ -19,6 +19,9 @@
 #include <mpi.h>
 #include <nccl.h>
 
+#include <unistd.h>
+
+#include <cstdint>
 #include <cstring>
 #include <random>
 #include <string>
@@ -157,9 +160,13 @@ inline cudaError_t event_create(cudaEvent_t* e);
 inline cudaError_t event_record(cudaEvent_t e);
 inline cudaError_t event_query(cudaEvent_t e);
 inline cudaError_t event_destroy(cudaEvent_t e);
+// One UUID per device of each process (emulated devices are the process's own), as
+// emu_runtime.h gives them.
 inline cudaError_t device_properties(cudaDeviceProp* p, int device) {
   std::memset(p, 0, sizeof *p);
-  for (int i = 0; i < 16; ++i) p->uuid.bytes[i] = char(device * 16 + i);  // one UUID per device index
+  const uint64_t pid = uint64_t(getpid()), dev = uint64_t(device);
+  std::memcpy(p->uuid.bytes, &pid, 8);
+  std::memcpy(p->uuid.bytes + 8, &dev, 8);
   return cudaSuccess;
 }
 }  // namespace emu_nccl

@@ -30,6 +30,8 @@ else:
                r'\1* \2 = reinterpret_cast<\1*>(ctx->smem);', s)
     assert '__shared__' not in s, src + ': a __shared__ declaration was not rewritten'
     head = '#include "emu_library.h"\n'
+    if os.path.basename(src) == 'nccl.cu':
+        head += '#include "emu_nccl.h"\n'  # the NCCL library's stand-in, over MPI
 os.makedirs(os.path.dirname(dst), exist_ok=True)
 out = '// Generated from %s by experiments/cuda_emulation/library_source.py: do not edit.\n#line 1 "%s"\n' % (src, src)
 # The prelude first, then the file from its first line (so that errors name its lines).
