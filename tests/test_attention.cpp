@@ -401,7 +401,7 @@ TEST_CASE("attention dropout uses the mask of attention_dropout_bits on every de
     for (DType dt : {kFloat64, kFloat32})
       for (const Case& c : cases) {
         const Shapes& s = c.s;
-        INFO(dtype_name(dt) << " on " << dev.str() << ", T " << s.Tq << " x " << s.Tk << ", D " << s.D
+        INFO(std::string(dtype_name(dt)) << " on " << dev.str() << ", T " << s.Tq << " x " << s.Tk << ", D " << s.D
                             << (c.causal ? " causal" : "") << ", p " << c.p);
         const uint64_t seed = 4321 + uint64_t(s.D);
         const uint64_t key = kernels::attention_dropout_key(seed), threshold = kernels::attention_dropout_threshold(c.p);

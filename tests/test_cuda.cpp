@@ -111,7 +111,7 @@ TEST_CASE("copies on the device: strided, broadcast and converting, equal to the
   // element off its 16-byte alignment, an inner size no pack divides).
   Tensor heads = randn({2, 5, 3, 64}, kFloat32);
   for (DType t : {kBFloat16, kFloat32}) {
-    INFO("heads " << dtype_name(t));
+    INFO("heads " << std::string(dtype_name(t)));
     Tensor h = heads.to(t);
     Tensor on_gpu = h.to(Device::cuda()).permute({0, 2, 1, 3}).contiguous().cpu();
     CHECK(on_gpu.to(kFloat64).to_vector<double>() == h.permute({0, 2, 1, 3}).contiguous().to(kFloat64).to_vector<double>());

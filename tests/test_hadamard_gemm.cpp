@@ -90,7 +90,7 @@ TEST_CASE("hadamard_gemm equals a brute-force loop and the einsum composition (f
           b.push_back(mat(K, c.R, dt, dev, 1.0 / std::sqrt(double(std::max<int64_t>(K, 1)))));
         }
         const Tensor s = c.scale ? mat(c.M, c.R, dt, dev) : Tensor();
-        INFO(dev.str() << " " << dtype_name(dt) << " M=" << c.M << " R=" << c.R << " factors=" << c.K.size());
+        INFO(dev.str() << " " << std::string(dtype_name(dt)) << " M=" << c.M << " R=" << c.R << " factors=" << c.K.size());
         const Tensor y = hadamard_gemm(a, b, s);
         REQUIRE(y.shape() == Shape{c.M, c.R});
         CHECK(y.dtype() == dt);
@@ -140,7 +140,7 @@ TEST_CASE("hadamard_gemm: non-contiguous operands (transposed views, column slic
       REQUIRE(!a0t.is_contiguous());
       const Tensor b1s = wide.narrow(1, 0, 66);
       REQUIRE(!b1s.is_contiguous());
-      INFO(dev.str() << " " << dtype_name(dt));
+      INFO(dev.str() << " " << std::string(dtype_name(dt)));
       CHECK(max_abs_diff(hadamard_gemm({a0t, a1}, {b0, b1s}), want) == 0.0);
     }
 }
@@ -154,7 +154,7 @@ TEST_CASE("hadamard_gemm: a NaN or an inf in one row of an operand reaches only 
       a0.set({68, 19}, INFINITY);
       const Tensor y = hadamard_gemm({a0.to(dt).to(dev), mat(70, 4, dt, dev)}, {mat(20, 66, dt, dev), mat(4, 66, dt, dev)});
       const auto v = y.to_vector<double>();
-      INFO(dev.str() << " " << dtype_name(dt));
+      INFO(dev.str() << " " << std::string(dtype_name(dt)));
       for (int64_t m = 0; m < 70; ++m)
         for (int64_t r = 0; r < 66; ++r) {
           const double x = v[size_t(m * 66 + r)];
@@ -236,7 +236,7 @@ TEST_CASE("hadamard_gemm: gradients on each device equal the einsum composition'
       for (const Tensor& t : leaves()) r.push_back(t.detach().to(kFloat64).cpu().requires_grad_());
       sum(composed({r[0], r[1]}, {r[2], r[3]}, r[4]) * w.to(kFloat64).cpu()).backward();
       for (size_t i = 0; i < f.size(); ++i) {
-        INFO(dev.str() << " " << dtype_name(dt) << " input " << i);
+        INFO(dev.str() << " " << std::string(dtype_name(dt)) << " input " << i);
         REQUIRE(f[i].grad().defined());
         CHECK(f[i].grad().device() == dev);
         CHECK(f[i].grad().dtype() == dt);
@@ -327,7 +327,7 @@ TEST_CASE("CP layer: fused and einsum paths agree in float32 and bfloat16 (GPT-2
       const Tensor plain = l.forward(z, {a});
       l.set_fused(true);
       const Tensor fused = l.forward(z, {a});
-      INFO(dev.str() << " " << dtype_name(dt));
+      INFO(dev.str() << " " << std::string(dtype_name(dt)));
       CHECK(fused.dtype() == dt);
       CHECK(rel_err(fused, plain) <= (dt == kFloat32 ? 1e-5 : 3e-2));
     }

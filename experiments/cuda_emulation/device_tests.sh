@@ -3,8 +3,9 @@
 # build-emudev/ at the root) with MUMOE_CUDA_EMULATED (the CUDA sources run on the host, a
 # fiber per CUDA thread; see emu_library.h), builds it and runs `ctest -L cuda` there, so
 # that every per-device suite compares cuda:0 with the CPU, and the CUDA runtime and
-# training-step suites run, on a machine without a GPU (about 3 minutes on 2 cores, after
-# a build of the library and the tests). ctest runs quietly into BUILD_DIR/emulated_cuda.log;
+# training-step suites run, on a machine without a GPU, and the distributed tests, whose
+# CUDA cases (collectives, DDP) then go through the NCCL side over emu_nccl.h (about 3
+# minutes on 2 cores, after a build of the library and the tests). ctest runs quietly into BUILD_DIR/emulated_cuda.log;
 # each test's result is printed, and the failures' output, but not ctest's closing line
 # (the test job's own ctest run is the one whose closing line CI reads).
 # Usage: experiments/cuda_emulation/device_tests.sh [BUILD_DIR] [ctest args...]
@@ -20,7 +21,10 @@ cmake --build "$dir" -j"$(nproc)" >/dev/null
 log=$dir/emulated_cuda.log
 start=$(date +%s)
 rc=0
-(cd "$dir" && ctest -L cuda -j"$(nproc)" --timeout 1800 -Q --output-on-failure --output-log "$log" "$@") || rc=$?
+# Two emulated devices, so that the distributed tests' two ranks each have one and their
+# CUDA collectives (and DDP on CUDA) go through dist/nccl.cu.
+(cd "$dir" && MUMOE_EMULATED_DEVICES=2 ctest -L 'cuda|distributed' -j"$(nproc)" --timeout 1800 -Q --output-on-failure \
+  --output-log "$log" "$@") || rc=$?
 grep -E '^ *[0-9]+/[0-9]+ Test' "$log" | sed 's/^ */  /'
 if [ "$rc" -ne 0 ]; then
   grep -v -E '^ *[0-9]+/[0-9]+ Test|tests passed|Total Test time' "$log" | tail -200
