@@ -13,6 +13,7 @@ set -e
 root=$(cd "$(dirname "$0")/../.." && pwd)
 dir=${1:-$root/build-emudev}
 [ $# -gt 0 ] && shift
+case $dir in /*) ;; *) dir=$PWD/$dir ;; esac  # ctest runs from inside it
 if [ ! -f "$dir/CMakeCache.txt" ]; then
   cmake -S "$root" -B "$dir" -DCMAKE_BUILD_TYPE=Release -DMUMOE_CUDA=OFF -DMUMOE_CUDA_EMULATED=ON \
     -DMUMOE_EXPERIMENTS=OFF >/dev/null
