@@ -8,7 +8,8 @@
 // against the rules the code documents: bfloat16 without dropout goes to cuDNN; the
 // bfloat16 backward at D = 64 to the flash kernel; the cuBLAS path from 128 x 128 scores
 // on, except the float32 forward and the float32 backward at D = 64; MUMOE_ATTENTION=
-// tiled|gemm|flash forces its path where it applies; everything else runs the tiled kernels.
+// tiled|gemm|flash forces its path where it applies; everything else runs the tiled kernels,
+// which also run forced over more shapes (head dims 1 to 128, Tq != Tk, dropout).
 #include "attention_op_cuda.h"
 #include <cstdio>
 #include "attention_reference.h"
@@ -112,6 +113,20 @@ int main() {
   // Empty: no queries (dK, dV zero), no keys (out zero, lse -inf, dQ zero).
   run<float>(1, 2, 0, 5, 8, false, 0, nullptr, "tiled", "tiled");
   run<float>(1, 2, 5, 0, 8, false, 0, nullptr, "tiled", "tiled");
+
+  // The tiled kernels over more shapes, forced where another path would take the call:
+  // partial tiles, Tq != Tk both ways, D from 1 to 128, dropout; float64, float32 (the
+  // scalar variant, and the vector one at D = 64), bfloat16.
+  struct C { int64_t B, H, Tq, Tk; int D; bool causal; double p; };
+  const C cs[] = {{2, 1, 33, 33, 5, true, 0.3},    {1, 1, 45, 70, 12, false, 0.25}, {1, 1, 65, 65, 128, true, 0.1},
+                  {1, 2, 1, 1, 4, false, 0},       {1, 1, 100, 3, 100, false, 0.5}, {1, 1, 130, 130, 1, true, 0},
+                  {1, 1, 45, 130, 64, false, 0.25}, {2, 1, 129, 129, 64, true, 0.1}, {1, 1, 100, 3, 64, false, 0},
+                  {1, 1, 1, 1, 64, true, 0}};
+  for (const C& c : cs) {
+    run<double>(c.B, c.H, c.Tq, c.Tk, c.D, c.causal, c.p, nullptr, "tiled", "tiled");
+    run<float>(c.B, c.H, c.Tq, c.Tk, c.D, c.causal, c.p, "tiled", "tiled", "tiled");
+  }
+  run<bf16>(1, 1, 45, 70, 100, false, 0, "tiled", "tiled", "tiled");
 
   // A head dim past the tiled kernels' accumulators: a mu::Error naming it.
   {

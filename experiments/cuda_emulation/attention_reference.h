@@ -2,7 +2,8 @@
 // in float64 from the rounded values: out, lse (scaled-score units), dq, dk, dv for
 // q, dO (BH, Tq, D) and k, v (BH, Tk, D), a causal mask (query i sees keys j <= i) and
 // the dropout mask of ops/kernels/attention.h's attention_dropout_bits. For the harnesses
-// of the tiled (attention_emulated.cpp) and the cuBLAS (attention_gemm_emulated.cpp) paths.
+// of the cuBLAS path (attention_gemm_emulated.cpp), the flash backward, the cuDNN graphs
+// and the whole op (attention_op_emulated.cpp).
 #pragma once
 #include <algorithm>
 #include <cmath>

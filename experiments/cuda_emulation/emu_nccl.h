@@ -19,14 +19,13 @@
 #include <mpi.h>
 #include <nccl.h>
 
-#include <unistd.h>
-
 #include <cstdint>
 #include <cstring>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "emu_devices.h"
 #include "emu_extra.h"
 
 namespace emu_nccl {
@@ -160,13 +159,10 @@ inline cudaError_t event_create(cudaEvent_t* e);
 inline cudaError_t event_record(cudaEvent_t e);
 inline cudaError_t event_query(cudaEvent_t e);
 inline cudaError_t event_destroy(cudaEvent_t e);
-// One UUID per device of each process (emulated devices are the process's own), as
-// emu_runtime.h gives them.
+// The device's UUID as emu_runtime.h gives it (emu_devices.h).
 inline cudaError_t device_properties(cudaDeviceProp* p, int device) {
   std::memset(p, 0, sizeof *p);
-  const uint64_t pid = uint64_t(getpid()), dev = uint64_t(device);
-  std::memcpy(p->uuid.bytes, &pid, 8);
-  std::memcpy(p->uuid.bytes + 8, &dev, 8);
+  emu_device_uuid(p->uuid.bytes, device);
   return cudaSuccess;
 }
 }  // namespace emu_nccl

@@ -6,7 +6,7 @@
 #pragma once
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
-#include <unistd.h>
+#include "emu_devices.h"
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -44,21 +44,8 @@ inline cudaError_t emu_cudaMemGetInfo(size_t* free_b, size_t* total_b) {
   *free_b = emu_device_budget - emu_device_used, *total_b = emu_device_budget;
   return cudaSuccess;
 }
-// One device, or $MUMOE_EMULATED_DEVICES of them (all host memory, one budget): ranks of
-// a distributed test on one machine each take their own, as on a machine with a GPU each.
-inline int emu_device_count() {
-  const char* e = std::getenv("MUMOE_EMULATED_DEVICES");
-  const int n = e ? std::atoi(e) : 1;
-  return n >= 1 && n <= 64 ? n : 1;
-}
 inline cudaError_t emu_cudaGetDeviceCount(int* n) { return *n = emu_device_count(), cudaSuccess; }
 inline cudaError_t emu_cudaSetDevice(int d) { return d >= 0 && d < emu_device_count() ? cudaSuccess : cudaErrorInvalidDevice; }
-// The UUID of device d of this process: every process's devices are its own.
-inline void emu_device_uuid(char (&bytes)[16], int d) {
-  const uint64_t pid = uint64_t(getpid()), dev = uint64_t(d);
-  std::memcpy(bytes, &pid, 8);
-  std::memcpy(bytes + 8, &dev, 8);
-}
 inline cudaError_t emu_cudaGetDeviceProperties(cudaDeviceProp* p, int d) {
   std::memset(p, 0, sizeof *p);
   std::strcpy(p->name, "emulated");

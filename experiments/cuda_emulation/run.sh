@@ -1,6 +1,5 @@
 #!/bin/sh
 # Host checks of the CUDA kernels for machines without a GPU (see emu.h), by part:
-#   attention    the tiled attention kernels (scalar and vector variants)
 #   attention_gemm  the cuBLAS attention path's host side and row kernels
 #   views        the cuBLAS operand mapping (ops/cuda/cublas_view.cuh)
 #   lines        the line-wise and reduction kernels (softmax, cross_entropy, layer_norm,
@@ -28,9 +27,9 @@
 # passes its own, with or without CUDA), else build-emu/ at the root, configured without
 # CUDA the first time (a full build of the library) and brought up to date here.
 set -e
-parts=${*:-attention attention_gemm views lines elementwise optim index matmul grouped runtime hadamard flash cudnn attention_op entmax nccl}
+parts=${*:-attention_gemm views lines elementwise optim index matmul grouped runtime hadamard flash cudnn attention_op entmax nccl}
 for p in $parts; do
-  case $p in attention|attention_gemm|views|lines|elementwise|optim|index|matmul|grouped|runtime|hadamard|flash|cudnn|attention_op|entmax|nccl) ;; *) echo "run.sh: unknown part '$p'" >&2; exit 2 ;; esac
+  case $p in attention_gemm|views|lines|elementwise|optim|index|matmul|grouped|runtime|hadamard|flash|cudnn|attention_op|entmax|nccl) ;; *) echo "run.sh: unknown part '$p'" >&2; exit 2 ;; esac
 done
 wants() { case " $parts " in *" $1 "*) return 0 ;; esac; return 1; }
 here=$(cd "$(dirname "$0")" && pwd)
@@ -49,22 +48,6 @@ fi
 cuda_inc=${CUDA_HOME:-/usr/local/cuda}/include
 # The host sides raise mu::Error (defined in the library).
 link="-L$lib -lmumoe -Wl,-rpath,$lib -lpthread"
-
-if wants attention; then
-  # The kernels (everything before the host side of attention.cu), shared memory declared
-  # through the emulator instead of `extern __shared__`.
-  python3 - "$root/ops/cuda/attention.cu" "$out/kernels.h" <<'PY'
-import sys
-s = open(sys.argv[1]).read()
-body = s[s.index('namespace mu::cuda_kernels {'):s.index('// ---------------------------------------------------------------- host side')]
-body = body.replace('extern __shared__ __align__(16) unsigned char smem_raw[];', 'unsigned char* smem_raw = ctx->smem;')
-head = ('#include "emu.h"\n#include <cmath>\n#include <cstdint>\n#include <type_traits>\n'
-        '#include "ops/cuda/dtypes.cuh"\n#include "ops/kernels/attention.h"\n#include "ops/cuda/attention_common.cuh"\n')
-open(sys.argv[2], 'w').write(head + body + '\n}  // namespace\n}  // namespace mu::cuda_kernels\n')
-PY
-  g++ -std=c++20 -O1 -w -I"$out" -I"$here" -I"$root" -I"$cuda_inc" "$here/attention_emulated.cpp" -o "$out/attention" $link
-  "$out/attention"
-fi
 
 if wants views; then
   python3 - "$root/ops/cuda/cublas_view.cuh" "$out/view.h" <<'PY'
