@@ -125,8 +125,16 @@ std::shared_ptr<MuMoELayer> make_mumoe_layer(const MuMoEOptions& o, const MoESha
       l->set_fused(o.fused_cp());
       return l;
     }
-    case MoEKind::TR: return std::make_shared<TRMuMoE>(shape, o.resolved_ranks(), o.generator());
-    case MoEKind::TT: return std::make_shared<TTMuMoE>(shape, o.resolved_ranks(), o.generator());
+    case MoEKind::TR: {
+      auto l = std::make_shared<TRMuMoE>(shape, o.resolved_ranks(), o.generator());
+      l->set_fused(o.fused_tr());
+      return l;
+    }
+    case MoEKind::TT: {
+      auto l = std::make_shared<TTMuMoE>(shape, o.resolved_ranks(), o.generator());
+      l->set_fused(o.fused_tr());
+      return l;
+    }
     case MoEKind::Tucker: return std::make_shared<TuckerMuMoE>(shape, o.resolved_ranks(), o.generator());
     case MoEKind::Hadamard: return std::make_shared<HadamardMoE>(shape, o.generator());
     case MoEKind::Dense: return std::make_shared<DenseMoE>(shape, o.generator());

@@ -74,6 +74,10 @@ struct MuMoEOptions {
   // CP layers run the fused kernel (CPMuMoE::set_fused); off by default. Other kinds ignore it.
   MuMoEOptions& fused_cp(bool on) { fused_cp_ = on; return *this; }
   bool fused_cp() const { return fused_cp_; }
+  // TR and TT layers form their ring product inside the output GEMM (TRMuMoE::set_fused);
+  // off by default. Other kinds ignore it.
+  MuMoEOptions& fused_tr(bool on) { fused_tr_ = on; return *this; }
+  bool fused_tr() const { return fused_tr_; }
 
   int64_t in() const { return in_; }
   int64_t out() const { return out_; }
@@ -106,6 +110,7 @@ struct MuMoEOptions {
   std::vector<int64_t> ranks_;
   bool bias_ = true;
   bool fused_cp_ = false;
+  bool fused_tr_ = false;
   GateNorm gate_norm_ = GateNorm::BatchNorm;
   GateActivation activation_ = GateActivation::Entmax15;
   double gate_eps_ = 1e-5;

@@ -341,6 +341,11 @@ Tensor TRMuMoE::own_forward(const Tensor& z2, const std::vector<Tensor>& af,
     c = c.reshape({B, u.size(0), u.size(2)});
     q = e == 0 ? c : q.matmul(c);
   }
+  if (fused_) {
+    // U_out (R_{E+2}, O, R_1) as the matrix (R_{E+2} R_1, O), rows in ring_gemm's s-major order.
+    Tensor w_ring = factor_values[E + 1].permute({0, 2, 1}).contiguous().reshape({ro * r1, shape_.out});
+    return ring_gemm(q, h.reshape({B, ri, ro}), w_ring);
+  }
   q = q.matmul(h.reshape({B, ri, ro}));  // (B, R_1, R_{E+2})
   // U_out (R_{E+2}, O, R_1) as the matrix (R_1 R_{E+2}, O), rows in q's order.
   Tensor w_out = factor_values[E + 1].permute({2, 0, 1}).contiguous().reshape({r1 * ro, shape_.out});

@@ -129,17 +129,26 @@ class TRMuMoE : public MuMoELayer {
   const std::vector<int64_t>& ranks() const { return ranks_; }
   int64_t flops_per_token() const override;
   static int64_t count_parameters(const MoEShape& s, const std::vector<int64_t>& ranks);
+  TRMuMoE& set_fused(bool on) {
+    fused_ = on;
+    return *this;
+  }
+  bool fused() const { return fused_; }
 
  protected:
   TRMuMoE(std::string type_name, MoEShape shape, std::vector<int64_t> ranks, Generator* gen);
   // h = [z, 1] U_in by matmul_with_one (the bias row added, no 1 appended to z); c_e = a_e U_e (B, R_e, R_{e+1}); q = c_1 ... c_E h (B, R_1, R_{E+2})
   // by batched products from R_1 along the ring; y = q U_out. The planner's einsum made
   // the same products, and two copies of z for the appended 1 (z and its gradient).
+  // The fused path (off by default) forms q inside the output GEMM (ring_gemm,
+  // ops/ring_gemm.h): y = ring_gemm(c_1 ... c_E, h, U_out), q never stored; the same values
+  // up to rounding. Kept off until a GPU benchmark (bench_gpu_fused_mumoe) shows it faster.
   Tensor own_forward(const Tensor& z2, const std::vector<Tensor>& af,
                      const std::vector<Tensor>& factor_values) const override;
 
  private:
   std::vector<int64_t> ranks_;
+  bool fused_ = false;
 };
 
 // Tensor train: a tensor ring whose closing rank R_1 is 1. ranks = (R_2, ..., R_{E+2}).

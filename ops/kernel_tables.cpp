@@ -14,6 +14,7 @@
 #include "ops/kernels/norm.h"
 #include "ops/kernels/optim.h"
 #include "ops/kernels/reduce.h"
+#include "ops/kernels/ring_gemm.h"
 #include "ops/kernels/softmax.h"
 
 #include <array>

@@ -13,5 +13,6 @@
 #include "ops/normalization.h"
 #include "ops/profile.h"
 #include "ops/reduce.h"
+#include "ops/ring_gemm.h"
 #include "ops/shape.h"
 #include "ops/tensor_algebra.h"

@@ -232,7 +232,7 @@ if wants nccl; then
 fi
 
 if wants hadamard; then
-  kernel_part hadamard hadamard_gemm.cu '#include "emu_wmma.h"\n#include "ops/kernels/hadamard_gemm.h"'
+  kernel_part hadamard hadamard_gemm.cu '#include "emu_wmma.h"\n#include "ops/cuda/tile_gemm.cuh"\n#include "ops/kernels/hadamard_gemm.h"'
 fi
 
 if wants entmax; then
