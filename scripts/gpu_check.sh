@@ -76,9 +76,9 @@ if [[ $what == bench || $what == all ]]; then
   # still leaves them); the table of ratios is printed last.
   BENCH_LOG=$out/bench_lines.txt timeout "${BENCH_TIMEOUT:-300}" bash experiments/bench/compare_gpu.sh "$bin" >"$out/bench.txt" 2>&1
   echo "compare_gpu.sh rc=$?"
-  # The fused CPμMoE core against the einsum composition (einsum_over_fused > 1: fused
-  # is faster; CPMuMoE's fused_cp option stays off unless it is).
-  timeout "${FUSED_TIMEOUT:-90}" "$bin/experiments/bench_gpu_fused_mumoe" >"$out/bench_fused.txt" 2>&1
+  # The fused CPμMoE and TRμMoE paths against their compositions (einsum_over_fused > 1:
+  # fused is faster; the fused_cp and fused_tr options stay off unless it is).
+  timeout "${FUSED_TIMEOUT:-150}" "$bin/experiments/bench_gpu_fused_mumoe" >"$out/bench_fused.txt" 2>&1
   echo "bench_gpu_fused_mumoe rc=$?"
   cat "$out/bench_fused.txt" >>"$out/bench.txt" && rm "$out/bench_fused.txt"
   # Attention through each of the framework's own paths, beside the default choice above
