@@ -11,8 +11,8 @@
 //   its materialised tensor, values and gradients;
 // - errors that name the problem.
 #include <cmath>
-#include <random>
 
+#include "fused_layer_check.h"
 #include "helpers.h"
 #include "nn/mumoe_block.h"
 #include "nn/mumoe_layer.h"
@@ -21,13 +21,6 @@ using namespace mu;
 using autograd::TensorList;
 
 namespace {
-
-// max |a - b| / max |b|, in double.
-double rel_err(const Tensor& got, const Tensor& want) {
-  double scale = 0;
-  for (double v : want.to_vector<double>()) scale = std::max(scale, std::abs(v));
-  return max_abs_diff(got.to(kFloat64), want.to(kFloat64)) / std::max(scale, 1e-300);
-}
 
 // scale ∗ Π_k (a_k · b_k) by plain loops in double, from the tensors' values.
 std::vector<double> brute(const std::vector<Tensor>& a, const std::vector<Tensor>& b, const Tensor& scale) {
@@ -265,7 +258,6 @@ TEST_CASE("hadamard_gemm under autocast runs float32 operands in bfloat16, gradi
 }
 
 TEST_CASE("CP layer: the fused path equals the einsum path and the DenseMoE of its materialised tensor") {
-  std::mt19937 rng(3);
   for (Device dev : test_devices())
     for (int64_t E : {1, 2})
       for (bool bias : {true, false}) {
@@ -273,42 +265,8 @@ TEST_CASE("CP layer: the fused path equals the einsum path and the DenseMoE of i
         nn::MoEShape s;
         s.in = 37, s.out = 11, s.bias = bias;
         for (int64_t e = 0; e < E; ++e) s.experts.push_back(e == 0 ? 5 : 3);
-        nn::CPMuMoE plain(s, 70), fused(s, 70);
-        plain.to(kFloat64);
-        fused.to(kFloat64);
-        {
-          NoGradGuard g;
-          for (size_t k = 0; k < plain.factors().size(); ++k) {
-            Tensor(plain.factors()[k].param).copy_(randn(plain.factors()[k].param.shape(), kFloat64) * 0.5);
-            Tensor(fused.factors()[k].param).copy_(plain.factors()[k].param);
-          }
-        }
-        plain.to(dev);
-        fused.to(dev);
-        fused.set_fused(true);
-        CHECK(fused.fused());
-        CHECK(!plain.fused());
-        const Tensor z = randn({2, 35, s.in}, kFloat64).to(dev);
-        std::vector<Tensor> a;
-        for (int64_t n : s.experts) a.push_back(softmax(randn({2, 35, n}, kFloat64), -1).to(dev));
         INFO(dev.str() << " E=" << E << " bias=" << bias);
-        const Tensor yf = fused.forward(z, a), yp = plain.forward(z, a);
-        CHECK(yf.shape() == Shape{2, 35, s.out});
-        CHECK(rel_err(yf, yp) <= 1e-12);
-        CHECK(rel_err(yf, nn::DenseMoE(s, plain.materialize()).forward(z, a)) <= 1e-10);
-        // Gradients of every factor, the input and the coefficients match the einsum path's.
-        TensorList zf = {z.clone().requires_grad_()}, zp = {z.clone().requires_grad_()};
-        std::vector<Tensor> af, ap;
-        for (const Tensor& t : a) af.push_back(t.clone().requires_grad_()), ap.push_back(t.clone().requires_grad_());
-        const Tensor w = randn({2, 35, s.out}, kFloat64).to(dev);
-        sum(fused.forward(zf[0], af) * w).backward();
-        sum(plain.forward(zp[0], ap) * w).backward();
-        CHECK(rel_err(zf[0].grad(), zp[0].grad()) <= 1e-12);
-        for (size_t e = 0; e < af.size(); ++e) CHECK(rel_err(af[e].grad(), ap[e].grad()) <= 1e-12);
-        for (size_t k = 0; k < plain.factors().size(); ++k) {
-          INFO("factor " << plain.factors()[k].name);
-          CHECK(rel_err(fused.factors()[k].param.grad(), plain.factors()[k].param.grad()) <= 1e-12);
-        }
+        check_fused_layer<nn::CPMuMoE>(s, dev, int64_t(70));
       }
 }
 

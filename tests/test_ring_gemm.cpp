@@ -11,6 +11,7 @@
 // - errors that name the problem.
 #include <cmath>
 
+#include "fused_layer_check.h"
 #include "helpers.h"
 #include "nn/mumoe_block.h"
 #include "nn/mumoe_layer.h"
@@ -19,13 +20,6 @@ using namespace mu;
 using autograd::TensorList;
 
 namespace {
-
-// max |a - b| / max |b|, in double.
-double rel_err(const Tensor& got, const Tensor& want) {
-  double scale = 0;
-  for (double v : want.to_vector<double>()) scale = std::max(scale, std::abs(v));
-  return max_abs_diff(got.to(kFloat64), want.to(kFloat64)) / std::max(scale, 1e-300);
-}
 
 // out[m, n] = Σ_{s,p} (Σ_r c[m,p,r] h[m,r,s]) w[s P + p, n] by plain loops in double.
 std::vector<double> brute(const Tensor& c, const Tensor& h, const Tensor& w) {
@@ -208,51 +202,6 @@ TEST_CASE("ring_gemm under autocast runs float32 operands in bfloat16, gradients
   }
 }
 
-namespace {
-
-template <class L>
-void check_fused_layer(const nn::MoEShape& s, const std::vector<int64_t>& ranks, Device dev) {
-  // The layer and its twin with the fused path on, both float64 on `dev` with the same
-  // random factors (larger than the init's noise, so that every core matters).
-  L plain(s, ranks), fused(s, ranks);
-  plain.to(kFloat64);
-  fused.to(kFloat64);
-  {
-    NoGradGuard g;
-    for (size_t k = 0; k < plain.factors().size(); ++k) {
-      Tensor(plain.factors()[k].param).copy_(randn(plain.factors()[k].param.shape(), kFloat64) * 0.5);
-      Tensor(fused.factors()[k].param).copy_(plain.factors()[k].param);
-    }
-  }
-  plain.to(dev);
-  fused.to(dev);
-  fused.set_fused(true);
-  CHECK(fused.fused());
-  CHECK(!plain.fused());
-  const Tensor z = randn({2, 35, s.in}, kFloat64).to(dev);
-  std::vector<Tensor> a;
-  for (int64_t n : s.experts) a.push_back(softmax(randn({2, 35, n}, kFloat64), -1).to(dev));
-  const Tensor yf = fused.forward(z, a), yp = plain.forward(z, a);
-  CHECK(yf.shape() == Shape{2, 35, s.out});
-  CHECK(rel_err(yf, yp) <= 1e-12);
-  CHECK(rel_err(yf, nn::DenseMoE(s, plain.materialize()).forward(z, a)) <= 1e-10);
-  // Gradients of every factor, the input and the coefficients match the unfused path's.
-  const Tensor zf = z.clone().requires_grad_(), zp = z.clone().requires_grad_();
-  std::vector<Tensor> af, ap;
-  for (const Tensor& t : a) af.push_back(t.clone().requires_grad_()), ap.push_back(t.clone().requires_grad_());
-  const Tensor w = randn({2, 35, s.out}, kFloat64).to(dev);
-  sum(fused.forward(zf, af) * w).backward();
-  sum(plain.forward(zp, ap) * w).backward();
-  CHECK(rel_err(zf.grad(), zp.grad()) <= 1e-12);
-  for (size_t e = 0; e < af.size(); ++e) CHECK(rel_err(af[e].grad(), ap[e].grad()) <= 1e-12);
-  for (size_t k = 0; k < plain.factors().size(); ++k) {
-    INFO("factor " << plain.factors()[k].name);
-    CHECK(rel_err(fused.factors()[k].param.grad(), plain.factors()[k].param.grad()) <= 1e-12);
-  }
-}
-
-}  // namespace
-
 TEST_CASE("TR and TT layers: the fused path equals the unfused one and the DenseMoE of the materialised tensor") {
   for (Device dev : test_devices())
     for (int64_t E : {1, 2})
@@ -264,9 +213,9 @@ TEST_CASE("TR and TT layers: the fused path equals the unfused one and the Dense
         INFO(dev.str() << " E=" << E << " bias=" << bias);
         // TR ranks (R_1, ..., R_{E+2}), all different so that a swapped mode shows.
         std::vector<int64_t> tr = E == 1 ? std::vector<int64_t>{3, 4, 6} : std::vector<int64_t>{3, 2, 4, 5};
-        check_fused_layer<nn::TRMuMoE>(s, tr, dev);
+        check_fused_layer<nn::TRMuMoE>(s, dev, tr);
         // TT: (R_2, ..., R_{E+2}), the closing rank 1.
-        check_fused_layer<nn::TTMuMoE>(s, std::vector<int64_t>(tr.begin() + 1, tr.end()), dev);
+        check_fused_layer<nn::TTMuMoE>(s, dev, std::vector<int64_t>(tr.begin() + 1, tr.end()));
       }
 }
 
