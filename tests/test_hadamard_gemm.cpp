@@ -275,38 +275,13 @@ TEST_CASE("CP layer: fused and einsum paths agree in float32 and bfloat16 (GPT-2
     for (DType dt : {kFloat32, kBFloat16}) {
       manual_seed(85);
       // I + 1 = 97 and R = 70: neither a multiple of the CUDA tiles nor of their depth.
-      nn::MoEShape s{96, 40, {16}, true};
-      nn::CPMuMoE l(s, 70);
-      l.to(dt);
-      l.to(dev);
-      const Tensor z = randn({130, s.in}).to(dt).to(dev);
-      const Tensor a = softmax(randn({130, 16}), -1).to(dt).to(dev);
-      l.set_fused(false);
-      const Tensor plain = l.forward(z, {a});
-      l.set_fused(true);
-      const Tensor fused = l.forward(z, {a});
-      INFO(dev.str() << " " << std::string(dtype_name(dt)));
-      CHECK(fused.dtype() == dt);
-      CHECK(rel_err(fused, plain) <= (dt == kFloat32 ? 1e-5 : 3e-2));
+      check_fused_layer_in<nn::CPMuMoE>(dt, nn::MoEShape{96, 40, {16}, true}, dev, int64_t(70));
     }
 }
 
 TEST_CASE("CP layer: gradcheck through the fused path; the block option turns it on") {
   manual_seed(90);
-  nn::MoEShape s{3, 2, {3, 2}, true};
-  nn::CPMuMoE l(s, 4);
-  l.to(kFloat64);
-  l.set_fused(true);
-  std::vector<Tensor> values;
-  for (const auto& f : l.factors()) values.push_back(f.param.detach().clone().requires_grad_());
-  TensorList in = {rnd({2, s.in}, 91).requires_grad_(),
-                   softmax(rnd({2, 3}, 92), -1).detach().requires_grad_(),
-                   softmax(rnd({2, 2}, 93), -1).detach().requires_grad_()};
-  in.insert(in.end(), values.begin(), values.end());
-  auto fn = [&l](const TensorList& x) {
-    return l.forward_with(x[0], {x[1], x[2]}, std::vector<Tensor>(x.begin() + 3, x.end()));
-  };
-  CHECK_GRAD(fn, in);
+  gradcheck_fused_layer<nn::CPMuMoE>(nn::MoEShape{3, 2, {3, 2}, true}, int64_t(4));
   nn::MuMoE block(nn::MuMoEOptions(6, 4).experts({3}).kind(nn::MoEKind::CP).rank(5).fused_cp(true));
   auto* cp = dynamic_cast<const nn::CPMuMoE*>(block.layer(0).get());
   REQUIRE(cp != nullptr);
