@@ -104,6 +104,21 @@ TEST_CASE("ring_gemm: empty outputs") {
   }
 }
 
+TEST_CASE("ring_gemm: gradients of empty sizes are zeros of the operands' shapes") {
+  for (Device dev : test_devices())
+    for (const Case& k : {Case{0, 4, 4, 3, 5}, Case{6, 4, 0, 3, 5}, Case{6, 4, 4, 0, 5}, Case{6, 4, 4, 3, 0}}) {
+      const Tensor c = make_c(k, kFloat64, dev).requires_grad_(), h = make_h(k, kFloat64, dev).requires_grad_();
+      const Tensor w = make_w(k, kFloat64, dev).requires_grad_();
+      sum(ring_gemm(c, h, w)).backward();
+      INFO(dev.str() << " M=" << k.M << " R=" << k.R << " S=" << k.S << " N=" << k.N);
+      for (const Tensor* t : {&c, &h, &w}) {
+        REQUIRE(t->grad().defined());
+        CHECK(t->grad().shape() == t->shape());
+        for (double v : t->grad().to_vector<double>()) CHECK(v == 0.0);
+      }
+    }
+}
+
 TEST_CASE("ring_gemm: non-contiguous operands (transposed views, slices) give the dense result") {
   for (Device dev : test_devices())
     for (DType dt : {kFloat32, kBFloat16}) {
