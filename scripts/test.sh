@@ -18,8 +18,8 @@ bash scripts/build.sh
 ctest --test-dir build --output-on-failure
 
 # The cuda tests once more, on the emulated CUDA device (experiments/cuda_emulation): a
-# build of their own and about 3 minutes of tests, so only while the job has used less
-# than 50 of its 90 minutes.
+# build of their own and about 6 minutes of tests (its work run at once, then deferred
+# to each synchronisation), so only while the job has used less than 50 of its 90 minutes.
 echo "== the cuda tests on the emulated CUDA device"
 if [ "$SECONDS" -lt 3000 ] && [ -f /usr/local/cuda/include/cuda_runtime.h ]; then
   sh experiments/cuda_emulation/device_tests.sh build-emudev

@@ -5,7 +5,8 @@
 # that every per-device suite compares cuda:0 with the CPU, and the CUDA runtime and
 # training-step suites run, on a machine without a GPU, and the distributed tests, whose
 # CUDA cases (collectives, DDP) then go through the NCCL side over emu_nccl.h (about 3
-# minutes on 2 cores, after a build of the library and the tests). ctest runs quietly into BUILD_DIR/emulated_cuda.log;
+# minutes per mode, below, on 2 cores, after a build of the library and the tests). ctest
+# runs quietly into BUILD_DIR/emulated_cuda_MODE.log;
 # each test's result is printed, and the failures' output, but not ctest's closing line
 # (the test job's own ctest run is the one whose closing line CI reads).
 # Usage: experiments/cuda_emulation/device_tests.sh [BUILD_DIR] [ctest args...]
@@ -19,17 +20,29 @@ if [ ! -f "$dir/CMakeCache.txt" ]; then
     -DMUMOE_EXPERIMENTS=OFF >/dev/null
 fi
 cmake --build "$dir" -j"$(nproc)" >/dev/null
-log=$dir/emulated_cuda.log
-start=$(date +%s)
-rc=0
-# Two emulated devices, so that the distributed tests' two ranks each have one and their
-# CUDA collectives (and DDP on CUDA) go through dist/nccl.cu.
-(cd "$dir" && MUMOE_EMULATED_DEVICES=2 ctest -L 'cuda|distributed' -j"$(nproc)" --timeout 1800 -Q --output-on-failure \
-  --output-log "$log" "$@") || rc=$?
-grep -E '^ *[0-9]+/[0-9]+ Test' "$log" | sed 's/^ */  /'
-if [ "$rc" -ne 0 ]; then
-  grep -v -E '^ *[0-9]+/[0-9]+ Test|tests passed|Total Test time' "$log" | tail -200
-  echo "emulated CUDA device: cuda tests FAILED (see $log)"
-  exit 1
-fi
-echo "emulated CUDA device: every cuda test passed in $(( $(date +%s) - start )) s"
+# Twice: with the device's work run as it is issued (a device infinitely fast), then
+# deferred to the host's next synchronisation (infinitely slow; emu_queue.h), where a
+# result read or a pinned buffer reused before the work on it has run shows as wrong data.
+# MUMOE_EMULATED_MODES=immediate or =deferred runs one of them.
+for mode in ${MUMOE_EMULATED_MODES:-immediate deferred}; do
+  case $mode in
+    immediate) deferred=0 ;;
+    deferred) deferred=1 ;;
+    *) echo "device_tests.sh: unknown mode '$mode' in MUMOE_EMULATED_MODES (immediate, deferred)" >&2; exit 2 ;;
+  esac
+  log=$dir/emulated_cuda_$mode.log
+  start=$(date +%s)
+  rc=0
+  # Two emulated devices, so that the distributed tests' two ranks each have one and their
+  # CUDA collectives (and DDP on CUDA) go through dist/nccl.cu.
+  (cd "$dir" && MUMOE_EMULATED_DEVICES=2 MUMOE_EMULATED_DEFERRED=$deferred ctest -L 'cuda|distributed' \
+    -j"$(nproc)" --timeout 1800 -Q --output-on-failure --output-log "$log" "$@") || rc=$?
+  echo "emulated CUDA device, work run $mode:"
+  grep -E '^ *[0-9]+/[0-9]+ Test' "$log" | sed 's/^ */  /'
+  if [ "$rc" -ne 0 ]; then
+    grep -v -E '^ *[0-9]+/[0-9]+ Test|tests passed|Total Test time' "$log" | tail -200
+    echo "emulated CUDA device ($mode): cuda tests FAILED (see $log)"
+    exit 1
+  fi
+  echo "emulated CUDA device ($mode): every cuda test passed in $(( $(date +%s) - start )) s"
+done

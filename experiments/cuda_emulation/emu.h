@@ -14,6 +14,7 @@
 // waits at another) stops the program with a message naming the block and the count.
 #pragma once
 #include <cuda_runtime.h>
+#include "emu_queue.h"
 #include <setjmp.h>
 #include <ucontext.h>
 #include <algorithm>
@@ -178,7 +179,7 @@ inline std::vector<std::unique_ptr<EmuFiber>> emu_fibers;  // by thread index, s
 // shared memory; blocks one after another, each block's threads as fibers. Every block
 // starts with shared memory refilled with garbage and no static arrays.
 template <class F>
-void emu_launch(dim3 grid, dim3 block, size_t smem, F body) {
+void emu_launch_now(dim3 grid, dim3 block, size_t smem, F body) {
   gridDim_ = {grid.x, grid.y, grid.z};
   blockDim_ = {block.x, block.y, block.z};
   const unsigned threads = block.x * block.y * block.z;
@@ -273,6 +274,11 @@ void emu_launch(dim3 grid, dim3 block, size_t smem, F body) {
       }
   emu_body_call = nullptr;
   emu_body_arg = nullptr;
+}
+// A launch: run now, or queued on the emulated device's stream (emu_queue.h).
+template <class F>
+void emu_launch(dim3 grid, dim3 block, size_t smem, F body) {
+  emu_defer([grid, block, smem, body]() mutable { emu_launch_now(grid, block, smem, body); });
 }
 // The form run.sh writes for `k<<<grid, block, smem, stream>>>(args)`.
 template <class F>

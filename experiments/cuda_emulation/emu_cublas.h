@@ -8,10 +8,25 @@
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <algorithm>
+#include <type_traits>
+#include <vector>
 #include "emu_convert.h"
+#include "emu_queue.h"
 
 
 inline long emu_cublas_calls = 0;  // GEMM calls so far (the attention harness tells the cuBLAS path by it)
+
+// The sizes and leading dimensions as cuBLAS checks them.
+inline bool emu_gemm_dims_ok(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, int lda, int ldb,
+                             int ldc) {
+  const int rows_a = ta == CUBLAS_OP_N ? m : k, rows_b = tb == CUBLAS_OP_N ? k : n;
+  return m >= 0 && n >= 0 && k >= 0 && lda >= std::max(1, rows_a) && ldb >= std::max(1, rows_b) &&
+         ldc >= std::max(1, m);
+}
+
+template <class T, class Acc, class TC>
+void emu_gemm_run(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, Acc alpha, const T* A, int lda,
+                  long long sa, const T* B, int ldb, long long sb, Acc beta, TC* C, int ldc, long long sc, int count);
 
 // A and B of type T, C of type TC (T, or float32 beside bfloat16 operands), sums in Acc.
 template <class T, class Acc, class TC = T>
@@ -19,10 +34,15 @@ cublasStatus_t emu_gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n
                         int lda, long long sa, const T* B, int ldb, long long sb, Acc beta, TC* C, int ldc,
                         long long sc, int count) {
   ++emu_cublas_calls;
-  const int rows_a = ta == CUBLAS_OP_N ? m : k, rows_b = tb == CUBLAS_OP_N ? k : n;
-  if (m < 0 || n < 0 || k < 0 || count < 0 || lda < std::max(1, rows_a) || ldb < std::max(1, rows_b) ||
-      ldc < std::max(1, m))
-    return CUBLAS_STATUS_INVALID_VALUE;
+  if (count < 0 || !emu_gemm_dims_ok(ta, tb, m, n, k, lda, ldb, ldc)) return CUBLAS_STATUS_INVALID_VALUE;
+  // The products run on the stream (emu_queue.h): the scalars and pointers are the call's.
+  emu_defer([=] { emu_gemm_run<T, Acc, TC>(ta, tb, m, n, k, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc, sc, count); });
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+template <class T, class Acc, class TC>
+void emu_gemm_run(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, Acc alpha, const T* A, int lda,
+                  long long sa, const T* B, int ldb, long long sb, Acc beta, TC* C, int ldc, long long sc, int count) {
   for (int bi = 0; bi < count; ++bi)
     for (int j = 0; j < n; ++j)
       for (int i = 0; i < m; ++i) {
@@ -37,7 +57,6 @@ cublasStatus_t emu_gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n
         const Acc r = beta == Acc(0) ? alpha * s : alpha * s + beta * Acc(to_d(c));
         c = from_d<TC>(r);
       }
-  return CUBLAS_STATUS_SUCCESS;
 }
 
 inline cublasStatus_t emu_cublasDgemmStridedBatched(cublasHandle_t, cublasOperation_t ta, cublasOperation_t tb, int m,
@@ -94,15 +113,26 @@ inline cublasStatus_t emu_cublasGemmGroupedBatchedEx(
     const void* const B[], cudaDataType_t bt, const int ldb[], const void* beta, void* const C[], cudaDataType_t ct,
     const int ldc[], int groups, const int group_size[], cublasComputeType_t compute) {
   if (!emu_cublas_grouped) return CUBLAS_STATUS_NOT_SUPPORTED;
-  int at_problem = 0;
+  if (groups < 0) return CUBLAS_STATUS_INVALID_VALUE;
   for (int g = 0; g < groups; ++g)
-    for (int i = 0; i < group_size[g]; ++i, ++at_problem) {
-      const cublasStatus_t st = emu_cublasGemmEx(
-          h, ta[g], tb[g], m[g], n[g], k[g], static_cast<const float*>(alpha) + g, A[at_problem], at, lda[g],
-          B[at_problem], bt, ldb[g], static_cast<const float*>(beta) + g, C[at_problem], ct, ldc[g], compute,
-          CUBLAS_GEMM_DEFAULT);
-      if (st != CUBLAS_STATUS_SUCCESS) return st;
-    }
+    if (group_size[g] < 0 || !emu_gemm_dims_ok(ta[g], tb[g], m[g], n[g], k[g], lda[g], ldb[g], ldc[g]))
+      return CUBLAS_STATUS_INVALID_VALUE;
+  // The per-group arrays are host memory, read now; the pointer arrays A, B and C are
+  // device memory, read when the products run on the stream (emu_queue.h).
+  auto host = [groups](const auto* a) { return std::vector<std::remove_cv_t<std::remove_pointer_t<decltype(a)>>>(a, a + groups); };
+  const auto vta = host(ta), vtb = host(tb);
+  const auto vm = host(m), vn = host(n), vk = host(k), vlda = host(lda), vldb = host(ldb), vldc = host(ldc);
+  const auto vsize = host(group_size);
+  const auto valpha = host(static_cast<const float*>(alpha)), vbeta = host(static_cast<const float*>(beta));
+  emu_defer([=] {
+    int at_problem = 0;
+    for (int g = 0; g < groups; ++g)
+      for (int i = 0; i < vsize[size_t(g)]; ++i, ++at_problem) {
+        const size_t q = size_t(g);
+        emu_cublasGemmEx(h, vta[q], vtb[q], vm[q], vn[q], vk[q], &valpha[q], A[at_problem], at, vlda[q], B[at_problem],
+                         bt, vldb[q], &vbeta[q], C[at_problem], ct, vldc[q], compute, CUBLAS_GEMM_DEFAULT);
+      }
+  });
   return CUBLAS_STATUS_SUCCESS;
 }
 

@@ -26,6 +26,7 @@
 // the dQ accumulator), and the workspace size plans report.
 #pragma once
 #include <cudnn.h>
+#include "emu_queue.h"
 
 #include <cmath>
 #include <cstring>
@@ -630,5 +631,38 @@ inline cudnnStatus_t cudnnBackendExecute(cudnnHandle_t h, cudnnBackendDescriptor
   if (!p->finalized || p->type != CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR || !v->finalized ||
       v->type != CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR)
     return violation("an execution of something not a finalized plan and variant pack"), CUDNN_STATUS_BAD_PARAM;
-  return execute(p, v);
+  if (!emu_deferred()) return execute(p, v);
+  // On the stream (emu_queue.h). What cuDNN reads at the call is read now: the variant
+  // pack (the caller may destroy it on return) and the host values of the by-value
+  // tensors (the scale: the caller's local variable); device memory is read when the
+  // graph runs. The plan and its graph stay alive (the caller caches plans).
+  struct Snapshot {
+    Desc pack;
+    std::vector<std::vector<char>> values;  // the by-value tensors' bytes
+  };
+  auto snap = std::make_shared<Snapshot>();
+  snap->pack = *v;
+  const std::vector<int64_t> uids = v->get<int64_t>(CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS);
+  std::vector<void*> ptrs = v->get<void*>(CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS);
+  for (void* o : p->graph->get<void*>(CUDNN_ATTR_OPERATIONGRAPH_OPS)) {
+    Desc* op = static_cast<Desc*>(o);
+    std::vector<Desc*> ts = op_inputs(*op);
+    ts.push_back(op_output(*op));
+    for (Desc* t : ts) {
+      const TensorInfo ti = info(t);
+      if (!ti.by_value) continue;
+      for (size_t i = 0; i < uids.size(); ++i)
+        if (uids[i] == ti.uid && ptrs[i] != nullptr) {
+          const char* from = static_cast<const char*>(ptrs[i]);
+          snap->values.emplace_back(from, from + ti.span() * int64_t(dtype_bytes(ti.dtype)));
+          ptrs[i] = snap->values.back().data();
+        }
+    }
+  }
+  std::memcpy(snap->pack.attrs.at(int(CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS)).bytes.data(), ptrs.data(),
+              ptrs.size() * sizeof(void*));
+  emu_defer([p, snap] {
+    if (execute(p, &snap->pack) != CUDNN_STATUS_SUCCESS) violation("a deferred execution failed");
+  });
+  return CUDNN_STATUS_SUCCESS;
 }

@@ -14,11 +14,12 @@
 
 #undef MU_CUDA_CHECK_LAUNCH
 #define MU_CUDA_CHECK_LAUNCH(name) (void)(name)
-// Copies on the (absent) stream are immediate; errors are never raised.
+// Copies and sets on the stream as emu_queue.h orders them (immediate unless deferred);
+// errors are never raised.
 #include <cstring>
-#define cudaMemcpyAsync(dst, src, n, kind, s) (std::memcpy((dst), (src), (n)), cudaSuccess)
-#define cudaMemsetAsync(p, v, n, s) (std::memset((p), (v), (n)), cudaSuccess)
-#define cudaStreamSynchronize(s) cudaSuccess
+#define cudaMemcpyAsync(dst, src, n, kind, s) emu_memcpy_async((dst), (src), (n), (kind))
+#define cudaMemsetAsync(p, v, n, s) emu_memset_async((p), (v), (n))
+#define cudaStreamSynchronize(s) emu_synchronize()
 #define cudaGetErrorName(e) "emulated"
 #define cudaGetErrorString(e) "emulated"
 // The device is an H100 (as far as the kernels ask): 227 KiB of shared memory per

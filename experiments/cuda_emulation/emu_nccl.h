@@ -70,6 +70,9 @@ inline bool usable(ncclComm* c, const std::string& fn) {
 // rank alike), then the call's return as a nonblocking communicator gives it.
 template <class W>
 ncclResult_t run(ncclComm* c, const char* fn, W work) {
+  // The data moves now: the stream's earlier work (emu_queue.h) runs first, as it would
+  // have by the time NCCL's kernel, queued behind it, reads the buffers.
+  emu_flush();
   const Fault f = next_fault;
   next_fault = Fault::none;
   c->never_settles = f == Fault::never_settles;
@@ -183,7 +186,12 @@ inline cudaError_t event_record(cudaEvent_t e) {
   e->stuck = events_stuck;
   return cudaSuccess;
 }
-inline cudaError_t event_query(cudaEvent_t e) { return e->stuck ? cudaErrorNotReady : cudaSuccess; }
+// Deferred (emu_queue.h): each query lets the device run one more operation, and the
+// event fires once all are done.
+inline cudaError_t event_query(cudaEvent_t e) {
+  if (e->stuck) return cudaErrorNotReady;
+  return emu_progress() ? cudaSuccess : cudaErrorNotReady;
+}
 inline cudaError_t event_destroy(cudaEvent_t e) {
   delete e;
   --live_events;

@@ -1,12 +1,14 @@
 // A stand-in CUDA runtime and cuBLAS handle API for ops/cuda/runtime.cu under the host
 // emulation: one device whose memory is host memory under a byte budget (cudaMalloc fails
 // with cudaErrorMemoryAllocation past it, as the driver does when the device is full, and
-// the error is left for cudaGetLastError), streams and events that complete at once,
-// copies that are memcpy. Included before the file; the calls are renamed.
+// the error is left for cudaGetLastError), one stream whose work runs as emu_queue.h
+// orders it (at once, or deferred to the next synchronisation), events that mark all of
+// it. Included before the file; the calls are renamed.
 #pragma once
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include "emu_devices.h"
+#include "emu_queue.h"
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -27,6 +29,7 @@ inline cudaError_t emu_cudaMalloc(void** p, size_t n) {
   return cudaSuccess;
 }
 inline cudaError_t emu_cudaFree(void* p) {
+  emu_flush();  // cudaFree waits for the device's work, which may still use the block
   auto it = emu_device_blocks.find(p);
   if (it == emu_device_blocks.end()) return cudaErrorInvalidValue;  // not a live block
   ++emu_free_calls;
@@ -58,21 +61,24 @@ inline cudaError_t emu_cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) {
   *s = reinterpret_cast<cudaStream_t>(&emu_stream_object);
   return cudaSuccess;
 }
-inline cudaError_t emu_cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+inline cudaError_t emu_cudaStreamSynchronize(cudaStream_t) { return emu_synchronize(); }
 inline cudaError_t emu_cudaEventCreate(cudaEvent_t* e) { return *e = reinterpret_cast<cudaEvent_t>(&emu_event_object), cudaSuccess; }
 inline cudaError_t emu_cudaEventCreateWithFlags(cudaEvent_t* e, unsigned) { return emu_cudaEventCreate(e); }
 inline cudaError_t emu_cudaEventRecord(cudaEvent_t, cudaStream_t) { return cudaSuccess; }
-inline cudaError_t emu_cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
+// An event marks all the work issued before it (one stream): waiting for it is catching up.
+inline cudaError_t emu_cudaEventSynchronize(cudaEvent_t) { return emu_synchronize(); }
 inline cudaError_t emu_cudaEventElapsedTime(float* ms, cudaEvent_t, cudaEvent_t) { return *ms = 0, cudaSuccess; }
 inline cudaError_t emu_cudaEventDestroy(cudaEvent_t) { return cudaSuccess; }
-inline cudaError_t emu_cudaMallocHost(void** p, size_t n) { return *p = std::malloc(n), cudaSuccess; }
-inline cudaError_t emu_cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyKind, cudaStream_t) {
-  std::memcpy(d, s, n);
+inline cudaError_t emu_cudaMallocHost(void** p, size_t n) {
+  *p = std::malloc(n ? n : 1);
+  emu_pinned_add(*p, n);
   return cudaSuccess;
 }
+inline cudaError_t emu_cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyKind kind, cudaStream_t) {
+  return emu_memcpy_async(d, s, n, kind);
+}
 inline cudaError_t emu_cudaMemcpyPeerAsync(void* d, int, const void* s, int, size_t n, cudaStream_t) {
-  std::memcpy(d, s, n);
-  return cudaSuccess;
+  return emu_memcpy_async(d, s, n, cudaMemcpyDeviceToDevice);
 }
 inline const char* emu_cudaGetErrorName(cudaError_t e) {
   return e == cudaErrorMemoryAllocation ? "cudaErrorMemoryAllocation" : e == cudaSuccess ? "cudaSuccess" : "cudaError";

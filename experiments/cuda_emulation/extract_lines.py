@@ -13,7 +13,9 @@ import re
 import sys
 
 
-def launches(s):
+def launches(s, bind=False):
+    """bind: the arguments taken at the launch, by value (emu_bind), as CUDA takes them, so
+    that the launch may run later (emu_queue.h's deferred mode); else a [&] closure."""
     out, pos = [], 0
     while True:
         a = s.find('<<<', pos)
@@ -43,7 +45,11 @@ def launches(s):
             if depth == 0:
                 break
         out.append(s[pos:k])
-        out.append('::emu_launch(%s, [&] { %s%s; })' % (cfg, s[k:a], s[p:q]))
+        if bind:
+            out.append('::emu_launch(%s, ::emu_bind([=](auto&&... emu_p) { %s(emu_p...); }%s%s))'
+                       % (cfg, s[k:a], ', ' if s[p + 1:q - 1].strip() else '', s[p + 1:q - 1]))
+        else:
+            out.append('::emu_launch(%s, [&] { %s%s; })' % (cfg, s[k:a], s[p:q]))
         pos = q
 
 

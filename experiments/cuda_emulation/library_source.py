@@ -24,7 +24,7 @@ else:
     s = re.sub(r'^#include <(mma\.h|cub/[^>]*)>$', '', s, flags=re.M)  # the line kept, empty
     # lines.cuh launches kernels too: its rewritten copy (made by this script as well).
     s = s.replace('#include "ops/cuda/lines.cuh"', '#include "emulated_headers/lines.cuh"')
-    s = launches(s)
+    s = launches(s, bind=True)  # arguments taken at the launch: it may run later (emu_queue.h)
     s = SHARED.sub(shared, s)
     s = re.sub(r'extern __shared__ (?:__align__\(\d+\) )?([\w:]+(?: [\w:]+)*) (\w+)\[\];',
                r'\1* \2 = reinterpret_cast<\1*>(ctx->smem);', s)
