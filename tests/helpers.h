@@ -11,6 +11,20 @@
 
 #include "mumoe.h"
 
+// doctest prints a char pointer that is not a literal (a ternary of literals, dtype_name(),
+// a const char* variable) as an address; these print the text. (Its
+// DOCTEST_CONFIG_TREAT_CHAR_STAR_AS_STRING does not compile with Debian's doctest 2.4.9.)
+namespace doctest {
+template <>
+struct StringMaker<const char*> {
+  static String convert(const char* s) { return s ? String(s) : String("(null)"); }
+};
+template <>
+struct StringMaker<char*> {
+  static String convert(const char* s) { return s ? String(s) : String("(null)"); }
+};
+}  // namespace doctest
+
 // Checks that `expr` throws mu::Error whose message contains `needle`.
 #define CHECK_THROWS_MU(expr, needle)                                                  \
   do {                                                                                 \
