@@ -9,7 +9,8 @@
 #   entmax       functions run too, through emu_extra.h and emu_host.h)
 #   matmul       matmul's host side and packing kernel, cuBLAS stood in for by emu_cublas.h
 #   grouped      grouped_mm and its weight gradient (host side; cuBLAS as for matmul)
-#   runtime      runtime.cu's caching allocator and staged copies over emu_runtime.h
+#   runtime      runtime.cu's caching allocator and staged copies over emu_runtime.h, then
+#                the same with the work deferred (emu_queue.h), and that queue's ordering
 #   hadamard     the fused Hadamard-of-GEMMs kernels (SIMT, and tensor cores through
 #                emu_wmma.h)
 #   flash        the tensor-core bfloat16 attention backward (attention_flash.cu), its
@@ -187,6 +188,8 @@ fi
 
 if wants runtime; then
   harness runtime
+  # Again with the device's work deferred to each synchronisation (emu_queue.h).
+  MUMOE_EMULATED_DEFERRED=1 "$out/runtime"
 fi
 
 if wants flash; then

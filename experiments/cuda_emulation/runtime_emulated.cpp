@@ -8,6 +8,7 @@
 #include "emu_runtime.h"
 #include "ops/cuda/runtime.cu"
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -18,6 +19,55 @@ static int failures = 0;
 static void check(bool ok, const std::string& what) {
   std::printf("%s: %s\n", what.c_str(), ok ? "ok" : "FAIL");
   failures += !ok;
+}
+
+// With MUMOE_EMULATED_DEFERRED=1 (run.sh runs this harness both ways): the queue of
+// emu_queue.h holds the device's work until the host synchronises, so that the emulated
+// device's `cuda` tests (device_tests.sh, deferred mode) would see a missing wait.
+static void check_deferred() {
+  const size_t n = 3 * 1024 * 1024 + 5;
+  int* dev = static_cast<int*>(cuda::allocate(sizeof(int), 0));
+  *dev = 1;
+  emu_defer([dev] { *dev = 2; });  // a kernel writing 2
+  check(*dev == 1, "deferred: a queued write has not run before a synchronisation");
+  cuda::synchronize(0);
+  check(*dev == 2, "deferred: it has after cudaStreamSynchronize");
+
+  // A result read through the runtime's copy: it waits for the work before it.
+  emu_defer([dev] { *dev = 3; });
+  int got = 0;
+  cuda::memcpy(&got, Device::cpu(), dev, Device::cuda(0), sizeof(int));
+  check(got == 3, "deferred: a device-to-host copy sees the work queued before it");
+
+  // What a missing wait looks like: a pinned buffer read before the copy into it has run.
+  void* pinned = nullptr;
+  cudaMallocHost(&pinned, sizeof(int));
+  *static_cast<int*>(pinned) = -1;
+  emu_defer([dev] { *dev = 4; });
+  cudaMemcpyAsync(pinned, dev, sizeof(int), cudaMemcpyDeviceToHost, nullptr);
+  check(*static_cast<int*>(pinned) == -1, "deferred: a pinned buffer read without a wait is stale");
+  cudaEvent_t e;
+  cudaEventCreate(&e);
+  cudaEventRecord(e, nullptr);
+  cudaEventSynchronize(e);
+  check(*static_cast<int*>(pinned) == 4, "deferred: and current after the event's wait");
+
+  // A pageable source is staged at the call: changing it afterwards changes nothing.
+  std::vector<unsigned char> src(n, 7);
+  unsigned char* big = static_cast<unsigned char*>(cuda::allocate(n, 0));
+  cudaMemcpyAsync(big, src.data(), n, cudaMemcpyHostToDevice, nullptr);
+  std::fill(src.begin(), src.end(), 9);
+  cuda::synchronize(0);
+  check(std::all_of(big, big + n, [](unsigned char c) { return c == 7; }),
+        "deferred: a pageable source is taken at the call");
+  // cudaFree waits for the device's work (which might still use the block).
+  void* raw = nullptr;
+  cudaMalloc(&raw, 64);
+  emu_defer([dev] { *dev = 5; });
+  cudaFree(raw);
+  check(*dev == 5 && emu_queue.empty(), "deferred: cudaFree runs the queued work first");
+  cuda::deallocate(big, n, 0);
+  cuda::deallocate(dev, sizeof(int), 0);
 }
 
 int main() {
@@ -84,6 +134,7 @@ int main() {
   check(dev_ok && back == src, "host -> device -> host through the staging chunks");
   cuda::deallocate(dev, n, 0);
   cuda::deallocate(p2, 900, 0);
+  if (emu_deferred()) check_deferred();
 
   std::printf("%s\n", failures ? "FAIL" : "PASS");
   return failures ? 1 : 0;
