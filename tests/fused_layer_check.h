@@ -1,7 +1,8 @@
-// A μMoE layer's fused path (CPMuMoE / TRMuMoE ::set_fused) held to the same layer
-// unfused and to the DenseMoE of its materialised tensor: values, and the gradients of
-// the input, the coefficients and every factor. Shared by the suites of the fused ops
-// (test_hadamard_gemm, test_ring_gemm).
+// Checks shared by the suites of the fused μMoE ops (test_hadamard_gemm, test_ring_gemm):
+// an op's gradients against its composition's, and a layer's fused path
+// (CPMuMoE / TRMuMoE ::set_fused) held to the same layer unfused and to the DenseMoE of
+// its materialised tensor: values, and the gradients of the input, the coefficients and
+// every factor.
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -15,6 +16,30 @@ inline double rel_err(const mu::Tensor& got, const mu::Tensor& want) {
   double scale = 0;
   for (double v : want.to_vector<double>()) scale = std::max(scale, std::abs(v));
   return max_abs_diff(got.to(mu::kFloat64), want.to(mu::kFloat64)) / std::max(scale, 1e-300);
+}
+
+// The gradients of the leaves f (the fused op's graph, in dt on dev) against those of
+// the same leaves in the composition's graph in dt (p) and in float64 on the CPU (r).
+// bfloat16: the two graphs round their intermediates differently.
+inline void check_fused_grads(const mu::autograd::TensorList& f, const mu::autograd::TensorList& p,
+                              const mu::autograd::TensorList& r, mu::Device dev, mu::DType dt) {
+  using namespace mu;
+  for (size_t i = 0; i < f.size(); ++i) {
+    INFO(dev.str() << " " << dtype_name(dt) << " input " << i);
+    REQUIRE(f[i].grad().defined());
+    CHECK(f[i].grad().device() == dev);
+    CHECK(f[i].grad().dtype() == dt);
+    CHECK(rel_err(f[i].grad(), p[i].grad()) <= (dt == kFloat32 ? 1e-5 : 5e-2));
+    CHECK(rel_err(f[i].grad(), r[i].grad()) <= (dt == kFloat32 ? 1e-5 : 3e-2));
+  }
+}
+
+// The layers' shape in these checks: 37 -> 11 with E levels of 5, then 3, experts.
+inline mu::nn::MoEShape fused_check_shape(int64_t E, bool bias) {
+  mu::nn::MoEShape s;
+  s.in = 37, s.out = 11, s.bias = bias;
+  for (int64_t e = 0; e < E; ++e) s.experts.push_back(e == 0 ? 5 : 3);
+  return s;
 }
 
 // L(s, args...) twice, float64 on `dev`, with the same random factors (larger than the

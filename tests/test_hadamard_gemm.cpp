@@ -228,15 +228,7 @@ TEST_CASE("hadamard_gemm: gradients on each device equal the einsum composition'
       TensorList r;
       for (const Tensor& t : leaves()) r.push_back(t.detach().to(kFloat64).cpu().requires_grad_());
       sum(composed({r[0], r[1]}, {r[2], r[3]}, r[4]) * w.to(kFloat64).cpu()).backward();
-      for (size_t i = 0; i < f.size(); ++i) {
-        INFO(dev.str() << " " << std::string(dtype_name(dt)) << " input " << i);
-        REQUIRE(f[i].grad().defined());
-        CHECK(f[i].grad().device() == dev);
-        CHECK(f[i].grad().dtype() == dt);
-        // bfloat16: both sides round their (M, R) intermediates differently.
-        CHECK(rel_err(f[i].grad(), c[i].grad()) <= (dt == kFloat32 ? 1e-5 : 5e-2));
-        CHECK(rel_err(f[i].grad(), r[i].grad()) <= (dt == kFloat32 ? 1e-5 : 3e-2));
-      }
+      check_fused_grads(f, c, r, dev, dt);
     }
 }
 
@@ -262,9 +254,7 @@ TEST_CASE("CP layer: the fused path equals the einsum path and the DenseMoE of i
     for (int64_t E : {1, 2})
       for (bool bias : {true, false}) {
         manual_seed(uint64_t(80 + E));
-        nn::MoEShape s;
-        s.in = 37, s.out = 11, s.bias = bias;
-        for (int64_t e = 0; e < E; ++e) s.experts.push_back(e == 0 ? 5 : 3);
+        const nn::MoEShape s = fused_check_shape(E, bias);
         INFO(dev.str() << " E=" << E << " bias=" << bias);
         check_fused_layer<nn::CPMuMoE>(s, dev, int64_t(70));
       }

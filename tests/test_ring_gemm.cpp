@@ -185,14 +185,7 @@ TEST_CASE("ring_gemm: gradients on each device equal the composition's and the C
       TensorList r;
       for (const Tensor& t : leaves()) r.push_back(t.detach().to(kFloat64).cpu().requires_grad_());
       sum(composed(r[0], r[1], r[2]) * g.to(kFloat64).cpu()).backward();
-      for (size_t i = 0; i < f.size(); ++i) {
-        INFO(dev.str() << " " << std::string(dtype_name(dt)) << " input " << i);
-        REQUIRE(f[i].grad().defined());
-        CHECK(f[i].grad().device() == dev);
-        CHECK(f[i].grad().dtype() == dt);
-        CHECK(rel_err(f[i].grad(), p[i].grad()) <= (dt == kFloat32 ? 1e-5 : 5e-2));
-        CHECK(rel_err(f[i].grad(), r[i].grad()) <= (dt == kFloat32 ? 1e-5 : 3e-2));
-      }
+      check_fused_grads(f, p, r, dev, dt);
     }
 }
 
@@ -222,9 +215,7 @@ TEST_CASE("TR and TT layers: the fused path equals the unfused one and the Dense
     for (int64_t E : {1, 2})
       for (bool bias : {true, false}) {
         manual_seed(uint64_t(80 + E));
-        nn::MoEShape s;
-        s.in = 37, s.out = 11, s.bias = bias;
-        for (int64_t e = 0; e < E; ++e) s.experts.push_back(e == 0 ? 5 : 3);
+        const nn::MoEShape s = fused_check_shape(E, bias);
         INFO(dev.str() << " E=" << E << " bias=" << bias);
         // TR ranks (R_1, ..., R_{E+2}), all different so that a swapped mode shows.
         std::vector<int64_t> tr = E == 1 ? std::vector<int64_t>{3, 4, 6} : std::vector<int64_t>{3, 2, 4, 5};
