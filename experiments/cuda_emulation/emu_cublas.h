@@ -24,6 +24,12 @@ inline bool emu_gemm_dims_ok(cublasOperation_t ta, cublasOperation_t tb, int m, 
          ldc >= std::max(1, m);
 }
 
+// The type combinations of the Ex calls the stand-in computes: float32 throughout, or
+// bfloat16 operands with a bfloat16 or float32 result.
+inline bool emu_gemm_types_ok(cudaDataType_t at, cudaDataType_t bt, cudaDataType_t ct) {
+  return at == bt && ((at == CUDA_R_32F && ct == CUDA_R_32F) || (at == CUDA_R_16BF && (ct == CUDA_R_16BF || ct == CUDA_R_32F)));
+}
+
 template <class T, class Acc, class TC>
 void emu_gemm_run(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, Acc alpha, const T* A, int lda,
                   long long sa, const T* B, int ldb, long long sb, Acc beta, TC* C, int ldc, long long sc, int count);
@@ -112,7 +118,7 @@ inline cublasStatus_t emu_cublasGemmGroupedBatchedEx(
     const int k[], const void* alpha, const void* const A[], cudaDataType_t at, const int lda[],
     const void* const B[], cudaDataType_t bt, const int ldb[], const void* beta, void* const C[], cudaDataType_t ct,
     const int ldc[], int groups, const int group_size[], cublasComputeType_t compute) {
-  if (!emu_cublas_grouped) return CUBLAS_STATUS_NOT_SUPPORTED;
+  if (!emu_cublas_grouped || !emu_gemm_types_ok(at, bt, ct)) return CUBLAS_STATUS_NOT_SUPPORTED;
   if (groups < 0) return CUBLAS_STATUS_INVALID_VALUE;
   for (int g = 0; g < groups; ++g)
     if (group_size[g] < 0 || !emu_gemm_dims_ok(ta[g], tb[g], m[g], n[g], k[g], lda[g], ldb[g], ldc[g]))

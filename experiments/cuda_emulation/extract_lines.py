@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Rewrites a CUDA source of ops/cuda/ into C++ that runs under emu.h:
   - `k<T><<<grid, block, smem, stream>>>(args);` becomes
-    `::emu_launch(grid, block, smem, stream, [&] { k<T>(args); });`
+    `::emu_launch(grid, block, smem, stream, [&] { k<T>(args); });` (for the library,
+    library_source.py: with the arguments bound by value at the launch, emu_bind, so
+    that it may run later, emu_queue.h);
   - `__shared__ [alignas(N)] T name[A][B];` (or a scalar) becomes per-block storage from
     emu_shared (128-byte aligned);
   - MU_REGISTER_KERNEL lines are dropped (the emulated functions are called directly;
