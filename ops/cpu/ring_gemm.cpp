@@ -1,14 +1,17 @@
-// CPU kernel of the fused ring-contraction GEMM (declared in ops/kernels/ring_gemm.h):
-// plain loops, one output row at a time (rows in parallel). For row m, the row of A
-// (a[s P + p] = Σ_r c[m, p, r] h[m, r, s]) is formed in a buffer of S P entries, then
-// out[m, :] = Σ_k a[k] w[k, :] is summed k-outer, so that the inner loop runs along a row
-// of w (unit stride, vectorisable). Sums are carried in acc_t (double for float32);
-// bfloat16 entries of A are rounded to bfloat16 as the CUDA kernel stores them for its
-// tensor cores, the output rounded once.
+// CPU kernel of the fused ring-contraction GEMM (declared in ops/kernels/ring_gemm.h).
+// Rows go in blocks (kBlockBytes of A each): the block's rows of A
+// (a[s P + p] = Σ_r c[m, p, r] h[m, r, s], summed in acc_t and rounded once to the compute
+// type) are formed in a buffer, then multiplied by w with the CPU's GEMM (ops/cpu/gemm.h),
+// so that the product runs at the GEMM's rate; A is whole in memory only when it fits one
+// block. float32 and float64 compute in their own type (the GEMM's float32 sums, as
+// matmul's); bfloat16 is widened to float32 (A's entries rounded to bfloat16 first, as
+// the CUDA kernel stores them for its tensor cores; w widened once) and the output
+// rounded to bfloat16 once.
 #include <algorithm>
 #include <type_traits>
 #include <vector>
 
+#include "ops/cpu/gemm.h"
 #include "ops/cpu/loops.h"
 #include "ops/kernels/ring_gemm.h"
 
@@ -24,39 +27,73 @@ auto load(T x) {
   else return x;
 }
 
+// A block's rows of A take up to this many bytes (at least 256 rows): each block's GEMM
+// packs w again, so blocks are as large as memory allows (the whole of a 2048-token
+// layer's A at S P = 596, 4.9 MB; a quarter of a GPT-2 batch's).
+constexpr int64_t kBlockBytes = int64_t(8) << 20;
+
 template <class T>
-void ring_gemm_rows(T* out, const T* c, const T* h, const T* w, int64_t M, int64_t P, int64_t R, int64_t S,
-                    int64_t N) {
+void ring_gemm_blocks(T* out, const T* c, const T* h, const T* w, int64_t M, int64_t P, int64_t R, int64_t S,
+                      int64_t N) {
   constexpr bool kBf16 = std::is_same_v<T, bfloat16_t>;
-  // float sums for bfloat16 (as a tensor-core kernel carries them), acc_t otherwise.
-  using A = std::conditional_t<kBf16, float, acc_t<T>>;
+  using W = decltype(load(T()));  // the compute type
+  using A = acc_t<W>;             // A's entries are summed in double for float32
   const int64_t K = S * P;
-#pragma omp parallel if (M * N * std::max<int64_t>(K, 1) > 65536)
-  {
-    // Per thread: the row of A and the row of output sums.
-    std::vector<A> arow(static_cast<size_t>(K)), acc(static_cast<size_t>(N));
+  // w in the compute type: bfloat16 widened once, else w itself.
+  Tensor w_wide;
+  const W* wp = nullptr;
+  if constexpr (kBf16) {
+    w_wide = empty({K * N}, TensorOptions(kFloat32));
+    W* ww = w_wide.data_ptr<W>();
+#pragma omp parallel for schedule(static) if (K * N > kParallelGrain)
+    for (int64_t i = 0; i < K * N; ++i) ww[i] = load(w[i]);
+    wp = ww;
+  } else {
+    wp = w;
+  }
+  const int64_t block = std::min(M, std::max<int64_t>(256, kBlockBytes / std::max<int64_t>(1, K * int64_t(sizeof(W)))));
+  // Scratch from the framework's allocator, which keeps freed blocks: fresh pages from the
+  // system cost a page fault each (a fifth of a bfloat16 GPT-2 layer's time when these
+  // were new[]); uninitialised, every entry is written before it is read.
+  const DType wt = std::is_same_v<W, double> ? kFloat64 : kFloat32;
+  const Tensor a_buf = empty({block * K}, TensorOptions(wt));
+  const Tensor o_buf = kBf16 ? empty({block * N}, TensorOptions(wt)) : Tensor();
+  W* const a = a_buf.data_ptr<W>();
+  W* const o = kBf16 ? o_buf.data_ptr<W>() : nullptr;
+  for (int64_t m0 = 0; m0 < M; m0 += block) {
+    const int64_t rows = std::min(block, M - m0);
+#pragma omp parallel if (rows * K * R > 32768)
+    {
+      // Per thread: one row's product c[m] · h[m] (P x S), summed along h's rows (unit
+      // stride, vectorisable), then stored transposed into A's s-major row.
+      std::vector<A> q(size_t(P * S));
 #pragma omp for schedule(static)
-    for (int64_t m = 0; m < M; ++m) {
-      const T* cm = c + m * P * R;
-      const T* hm = h + m * R * S;
-      for (int64_t s = 0; s < S; ++s)
-        for (int64_t p = 0; p < P; ++p) {
-          A v = 0;
-          for (int64_t r = 0; r < R; ++r) v += A(load(cm[p * R + r])) * A(load(hm[r * S + s]));
-          // bfloat16: the entry as the tensor cores read it.
-          arow[size_t(s * P + p)] = kBf16 ? A(float(bfloat16_t(float(v)))) : v;
-        }
-      std::fill(acc.begin(), acc.end(), A(0));
-      for (int64_t k = 0; k < K; ++k) {
-        const A x = arow[size_t(k)];
-        const T* wr = w + k * N;
-        for (int64_t n = 0; n < N; ++n) acc[size_t(n)] += x * A(load(wr[n]));
+      for (int64_t i = 0; i < rows; ++i) {
+        const T* cm = c + (m0 + i) * P * R;
+        const T* hm = h + (m0 + i) * R * S;
+        std::fill(q.begin(), q.end(), A(0));
+        for (int64_t p = 0; p < P; ++p)
+          for (int64_t r = 0; r < R; ++r) {
+            const A cv = A(load(cm[p * R + r]));
+            const T* hr = hm + r * S;
+            A* qp = q.data() + p * S;
+            for (int64_t s = 0; s < S; ++s) qp[s] += cv * A(load(hr[s]));
+          }
+        W* ar = a + i * K;
+        for (int64_t s = 0; s < S; ++s)
+          for (int64_t p = 0; p < P; ++p) {
+            const A v = q[size_t(p * S + s)];
+            // bfloat16: the entry as the tensor cores read it.
+            ar[s * P + p] = kBf16 ? W(float(bfloat16_t(float(v)))) : W(v);
+          }
       }
-      T* orow = out + m * N;
-      for (int64_t n = 0; n < N; ++n) {
-        if constexpr (kBf16) orow[n] = bfloat16_t(float(acc[size_t(n)]));
-        else orow[n] = T(acc[size_t(n)]);
-      }
+    }
+    W* dst = kBf16 ? o : reinterpret_cast<W*>(out + m0 * N);
+    gemm<W>(1, rows, N, K, MatrixRef<const W>{a, 0, K, 1}, MatrixRef<const W>{wp, 0, N, 1},
+            MatrixRef<W>{dst, 0, N, 1});
+    if constexpr (kBf16) {
+#pragma omp parallel for schedule(static) if (rows * N > kParallelGrain)
+      for (int64_t i = 0; i < rows * N; ++i) out[m0 * N + i] = bfloat16_t(o[i]);
     }
   }
 }
@@ -66,7 +103,7 @@ void ring_gemm(const Tensor& out, const Tensor& c, const Tensor& h, const Tensor
   if (M == 0 || N == 0) return;
   auto run = [&](auto tag) {
     using T = decltype(tag);
-    ring_gemm_rows<T>(out.data_ptr<T>(), c.data_ptr<T>(), h.data_ptr<T>(), w.data_ptr<T>(), M, P, R, S, N);
+    ring_gemm_blocks<T>(out.data_ptr<T>(), c.data_ptr<T>(), h.data_ptr<T>(), w.data_ptr<T>(), M, P, R, S, N);
   };
   switch (out.dtype()) {
     case DType::Float32: run(float{}); return;
