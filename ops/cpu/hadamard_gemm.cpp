@@ -9,32 +9,17 @@
 #include <vector>
 
 #include "ops/cpu/loops.h"
+#include "ops/cpu/widen.h"
 #include "ops/kernels/hadamard_gemm.h"
 
 namespace mu::cpu {
 
 namespace {
 
-// The type a T is computed in: float for bfloat16 (the CPU has no bfloat16 arithmetic).
-template <class T> struct Compute { using type = T; };
-template <> struct Compute<bfloat16_t> { using type = float; };
-
-template <class T>
-typename Compute<T>::type load(T x) {
-  if constexpr (std::is_same_v<T, bfloat16_t>) return float(x);
-  else return x;
-}
-
-template <class T, class W>
-T store(W x) {
-  if constexpr (std::is_same_v<T, bfloat16_t>) return bfloat16_t(float(x));
-  else return T(x);
-}
-
 template <class T>
 void hadamard_gemm_rows(T* out, const std::vector<const T*>& a, const std::vector<const T*>& b,
                         const std::vector<int64_t>& K, const T* scale, int64_t M, int64_t R) {
-  using W = typename Compute<T>::type;
+  using W = compute_t<T>;
   // double for float32 (long sums); float for bfloat16, as a tensor-core kernel sums it.
   using A = std::conditional_t<std::is_same_v<T, bfloat16_t>, float, acc_t<W>>;
   const size_t n = a.size();
@@ -48,9 +33,9 @@ void hadamard_gemm_rows(T* out, const std::vector<const T*>& a, const std::vecto
         std::fill(acc.begin(), acc.end(), A(0));
         const T* ar = a[k] + m * K[k];
         for (int64_t j = 0; j < K[k]; ++j) {
-          const A x = A(load(ar[j]));
+          const A x = A(widen_value(ar[j]));
           const T* br = b[k] + j * R;
-          for (int64_t r = 0; r < R; ++r) acc[size_t(r)] += x * A(load(br[r]));
+          for (int64_t r = 0; r < R; ++r) acc[size_t(r)] += x * A(widen_value(br[r]));
         }
         // The first factor starts the product; later ones multiply into it.
         for (int64_t r = 0; r < R; ++r) prod[size_t(r)] = k == 0 ? acc[size_t(r)] : prod[size_t(r)] * acc[size_t(r)];
@@ -58,7 +43,7 @@ void hadamard_gemm_rows(T* out, const std::vector<const T*>& a, const std::vecto
       T* orow = out + m * R;
       const T* srow = scale ? scale + m * R : nullptr;
       for (int64_t r = 0; r < R; ++r)
-        orow[r] = store<T>(srow ? prod[size_t(r)] * A(load(srow[r])) : prod[size_t(r)]);
+        orow[r] = narrow_value<T>(srow ? prod[size_t(r)] * A(widen_value(srow[r])) : prod[size_t(r)]);
     }
   }
 }
@@ -78,13 +63,7 @@ void hadamard_gemm(const Tensor& out, const std::vector<Tensor>& a, const std::v
     }
     hadamard_gemm_rows<T>(out.data_ptr<T>(), ap, bp, K, scale.defined() ? scale.data_ptr<T>() : nullptr, M, R);
   };
-  switch (out.dtype()) {
-    case DType::Float32: run(float{}); return;
-    case DType::Float64: run(double{}); return;
-    case DType::BFloat16: run(bfloat16_t{}); return;
-    default: break;
-  }
-  MU_FAIL("hadamard_gemm: dtype ", dtype_name(out.dtype()), " is not supported (float32, float64 or bfloat16)");
+  dispatch_float_bf16(out.dtype(), "hadamard_gemm", run);
 }
 
 }  // namespace

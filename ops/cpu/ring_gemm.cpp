@@ -13,19 +13,12 @@
 
 #include "ops/cpu/gemm.h"
 #include "ops/cpu/loops.h"
+#include "ops/cpu/widen.h"
 #include "ops/kernels/ring_gemm.h"
 
 namespace mu::cpu {
 
 namespace {
-
-// A value of T in the type it is computed in: float for bfloat16 (the CPU has no
-// bfloat16 arithmetic), T itself otherwise.
-template <class T>
-auto load(T x) {
-  if constexpr (std::is_same_v<T, bfloat16_t>) return float(x);
-  else return x;
-}
 
 // A block's rows of A take up to this many bytes (at least 256 rows): each block's GEMM
 // packs w again, so blocks are as large as memory allows (the whole of a 2048-token
@@ -36,7 +29,7 @@ template <class T>
 void ring_gemm_blocks(T* out, const T* c, const T* h, const T* w, int64_t M, int64_t P, int64_t R, int64_t S,
                       int64_t N) {
   constexpr bool kBf16 = std::is_same_v<T, bfloat16_t>;
-  using W = decltype(load(T()));  // the compute type
+  using W = compute_t<T>;
   using A = acc_t<W>;             // A's entries are summed in double for float32
   const int64_t K = S * P;
   // w in the compute type: bfloat16 widened once, else w itself.
@@ -46,7 +39,7 @@ void ring_gemm_blocks(T* out, const T* c, const T* h, const T* w, int64_t M, int
     w_wide = empty({K * N}, TensorOptions(kFloat32));
     W* ww = w_wide.data_ptr<W>();
 #pragma omp parallel for schedule(static) if (K * N > kParallelGrain)
-    for (int64_t i = 0; i < K * N; ++i) ww[i] = load(w[i]);
+    for (int64_t i = 0; i < K * N; ++i) ww[i] = widen_value(w[i]);
     wp = ww;
   } else {
     wp = w;
@@ -74,10 +67,10 @@ void ring_gemm_blocks(T* out, const T* c, const T* h, const T* w, int64_t M, int
         std::fill(q.begin(), q.end(), A(0));
         for (int64_t p = 0; p < P; ++p)
           for (int64_t r = 0; r < R; ++r) {
-            const A cv = A(load(cm[p * R + r]));
+            const A cv = A(widen_value(cm[p * R + r]));
             const T* hr = hm + r * S;
             A* qp = q.data() + p * S;
-            for (int64_t s = 0; s < S; ++s) qp[s] += cv * A(load(hr[s]));
+            for (int64_t s = 0; s < S; ++s) qp[s] += cv * A(widen_value(hr[s]));
           }
         W* ar = a + i * K;
         for (int64_t s = 0; s < S; ++s)
@@ -93,7 +86,7 @@ void ring_gemm_blocks(T* out, const T* c, const T* h, const T* w, int64_t M, int
             MatrixRef<W>{dst, 0, N, 1});
     if constexpr (kBf16) {
 #pragma omp parallel for schedule(static) if (rows * N > kParallelGrain)
-      for (int64_t i = 0; i < rows * N; ++i) out[m0 * N + i] = bfloat16_t(o[i]);
+      for (int64_t i = 0; i < rows * N; ++i) out[m0 * N + i] = narrow_value<T>(o[i]);
     }
   }
 }
@@ -105,13 +98,7 @@ void ring_gemm(const Tensor& out, const Tensor& c, const Tensor& h, const Tensor
     using T = decltype(tag);
     ring_gemm_blocks<T>(out.data_ptr<T>(), c.data_ptr<T>(), h.data_ptr<T>(), w.data_ptr<T>(), M, P, R, S, N);
   };
-  switch (out.dtype()) {
-    case DType::Float32: run(float{}); return;
-    case DType::Float64: run(double{}); return;
-    case DType::BFloat16: run(bfloat16_t{}); return;
-    default: break;
-  }
-  MU_FAIL("ring_gemm: dtype ", dtype_name(out.dtype()), " is not supported (float32, float64 or bfloat16)");
+  dispatch_float_bf16(out.dtype(), "ring_gemm", run);
 }
 
 }  // namespace
