@@ -3,9 +3,7 @@
 // several such tiles together, and ops/cuda/ring_gemm.cu, whose A is computed as it is
 // read). A is reached only through a loader `a(row, k)` (called for row < M and k < K
 // only), so a kernel decides what A is: a dense matrix, or entries formed on the fly.
-// B is dense row-major (K, R). Tiles are zero-padded past the matrix edges, so sizes need
-// not be multiples of the tile; each thread reads the next stage into registers while the
-// current one is multiplied (software pipelining).
+// B is dense row-major (K, R). Both read their stages through StageFetch.
 //
 // - float32 / float64 (simt_tile_product): 256 threads, each a 4 x 4 micro-tile at rows
 //   ty + 16 i and columns tx + 16 j (strided, so a warp reads consecutive shared-memory
@@ -30,16 +28,45 @@ using cuda::bf16;
 
 constexpr int kTile = 64;  // output rows and columns per block
 
+// One thread's share of a shared-memory stage, fetched from global memory into registers
+// (so that the next stage is in flight while the current one is multiplied). The a tile
+// (64 rows x Depth) and the b tile (Depth x 64) each hold 64 Depth elements, kLoads per
+// thread: element e = tid + Threads l is, in a's, row e / Depth = a_r + l a_step, column
+// a_c (fixed per thread); in b's, row b_r + l b_step, column b_c. So consecutive threads
+// read consecutive k of one row of a and consecutive columns of one row of b. Zeros past
+// M, K and R, so that sizes need not be multiples of the tile.
+template <class T, int Threads, int Depth>
+struct StageFetch {
+  static_assert(Threads % Depth == 0 && Threads % kTile == 0, "a thread keeps one tile column across its loads");
+  static constexpr int kLoads = kTile * Depth / Threads, a_step = Threads / Depth, b_step = Threads / kTile;
+  int a_r, a_c, b_r, b_c;
+  T ra[kLoads], rb[kLoads];
+
+  __device__ explicit StageFetch(int tid) : a_r(tid / Depth), a_c(tid % Depth), b_r(tid / kTile), b_c(tid % kTile) {}
+
+  // The stage of depth k0 .. k0 + Depth: a through its loader, b row-major (K, R).
+  template <class ALoad>
+  __device__ __forceinline__ void operator()(const ALoad& a, const T* B, int64_t M, int64_t K, int64_t R,
+                                             int64_t row0, int64_t col0, int64_t k0, T zero) {
+    const bool a_in = k0 + a_c < K;
+#pragma unroll
+    for (int l = 0; l < kLoads; ++l) {
+      const int64_t r = row0 + a_r + l * a_step;
+      ra[l] = a_in && r < M ? a(r, k0 + a_c) : zero;
+    }
+    const bool b_in = col0 + b_c < R;
+    const T* pb = B + (k0 + b_r) * R + col0 + b_c;
+#pragma unroll
+    for (int l = 0; l < kLoads; ++l) rb[l] = b_in && k0 + b_r + l * b_step < K ? pb[int64_t(l * b_step) * R] : zero;
+  }
+};
+
 // ---------------------------------------------------------------- float32 / float64
 
 constexpr int kTileK = 16;     // depth of one shared-memory stage
 constexpr int kSimtThreads = 256;
 constexpr int kMicro = 4;      // each thread: kMicro x kMicro outputs
 constexpr int kLanes = kTile / kMicro;  // 16 threads across a tile's rows (and columns)
-// Elements of each tile (a's and b's are the same size) one thread moves per stage.
-constexpr int kSimtLoads = kTile * kTileK / kSimtThreads;  // 4
-static_assert(kSimtThreads % kTileK == 0 && kSimtThreads % kTile == 0,
-              "a thread keeps one tile column across its loads (fetch's indexing)");
 
 // The stages: a's tile transposed ([depth][row]) so the inner loop reads a column of it
 // as a row; +1 column so the transposing stores of one warp fall in different banks.
@@ -60,42 +87,22 @@ __device__ __forceinline__ void simt_tile_product(T (&acc)[kMicro][kMicro], Simt
                                                   const T* B, int64_t M, int64_t K, int64_t R, int64_t row0,
                                                   int64_t col0) {
   const int tid = threadIdx.x, tx = tid % kLanes, ty = tid / kLanes;
-  // This thread's place in the tile loads (see fetch).
-  constexpr int a_step = kSimtThreads / kTileK, b_step = kSimtThreads / kTile;
-  const int a_r = tid / kTileK, a_c = tid % kTileK, b_r = tid / kTile, b_c = tid % kTile;
 #pragma unroll
   for (int i = 0; i < kMicro; ++i)
 #pragma unroll
     for (int j = 0; j < kMicro; ++j) acc[i][j] = T(0);
 
-  // Each thread's share of the next stage's tiles, fetched into registers.
-  T ra[kSimtLoads], rb[kSimtLoads];
-  // Element e = tid + kSimtThreads l of a tile: in a's, row e / kTileK = a_r + l a_step,
-  // column a_c (fixed per thread); in b's, row b_r + l b_step, column b_c. So consecutive
-  // threads read consecutive k of one row of a, consecutive columns of one row of b.
-  auto fetch = [&](int64_t k0) {
-    const bool a_in = k0 + a_c < K;
-#pragma unroll
-    for (int l = 0; l < kSimtLoads; ++l) {
-      const int64_t r = row0 + a_r + l * a_step;
-      ra[l] = a_in && r < M ? a(r, k0 + a_c) : T(0);
-    }
-    const bool b_in = col0 + b_c < R;
-    const T* pb = B + (k0 + b_r) * R + col0 + b_c;
-#pragma unroll
-    for (int l = 0; l < kSimtLoads; ++l)
-      rb[l] = b_in && k0 + b_r + l * b_step < K ? pb[int64_t(l * b_step) * R] : T(0);
-  };
-  if (K > 0) fetch(0);
+  StageFetch<T, kSimtThreads, kTileK> f(tid);
+  if (K > 0) f(a, B, M, K, R, row0, col0, 0, T(0));
   for (int64_t k0 = 0; k0 < K; k0 += kTileK) {
-    // The fetched stage into shared memory, at the positions fetch read them from.
+    // The fetched stage into shared memory, at the positions it was read from.
 #pragma unroll
-    for (int l = 0; l < kSimtLoads; ++l) {
-      st.a[a_c][a_r + l * a_step] = ra[l];
-      st.b[b_r + l * b_step][b_c] = rb[l];
+    for (int l = 0; l < f.kLoads; ++l) {
+      st.a[f.a_c][f.a_r + l * f.a_step] = f.ra[l];
+      st.b[f.b_r + l * f.b_step][f.b_c] = f.rb[l];
     }
     __syncthreads();
-    if (k0 + kTileK < K) fetch(k0 + kTileK);  // in flight during the multiply below
+    if (k0 + kTileK < K) f(a, B, M, K, R, row0, col0, k0 + kTileK, T(0));  // in flight during the multiply below
 #pragma unroll
     for (int kk = 0; kk < kTileK; ++kk) {
       T av[kMicro], bv[kMicro];
@@ -128,11 +135,6 @@ constexpr int kLdA = kWTileK + 8;  // 40
 constexpr int kLdB = kTile + 8;    // 72
 constexpr int kLdC = kTile + 4;    // 68
 
-// Elements of each tile (a's and b's are the same size) one thread moves per stage.
-constexpr int kWLoads = kTile * kWTileK / kWThreads;  // 16
-static_assert(kWThreads % kWTileK == 0 && kWThreads % kTile == 0,
-              "a thread keeps one tile column across its loads (fetch's indexing)");
-
 using AccFrag = wmma::fragment<wmma::accumulator, kFrag, kFrag, kFrag, float>;
 
 struct WmmaStage {
@@ -153,42 +155,23 @@ __device__ __forceinline__ void wmma_tile_product(AccFrag (&acc)[kFragsPerWarp][
                                                   const ALoad& a, const bf16* B, int64_t M, int64_t K, int64_t R,
                                                   int64_t row0, int64_t col0) {
   const int tid = threadIdx.x, warp = tid / 32, wm = warp / 2, wn = warp % 2;
-  // This thread's place in the tile loads (see fetch).
-  constexpr int a_step = kWThreads / kWTileK, b_step = kWThreads / kTile;
-  const int a_r = tid / kWTileK, a_c = tid % kWTileK, b_r = tid / kTile, b_c = tid % kTile;
   const bf16 zero = __float2bfloat16_rn(0.0f);
 #pragma unroll
   for (int i = 0; i < kFragsPerWarp; ++i)
 #pragma unroll
     for (int j = 0; j < kFragsPerWarp; ++j) wmma::fill_fragment(acc[i][j], 0.0f);
 
-  // Each thread's share of the next stage's tiles, fetched into registers. Element
-  // e = tid + kWThreads l of a tile: in a's, row e / kWTileK = a_r + l a_step, column a_c
-  // (fixed per thread); in b's, row b_r + l b_step, column b_c. Zeros past M, K and R.
-  bf16 ra[kWLoads], rb[kWLoads];
-  auto fetch = [&](int64_t k0) {
-    const bool a_in = k0 + a_c < K;
-#pragma unroll
-    for (int l = 0; l < kWLoads; ++l) {
-      const int64_t r = row0 + a_r + l * a_step;
-      ra[l] = a_in && r < M ? a(r, k0 + a_c) : zero;
-    }
-    const bool b_in = col0 + b_c < R;
-    const bf16* pb = B + (k0 + b_r) * R + col0 + b_c;
-#pragma unroll
-    for (int l = 0; l < kWLoads; ++l)
-      rb[l] = b_in && k0 + b_r + l * b_step < K ? pb[int64_t(l * b_step) * R] : zero;
-  };
-  if (K > 0) fetch(0);
+  StageFetch<bf16, kWThreads, kWTileK> f(tid);
+  if (K > 0) f(a, B, M, K, R, row0, col0, 0, zero);
   for (int64_t k0 = 0; k0 < K; k0 += kWTileK) {
-    // The fetched stage into shared memory, at the positions fetch read them from.
+    // The fetched stage into shared memory, at the positions it was read from.
 #pragma unroll
-    for (int l = 0; l < kWLoads; ++l) {
-      st.a[a_r + l * a_step][a_c] = ra[l];
-      st.b[b_r + l * b_step][b_c] = rb[l];
+    for (int l = 0; l < f.kLoads; ++l) {
+      st.a[f.a_r + l * f.a_step][f.a_c] = f.ra[l];
+      st.b[f.b_r + l * f.b_step][f.b_c] = f.rb[l];
     }
     __syncthreads();
-    if (k0 + kWTileK < K) fetch(k0 + kWTileK);  // in flight during the multiply below
+    if (k0 + kWTileK < K) f(a, B, M, K, R, row0, col0, k0 + kWTileK, zero);  // in flight during the multiply below
 #pragma unroll
     for (int kk = 0; kk < kWTileK; kk += kFrag) {
       wmma::fragment<wmma::matrix_a, kFrag, kFrag, kFrag, bf16, wmma::row_major> fa[kFragsPerWarp];
