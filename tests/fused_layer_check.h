@@ -98,7 +98,7 @@ void check_fused_layer_in(mu::DType dt, const mu::nn::MoEShape& s, mu::Device de
   const Tensor plain = l.forward(z, {a});
   l.set_fused(true);
   const Tensor fused = l.forward(z, {a});
-  INFO(dev.str() << " " << std::string(dtype_name(dt)));
+  INFO(dev.str() << " " << dtype_name(dt));
   CHECK(fused.dtype() == dt);
   CHECK(rel_err(fused, plain) <= (dt == kFloat32 ? 1e-5 : 3e-2));
 }

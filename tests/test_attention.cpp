@@ -81,7 +81,7 @@ void check_against_composed(const Shapes& s, bool causal, DType dt, Device dev, 
   const char* what[] = {"out", "dq", "dk", "dv"};
   for (size_t i = 0; i < 4; ++i) {
     INFO(std::string(what[i]) << " shape " << shape_str(fused[i].shape()) << (causal ? " causal " : " ")
-                              << std::string(dtype_name(dt)) << " on " << dev.str());
+                              << dtype_name(dt) << " on " << dev.str());
     CHECK(fused[i].dtype() == dt);
     CHECK(fused[i].device() == dev);
     CHECK(rel_err(fused[i].cpu(), want[i]) <= tol);
@@ -401,7 +401,7 @@ TEST_CASE("attention dropout uses the mask of attention_dropout_bits on every de
     for (DType dt : {kFloat64, kFloat32})
       for (const Case& c : cases) {
         const Shapes& s = c.s;
-        INFO(std::string(dtype_name(dt)) << " on " << dev.str() << ", T " << s.Tq << " x " << s.Tk << ", D " << s.D
+        INFO(dtype_name(dt) << " on " << dev.str() << ", T " << s.Tq << " x " << s.Tk << ", D " << s.D
                             << (c.causal ? " causal" : "") << ", p " << c.p);
         const uint64_t seed = 4321 + uint64_t(s.D);
         const uint64_t key = kernels::attention_dropout_key(seed), threshold = kernels::attention_dropout_threshold(c.p);

@@ -87,7 +87,7 @@ TEST_CASE("copies on the device: strided, broadcast and converting, equal to the
   Tensor d = x.to(Device::cuda());
   CHECK(d.t().contiguous().cpu().to_vector<float>() == x.t().contiguous().to_vector<float>());
   for (DType t : kAllDTypes) {
-    INFO(std::string(dtype_name(t)));
+    INFO(dtype_name(t));
     // Values each dtype holds (a float out of an integer type's range converts to
     // whatever the hardware gives, on the CPU as on the GPU).
     Tensor src = t == kInt8 ? clamp(x, -128, 127) : t == kUInt8 ? clamp(abs(x), 0, 255) : x;
@@ -111,7 +111,7 @@ TEST_CASE("copies on the device: strided, broadcast and converting, equal to the
   // element off its 16-byte alignment, an inner size no pack divides).
   Tensor heads = randn({2, 5, 3, 64}, kFloat32);
   for (DType t : {kBFloat16, kFloat32}) {
-    INFO("heads " << std::string(dtype_name(t)));
+    INFO("heads " << dtype_name(t));
     Tensor h = heads.to(t);
     Tensor on_gpu = h.to(Device::cuda()).permute({0, 2, 1, 3}).contiguous().cpu();
     CHECK(on_gpu.to(kFloat64).to_vector<double>() == h.permute({0, 2, 1, 3}).contiguous().to(kFloat64).to_vector<double>());

@@ -107,7 +107,7 @@ TEST_CASE("the group: rank, size, local rank, default device, timeout") {
 TEST_CASE("all_reduce: Sum and Mean of float32, float64, bfloat16 and int64") {
   for (DType d : kReduceDTypes) {
     for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Mean}) {
-      INFO(std::string(dtype_name(d)) << ", " << std::string(op_name(op)));
+      INFO(dtype_name(d) << ", " << op_name(op));
       Tensor t = rank_tensor(pg().rank(), {3, 5}, d);
       const uint64_t before = t.version();
       pg().all_reduce(t, op);
@@ -167,7 +167,7 @@ TEST_CASE("all_reduce_async: several in flight, waited out of order; done() afte
 TEST_CASE("broadcast from every root, numeric and storage dtypes") {
   for (int root = 0; root < pg().size(); ++root) {
     for (DType d : kReduceDTypes) {
-      INFO("root " << root << ", " << std::string(dtype_name(d)));
+      INFO("root " << root << ", " << dtype_name(d));
       Tensor t = rank_tensor(pg().rank(), {4, 3}, d);
       pg().broadcast(t, root);
       check_equal(t, rank_tensor(root, {4, 3}, d).to_vector<double>());
@@ -185,7 +185,7 @@ TEST_CASE("broadcast from every root, numeric and storage dtypes") {
 
 TEST_CASE("all_gather stacks every rank's tensor along a new leading dim") {
   for (DType d : {kFloat32, kFloat64, kInt64, kBFloat16}) {
-    INFO(std::string(dtype_name(d)));
+    INFO(dtype_name(d));
     Tensor t = rank_tensor(pg().rank(), {2, 3}, d);
     Tensor out = pg().all_gather(t);
     CHECK(out.shape() == Shape{pg().size(), 2, 3});
@@ -208,7 +208,7 @@ TEST_CASE("reduce_scatter: each rank gets its block of the Sum or Mean") {
   const int size = pg().size(), rank = pg().rank();
   for (DType d : kReduceDTypes) {
     for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Mean}) {
-      INFO(std::string(dtype_name(d)) << ", " << std::string(op_name(op)));
+      INFO(dtype_name(d) << ", " << op_name(op));
       Tensor t = rank_tensor(rank, {2 * size, 3}, d);
       Tensor out = pg().reduce_scatter(t, op);
       CHECK(out.shape() == Shape{2, 3});
@@ -316,7 +316,7 @@ TEST_CASE("CUDA tensors through NCCL") {
   const int size = pg().size(), rank = pg().rank();
   for (DType d : kReduceDTypes) {
     for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Mean}) {
-      INFO("cuda all_reduce " << std::string(dtype_name(d)) << ", " << std::string(op_name(op)));
+      INFO("cuda all_reduce " << dtype_name(d) << ", " << op_name(op));
       Tensor t = rank_tensor(rank, {33, 5}, d, dev);
       pg().all_reduce(t, op);
       CHECK(t.device() == dev);
@@ -333,7 +333,7 @@ TEST_CASE("CUDA tensors through NCCL") {
       CHECK(rs.device() == dev);
       check_equal(rs, expected_reduction(6, 6 * rank, d, op));
     }
-    INFO("cuda all_gather and broadcast " << std::string(dtype_name(d)));
+    INFO("cuda all_gather and broadcast " << dtype_name(d));
     Tensor out = pg().all_gather(rank_tensor(rank, {2, 3}, d, dev));
     CHECK(out.device() == dev);
     CHECK(out.shape() == Shape{size, 2, 3});

@@ -192,7 +192,7 @@ TEST_CASE("sparsemax: small cases by the threshold formula") {
     INFO(dev.str());
     for (DType dt : {kFloat64, kFloat32}) {
       double tol = dt == kFloat64 ? 1e-15 : 1e-7;
-      INFO(std::string(dtype_name(dt)));
+      INFO(dtype_name(dt));
       // Sorted z: k = 1 passes (1 > 0), k = 2 fails (2·0 > 1 + 0 - 1 is false): τ = 0.
       check_values(nn::sparsemax(on(tensor({1.0, 0.0}, dt), dev)), {1, 0}, tol);
       // Already on the simplex: every k passes, τ = (1 - 1) / 3 = 0, p = z.
@@ -217,7 +217,7 @@ TEST_CASE("entmax15: small cases built from a chosen tau and support") {
     INFO(dev.str());
     for (DType dt : {kFloat64, kFloat32}) {
       double tol = dt == kFloat64 ? 1e-14 : 1e-6;
-      INFO(std::string(dtype_name(dt)));
+      INFO(dtype_name(dt));
       // Two equal entries: symmetric, so [0.5, 0.5].
       check_values(nn::entmax15(on(tensor({0.3, 0.3}, dt), dev)), {0.5, 0.5}, tol);
       // p = (z/2 - τ)² on the support: sqrt(p) = (0.8, 0.6) sums in squares to 1; with
@@ -240,7 +240,7 @@ TEST_CASE("entmax_bisect: small cases, and alpha = 2 and 1.5 are sparsemax and e
     INFO(dev.str());
     for (DType dt : {kFloat64, kFloat32}) {
       double tol = dt == kFloat64 ? 1e-13 : 1e-6;
-      INFO(std::string(dtype_name(dt)));
+      INFO(dtype_name(dt));
       check_values(nn::entmax_bisect(on(tensor({0.5, 0.4, -0.5}, dt), dev), 2.0), {0.55, 0.45, 0}, tol);
       check_values(nn::entmax_bisect(on(tensor({2.2, 0.5, 1.8, -3.0}, dt), dev), 1.5), {0.64, 0, 0.36, 0}, tol);
       // α = 3: p = (2 z - τ)^(1/2). With p = (0.6, 0.4) and τ = 0.1, 2 z = τ + p² gives
@@ -273,7 +273,7 @@ TEST_CASE("all three match a float64 bisection reference on random inputs") {
           int64_t n = 1 + trial % 37;
           double scale = std::vector<double>{0.1, 1.0, 3.0, 20.0}[size_t(trial % 4)];
           Tensor x = on(randn({3, n}, dt) * scale, dev);
-          INFO(m.name << " alpha " << m.alpha << " " << std::string(dtype_name(dt)) << " n " << n << " scale " << scale);
+          INFO(m.name << " alpha " << m.alpha << " " << dtype_name(dt) << " n " << n << " scale " << scale);
           check_against(m.f(x, -1), x, 1, ref_along(x, 1, m.alpha), tol);
         }
       }
@@ -363,7 +363,7 @@ TEST_CASE("large magnitudes stay finite; -inf entries get 0") {
     manual_seed(16);
     for (const Named& m : all_maps()) {
       for (DType dt : {kFloat64, kFloat32}) {
-        INFO(m.name << " alpha " << m.alpha << " " << std::string(dtype_name(dt)));
+        INFO(m.name << " alpha " << m.alpha << " " << dtype_name(dt));
         Tensor x = randn({8, 10}, dt) * 1e4;
         // A near-tie at the top of a line at 1e5 keeps a support of two entries there.
         x.set({0, 0}, 1e5);

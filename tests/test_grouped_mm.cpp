@@ -108,7 +108,7 @@ TEST_CASE("grouped_mm equals a brute-force loop (float64, float32, bfloat16), CU
         const int64_t G = int64_t(c.offsets.size()) - 1, M = c.offsets.back();
         const Tensor x = rand_in({M, c.K}, dt, dev);
         const Tensor w = rand_in({G, c.K, c.N}, dt, dev, 1.0 / std::sqrt(double(std::max<int64_t>(c.K, 1))));
-        INFO(dev.str() << " " << std::string(dtype_name(dt)) << " " << c.name);
+        INFO(dev.str() << " " << dtype_name(dt) << " " << c.name);
         const Tensor y = grouped_mm(x, w, c.offsets);
         REQUIRE(y.shape() == Shape{M, c.N});
         CHECK(y.dtype() == dt);
@@ -143,7 +143,7 @@ TEST_CASE("grouped_mm: a transposed w and non-contiguous or broadcast x give the
       const Tensor x_cols = cat({x, rand_in({M, 3}, dt, dev)}, 1).narrow(1, 0, K);
       const Tensor x_rows = stack({x, rand_in({M, K}, dt, dev)}, 1).reshape({2 * M, K}).slice(0, 0, 2 * M, 2);
       const Tensor x_pair = stack({x, rand_in({M, K}, dt, dev)}, 2).select(2, 0);
-      INFO(dev.str() << " " << std::string(dtype_name(dt)));
+      INFO(dev.str() << " " << dtype_name(dt));
       for (const Tensor& xv : {x_cm, x_cols, x_rows, x_pair}) {
         REQUIRE(!xv.is_contiguous());
         REQUIRE(max_abs_diff(xv, x) == 0.0);
@@ -187,7 +187,7 @@ TEST_CASE("grouped_mm: gradients equal brute-force loops (float64, float32, bflo
       sum(grouped_mm(x, w, offsets) * dy).backward();
       REQUIRE(x.grad().defined());
       REQUIRE(w.grad().defined());
-      INFO(dev.str() << " " << std::string(dtype_name(dt)));
+      INFO(dev.str() << " " << dtype_name(dt));
       CHECK(x.grad().dtype() == dt);
       CHECK(w.grad().dtype() == dt);
       CHECK(w.grad().shape() == Shape{G, K, N});

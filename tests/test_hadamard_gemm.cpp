@@ -83,7 +83,7 @@ TEST_CASE("hadamard_gemm equals a brute-force loop and the einsum composition (f
           b.push_back(mat(K, c.R, dt, dev, 1.0 / std::sqrt(double(std::max<int64_t>(K, 1)))));
         }
         const Tensor s = c.scale ? mat(c.M, c.R, dt, dev) : Tensor();
-        INFO(dev.str() << " " << std::string(dtype_name(dt)) << " M=" << c.M << " R=" << c.R << " factors=" << c.K.size());
+        INFO(dev.str() << " " << dtype_name(dt) << " M=" << c.M << " R=" << c.R << " factors=" << c.K.size());
         const Tensor y = hadamard_gemm(a, b, s);
         REQUIRE(y.shape() == Shape{c.M, c.R});
         CHECK(y.dtype() == dt);
@@ -133,7 +133,7 @@ TEST_CASE("hadamard_gemm: non-contiguous operands (transposed views, column slic
       REQUIRE(!a0t.is_contiguous());
       const Tensor b1s = wide.narrow(1, 0, 66);
       REQUIRE(!b1s.is_contiguous());
-      INFO(dev.str() << " " << std::string(dtype_name(dt)));
+      INFO(dev.str() << " " << dtype_name(dt));
       CHECK(max_abs_diff(hadamard_gemm({a0t, a1}, {b0, b1s}), want) == 0.0);
     }
 }
@@ -147,7 +147,7 @@ TEST_CASE("hadamard_gemm: a NaN or an inf in one row of an operand reaches only 
       a0.set({68, 19}, INFINITY);
       const Tensor y = hadamard_gemm({a0.to(dt).to(dev), mat(70, 4, dt, dev)}, {mat(20, 66, dt, dev), mat(4, 66, dt, dev)});
       const auto v = y.to_vector<double>();
-      INFO(dev.str() << " " << std::string(dtype_name(dt)));
+      INFO(dev.str() << " " << dtype_name(dt));
       for (int64_t m = 0; m < 70; ++m)
         for (int64_t r = 0; r < 66; ++r) {
           const double x = v[size_t(m * 66 + r)];

@@ -216,7 +216,7 @@ TEST_CASE("LayerNorm matches the formula in double, affine and not") {
   manual_seed(4);
   for (DType dt : {kFloat64, kFloat32}) {
     const double tol = dt == kFloat64 ? 1e-12 : 2e-6;
-    INFO(std::string(dtype_name(dt)));
+    INFO(dtype_name(dt));
     {  // last dim, affine
       nn::LayerNorm ln(nn::LayerNormOptions({6}));
       ln.to(dt);

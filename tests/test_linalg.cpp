@@ -588,7 +588,7 @@ TEST_CASE("matmul with TF32 allowed stays within TF32's precision; float64 and d
 TEST_CASE("linear matches x · wᵀ + b by brute force") {
   for (Device dev : test_devices()) {
     for (DType dt : {kFloat32, kFloat64}) {
-      INFO(dev.str() << " " << std::string(dtype_name(dt)));
+      INFO(dev.str() << " " << dtype_name(dt));
       manual_seed(21);
       Tensor w = randn({7, 5}, dt), b = randn({7}, dt), base = randn({3, 4, 10}, dt);
       for (Tensor x : {randn({5}, dt), randn({6, 5}, dt), randn({2, 3, 5}, dt), base.slice(2, 0, 10, 2), randn({0, 5}, dt)}) {
@@ -619,7 +619,7 @@ TEST_CASE("linear matches x · wᵀ + b by brute force") {
 TEST_CASE("matmul_with_one matches [x, 1] · w by brute force, and its gradients those of the appended 1") {
   for (Device dev : test_devices()) {
     for (DType dt : {kFloat32, kFloat64}) {
-      INFO(dev.str() << " " << std::string(dtype_name(dt)));
+      INFO(dev.str() << " " << dtype_name(dt));
       manual_seed(22);
       Tensor w = randn({6, 7}, dt), base = randn({3, 4, 10}, dt);
       for (Tensor x : {randn({5}, dt), randn({6, 5}, dt), randn({2, 3, 5}, dt), base.slice(2, 0, 10, 2), randn({0, 5}, dt)}) {
@@ -655,7 +655,7 @@ TEST_CASE("matmul_with_one matches [x, 1] · w by brute force, and its gradients
 TEST_CASE("matmul_row_bias matches a · b + bias per row by brute force, and its gradients the composed ones") {
   for (Device dev : test_devices()) {
     for (DType dt : {kFloat32, kFloat64}) {
-      INFO(dev.str() << " " << std::string(dtype_name(dt)));
+      INFO(dev.str() << " " << dtype_name(dt));
       manual_seed(23);
       Tensor a = randn({6, 5}, dt), bias = randn({6}, dt), base = randn({3, 5, 14}, dt);
       for (Tensor b : {randn({5, 7}, dt), randn({3, 5, 7}, dt), randn({3, 7, 5}, dt).transpose(1, 2),

@@ -225,7 +225,7 @@ TEST_CASE("cross_entropy with class indices: every option combination and layout
             for (double eps : {0.0, 0.3, 1.0})
               for (Reduction r : {Reduction::None, Reduction::Mean, Reduction::Sum}) {
                 ++seed;
-                INFO(dev.str() << " " << std::string(dtype_name(dt)) << " shape " << shape_str(shape) << " weight " << weighted
+                INFO(dev.str() << " " << dtype_name(dt) << " shape " << shape_str(shape) << " weight " << weighted
                                << " ignore " << ignore << " smoothing " << eps << " " << rname(r));
                 Geo g = geo_of(shape);
                 manual_seed(seed);
@@ -266,7 +266,7 @@ TEST_CASE("cross_entropy's gradient over its own logits equals the gradient into
         for (bool weighted : {false, true})
           for (double eps : {0.0, 0.3}) {
             ++seed;
-            INFO(dev.str() << " " << std::string(dtype_name(dt)) << " shape " << shape_str(shape) << " weight " << weighted
+            INFO(dev.str() << " " << dtype_name(dt) << " shape " << shape_str(shape) << " weight " << weighted
                            << " smoothing " << eps);
             Geo g = geo_of(shape);
             manual_seed(seed);
@@ -301,7 +301,7 @@ TEST_CASE("cross_entropy with probability targets: every option combination and 
           for (double eps : {0.0, 0.3, 1.0})
             for (Reduction r : {Reduction::None, Reduction::Mean, Reduction::Sum}) {
               ++seed;
-              INFO(dev.str() << " " << std::string(dtype_name(dt)) << " shape " << shape_str(shape) << " weight " << weighted
+              INFO(dev.str() << " " << dtype_name(dt) << " shape " << shape_str(shape) << " weight " << weighted
                              << " smoothing " << eps << " " << rname(r));
               Geo g = geo_of(shape);
               int64_t cdim = shape.size() == 1 ? 0 : 1;
@@ -374,7 +374,7 @@ TEST_CASE("fused cross_entropy equals the composed log_softmax + gather version"
             for (Reduction r : {Reduction::None, Reduction::Mean, Reduction::Sum}) {
               ++seed;
               Shape shape = k.transpose ? Shape{k.shape[1], k.shape[0]} : k.shape;
-              INFO(std::string(dtype_name(dt)) << " shape " << shape_str(shape) << (k.transpose ? " transposed" : "") << " weight "
+              INFO(dtype_name(dt) << " shape " << shape_str(shape) << (k.transpose ? " transposed" : "") << " weight "
                                   << weighted << " smoothing " << eps << " " << rname(r));
               Geo g = geo_of(shape);
               manual_seed(seed);
@@ -561,7 +561,7 @@ TEST_CASE("cross_entropy on every line scheme, with NaN and -inf logits: losses 
         for (bool weighted : {false, true})
           for (double eps : {0.0, 0.2}) {
             ++seed;
-            INFO(dev.str() << " " << std::string(dtype_name(dt)) << " shape " << shape_str(shape) << " weight " << weighted
+            INFO(dev.str() << " " << dtype_name(dt) << " shape " << shape_str(shape) << " weight " << weighted
                            << " smoothing " << eps);
             Geo g = geo_of(shape);
             manual_seed(seed);
@@ -616,7 +616,7 @@ TEST_CASE("nll_loss: every option combination and layout against loops") {
           for (int64_t ignore : {int64_t(-100), int64_t(2)})
             for (Reduction r : {Reduction::None, Reduction::Mean, Reduction::Sum}) {
               ++seed;
-              INFO(dev.str() << " " << std::string(dtype_name(dt)) << " shape " << shape_str(shape) << " weight " << weighted
+              INFO(dev.str() << " " << dtype_name(dt) << " shape " << shape_str(shape) << " weight " << weighted
                              << " ignore " << ignore << " " << rname(r));
               Geo g = geo_of(shape);
               int64_t cdim = shape.size() == 1 ? 0 : 1;
@@ -665,7 +665,7 @@ TEST_CASE("mse_loss against loops, every reduction") {
       for (const Shape& shape : std::vector<Shape>{{7}, {3, 4, 2}, {}})
         for (Reduction r : {Reduction::None, Reduction::Mean, Reduction::Sum}) {
           ++seed;
-          INFO(std::string(dtype_name(dt)) << " shape " << shape_str(shape) << " " << rname(r));
+          INFO(dtype_name(dt) << " shape " << shape_str(shape) << " " << rname(r));
           manual_seed(seed);
           Tensor a = randn(shape, dt), b = randn(shape, dt);
           Vec av = a.to_vector<double>(), bv = b.to_vector<double>();
@@ -698,7 +698,7 @@ TEST_CASE("binary_cross_entropy_with_logits against loops: weight x pos_weight x
         for (bool pos : {false, true})
           for (Reduction r : {Reduction::None, Reduction::Mean, Reduction::Sum}) {
             ++seed;
-            INFO(std::string(dtype_name(dt)) << " weight " << weight_kind << " pos_weight " << pos << " " << rname(r));
+            INFO(dtype_name(dt) << " weight " << weight_kind << " pos_weight " << pos << " " << rname(r));
             manual_seed(seed);
             Tensor x = (randn(shape, kFloat64) * 4.0).to(dt), y = rand(shape, dt);
             Tensor w = weight_kind == 0 ? Tensor() : rand(weight_kind == 1 ? Shape{3} : shape, dt) + 0.5;

@@ -44,7 +44,7 @@ TEST_CASE("softmax and log_softmax match the formula over every dim") {
       for (Tensor x : {base, base.transpose(0, 2), base.slice(1, 0, 4, 2)}) {
         for (int64_t dim : {0, 1, 2, -1}) {
           int64_t d = dim < 0 ? dim + 3 : dim;
-          INFO(std::string(dtype_name(dt)) << " x " << shape_str(x.shape()) << " dim " << dim);
+          INFO(dtype_name(dt) << " x " << shape_str(x.shape()) << " dim " << dim);
           Tensor y = softmax(x, dim);
           CHECK(y.dtype() == dt);
           check_close(y, x.shape(), ref_softmax(x, d, false), tol);
@@ -250,7 +250,7 @@ TEST_CASE("softmax and log_softmax on every line scheme, with NaN and -inf lines
   for (Device dev : test_devices())
     for (DType dt : {kFloat64, kFloat32})
       for (const Case& c : cases) {
-        INFO(dev.str() << " " << std::string(dtype_name(dt)) << " shape " << shape_str(c.shape) << " dim " << c.dim);
+        INFO(dev.str() << " " << dtype_name(dt) << " shape " << shape_str(c.shape) << " dim " << c.dim);
         manual_seed(21);
         Tensor clean = randn(c.shape, kFloat64) * 3.0;
         // Specials in the first lines: line 0 holds a NaN, line 1 only -inf, line 2 one -inf.

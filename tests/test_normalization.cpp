@@ -123,7 +123,7 @@ TEST_CASE("layer_norm equals the composed formula: values and gradients of x, we
   for (Device dev : test_devices())
     for (DType dt : {kFloat64, kFloat32})
       for (const Case& c : cases) {
-        INFO(dev.str() << " " << std::string(dtype_name(dt)) << " x " << shape_str(c.x) << " over " << shape_str(c.ns)
+        INFO(dev.str() << " " << dtype_name(dt) << " x " << shape_str(c.x) << " over " << shape_str(c.ns)
                        << (c.weight ? " weight" : "") << (c.bias ? " bias" : ""));
         Tensor x = randn(c.x, dt) * 2.0 + 0.5;
         Tensor w = c.weight ? randn(c.ns, dt) + 1.0 : Tensor();
@@ -268,7 +268,7 @@ TEST_CASE("layer_norm's CPU statistics of non-finite and empty rows follow the t
     return std::abs(got - double(want)) <= 1e-6 * (1 + std::abs(double(want)));
   };
   for (DType dt : {kFloat32, kFloat64}) {
-    INFO(std::string(dtype_name(dt)));
+    INFO(dtype_name(dt));
     const int64_t R = int64_t(rows.size()), n = int64_t(rows[0].size());
     std::vector<float> flat;
     for (const auto& r : rows) flat.insert(flat.end(), r.begin(), r.end());
@@ -336,7 +336,7 @@ TEST_CASE("batch_norm equals the composed formula in training and eval, and move
       for (const BnCase& c : cases)
         for (bool affine : {true, false}) {
           const int64_t C = c.x[size_t(c.layout == ChannelLayout::Last ? c.x.size() - 1 : 1)];
-          INFO(dev.str() << " " << std::string(dtype_name(dt)) << " x " << shape_str(c.x) << " " << layout_name(c.layout)
+          INFO(dev.str() << " " << dtype_name(dt) << " x " << shape_str(c.x) << " " << layout_name(c.layout)
                          << (affine ? " affine" : ""));
           Tensor w = affine ? randn({C}, dt) + 1.0 : Tensor(), b = affine ? randn({C}, dt) : Tensor();
           Tensor rm = on(zeros({C}, dt), dev), rv = on(ones({C}, dt), dev);

@@ -287,7 +287,7 @@ TEST_CASE("AdamW steps equal torch's rounding chain bit for bit, float32 and flo
     for (DType dt : {kFloat32, kFloat64}) {
       for (bool amsgrad : {false, true}) {
         for (bool maximize : {false, true}) {
-          INFO(std::string(dtype_name(dt)) << " amsgrad " << amsgrad << " maximize " << maximize);
+          INFO(dtype_name(dt) << " amsgrad " << amsgrad << " maximize " << maximize);
           manual_seed(30);
           const int64_t n = dt == kFloat32 ? 1'200'007 : 1000;
           // lr·wd exact (2^-12), so 1 - lr·wd is the same here whether or not it is fused.

@@ -106,7 +106,7 @@ TEST_CASE("sum, mean, var, std, amax, amin match brute force over every dim set"
       for (auto& [name, x] : inputs(dt, dev)) {
         for (const Shape& dims : kDimSets) {
           for (bool keep : {false, true}) {
-            INFO(name << " " << std::string(dtype_name(dt)) << " dims " << shape_str(dims) << " keepdim " << keep);
+            INFO(name << " " << dtype_name(dt) << " dims " << shape_str(dims) << " keepdim " << keep);
             Buckets b = bucketize(x, dims, keep);
             check_close_or_nan(sum(x, dims, keep), b.out_shape, reduce_ref(b, ref_sum), tol);
             check_close_or_nan(mean(x, dims, keep), b.out_shape, reduce_ref(b, ref_mean), tol);
@@ -129,7 +129,7 @@ TEST_CASE("16-bit floats sum in float32 and round once; their gradient is float3
   for (Device dev : test_devices()) {
     INFO(dev.str());
     for (DType t : {kBFloat16, kFloat16}) {
-      INFO(std::string(dtype_name(t)));
+      INFO(dtype_name(t));
       Tensor x = on(x0.to(t), dev).requires_grad_();
       Tensor s = x.sum({1});
       CHECK(s.dtype() == t);
@@ -154,7 +154,7 @@ TEST_CASE("max/min/argmax/argmin along one dim match brute force") {
       for (auto& [name, x] : inputs(dt, dev)) {
         for (int64_t d : {0, 1, 2, -1, -2}) {
           for (bool keep : {false, true}) {
-            INFO(name << " " << std::string(dtype_name(dt)) << " dim " << d << " keepdim " << keep);
+            INFO(name << " " << dtype_name(dt) << " dim " << d << " keepdim " << keep);
             Buckets b = bucketize(x, {d}, keep);
             std::vector<double> imax, imin;
             for (const auto& v : b.b) {
@@ -320,7 +320,7 @@ TEST_CASE("dense sums over the trailing dims and a dim before a kept one match b
                {{5, 7, 9}, {0, 2}}, {{128, 64, 40}, {0, 2}}, {{3, 4, 5, 6}, {0, 1, 3}}, {{3, 4, 5, 6}, {0, 2, 3}},
                {{3, 4, 5, 6}, {1, 3}}}) {
         for (bool keep : {false, true}) {
-          INFO(shape_str(shape) << " dims " << shape_str(dims) << " keepdim " << keep << " " << std::string(dtype_name(dt)));
+          INFO(shape_str(shape) << " dims " << shape_str(dims) << " keepdim " << keep << " " << dtype_name(dt));
           Tensor x = on(randn(shape, dt), dev);
           Buckets b = bucketize(x, dims, keep);
           check_close_or_nan(sum(x, dims, keep), b.out_shape, reduce_ref(b, ref_sum), tol);
@@ -367,7 +367,7 @@ TEST_CASE("column sums over row blocks and column strips match brute force") {
       Tensor xt = on(randn({530, 600}, dt), dev).t();  // rows of stride 1, columns of stride 600
       for (auto [v, dims] : std::vector<std::pair<Tensor, Shape>>{{x, {1}}, {x, {0, 1}}, {x.reshape({1200, 530}), {0}},
                                                                    {x.slice(2, 3, 530), {1}}, {xt, {0}}}) {
-        INFO(std::string(dtype_name(dt)) << " shape " << shape_str(v.shape()) << " dims " << shape_str(dims));
+        INFO(dtype_name(dt) << " shape " << shape_str(v.shape()) << " dims " << shape_str(dims));
         Buckets b = bucketize(v, dims, false);
         check_close_or_nan(sum(v, dims), b.out_shape, reduce_ref(b, ref_sum), dt == kFloat64 ? 1e-12 : 1e-5);
         check_close_or_nan(mean(v, dims), b.out_shape, reduce_ref(b, ref_mean), dt == kFloat64 ? 1e-12 : 1e-5);
@@ -407,7 +407,7 @@ TEST_CASE("column reductions, long runs cut into chunks, integer sums: every red
       cv[4000 * 40] = cv[2000 * 40] = 9;            // column 0
       cv[4500 * 40 + 1] = cv[100 * 40 + 1] = kNaN;  // column 1
       for (DType dt : {kFloat64, kFloat32}) {
-        INFO("chunked columns " << std::string(dtype_name(dt)));
+        INFO("chunked columns " << dtype_name(dt));
         Tensor xc = on(from_vector(cv, {5000, 40}, dt), dev);
         Buckets b = bucketize(xc, {0}, false);
         std::vector<double> imax, imin;
@@ -438,7 +438,7 @@ TEST_CASE("column reductions, long runs cut into chunks, integer sums: every red
       Tensor base = on(from_vector(v, {3, 20000}, dt), dev);
       Tensor tr = on(from_vector(v, {3, 20000}, dt).t().contiguous(), dev).t();  // the same values, strided runs
       for (Tensor x : {base, tr}) {
-        INFO(std::string(dtype_name(dt)) << (x.is_contiguous() ? " dense" : " strided"));
+        INFO(dtype_name(dt) << (x.is_contiguous() ? " dense" : " strided"));
         Buckets b = bucketize(x, {1}, false);
         std::vector<double> imax, imin;
         for (const auto& r : b.b) {

@@ -76,7 +76,7 @@ TEST_CASE("ring_gemm equals a brute-force loop and the matmul composition (float
       for (const Case& k : kCases) {
         manual_seed(uint64_t(k.M * 1000 + k.S * 10 + k.P));
         const Tensor c = make_c(k, dt, dev), h = make_h(k, dt, dev), w = make_w(k, dt, dev);
-        INFO(dev.str() << " " << std::string(dtype_name(dt)) << " M=" << k.M << " P=" << k.P << " R=" << k.R
+        INFO(dev.str() << " " << dtype_name(dt) << " M=" << k.M << " P=" << k.P << " R=" << k.R
                        << " S=" << k.S << " N=" << k.N);
         const Tensor y = ring_gemm(c, h, w);
         REQUIRE(y.shape() == Shape{k.M, k.N});
@@ -133,7 +133,7 @@ TEST_CASE("ring_gemm: non-contiguous operands (transposed views, slices) give th
       REQUIRE(!hs.is_contiguous());
       const Tensor wt = w.t().contiguous().t();
       REQUIRE(!wt.is_contiguous());
-      INFO(dev.str() << " " << std::string(dtype_name(dt)));
+      INFO(dev.str() << " " << dtype_name(dt));
       CHECK(max_abs_diff(ring_gemm(ct, hs, wt), want) == 0.0);
     }
 }
@@ -147,7 +147,7 @@ TEST_CASE("ring_gemm: a NaN in one row of h reaches only that row") {
       h.set({3, 2, 7}, std::nan(""));
       const Tensor y = ring_gemm(make_c(k, dt, dev), h.to(dt).to(dev), make_w(k, dt, dev));
       const auto v = y.to_vector<double>();
-      INFO(dev.str() << " " << std::string(dtype_name(dt)));
+      INFO(dev.str() << " " << dtype_name(dt));
       for (int64_t m = 0; m < k.M; ++m)
         for (int64_t n = 0; n < k.N; ++n) {
           if (m == 3) CHECK(std::isnan(v[size_t(m * k.N + n)]));
