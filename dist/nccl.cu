@@ -2,6 +2,13 @@
 // collectives on CUDA tensors. Every NCCL call's result is checked (ncclGetErrorString,
 // and ncclGetLastError's detail), every CUDA call's too.
 //
+// The collectives run on a stream of their own (the communicator's, created with the
+// device's highest priority), so that a gradient all-reduce started during backward runs
+// beside the backward's kernels instead of between them. Two events tie it to the
+// device's stream: the collective waits for the kernels queued before it (they write its
+// inputs), and whoever is done with the collective (a wait that saw it finish, or the
+// device's stream, made to wait for it when its Work is dropped early) goes on after it.
+//
 // The communicators are nonblocking (ncclConfig_t::blocking = 0): an NCCL call may return
 // ncclInProgress, and then ncclCommGetAsyncError is polled until the call has taken
 // effect before anything else touches the communicator or its stream. That makes every
@@ -69,15 +76,27 @@ void divide_on_stream(const Tensor& t, int divisor, cudaStream_t s, const Caller
 
 class Comm;
 
-// One queued collective: done once the event recorded behind it has fired.
+// A new event recorded on s (no timing: it only marks completion, and a timing event
+// costs more to record).
+cudaEvent_t recorded_event(cudaStream_t s, const Caller& c) {
+  cudaEvent_t event = nullptr;
+  cuda_check(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "cudaEventCreateWithFlags", c);
+  const cudaError_t e = cudaEventRecord(event, s);
+  if (e != cudaSuccess) {
+    cudaEventDestroy(event);  // the record's failure is the one to report
+    cuda_check(e, "cudaEventRecord", c);
+  }
+  return event;
+}
+
+// One queued collective: done once the event recorded behind it on the communication
+// stream has fired.
 class NcclWork final : public Work {
  public:
-  NcclWork(std::shared_ptr<Comm> comm, const Caller& c, std::vector<Tensor> keep, cudaEvent_t event)
-      : comm_(std::move(comm)), c_(c), keep_(std::move(keep)), event_(event) {}
-  // Destroying an event that has not fired yet is allowed: CUDA releases it once it has.
-  // The kept tensors may go at once: their memory's next user is queued behind the
-  // collective on the same stream.
-  ~NcclWork() override { cudaEventDestroy(event_); }  // a failure here has no one to tell
+  NcclWork(std::shared_ptr<Comm> comm, const Caller& c, std::vector<Tensor> keep, cudaStream_t device_stream,
+           cudaEvent_t event)
+      : comm_(std::move(comm)), c_(c), keep_(std::move(keep)), device_stream_(device_stream), event_(event) {}
+  ~NcclWork() override;
   bool done() override;
   void wait() override;
 
@@ -85,6 +104,7 @@ class NcclWork final : public Work {
   std::shared_ptr<Comm> comm_;
   Caller c_;
   std::vector<Tensor> keep_;  // alive until the collective is done
+  cudaStream_t device_stream_;  // the device's stream, where the kept tensors' memory is reused
   cudaEvent_t event_;
   bool finished_ = false;
 };
@@ -95,11 +115,19 @@ class Comm final : public NcclComm, public std::enable_shared_from_this<Comm> {
   // No ncclCommDestroy: the group's communicators live until the process ends, when the
   // CUDA runtime may already be gone.
 
-  // Creates the communicator; called once, before the Comm is shared.
+  // Creates the communication stream and the communicator; called once, before the Comm
+  // is shared.
   void init(const Caller& c, const NcclId& id) {
     ncclUniqueId uid;
     std::memcpy(&uid, id.data(), sizeof uid);
     cuda::stream(device_);  // makes the device current: NCCL binds the communicator to it
+    // The highest priority: when backward's kernels and a collective's both wait for SMs,
+    // the collective's go first, so that the transfer (the longer pole) starts early.
+    // Never destroyed, like the communicator.
+    int least = 0, greatest = 0;
+    cuda_check(cudaDeviceGetStreamPriorityRange(&least, &greatest), "cudaDeviceGetStreamPriorityRange", c);
+    cuda_check(cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking, greatest), "cudaStreamCreateWithPriority",
+               c);
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;  // return at once; the waiting is ours, with a deadline
     // A failure here (or while it settles) aborts whatever part of the communicator exists;
@@ -162,24 +190,29 @@ class Comm final : public NcclComm, public std::enable_shared_from_this<Comm> {
     c.fail_timeout();
   }
 
+  bool aborted() {
+    std::lock_guard<std::mutex> g(mu_);
+    return aborted_;
+  }
+
  private:
-  // Queues `enqueue` on the device's stream under the communicator's lock (NCCL calls on
-  // one communicator must not overlap), then an event behind it for the Work to poll.
+  // Queues `enqueue` on the communication stream under the communicator's lock (NCCL
+  // calls on one communicator must not overlap), behind the device stream's work so far,
+  // then an event behind it for the Work to poll.
   template <class F>
   std::shared_ptr<Work> launch(const Caller& c, const char* fn, std::vector<Tensor> keep, F enqueue) {
     std::lock_guard<std::mutex> g(mu_);
     require_alive(c);
-    cudaStream_t s = cuda::stream(device_);  // also makes the device current, as NCCL expects
-    enqueue(s);
-    cudaEvent_t event = nullptr;
-    // No timing: the event only marks completion, and a timing event costs more to record.
-    cuda_check(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "cudaEventCreateWithFlags", c);
-    const cudaError_t e = cudaEventRecord(event, s);
-    if (e != cudaSuccess) {
-      cudaEventDestroy(event);  // the record's failure is the one to report
-      cuda_check(e, "cudaEventRecord", c);
-    }
-    return std::make_shared<NcclWork>(shared_from_this(), c, std::move(keep), event);
+    cudaStream_t device_stream = cuda::stream(device_);  // also makes the device current, as NCCL expects
+    // The inputs were written by kernels on the device's stream: the collective waits for
+    // them. The event may go at once: the wait has taken the record it waits for.
+    cudaEvent_t inputs_ready = recorded_event(device_stream, c);
+    const cudaError_t e = cudaStreamWaitEvent(stream_, inputs_ready, 0);
+    cudaEventDestroy(inputs_ready);
+    cuda_check(e, "cudaStreamWaitEvent", c);
+    enqueue(stream_);
+    cudaEvent_t done = recorded_event(stream_, c);
+    return std::make_shared<NcclWork>(shared_from_this(), c, std::move(keep), device_stream, done);
   }
 
   // After a nonblocking NCCL call returned r: polls the communicator until the call has
@@ -231,10 +264,25 @@ class Comm final : public NcclComm, public std::enable_shared_from_this<Comm> {
   }
 
   int device_;
+  cudaStream_t stream_ = nullptr;  // the collectives' stream
   ncclComm_t comm_ = nullptr;
   bool aborted_ = false;  // guarded by mu_
   std::mutex mu_;
 };
+
+// Destroying an event that has not fired yet is allowed: CUDA releases it once it has.
+// A Work dropped before it was seen to finish makes the device's stream wait for the
+// collective, so that the kept tensors' memory, handed back to the caching allocator
+// here, is not reused by a kernel while the collective still reads or writes it. After a
+// failure the communicator is aborted and nothing can be assumed about its stream: the
+// memory is never handed back (nor the device's stream made to wait for an event that
+// may never fire).
+NcclWork::~NcclWork() {
+  // Failures here have no one to tell; a failed wait keeps the memory instead.
+  if (!finished_ && (comm_->aborted() || cudaStreamWaitEvent(device_stream_, event_, 0) != cudaSuccess))
+    keep_forever(std::move(keep_));
+  cudaEventDestroy(event_);
+}
 
 bool NcclWork::done() {
   if (finished_) return true;

@@ -1,5 +1,6 @@
 // The group's NCCL side (internal to dist/): one communicator per CUDA device over all
-// ranks, and the collectives on device memory, queued on the device's one stream.
+// ranks, and the collectives on device memory, queued on the communicator's own stream
+// behind the work already on the device's stream.
 // Compiled only when the build found NCCL (MUMOE_NCCL); nccl.h stays out of this header.
 //
 // Compiled by g++ (C++20) and nvcc (C++17): keep it C++17.
@@ -23,11 +24,13 @@ NcclId nccl_unique_id(const Caller& c);
 using DeviceUuid = std::array<unsigned char, 16>;
 DeviceUuid device_uuid(int device);
 
-// A communicator of every rank, on one device. Each collective is queued on the device's
-// stream behind the kernels already there, and returns a Work whose wait() polls an
-// event recorded after it (and ncclCommGetAsyncError) until done or the deadline, when
-// the communicator is aborted (ncclCommAbort) and the wait is a mu::Error. Tensors are
-// contiguous, on the communicator's device; dtypes were checked by the caller.
+// A communicator of every rank, on one device, with a stream of its own. Each collective
+// is queued on that stream behind the kernels already queued on the device's stream, and
+// returns a Work whose wait() polls an event recorded after it (and
+// ncclCommGetAsyncError) until done or the deadline, when the communicator is aborted
+// (ncclCommAbort) and the wait is a mu::Error. A Work dropped unfinished makes the
+// device's stream wait for its collective. Tensors are contiguous, on the communicator's
+// device; dtypes were checked by the caller.
 class NcclComm {
  public:
   virtual ~NcclComm() = default;

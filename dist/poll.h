@@ -9,6 +9,9 @@
 #include <functional>
 #include <mutex>
 #include <string>
+#include <vector>
+
+#include "tensor/tensor.h"
 
 namespace mu::dist::detail {
 
@@ -52,5 +55,10 @@ bool poll_until(const std::function<bool()>& done, Clock::time_point deadline);
 // "<call> on rank R of N did not complete within S s; another rank may have died or
 // stalled".
 std::string timeout_message(const Caller& c);
+
+// Memory a collective may still write into (or read) after a wait gave up or its
+// communicator failed: never handed back, since a new tensor there would be overwritten
+// behind the program's back.
+void keep_forever(std::vector<Tensor> tensors);
 
 }  // namespace mu::dist::detail

@@ -49,15 +49,6 @@ class DoneWork final : public Work {
   void wait() override {}
 };
 
-// Memory MPI may still write into after a wait gave up: never handed back, since a new
-// tensor there would be overwritten behind the program's back.
-void keep_forever(std::vector<Tensor> tensors) {
-  static std::mutex mu;
-  static auto* kept = new std::vector<Tensor>;  // never destroyed, on purpose
-  std::lock_guard<std::mutex> g(mu);
-  for (Tensor& t : tensors) kept->push_back(std::move(t));
-}
-
 // An MPI collective in flight. `finish` runs once, on completion (Mean's division).
 class MpiWork final : public Work {
  public:
@@ -78,7 +69,7 @@ class MpiWork final : public Work {
         // nothing may be thrown from a destructor; the memory is kept below
       }
     }
-    keep_forever(std::move(keep_));
+    detail::keep_forever(std::move(keep_));
   }
 
   bool done() override {

@@ -1,7 +1,8 @@
 // The collectives of data-parallel training: the processes mpirun started form one
 // group, and each collective combines a tensor across all of them. CPU tensors travel
-// through MPI, CUDA tensors through NCCL (on the device's one stream, so they are
-// ordered with the framework's kernels).
+// through MPI, CUDA tensors through NCCL (on a stream of their own that waits for the
+// kernels queued before each collective, so that an asynchronous one overlaps the
+// kernels queued after it).
 //
 //   auto& pg = mu::dist::ProcessGroup::world();
 //   model.to(pg.default_device());
@@ -37,9 +38,11 @@ enum class ReduceOp { Sum, Mean };
 
 // A collective started without waiting: wait() blocks until it completes (or the
 // timeout, then a mu::Error), done() polls. The tensor handed to the collective must stay
-// alive and unmodified until then (Work keeps a reference to it). Destroying the Work of
-// an unfinished CPU collective waits for it first (MPI still writes into the tensor); a
-// CUDA one needs no wait, since later kernels are queued behind it on the same stream.
+// alive and unmodified until then (Work keeps a reference to it); for a CUDA tensor, a
+// kernel queued before wait() may see it before or after the collective. Destroying the
+// Work of an unfinished CPU collective waits for it first (MPI still writes into the
+// tensor); for a CUDA one, the device's stream is made to wait for it instead, so that
+// kernels queued later see its result, without blocking the host.
 class Work {
  public:
   virtual ~Work() = default;

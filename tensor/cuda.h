@@ -19,7 +19,8 @@ bool is_available();
 // Device memory from the caching allocator: a freed block is kept, by size class, for
 // the next request of that class (kernels all run on the device's one stream, in order,
 // so a block freed while a kernel that used it is still queued is safe to hand out
-// again). When cudaMalloc fails, every cached block of the device is released and the
+// again; NCCL's stream, the one other, hands its tensors back only after making the
+// device's stream wait for it, dist/nccl.cu). When cudaMalloc fails, every cached block of the device is released and the
 // allocation retried once; a second failure is a mu::Error naming the bytes requested
 // and the bytes held. Zero bytes still give a valid (unique) pointer.
 void* allocate(size_t nbytes, int device);

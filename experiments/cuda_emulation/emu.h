@@ -275,15 +275,15 @@ void emu_launch_now(dim3 grid, dim3 block, size_t smem, F body) {
   emu_body_call = nullptr;
   emu_body_arg = nullptr;
 }
-// A launch: run now, or queued on the emulated device's stream (emu_queue.h).
+// A launch on `stream`: run now, or queued on it (emu_queue.h).
+template <class F>
+void emu_launch(dim3 grid, dim3 block, size_t smem, cudaStream_t stream, F body) {
+  emu_defer_on(stream, [grid, block, smem, body]() mutable { emu_launch_now(grid, block, smem, body); });
+}
+// On the device's stream (stream 0).
 template <class F>
 void emu_launch(dim3 grid, dim3 block, size_t smem, F body) {
-  emu_defer([grid, block, smem, body]() mutable { emu_launch_now(grid, block, smem, body); });
-}
-// The form run.sh writes for `k<<<grid, block, smem, stream>>>(args)`.
-template <class F>
-void emu_launch(dim3 grid, dim3 block, size_t smem, cudaStream_t, F body) {
-  emu_launch(grid, block, smem, body);
+  emu_launch(grid, block, smem, nullptr, body);
 }
 template <class F>
 void emu_launch(dim3 grid, dim3 block, F body) {

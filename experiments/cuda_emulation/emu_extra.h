@@ -17,9 +17,9 @@
 // Copies and sets on the stream as emu_queue.h orders them (immediate unless deferred);
 // errors are never raised.
 #include <cstring>
-#define cudaMemcpyAsync(dst, src, n, kind, s) emu_memcpy_async((dst), (src), (n), (kind))
-#define cudaMemsetAsync(p, v, n, s) emu_memset_async((p), (v), (n))
-#define cudaStreamSynchronize(s) emu_synchronize()
+#define cudaMemcpyAsync(dst, src, n, kind, s) emu_memcpy_async((dst), (src), (n), (kind), (s))
+#define cudaMemsetAsync(p, v, n, s) emu_memset_async((p), (v), (n), (s))
+#define cudaStreamSynchronize(s) emu_stream_synchronize(s)
 #define cudaGetErrorName(e) "emulated"
 #define cudaGetErrorString(e) "emulated"
 // The device is an H100 (as far as the kernels ask): 227 KiB of shared memory per
@@ -94,11 +94,11 @@ dim3 emu_dim(D d) {
   else return dim3(unsigned(d));
 }
 template <class G, class B, class S, class F>
-void emu_launch_cfg(G grid, B block, S smem, F body) {
+void emu_launch_cfg(G grid, B block, S smem, cudaStream_t stream, F body) {
   if (emu_before_launch) emu_before_launch();
   if constexpr (!std::is_same_v<G, dim3> && !std::is_same_v<B, dim3>)
     if (emu_sequential) return emu_launch_seq(unsigned(grid), unsigned(block), body);
-  emu_launch(emu_dim(grid), emu_dim(block), size_t(smem), body);
+  emu_launch(emu_dim(grid), emu_dim(block), size_t(smem), stream, body);
 }
 
 // A kernel without barriers or shuffles run one thread after another (much faster than

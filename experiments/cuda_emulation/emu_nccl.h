@@ -9,8 +9,9 @@
 // contract, and a collective called with different arguments on different ranks, is
 // recorded in emu_nccl::violations for the harness to report.
 //
-// Also here: the CUDA events nccl.cu polls (the emulation's streams do their work at once,
-// so a recorded event has fired, unless events_stuck), the device properties it reads,
+// Also here: the CUDA streams and events nccl.cu uses, as emu_queue.h runs them (a
+// communication stream of its own, waits between it and the device's stream, events
+// that fire when their stream reaches them, unless events_stuck), the device properties it reads,
 // and faults to inject into the next call: one that fails at once, one that fails when
 // polled, one that settles and then fails (a peer lost mid-transfer, as
 // ncclCommGetAsyncError reports it later), one that never completes. A fault is injected
@@ -33,7 +34,9 @@ enum class Fault { none, fail_now, fail_when_polled, fail_after_settling, never_
 inline int polls = 0;                   // polls that see ncclInProgress after each call
 inline Fault next_fault = Fault::none;  // for the next call (creation or collective)
 inline ncclResult_t fault_result = ncclRemoteError;
-inline bool events_stuck = false;  // events recorded from now on never fire
+// Events recorded from now on on a stream other than the device's (the collectives')
+// never fire: a collective that hangs.
+inline bool events_stuck = false;
 inline std::vector<std::string> violations;
 inline int live_events = 0;  // created and not yet destroyed
 inline void violation(const std::string& what) { violations.push_back(what); }
@@ -69,10 +72,12 @@ inline bool usable(ncclComm* c, const std::string& fn) {
 // A call accepted on c: the injected fault, or `work` (which moves the data, on every
 // rank alike), then the call's return as a nonblocking communicator gives it.
 template <class W>
-ncclResult_t run(ncclComm* c, const char* fn, W work) {
+ncclResult_t run(ncclComm* c, const char* fn, cudaStream_t stream, W work) {
   // The data moves now: the stream's earlier work (emu_queue.h) runs first, as it would
-  // have by the time NCCL's kernel, queued behind it, reads the buffers.
-  emu_flush();
+  // have by the time NCCL's kernel, queued behind it, reads the buffers; and only that
+  // (with the work of other streams it waits for), so that a buffer written on another
+  // stream without a wait is read stale.
+  emu_flush_stream(stream);
   const Fault f = next_fault;
   next_fault = Fault::none;
   c->never_settles = f == Fault::never_settles;
@@ -158,40 +163,39 @@ inline void check_stream_idle(const char* what) {
 inline const bool launch_hooked = (emu_before_launch = [] { check_stream_idle("a kernel launched"); }, true);
 
 // The CUDA runtime calls of nccl.cu (macros below).
-inline cudaError_t event_create(cudaEvent_t* e);
-inline cudaError_t event_record(cudaEvent_t e);
-inline cudaError_t event_query(cudaEvent_t e);
-inline cudaError_t event_destroy(cudaEvent_t e);
-// The device's UUID as emu_runtime.h gives it (emu_devices.h).
 inline cudaError_t device_properties(cudaDeviceProp* p, int device) {
   std::memset(p, 0, sizeof *p);
   emu_device_uuid(p->uuid.bytes, device);
   return cudaSuccess;
 }
-}  // namespace emu_nccl
-
-// The event the real header declares (typedef struct CUevent_st* cudaEvent_t).
-struct CUevent_st {
-  bool stuck = false;  // never fires
-};
-
-namespace emu_nccl {
+inline cudaError_t stream_priority_range(int* least, int* greatest) {
+  *least = 0, *greatest = -5;  // an H100's range: lower numbers are higher priorities
+  return cudaSuccess;
+}
+inline cudaError_t stream_create(cudaStream_t* s, int priority) {
+  int least = 0, greatest = 0;
+  stream_priority_range(&least, &greatest);
+  if (priority > least || priority < greatest) violation("cudaStreamCreateWithPriority: priority out of range");
+  *s = emu_stream_create();
+  return cudaSuccess;
+}
 inline cudaError_t event_create(cudaEvent_t* e) {
   *e = new CUevent_st;
   ++live_events;
   return cudaSuccess;
 }
-inline cudaError_t event_record(cudaEvent_t e) {
+inline cudaError_t event_record(cudaEvent_t e, cudaStream_t s) {
   check_stream_idle("an event recorded on the stream");
-  e->stuck = events_stuck;
+  emu_event_record(e, s, events_stuck && emu_stream_of(s) != &emu_device_stream);
   return cudaSuccess;
 }
-// Deferred (emu_queue.h): each query lets the device run one more operation, and the
-// event fires once all are done.
-inline cudaError_t event_query(cudaEvent_t e) {
-  if (e->stuck) return cudaErrorNotReady;
-  return emu_progress() ? cudaSuccess : cudaErrorNotReady;
+inline cudaError_t stream_wait_event(cudaStream_t s, cudaEvent_t e) {
+  emu_stream_wait_event(s, e);
+  return cudaSuccess;
 }
+// Deferred (emu_queue.h): each query lets the device run one more operation towards the
+// event, and it fires once its stream has reached it.
+inline cudaError_t event_query(cudaEvent_t e) { return emu_event_progress(e) ? cudaSuccess : cudaErrorNotReady; }
 inline cudaError_t event_destroy(cudaEvent_t e) {
   delete e;
   --live_events;
@@ -200,9 +204,12 @@ inline cudaError_t event_destroy(cudaEvent_t e) {
 }  // namespace emu_nccl
 
 #define cudaEventCreateWithFlags(e, flags) emu_nccl::event_create(e)
-#define cudaEventRecord(e, stream) emu_nccl::event_record(e)
+#define cudaEventRecord(e, stream) emu_nccl::event_record(e, stream)
 #define cudaEventQuery(e) emu_nccl::event_query(e)
 #define cudaEventDestroy(e) emu_nccl::event_destroy(e)
+#define cudaStreamWaitEvent(stream, e, flags) emu_nccl::stream_wait_event(stream, e)
+#define cudaDeviceGetStreamPriorityRange(least, greatest) emu_nccl::stream_priority_range(least, greatest)
+#define cudaStreamCreateWithPriority(s, flags, priority) emu_nccl::stream_create(s, priority)
 #define cudaGetDeviceProperties(prop, device) emu_nccl::device_properties(prop, device)
 
 // ---------------------------------------------------------------- the NCCL functions
@@ -230,7 +237,7 @@ inline ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUni
   c->size = nranks;
   *comm = c;
   comms.push_back(c);
-  return run(c, "ncclCommInitRankConfig", [&] {
+  return run(c, "ncclCommInitRankConfig", nullptr, [&] {
     MPI_Comm_dup(MPI_COMM_WORLD, &c->mpi);
     std::vector<char> ids(sizeof id.internal * size_t(nranks));
     MPI_Allgather(id.internal, int(sizeof id.internal), MPI_BYTE, ids.data(), int(sizeof id.internal), MPI_BYTE,
@@ -290,18 +297,18 @@ inline const char* ncclGetErrorString(ncclResult_t r) {
 }
 
 inline ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataType_t type, ncclRedOp_t op,
-                                  ncclComm_t comm, cudaStream_t) {
+                                  ncclComm_t comm, cudaStream_t stream) {
   if (!emu_nccl::usable(comm, "ncclAllReduce")) return ncclInvalidUsage;
-  return emu_nccl::run(comm, "ncclAllReduce", [&] {
+  return emu_nccl::run(comm, "ncclAllReduce", stream, [&] {
     if (!emu_nccl::agree(comm, "ncclAllReduce", count, type, 0)) return ncclInvalidArgument;
     return emu_nccl::reduce(comm, send, recv, count, count, 0, type, op, "ncclAllReduce");
   });
 }
 
 inline ncclResult_t ncclReduceScatter(const void* send, void* recv, size_t recv_count, ncclDataType_t type,
-                                      ncclRedOp_t op, ncclComm_t comm, cudaStream_t) {
+                                      ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
   if (!emu_nccl::usable(comm, "ncclReduceScatter")) return ncclInvalidUsage;
-  return emu_nccl::run(comm, "ncclReduceScatter", [&] {
+  return emu_nccl::run(comm, "ncclReduceScatter", stream, [&] {
     if (!emu_nccl::agree(comm, "ncclReduceScatter", recv_count, type, 0)) return ncclInvalidArgument;
     return emu_nccl::reduce(comm, send, recv, recv_count * size_t(comm->size), recv_count,
                             recv_count * size_t(comm->rank), type, op, "ncclReduceScatter");
@@ -309,9 +316,9 @@ inline ncclResult_t ncclReduceScatter(const void* send, void* recv, size_t recv_
 }
 
 inline ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, ncclDataType_t type, int root,
-                                  ncclComm_t comm, cudaStream_t) {
+                                  ncclComm_t comm, cudaStream_t stream) {
   if (!emu_nccl::usable(comm, "ncclBroadcast")) return ncclInvalidUsage;
-  return emu_nccl::run(comm, "ncclBroadcast", [&] {
+  return emu_nccl::run(comm, "ncclBroadcast", stream, [&] {
     if (!emu_nccl::agree(comm, "ncclBroadcast", count, type, root)) return ncclInvalidArgument;
     const size_t bytes = count * emu_nccl::element_bytes(type);
     if (comm->rank == root && send != recv) std::memmove(recv, send, bytes);
@@ -321,9 +328,9 @@ inline ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, nc
 }
 
 inline ncclResult_t ncclAllGather(const void* send, void* recv, size_t send_count, ncclDataType_t type,
-                                  ncclComm_t comm, cudaStream_t) {
+                                  ncclComm_t comm, cudaStream_t stream) {
   if (!emu_nccl::usable(comm, "ncclAllGather")) return ncclInvalidUsage;
-  return emu_nccl::run(comm, "ncclAllGather", [&] {
+  return emu_nccl::run(comm, "ncclAllGather", stream, [&] {
     if (!emu_nccl::agree(comm, "ncclAllGather", send_count, type, 0)) return ncclInvalidArgument;
     const int bytes = int(send_count * emu_nccl::element_bytes(type));
     // NCCL's in place: send is this rank's slot of recv.

@@ -2,8 +2,8 @@
 // emulation: one device whose memory is host memory under a byte budget (cudaMalloc fails
 // with cudaErrorMemoryAllocation past it, as the driver does when the device is full, and
 // the error is left for cudaGetLastError), one stream whose work runs as emu_queue.h
-// orders it (at once, or deferred to the next synchronisation), events that mark all of
-// it. Included before the file; the calls are renamed.
+// orders it (at once, or deferred to the next synchronisation), events that mark it.
+// Included before the file; the calls are renamed.
 #pragma once
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -56,29 +56,28 @@ inline cudaError_t emu_cudaGetDeviceProperties(cudaDeviceProp* p, int d) {
   emu_device_uuid(p->uuid.bytes, d);
   return cudaSuccess;
 }
-inline int emu_stream_object, emu_event_object;  // what the handles point at
+// The framework's stream of each device: the emulated device's stream (emu_queue.h).
 inline cudaError_t emu_cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) {
-  *s = reinterpret_cast<cudaStream_t>(&emu_stream_object);
+  *s = &emu_device_stream;
   return cudaSuccess;
 }
-inline cudaError_t emu_cudaStreamSynchronize(cudaStream_t) { return emu_synchronize(); }
-inline cudaError_t emu_cudaEventCreate(cudaEvent_t* e) { return *e = reinterpret_cast<cudaEvent_t>(&emu_event_object), cudaSuccess; }
+inline cudaError_t emu_cudaStreamSynchronize(cudaStream_t s) { return emu_stream_synchronize(s); }
+inline cudaError_t emu_cudaEventCreate(cudaEvent_t* e) { return *e = new CUevent_st, cudaSuccess; }
 inline cudaError_t emu_cudaEventCreateWithFlags(cudaEvent_t* e, unsigned) { return emu_cudaEventCreate(e); }
-inline cudaError_t emu_cudaEventRecord(cudaEvent_t, cudaStream_t) { return cudaSuccess; }
-// An event marks all the work issued before it (one stream): waiting for it is catching up.
-inline cudaError_t emu_cudaEventSynchronize(cudaEvent_t) { return emu_synchronize(); }
+inline cudaError_t emu_cudaEventRecord(cudaEvent_t e, cudaStream_t s) { return emu_event_record(e, s), cudaSuccess; }
+inline cudaError_t emu_cudaEventSynchronize(cudaEvent_t e) { return emu_event_synchronize(e), cudaSuccess; }
 inline cudaError_t emu_cudaEventElapsedTime(float* ms, cudaEvent_t, cudaEvent_t) { return *ms = 0, cudaSuccess; }
-inline cudaError_t emu_cudaEventDestroy(cudaEvent_t) { return cudaSuccess; }
+inline cudaError_t emu_cudaEventDestroy(cudaEvent_t e) { return delete e, cudaSuccess; }
 inline cudaError_t emu_cudaMallocHost(void** p, size_t n) {
   *p = std::malloc(n ? n : 1);
   emu_pinned_add(*p, n);
   return cudaSuccess;
 }
-inline cudaError_t emu_cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyKind kind, cudaStream_t) {
-  return emu_memcpy_async(d, s, n, kind);
+inline cudaError_t emu_cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyKind kind, cudaStream_t st) {
+  return emu_memcpy_async(d, s, n, kind, st);
 }
-inline cudaError_t emu_cudaMemcpyPeerAsync(void* d, int, const void* s, int, size_t n, cudaStream_t) {
-  return emu_memcpy_async(d, s, n, cudaMemcpyDeviceToDevice);
+inline cudaError_t emu_cudaMemcpyPeerAsync(void* d, int, const void* s, int, size_t n, cudaStream_t st) {
+  return emu_memcpy_async(d, s, n, cudaMemcpyDeviceToDevice, st);
 }
 inline const char* emu_cudaGetErrorName(cudaError_t e) {
   return e == cudaErrorMemoryAllocation ? "cudaErrorMemoryAllocation" : e == cudaSuccess ? "cudaSuccess" : "cudaError";

@@ -3,7 +3,7 @@
 # `extern __shared__` arrays point at the emulated block's shared memory, `__shared__`
 # variables become function statics (blocks run one after another, so one copy per
 # kernel is one per block), and kernel<<<grid, block, smem, stream>>>(args) becomes an
-# emu_launch_cfg call. Usage: extract.py [--keep-tensor] SRC START END OUT [PREFIX [SUFFIX]]
+# emu_launch_cfg call with the arguments bound at the launch. Usage: extract.py [--keep-tensor] SRC START END OUT [PREFIX [SUFFIX]]
 # (--keep-tensor: the host functions keep mu::Tensor, for code that only reads a tensor's
 # data pointer, size and dtype, run on CPU tensors.)
 import re, sys
@@ -43,7 +43,10 @@ def split_top(text):
 def launch(m):
     name, cfg, args = m.group(1), m.group(2), m.group(3)
     c = split_top(cfg) + ['0', '0']
-    return 'emu_launch_cfg(%s, %s, %s, [&] { %s(%s); });' % (c[0], c[1], c[2], name, args)
+    # The arguments taken at the launch, by value (emu_bind), as CUDA takes them, so that
+    # the launch may run later (emu_queue.h's deferred mode).
+    bound = '::emu_bind([=](auto&&... emu_p) { %s(emu_p...); }%s%s)' % (name, ', ' if args.strip() else '', args)
+    return 'emu_launch_cfg(%s, %s, %s, %s, %s);' % (c[0], c[1], c[2], c[3], bound)
 
 
 # The host functions take EmuTensor (emu_host.h) and its lists in place of Tensor.

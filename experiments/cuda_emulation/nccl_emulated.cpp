@@ -8,6 +8,11 @@
 //    against values computed here from every rank's inputs; and a dtype NCCL cannot reduce
 //    refused with a message naming it;
 //  - the same with every NCCL call answering ncclInProgress for three polls first;
+//  - the collectives' own stream (run.sh runs this harness with the device's work
+//    deferred too, where the order shows): a collective reads what a kernel queued
+//    before it on the device's stream wrote; a Work dropped unfinished makes the device's
+//    stream wait for it (a later kernel there sees the mean, not the sum); and, deferred,
+//    a collective does not wait for kernels queued after it;
 //  - failures, each on a fresh communicator: a call failing at once, one failing when
 //    polled, one failing after it settled (found by Work::done), a call or a creation that
 //    never completes and an event that never fires (each giving up at the deadline): each
@@ -145,6 +150,47 @@ static void collectives(const std::string& label) {
   }
 }
 
+// "A kernel on the device's stream": host work queued on the framework's stream
+// (stream 0, emu_queue.h), run at once or deferred as that mode says.
+static void on_device_stream(std::function<void()> kernel) { emu_defer(std::move(kernel)); }
+
+// The order between the collectives' stream and the device's (see the header).
+static void streams() {
+  Health health;
+  Caller c{"all_reduce", rank, size, 20.0, &health};
+  auto comm = make_comm(c);
+  const int n = 3;
+  float sum = 0.f;
+  for (int r = 0; r < size; ++r) sum += float(r + 1);
+  const std::vector<float> want_sum(n, sum), want_mean(n, sum / float(size));
+  {  // the input written by a kernel queued before the collective
+    Tensor t = zeros({n});
+    float* p = static_cast<float*>(t.raw_data());
+    on_device_stream([p, v = float(rank + 1)] { std::fill(p, p + n, v); });
+    comm->all_reduce(c, t, ReduceOp::Sum)->wait();
+    report("a collective reads what a kernel queued before it on the device's stream wrote", equal(t, want_sum));
+  }
+  {  // a Work dropped at once: a later kernel on the device's stream sees the finished mean
+    Tensor t = full({n}, float(rank + 1)), seen = zeros({n});
+    const float* src = static_cast<const float*>(t.raw_data());
+    float* dst = static_cast<float*>(seen.raw_data());
+    comm->all_reduce(c, t, ReduceOp::Mean);  // the Work dropped unwaited
+    on_device_stream([src, dst] { std::copy(src, src + n, dst); });
+    emu_stream_synchronize(nullptr);  // the device's stream, as cuda::synchronize waits for it
+    report("a Work dropped unfinished: the device's stream waits for its collective", equal(seen, want_mean));
+  }
+  if (emu_deferred()) {  // work queued after a collective on the device's stream does not hold it up
+    Tensor t = full({n}, float(rank + 1));
+    auto ran = std::make_shared<bool>(false);
+    auto w = comm->all_reduce(c, t, ReduceOp::Sum);
+    on_device_stream([ran] { *ran = true; });
+    w->wait();
+    report("a collective finishes without the device's kernels queued after it", !*ran && equal(t, want_sum));
+    emu_stream_synchronize(nullptr);
+    report("those kernels run at the device's synchronisation", *ran);
+  }
+}
+
 // The message of the mu::Error `f` throws ("" when it throws none).
 static std::string error_of(const std::function<void()>& f) {
   try {
@@ -190,6 +236,8 @@ int main(int argc, char** argv) {
   collectives("");
   emu_nccl::polls = 3;
   collectives("in progress for 3 polls: ");
+  emu_nccl::polls = 0;
+  streams();
 
   using F = emu_nccl::Fault;
   const std::string remote = ncclGetErrorString(ncclRemoteError);

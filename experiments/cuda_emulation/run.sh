@@ -20,7 +20,8 @@
 #   attention_op the whole attention op (attention.cu's host side choosing among the
 #                cuDNN, flash, cuBLAS and tiled paths, all of them emulated) against float64
 #   nccl         the NCCL side of the process group (dist/nccl.cu) over emu_nccl.h's
-#                stand-in for the NCCL library, two ranks under mpirun
+#                stand-in for the NCCL library, two ranks under mpirun; then again with
+#                the work deferred, where the order between its stream and the device's shows
 # Usage: experiments/cuda_emulation/run.sh [part...]   (no part: all of them)
 # Each part compiles its harness from the kernels' sources as they are now (extracted by
 # the scripts here) and exits non-zero when a check fails. The harnesses link the
@@ -232,6 +233,7 @@ if wants nccl; then
     '}  // namespace mu::dist::detail'
   g++ $flags $(mpicxx --showme:compile) "$here/nccl_emulated.cpp" -o "$out/nccl" $link $(mpicxx --showme:link)
   OMP_NUM_THREADS=1 timeout 300 ${MUMOE_MPIRUN:-mpirun} -np 2 --oversubscribe "$out/nccl"
+  MUMOE_EMULATED_DEFERRED=1 OMP_NUM_THREADS=1 timeout 300 ${MUMOE_MPIRUN:-mpirun} -np 2 --oversubscribe "$out/nccl"
 fi
 
 if wants hadamard; then

@@ -65,7 +65,7 @@ static void check_deferred() {
   cudaMalloc(&raw, 64);
   emu_defer([dev] { *dev = 5; });
   cudaFree(raw);
-  check(*dev == 5 && emu_queue.empty(), "deferred: cudaFree runs the queued work first");
+  check(*dev == 5 && emu_device_stream.ops.empty(), "deferred: cudaFree runs the queued work first");
   cuda::deallocate(big, n, 0);
   cuda::deallocate(dev, sizeof(int), 0);
 }
