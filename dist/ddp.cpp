@@ -144,15 +144,18 @@ void DistributedDataParallel::finish_sync() {
     b.work.reset();
     const std::vector<double> counts =
         b.flat.narrow(0, b.numel, int64_t(b.params.size())).cpu().to(kFloat64).to_vector<double>();
+    // The sums become means in place, the whole bucket at once (one kernel, not one per
+    // parameter), then each parameter's slice is copied into its gradient.
+    b.flat.narrow(0, 0, b.numel).mul_(inv);
     for (size_t j = 0; j < b.params.size(); ++j) {
       const Tensor& p = params_[b.params[j]];
       if (counts[j] == 0) continue;  // no rank had a gradient: none it stays
-      Tensor mean = b.flat.narrow(0, b.offsets[j], p.numel()).reshape(p.shape()) * inv;
+      const Tensor mean = b.flat.narrow(0, b.offsets[j], p.numel()).reshape(p.shape());
       Tensor g = p.grad();
       if (g.defined())
         g.copy_(mean);
       else
-        p.set_grad(mean.contiguous());
+        p.set_grad(mean.clone());  // its own memory: the bucket is overwritten next step
     }
   }
   reset_round();
