@@ -9,8 +9,12 @@
 // Grids and blocks are dim3 (threads numbered x fastest, warps cut from that linear
 // order, as on the GPU). Shared memory, dynamic (ctx->smem) or static (emu_shared, which
 // run.sh substitutes for `__shared__ T name[N]`), starts as garbage (not zeros), so an
-// entry read before it is written shows. Not a CUDA model: no races are detected. A
-// barrier or shuffle that some thread of its block or warp never reaches (it returned, or
+// entry read before it is written shows. Not a CUDA model: no races are detected, but
+// with MUMOE_EMULATED_ORDER=reverse blocks run last to first and, between barriers, a
+// block's threads from the highest to the lowest, so that a kernel that needs some
+// order the GPU does not promise (a thread reading what a lower one wrote with no barrier
+// between, a block reading another block's output) shows as wrong data in one of the two
+// orders. A barrier or shuffle that some thread of its block or warp never reaches (it returned, or
 // waits at another) stops the program with a message naming the block and the count.
 #pragma once
 #include <cuda_runtime.h>
@@ -170,6 +174,18 @@ V __shfl_down_sync(unsigned, V v, unsigned d) { return emu_shuffle(v, [d](int l)
 template <class V>
 V __shfl_sync(unsigned, V v, int src) { return emu_shuffle(v, [src](int) { return src & 31; }); }
 
+// MUMOE_EMULATED_ORDER=reverse: blocks and threads in descending order (see the top).
+inline bool emu_reverse_order() {
+  static const bool on = [] {
+    const char* v = std::getenv("MUMOE_EMULATED_ORDER");
+    if (v == nullptr || v[0] == '\0' || std::strcmp(v, "forward") == 0) return false;
+    if (std::strcmp(v, "reverse") == 0) return true;
+    fprintf(stderr, "emu.h: MUMOE_EMULATED_ORDER=%s is neither forward nor reverse\n", v);
+    std::abort();
+  }();
+  return on;
+}
+
 // Fiber stacks, kept from launch to launch (mostly untouched: memory is committed as used).
 inline constexpr size_t kEmuStack = 256 * 1024;
 inline std::vector<std::unique_ptr<char[]>> emu_stacks;
@@ -223,9 +239,13 @@ void emu_launch_now(dim3 grid, dim3 block, size_t smem, F body) {
   }
   c.smem = reinterpret_cast<unsigned char*>(mem_start);
   EmuFiber* const* const fibers = reinterpret_cast<EmuFiber* const*>(emu_fibers.data());  // the first `threads`
-  for (unsigned bz = 0; bz < grid.z; ++bz)
-    for (unsigned by = 0; by < grid.y; ++by)
-      for (unsigned bx = 0; bx < grid.x; ++bx) {
+  const bool reverse = emu_reverse_order();
+  // The k-th of n in the order of this run.
+  auto nth = [reverse](unsigned k, unsigned n) { return reverse ? n - 1 - k : k; };
+  for (unsigned kz = 0; kz < grid.z; ++kz)
+    for (unsigned ky = 0; ky < grid.y; ++ky)
+      for (unsigned kx = 0; kx < grid.x; ++kx) {
+        const unsigned bx = nth(kx, grid.x), by = nth(ky, grid.y), bz = nth(kz, grid.z);
         std::copy(garbage.begin(), garbage.end(), mem.begin());  // garbage, not zeros
         c.shared.clear();
         for (unsigned t = 0; t < threads; ++t) {
@@ -242,8 +262,8 @@ void emu_launch_now(dim3 grid, dim3 block, size_t smem, F body) {
         unsigned live = threads;
         while (live > 0) {
           bool ran = false;
-          for (unsigned t = 0; t < threads; ++t) {
-            EmuFiber& f = *fibers[t];
+          for (unsigned k = 0; k < threads; ++k) {
+            EmuFiber& f = *fibers[nth(k, threads)];
             if (f.done || (f.wait_on && f.wait_on->generation == f.wait_generation)) continue;
             f.wait_on = nullptr;
             threadIdx_ = f.tid;

@@ -107,8 +107,10 @@ template <class F>
 void emu_launch_seq(unsigned blocks, unsigned threads, F body) {
   gridDim_ = {blocks, 1, 1};
   blockDim_ = {threads, 1, 1};
-  for (unsigned b = 0; b < blocks; ++b)
-    for (unsigned t = 0; t < threads; ++t) {
+  const bool reverse = emu_reverse_order();  // emu.h: blocks and threads in descending order
+  for (unsigned kb = 0; kb < blocks; ++kb)
+    for (unsigned kt = 0; kt < threads; ++kt) {
+      const unsigned b = reverse ? blocks - 1 - kb : kb, t = reverse ? threads - 1 - kt : kt;
       threadIdx_.x = t;
       blockIdx_.x = b;
       ctx = nullptr;
