@@ -23,11 +23,14 @@ cmake --build "$dir" -j"$(nproc)" >/dev/null
 # Twice: with the device's work run as it is issued (a device infinitely fast), then
 # deferred to the host's next synchronisation (infinitely slow; emu_queue.h), where a
 # result read or a pinned buffer reused before the work on it has run shows as wrong data.
+# The deferred run also schedules blocks and threads in reverse order (emu.h), where a
+# kernel relying on an order the GPU does not promise shows; MUMOE_EMULATED_ORDER set by
+# the caller applies to both runs instead.
 # MUMOE_EMULATED_MODES=immediate or =deferred runs one of them.
 for mode in ${MUMOE_EMULATED_MODES:-immediate deferred}; do
   case $mode in
-    immediate) deferred=0 ;;
-    deferred) deferred=1 ;;
+    immediate) deferred=0 order=${MUMOE_EMULATED_ORDER:-forward} ;;
+    deferred) deferred=1 order=${MUMOE_EMULATED_ORDER:-reverse} ;;
     *) echo "device_tests.sh: unknown mode '$mode' in MUMOE_EMULATED_MODES (immediate, deferred)" >&2; exit 2 ;;
   esac
   log=$dir/emulated_cuda_$mode.log
@@ -35,9 +38,9 @@ for mode in ${MUMOE_EMULATED_MODES:-immediate deferred}; do
   rc=0
   # Two emulated devices, so that the distributed tests' two ranks each have one and their
   # CUDA collectives (and DDP on CUDA) go through dist/nccl.cu.
-  (cd "$dir" && MUMOE_EMULATED_DEVICES=2 MUMOE_EMULATED_DEFERRED=$deferred ctest -L 'cuda|distributed' \
+  (cd "$dir" && MUMOE_EMULATED_DEVICES=2 MUMOE_EMULATED_DEFERRED=$deferred MUMOE_EMULATED_ORDER=$order ctest -L 'cuda|distributed' \
     -j"$(nproc)" --timeout 1800 -Q --output-on-failure --output-log "$log" "$@") || rc=$?
-  echo "emulated CUDA device, work run $mode:"
+  echo "emulated CUDA device, work run $mode, blocks and threads in $order order:"
   grep -E '^ *[0-9]+/[0-9]+ Test' "$log" | sed 's/^ */  /'
   if [ "$rc" -ne 0 ]; then
     grep -v -E '^ *[0-9]+/[0-9]+ Test|tests passed|Total Test time' "$log" | tail -200
