@@ -26,11 +26,15 @@ std::string broadcast_string(ProcessGroup& pg, const std::string& s, int root) {
   return std::string(reinterpret_cast<const char*>(bytes.data_ptr<uint8_t>()), size_t(len));
 }
 
-// root's tensor (any dtype, shape and device) on every rank, on `device` elsewhere.
+// root's tensor (any dtype, shape and device) on every rank: on the CPU where root's is
+// on the CPU (an optimizer's step count, say), else on `device`. Every rank must pass the
+// collective a tensor of the same kind of device (MPI for CPU tensors, NCCL for CUDA
+// ones), so the kind travels with the dtype and shape.
 Tensor broadcast_tensor(ProcessGroup& pg, const Tensor& t, int root, Device device) {
   std::vector<int64_t> meta;
   if (pg.rank() == root) {
     meta.push_back(int64_t(t.dtype()));
+    meta.push_back(t.device().is_cpu() ? 0 : 1);
     meta.push_back(t.dim());
     for (int64_t d : t.shape()) meta.push_back(d);
   }
@@ -39,8 +43,9 @@ Tensor broadcast_tensor(ProcessGroup& pg, const Tensor& t, int root, Device devi
   Tensor m = pg.rank() == root ? from_vector(meta, {int64_t(meta.size())}) : empty({head.to_vector<int64_t>()[0]}, kInt64);
   pg.broadcast(m, root);
   const std::vector<int64_t> v = m.to_vector<int64_t>();
-  const Shape shape(v.begin() + 2, v.begin() + 2 + v[1]);
-  Tensor out = pg.rank() == root ? t.contiguous().clone() : empty(shape, TensorOptions(DType(v[0])).device(device));
+  const Shape shape(v.begin() + 3, v.begin() + 3 + v[2]);
+  const Device where = v[1] == 0 ? Device::cpu() : device;
+  Tensor out = pg.rank() == root ? t.contiguous().clone() : empty(shape, TensorOptions(DType(v[0])).device(where));
   pg.broadcast(out, root);
   return out;
 }
