@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # On a GPU machine: run every CUDA test suite, then the GPU benchmarks beside PyTorch.
 # The binaries come either from .gpu_bin/ (made on a build machine by
-# scripts/gpu_stage.sh and carried along) or, when that folder is missing or its
-# programs do not load there, from a build on the spot (CUDA toolkit, CMake, a compiler,
+# scripts/gpu_stage.sh and carried along) or, when that folder is missing, its
+# programs do not load there or were built from other sources, from a build on the spot (CUDA toolkit, CMake, a compiler,
 # and the header dependencies carried in .gpu_deps/ from scripts/gpu_deps.sh).
 # Logs go to $OUT (default ./gpu_out); the end of the output is a short summary.
 #   bash scripts/gpu_check.sh [test|bench|sparse|gpt2|attention|shapes|all]   (default all; sparse:
@@ -27,8 +27,13 @@ done
 
 bin=$repo/.gpu_bin
 loads() { [[ -x $bin/tests/test_cuda ]] && ! LD_LIBRARY_PATH=$bin:$LD_LIBRARY_PATH ldd "$bin/tests/test_cuda" | grep -q "not found"; }
-if ! loads; then
-  [[ -d $bin ]] && { echo "carried binaries do not load here:"; LD_LIBRARY_PATH=$bin:$LD_LIBRARY_PATH ldd "$bin/tests/test_cuda" | grep "not found"; }
+# Binaries staged from other sources than these would test the wrong code.
+current() { [[ -f $bin/source_hash && $(cat "$bin/source_hash") == $(bash scripts/gpu_source_hash.sh) ]]; }
+if ! loads || ! current; then
+  if [[ -d $bin ]]; then
+    if ! loads; then echo "carried binaries do not load here:"; LD_LIBRARY_PATH=$bin:$LD_LIBRARY_PATH ldd "$bin/tests/test_cuda" | grep "not found"
+    else echo "carried binaries were built from other sources (scripts/gpu_source_hash.sh): building here"; fi
+  fi
   deps=$repo/.gpu_deps
   zlib=$(ls /usr/lib/x86_64-linux-gnu/libz.so* /lib/x86_64-linux-gnu/libz.so* 2>/dev/null | head -1)
   cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DMUMOE_CUDA=ON -DMUMOE_OPENBLAS=OFF \

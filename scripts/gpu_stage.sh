@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Copies what scripts/gpu_check.sh runs out of a CUDA build folder into .gpu_bin/
 # (libmumoe.so, the CUDA test suites, the GPU benchmarks; stripped), a folder small
-# enough to carry to a GPU machine:
+# enough to carry to a GPU machine, with the hash of the sources they were built from
+# (scripts/gpu_source_hash.sh; build first: the hash is of the tree as it is now):
 #   bash scripts/gpu_stage.sh [BUILD_DIR]       (default build-gpu)
 # .gpu_bin/ is listed in .gitignore.
 set -euo pipefail
@@ -17,6 +18,8 @@ done
 for name in bench_gpu_layers bench_gpu_gpt2 bench_gpu_fused_mumoe bench_cuda_linalg bench_sparse_moe train_gpt2; do
   cp "$build/experiments/$name" "$out.partial/experiments/"
 done
+# What they were built from: gpu_check.sh rebuilds rather than run binaries of other sources.
+bash scripts/gpu_source_hash.sh >"$out.partial/source_hash"
 strip --strip-unneeded "$out.partial"/libmumoe.so* "$out.partial"/tests/* "$out.partial"/experiments/* 2>/dev/null || true
 rm -rf "$out"
 mv "$out.partial" "$out"
