@@ -4,7 +4,8 @@
 // of a freed block by a request of the same class, the books (allocated, peak, cached),
 // out of memory with cached blocks (released, the allocation retried once and served),
 // out of memory with everything live (an error naming the bytes asked and held), and
-// host <-> device copies through the two pinned staging buffers in 16 MiB chunks.
+// host <-> device copies through the two pinned staging buffers in 16 MiB chunks; and,
+// deferred, the queue's own rules (held work, stale pinned reads, two streams' order).
 #include "emu_runtime.h"
 #include "ops/cuda/runtime.cu"
 
@@ -68,6 +69,27 @@ static void check_deferred() {
   check(*dev == 5 && emu_device_stream.ops.empty(), "deferred: cudaFree runs the queued work first");
   cuda::deallocate(big, n, 0);
   cuda::deallocate(dev, sizeof(int), 0);
+
+  // Two streams (the NCCL side's has its own): one's synchronisation runs the other's
+  // work only up to the event it waits for; without a wait, none of it.
+  cudaStream_t other = emu_stream_create();
+  int a = 0, b = 0;
+  emu_defer([&a] { a = 1; });
+  cudaEvent_t mark;
+  cudaEventCreate(&mark);
+  cudaEventRecord(mark, nullptr);
+  emu_defer([&a] { a = 2; });  // after the mark
+  emu_stream_wait_event(other, mark);
+  cudaEventDestroy(mark);  // allowed with work on it pending
+  emu_defer_on(other, [&a, &b] { b = a; });
+  check(a == 0 && b == 0, "deferred: two streams' work queued");
+  emu_stream_synchronize(other);
+  check(a == 1 && b == 1, "deferred: a stream's synchronisation runs another's work up to the event it waits for");
+  emu_defer_on(other, [&b] { b = 5; });
+  cuda::synchronize(0);
+  check(a == 2 && b == 1, "deferred: the device stream's synchronisation leaves another stream's work queued");
+  emu_synchronize();
+  check(b == 5, "deferred: the device's synchronisation runs every stream");
 }
 
 int main() {
