@@ -2,7 +2,8 @@
 // shards of the batch against one process with the whole batch (5 AdamW steps), with
 // many buckets, accumulation and unused parameters; ZeRO-1 against plain DDP (on the CPU,
 // and on CUDA devices when each rank has one); the sampler's
-// global batch whatever the number of ranks; the training loop's rank-0-only output.
+// global batch whatever the number of ranks; the training loop's rank-0-only output and
+// its ZeRO checkpoints resumed (also on CUDA).
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -271,12 +272,20 @@ TEST_CASE("the sampler's global batch does not depend on the number of ranks") {
   CHECK_THROWS_MU(dist::batch_shard(7, 0, 2), "does not split evenly over 2 ranks");
 }
 
-TEST_CASE("the training loop under DDP: the loss is the ranks' mean, only rank 0 writes, ZeRO checkpoints resume") {
-  const std::string dir = (std::filesystem::temp_directory_path() / "mumoe_dist_loop").string();
+namespace {
+
+// The training loop under DDP and ZeRO-1 with the model on `dev` in `dtype`: 3 steps, a
+// checkpoint, 5 steps resumed from it, against one CPU process with the whole batch.
+void check_loop_resumes(Device dev, DType dtype, double tolerance) {
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("mumoe_dist_loop_" + std::string(dev.is_cpu() ? "cpu" : "cuda")))
+          .string();
   if (pg().rank() == 0) std::filesystem::remove_all(dir);
   pg().barrier();
   auto run = [&](int64_t steps, bool resume) {
     auto m = make_net();
+    m->to(dtype);
+    m->to(dev);
     dist::DistributedDataParallel ddp(*m, pg());
     optim::AdamW opt(m->parameters(), optim::AdamWOptions(1e-2).weight_decay(0.1));
     dist::ZeroOptimizer zero(opt, pg());
@@ -293,7 +302,7 @@ TEST_CASE("the training loop under DDP: the loss is the ranks' mean, only rank 0
     h.micro_batch_loss = [&](int64_t step, int64_t micro) {
       auto [x, y] = global_batch(step);
       const int64_t at = shard.begin + micro * 2;
-      return loss_of(*m, x.narrow(0, at, 2), y.narrow(0, at, 2), true);
+      return loss_of(*m, x.narrow(0, at, 2).to(dtype).to(dev), y.narrow(0, at, 2).to(dtype).to(dev), true);
     };
     train::LoopResult r = train::run_training(*m, opt, optim::constant_lr(1e-2), o, h);
     return std::make_pair(r, flat_params(*m));
@@ -304,15 +313,16 @@ TEST_CASE("the training loop under DDP: the loss is the ranks' mean, only rank 0
   CHECK(second.start_step == 3);
   // The same 5 steps in one process, the whole batch at once (clipping at 1.0 as the loop does).
   auto m = make_net();
+  m->to(dtype);
   optim::AdamW opt(m->parameters(), optim::AdamWOptions(1e-2).weight_decay(0.1));
   for (int s = 0; s < 5; ++s) {
     auto [x, y] = global_batch(s);
     opt.zero_grad();
-    loss_of(*m, x, y, true).backward();
+    loss_of(*m, x.to(dtype), y.to(dtype), true).backward();
     optim::clip_grad_norm(m->parameters(), 1.0);
     opt.step();
   }
-  CHECK(max_rel_diff(p5, flat_params(*m)) <= 1e-6);
+  CHECK(max_rel_diff(p5, flat_params(*m)) <= tolerance);
   // Both ranks log the same mean loss; the metrics file is rank 0's alone (one line per step).
   Tensor l = from_vector(std::vector<double>{second.last_loss}, {1});
   Tensor both = pg().all_gather(l);
@@ -326,4 +336,27 @@ TEST_CASE("the training loop under DDP: the loss is the ranks' mean, only rank 0
   }
   pg().barrier();
   if (pg().rank() == 0) std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+
+TEST_CASE("the training loop under DDP: the loss is the ranks' mean, only rank 0 writes, ZeRO checkpoints resume") {
+  check_loop_resumes(Device::cpu(), kFloat32, 1e-6);
+}
+
+// The same with the model on the ranks' CUDA devices (float64, so that the CPU's run is
+// the reference to within rounding): ZeRO's checkpoint gathers the moments from their
+// owners' GPUs, and the resumed run deals them out again.
+TEST_CASE("on CUDA, the training loop under DDP and ZeRO-1 resumes from its checkpoint") {
+  const int devices = cuda::device_count();
+  if (devices < pg().local_size()) {
+    MESSAGE("SKIPPED (training loop on CUDA): " << pg().local_size() << " ranks on this machine, " << devices
+                                                << " CUDA device(s); NCCL needs one device per rank");
+    return;
+  }
+#ifndef MUMOE_NCCL
+  MESSAGE("SKIPPED (training loop on CUDA): this build has no NCCL");
+  return;
+#endif
+  check_loop_resumes(pg().default_device(), kFloat64, 1e-12);
 }
