@@ -86,6 +86,22 @@ std::vector<double> single_process_run(int steps, bool use_extra, DType dtype = 
   return flat_params(*m);
 }
 
+// Whether every rank of this machine has a CUDA device of its own and the build has NCCL,
+// as the CUDA cases need; if not, says why `what` is skipped.
+bool cuda_per_rank(const char* what) {
+  const int devices = cuda::device_count();
+  if (devices < pg().local_size()) {
+    MESSAGE("SKIPPED (" << what << " on CUDA): " << pg().local_size() << " ranks on this machine, " << devices
+                        << " CUDA device(s); NCCL needs one device per rank");
+    return false;
+  }
+#ifndef MUMOE_NCCL
+  MESSAGE("SKIPPED (" << what << " on CUDA): this build has no NCCL");
+  return false;
+#endif
+  return true;
+}
+
 }  // namespace
 
 TEST_CASE("2 ranks with half the batch each reach the parameters of 1 rank with the whole batch") {
@@ -132,16 +148,7 @@ TEST_CASE("2 ranks with half the batch each reach the parameters of 1 rank with 
 // or without NCCL.
 TEST_CASE("on CUDA, 2 ranks with half the batch each reach the parameters of 1 rank with the whole batch") {
   REQUIRE(pg().size() == 2);
-  const int devices = cuda::device_count();
-  if (devices < pg().local_size()) {
-    MESSAGE("SKIPPED (DDP on CUDA): " << pg().local_size() << " ranks on this machine, " << devices
-                                      << " CUDA device(s); NCCL needs one device per rank");
-    return;
-  }
-#ifndef MUMOE_NCCL
-  MESSAGE("SKIPPED (DDP on CUDA): this build has no NCCL");
-  return;
-#endif
+  if (!cuda_per_rank("DDP")) return;
   const Device dev = pg().default_device();
   const std::vector<double> want = single_process_run(5, true, kFloat64);
   auto m = make_net();
@@ -247,16 +254,7 @@ TEST_CASE("ZeRO-1 takes the same steps as plain DDP with each rank holding part 
 // The same on the ranks' CUDA devices: the gradients averaged and the owners' parameters
 // broadcast by NCCL, on its stream, after the kernels that wrote them.
 TEST_CASE("on CUDA, ZeRO-1 takes the same steps as plain DDP") {
-  const int devices = cuda::device_count();
-  if (devices < pg().local_size()) {
-    MESSAGE("SKIPPED (ZeRO-1 on CUDA): " << pg().local_size() << " ranks on this machine, " << devices
-                                         << " CUDA device(s); NCCL needs one device per rank");
-    return;
-  }
-#ifndef MUMOE_NCCL
-  MESSAGE("SKIPPED (ZeRO-1 on CUDA): this build has no NCCL");
-  return;
-#endif
+  if (!cuda_per_rank("ZeRO-1")) return;
   check_zero_equals_ddp(pg().default_device());
 }
 
@@ -348,15 +346,6 @@ TEST_CASE("the training loop under DDP: the loss is the ranks' mean, only rank 0
 // the reference to within rounding): ZeRO's checkpoint gathers the moments from their
 // owners' GPUs, and the resumed run deals them out again.
 TEST_CASE("on CUDA, the training loop under DDP and ZeRO-1 resumes from its checkpoint") {
-  const int devices = cuda::device_count();
-  if (devices < pg().local_size()) {
-    MESSAGE("SKIPPED (training loop on CUDA): " << pg().local_size() << " ranks on this machine, " << devices
-                                                << " CUDA device(s); NCCL needs one device per rank");
-    return;
-  }
-#ifndef MUMOE_NCCL
-  MESSAGE("SKIPPED (training loop on CUDA): this build has no NCCL");
-  return;
-#endif
+  if (!cuda_per_rank("training loop")) return;
   check_loop_resumes(pg().default_device(), kFloat64, 1e-12);
 }
