@@ -25,34 +25,20 @@ namespace {
 // layer's A at S P = 596, 4.9 MB; a quarter of a GPT-2 batch's).
 constexpr int64_t kBlockBytes = int64_t(8) << 20;
 
-template <class T>
-void ring_gemm_blocks(T* out, const T* c, const T* h, const T* w, int64_t M, int64_t P, int64_t R, int64_t S,
+// T: the type of c and h; W: the compute type (float for bfloat16), that of w and out,
+// which the caller has widened for bfloat16.
+template <class T, class W = compute_t<T>>
+void ring_gemm_blocks(W* out, const T* c, const T* h, const W* w, int64_t M, int64_t P, int64_t R, int64_t S,
                       int64_t N) {
   constexpr bool kBf16 = std::is_same_v<T, bfloat16_t>;
-  using W = compute_t<T>;
-  using A = acc_t<W>;             // A's entries are summed in double for float32
+  using A = acc_t<W>;  // A's entries are summed in double for float32
   const int64_t K = S * P;
-  // w in the compute type: bfloat16 widened once, else w itself.
-  Tensor w_wide;
-  const W* wp = nullptr;
-  if constexpr (kBf16) {
-    w_wide = empty({K * N}, TensorOptions(kFloat32));
-    W* ww = w_wide.data_ptr<W>();
-#pragma omp parallel for schedule(static) if (K * N > kParallelGrain)
-    for (int64_t i = 0; i < K * N; ++i) ww[i] = widen_value(w[i]);
-    wp = ww;
-  } else {
-    wp = w;
-  }
   const int64_t block = std::min(M, std::max<int64_t>(256, kBlockBytes / std::max<int64_t>(1, K * int64_t(sizeof(W)))));
   // Scratch from the framework's allocator, which keeps freed blocks: fresh pages from the
-  // system cost a page fault each (a fifth of a bfloat16 GPT-2 layer's time when these
-  // were new[]); uninitialised, every entry is written before it is read.
-  const DType wt = std::is_same_v<W, double> ? kFloat64 : kFloat32;
-  const Tensor a_buf = empty({block * K}, TensorOptions(wt));
-  const Tensor o_buf = kBf16 ? empty({block * N}, TensorOptions(wt)) : Tensor();
+  // system cost a page fault each (a fifth of a bfloat16 GPT-2 layer's time when this
+  // was new[]); uninitialised, every entry is written before it is read.
+  const Tensor a_buf = empty({block * K}, TensorOptions(std::is_same_v<W, double> ? kFloat64 : kFloat32));
   W* const a = a_buf.data_ptr<W>();
-  W* const o = kBf16 ? o_buf.data_ptr<W>() : nullptr;
   for (int64_t m0 = 0; m0 < M; m0 += block) {
     const int64_t rows = std::min(block, M - m0);
 #pragma omp parallel if (rows * K * R > 32768)
@@ -81,13 +67,8 @@ void ring_gemm_blocks(T* out, const T* c, const T* h, const T* w, int64_t M, int
           }
       }
     }
-    W* dst = kBf16 ? o : reinterpret_cast<W*>(out + m0 * N);
-    gemm<W>(1, rows, N, K, MatrixRef<const W>{a, 0, K, 1}, MatrixRef<const W>{wp, 0, N, 1},
-            MatrixRef<W>{dst, 0, N, 1});
-    if constexpr (kBf16) {
-#pragma omp parallel for schedule(static) if (rows * N > kParallelGrain)
-      for (int64_t i = 0; i < rows * N; ++i) out[m0 * N + i] = narrow_value<T>(o[i]);
-    }
+    gemm<W>(1, rows, N, K, MatrixRef<const W>{a, 0, K, 1}, MatrixRef<const W>{w, 0, N, 1},
+            MatrixRef<W>{out + m0 * N, 0, N, 1});
   }
 }
 
@@ -96,7 +77,16 @@ void ring_gemm(const Tensor& out, const Tensor& c, const Tensor& h, const Tensor
   if (M == 0 || N == 0) return;
   auto run = [&](auto tag) {
     using T = decltype(tag);
-    ring_gemm_blocks<T>(out.data_ptr<T>(), c.data_ptr<T>(), h.data_ptr<T>(), w.data_ptr<T>(), M, P, R, S, N);
+    if constexpr (std::is_same_v<T, bfloat16_t>) {
+      // w widened once (exactly), the product in float32, the output rounded once.
+      const Tensor w32 = widened(w);
+      Tensor o32 = wide_like(out);
+      ring_gemm_blocks<T>(o32.data_ptr<float>(), c.data_ptr<T>(), h.data_ptr<T>(), w32.data_ptr<float>(), M, P, R, S,
+                          N);
+      narrow_into(out, o32);
+    } else {
+      ring_gemm_blocks<T>(out.data_ptr<T>(), c.data_ptr<T>(), h.data_ptr<T>(), w.data_ptr<T>(), M, P, R, S, N);
+    }
   };
   dispatch_float_bf16(out.dtype(), "ring_gemm", run);
 }
