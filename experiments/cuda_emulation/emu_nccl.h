@@ -163,13 +163,14 @@ inline void check_stream_idle(const char* what) {
 inline const bool launch_hooked = (emu_before_launch = [] { check_stream_idle("a kernel launched"); }, true);
 
 // The CUDA runtime calls of nccl.cu (macros below).
+// The device's UUID as emu_runtime.h gives it (emu_devices.h).
 inline cudaError_t device_properties(cudaDeviceProp* p, int device) {
   std::memset(p, 0, sizeof *p);
   emu_device_uuid(p->uuid.bytes, device);
   return cudaSuccess;
 }
 inline cudaError_t stream_priority_range(int* least, int* greatest) {
-  *least = 0, *greatest = -5;  // an H100's range: lower numbers are higher priorities
+  *least = 0, *greatest = -5;  // some range below 0: lower numbers are higher priorities
   return cudaSuccess;
 }
 inline cudaError_t stream_create(cudaStream_t* s, int priority) {
