@@ -6,9 +6,9 @@
 # training-step suites run, on a machine without a GPU, and the distributed tests, whose
 # CUDA cases (collectives, DDP) then go through the NCCL side over emu_nccl.h (about 3
 # minutes per mode, below, on 2 cores, after a build of the library and the tests). ctest
-# runs quietly into BUILD_DIR/emulated_cuda_MODE.log;
-# each test's result is printed, and the failures' output, but not ctest's closing line
-# (the test job's own ctest run is the one whose closing line CI reads).
+# runs quietly into BUILD_DIR/emulated_cuda_MODE.log (scripts/ctest_quiet.sh): each test's
+# result is printed, and the failures' output, but not ctest's closing line (the test
+# job's default run is the one whose closing line CI reads).
 # Usage: experiments/cuda_emulation/device_tests.sh [BUILD_DIR] [ctest args...]
 set -e
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -33,19 +33,10 @@ for mode in ${MUMOE_EMULATED_MODES:-immediate deferred}; do
     deferred) deferred=1 order=${MUMOE_EMULATED_ORDER:-reverse} ;;
     *) echo "device_tests.sh: unknown mode '$mode' in MUMOE_EMULATED_MODES (immediate, deferred)" >&2; exit 2 ;;
   esac
-  log=$dir/emulated_cuda_$mode.log
-  start=$(date +%s)
-  rc=0
   # Two emulated devices, so that the distributed tests' two ranks each have one and their
   # CUDA collectives (and DDP on CUDA) go through dist/nccl.cu.
-  (cd "$dir" && MUMOE_EMULATED_DEVICES=2 MUMOE_EMULATED_DEFERRED=$deferred MUMOE_EMULATED_ORDER=$order ctest -L 'cuda|distributed' \
-    -j"$(nproc)" --timeout 1800 -Q --output-on-failure --output-log "$log" "$@") || rc=$?
   echo "emulated CUDA device, work run $mode, blocks and threads in $order order:"
-  grep -E '^ *[0-9]+/[0-9]+ Test' "$log" | sed 's/^ */  /'
-  if [ "$rc" -ne 0 ]; then
-    grep -v -E '^ *[0-9]+/[0-9]+ Test|tests passed|Total Test time' "$log" | tail -200
-    echo "emulated CUDA device ($mode): cuda tests FAILED (see $log)"
-    exit 1
-  fi
-  echo "emulated CUDA device ($mode): every cuda test passed in $(( $(date +%s) - start )) s"
+  MUMOE_EMULATED_DEVICES=2 MUMOE_EMULATED_DEFERRED=$deferred MUMOE_EMULATED_ORDER=$order \
+    sh "$root/scripts/ctest_quiet.sh" "$dir" "$dir/emulated_cuda_$mode.log" "emulated CUDA device ($mode): cuda tests" \
+    -L 'cuda|distributed' -j"$(nproc)" --timeout 1800 "$@"
 done
