@@ -28,6 +28,7 @@ bash scripts/setup.sh
 echo "== sanitizer build (ASan + UBSan), unit and distributed tests ($(minutes) so far)"
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DMUMOE_SANITIZE=ON -DMUMOE_CUDA=OFF -DMUMOE_OPENBLAS=OFF -DMUMOE_MPI=AUTO -DMUMOE_EXPERIMENTS=OFF >/dev/null
 cmake --build build-asan -j"$(nproc)"
+echo "built ($(minutes) so far)"
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build-asan -L unit -j"$(nproc)" --output-on-failure
 # The collectives, DDP, ZeRO-1 and a stalled and a killed rank, as two processes under
@@ -38,6 +39,7 @@ ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=print_stacktrace=1 \
 
 echo "== release build, every test but the slow ones ($(minutes) so far)"
 bash scripts/build.sh
+echo "built ($(minutes) so far)"
 ctest --test-dir build -LE slow -j"$(nproc)" --output-on-failure
 
 # The whole job on a fresh clone, 2 cores (Zen 5), no compiler cache: 65 minutes. The
