@@ -15,9 +15,9 @@
 # runs them whatever the time.
 #
 # The whole job on a fresh clone, 2 cores (Zen 5), no compiler cache: 65 minutes. The
-# sanitizer step 18 (build 11, tests 7), the Release build 15, the default run 5.5, the
-# emulated device 18 (build 12.5, runs 5.5), the slow tests 10 (FetchContent's build of
-# the library is most of it). A step's need here is its time there scaled by how long
+# sanitizer step 16.7 (build 10, unit tests 6.7; the distributed tests, added since, about
+# 10 s more), the Release build 15.1, the default run 5.4, the emulated device 18 (build
+# 12.6, runs 5.4), the slow tests 9.8 (FetchContent's build of the library is most of it). A step's need here is its time there scaled by how long
 # steps 1 and 2 took here against there (37 minutes), plus a fifth and 3 minutes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
