@@ -235,6 +235,31 @@ TEST_CASE("attention with head dim 0 gives an empty output and empty gradients")
   }
 }
 
+TEST_CASE("attention over an empty batch or no heads: empty output and gradients, with or without keys") {
+  for (Device dev : test_devices()) {
+    for (const Shape& qs : {Shape{0, 2, 3, 4}, Shape{2, 0, 3, 4}, Shape{0, 0, 1, 4}}) {
+      for (int64_t Tk : {0, 1, 7}) {
+        Shape ks = qs;
+        ks[2] = Tk;
+        for (bool causal : {false, true}) {
+          if (causal && Tk != qs[2]) continue;  // causal needs Tq == Tk
+          CAPTURE(qs);
+          CAPTURE(Tk);
+          CAPTURE(causal);
+          Tensor q = on(randn(qs), dev).requires_grad_(), k = on(randn(ks), dev).requires_grad_();
+          Tensor v = on(randn(ks), dev).requires_grad_();
+          Tensor out = scaled_dot_product_attention(q, k, v, causal, 0.25);
+          CHECK(out.shape() == qs);
+          out.sum().backward();
+          CHECK(q.grad().shape() == qs);
+          CHECK(k.grad().shape() == ks);
+          CHECK(v.grad().shape() == ks);
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("attention head dims past 128: computed on the CPU, refused by name on CUDA") {
   for (Device dev : test_devices()) {
     if (dev.is_cuda()) {

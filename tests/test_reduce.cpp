@@ -376,6 +376,28 @@ TEST_CASE("column sums over row blocks and column strips match brute force") {
   }
 }
 
+// Empty reduced dims under wide kept ones (the bias gradient of an empty batch): sums
+// are zeros and means NaN (0 / 0, as torch).
+TEST_CASE("sums over an empty dim of wide rows are zeros") {
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    for (DType dt : {kFloat32, kFloat64}) {
+      for (auto [shape, dims] : std::vector<std::pair<Shape, Shape>>{
+               {{0, 16}, {0}}, {{3, 0, 16}, {1}}, {{0, 5, 700}, {0, 1}}, {{2, 0, 9}, {0, 1}}}) {
+        INFO(dtype_name(dt) << " shape " << shape_str(shape) << " dims " << shape_str(dims));
+        Tensor x = on(randn(shape, dt), dev);
+        Buckets b = bucketize(x, dims, false);
+        check_close_or_nan(sum(x, dims), b.out_shape, reduce_ref(b, ref_sum), 0);
+        check_close_or_nan(mean(x, dims), b.out_shape, reduce_ref(b, ref_mean), 0);
+        // The gradient path that found it: a broadcast operand's gradient summed down.
+        Tensor w = on(randn({shape.back()}, dt), dev).requires_grad_();
+        (x * w).sum().backward();
+        CHECK(max_abs_diff(w.grad().cpu(), zeros({shape.back()}, dt)) == 0);
+      }
+    }
+  }
+}
+
 // Shapes that take each mapping of the CUDA reductions (ops/cuda/reduce.cu), checked
 // against the brute-force buckets on every device: runs of 40 down the columns of 9000
 // outputs (the column mapping), columns of 5000 for 40 outputs and runs of 20000 for 3

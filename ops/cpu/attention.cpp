@@ -498,6 +498,7 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
   const Geometry g = geometry<T>(q, k, p);
   const int64_t BH = g.B * g.H, nk = (g.Tk + Bk - 1) / Bk;
   T *dqd = dq.data_ptr<T>(), *dkd = dk.data_ptr<T>(), *dvd = dv.data_ptr<T>();
+  if (BH == 0) return;  // no heads: every gradient is empty
   if (nk == 0) {  // Tk == 0: no key reaches dQ (and dK, dV are empty)
     std::fill(dqd, dqd + dq.numel(), T(0));
     return;

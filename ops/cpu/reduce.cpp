@@ -53,6 +53,7 @@ inline std::optional<ColumnSumLayout> column_sum_layout(const Tensor& x, const R
   auto H = coalesce<1>(head_shape, {head_strides});
   if (T.shape.size() != 1 || T.strides[0][0] == 1 || H.strides[0].back() != 1 || H.shape.back() < 8)
     return std::nullopt;
+  if (T.shape[0] == 0) return std::nullopt;  // no rows: the generic path writes the empty sums, zeros
   ColumnSumLayout L;
   L.cols = H.shape.back();
   L.rows = T.shape[0];
