@@ -201,7 +201,13 @@ Tensor cumsum(const Tensor& x, int64_t dim) { return cumsum_dir(x, dim, false); 
 
 // The first k positions along dim in sorted order, and their values gathered from x.
 static ValuesIndices sorted_prefix(const Tensor& x, int64_t dim, int64_t k, bool descending, const char* op) {
-  MU_CHECK(x.dtype() != kBool, op, ": expected float32, float64 or int64, got bool");
+  MU_CHECK(x.dtype() != kBool, op, ": expected a number dtype, got bool (convert with .to(kInt64))");
+  // The 16-bit floats and narrow integers are ordered as their exact widening (float32,
+  // int64); the values are narrowed back, exactly.
+  if (!is_compute_dtype(x.dtype())) {
+    ValuesIndices w = sorted_prefix(x.to(compute_dtype(x.dtype())), dim, k, descending, op);
+    return {w.values.to(x.dtype()), w.indices};
+  }
   Tensor xv = at_least_1d(x);
   int64_t d = wrap_dim(dim, xv.dim(), op);
   int64_t n = xv.shape()[size_t(d)];

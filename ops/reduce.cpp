@@ -97,12 +97,21 @@ static void require_nonempty(const Tensor& x, const ReducePlan& p, const char* o
            "): the operation has no identity");
 }
 
+// Orderings (amax, amin, max, min, argmax, argmin) compare in a compute dtype: the 16-bit
+// floats widen to float32 and the narrow integers to int64, both exactly (order, ties and
+// NaNs kept), so the extremum and its index are the narrow values' own; bool is refused.
+static Tensor widened_for_order(const Tensor& x, const char* op) {
+  MU_CHECK(x.dtype() != kBool, op, ": expected a number dtype, got bool (convert with .to(kInt64))");
+  return is_compute_dtype(x.dtype()) ? x : x.to(compute_dtype(x.dtype()));
+}
+
 // amax/amin over dims, and max()/min() over everything. The gradient is shared evenly
 // among the elements equal to the result (the NaNs, when the result is NaN).
-static Tensor amax_amin(const Tensor& x, const Shape& dims, bool keepdim, bool take_max, const char* op) {
+static Tensor amax_amin(const Tensor& x_in, const Shape& dims, bool keepdim, bool take_max, const char* op) {
+  const Tensor x = widened_for_order(x_in, op);
+  if (x.dtype() != x_in.dtype()) return amax_amin(x, dims, keepdim, take_max, op).to(x_in.dtype());  // exact
   ReducePlan p = plan_reduce(x, dims, keepdim, op);
   require_nonempty(x, p, op);
-  MU_CHECK(x.dtype() != kBool, op, ": expected float32, float64 or int64, got bool");
   Tensor y = empty(p.out_shape, TensorOptions(x.dtype()).device(x.device()));
   kernels::extremum(x.device(), y, x, p, take_max);
   return record(take_max ? "AmaxBackward" : "AminBackward", y, {x},
@@ -122,12 +131,10 @@ Tensor min(const Tensor& x) { return amax_amin(x, {}, false, false, "min"); }
 
 // Index of the first extremum along one dim.
 static Tensor arg_extremum(const Tensor& x_in, int64_t dim, bool keepdim, bool take_max, const char* op) {
-  // bfloat16 and float16 widen to float32 exactly (order, ties and NaNs kept), so the
-  // index is the one of the narrow values: logits under autocast take argmax directly.
-  const Tensor x = x_in.dtype() == kBFloat16 || x_in.dtype() == kFloat16 ? x_in.to(kFloat32) : x_in;
+  // Logits under autocast (bfloat16) take argmax directly.
+  const Tensor x = widened_for_order(x_in, op);
   ReducePlan p = plan_reduce(x, {dim}, keepdim, op);
   require_nonempty(x, p, op);
-  MU_CHECK(x.dtype() != kBool, op, ": expected float32, float64 or int64, got bool");
   Tensor y = empty(p.out_shape, TensorOptions(kInt64).device(x.device()));
   kernels::arg_extremum(x.device(), y, x, p, take_max);
   return y;
@@ -146,7 +153,8 @@ static ValuesIndices max_min(const Tensor& x, int64_t dim, bool keepdim, bool ta
   Tensor xv = x.dim() == 0 ? x.reshape({1}) : x;
   int64_t d = wrap_dim(dim, xv.dim(), op);
   Tensor idx = arg_extremum(xv, d, true, take_max, op);
-  Tensor values = gather(xv, d, idx);
+  const Tensor xw = widened_for_order(xv, op);  // gather takes compute dtypes; narrowing back is exact
+  Tensor values = xw.dtype() == xv.dtype() ? gather(xv, d, idx) : gather(xw, d, idx).to(xv.dtype());
   return {values.reshape(out_shape), idx.reshape(out_shape)};
 }
 

@@ -285,6 +285,7 @@ Tensor stack(const std::vector<Tensor>& ts, int64_t dim) {
   for (size_t i = 0; i < ts.size(); ++i) {
     MU_CHECK(ts[i].shape() == ts[0].shape(), "stack: all tensors must have one shape; tensor ", i, " has ",
              shape_str(ts[i].shape()), ", tensor 0 has ", shape_str(ts[0].shape()));
+    detail::require_same(ts[0], ts[i], "stack");  // dtype and device, named as stack's rather than cat's
     parts.push_back(ts[i].unsqueeze(d));
   }
   return cat(parts, d);

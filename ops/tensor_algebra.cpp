@@ -210,9 +210,10 @@ Tensor cp_to_tensor(const std::vector<Tensor>& factors, const Tensor& weights) {
 Tensor tr_to_tensor(const std::vector<Tensor>& cores) {
   MU_CHECK(!cores.empty(), "tr_to_tensor: needs at least one core");
   const size_t N = cores.size();
-  for (size_t k = 0; k < N; ++k) {
+  for (size_t k = 0; k < N; ++k)
     MU_CHECK(cores[k].dim() == 3, "tr_to_tensor: core ", k, " must be 3-D (R_k, I_k, R_k+1), got shape ",
              shape_str(cores[k].shape()));
+  for (size_t k = 0; k < N; ++k) {  // every core is 3-D (above) before its neighbour's ranks are read
     const size_t next = (k + 1) % N;  // the last core connects back to the first
     MU_CHECK(cores[k].size(2) == cores[next].size(0), "tr_to_tensor: rank mismatch between core ", k, " ",
              shape_str(cores[k].shape()), " and core ", next, " ", shape_str(cores[next].shape()), " (",

@@ -2,6 +2,7 @@
 // the bucket of the output element it reduces into, and each bucket is reduced by hand.
 // Every case runs on each test device: inputs are drawn on the CPU and moved, results
 // are read back on the host (check_close_or_nan and the buckets go through to_vector).
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -186,6 +187,55 @@ TEST_CASE("argmax/argmin of bfloat16 values: the index of the narrow values, fir
     CHECK(argmax(x, 1).cpu().to_vector<int64_t>() == std::vector<int64_t>{2, 0});
     CHECK(argmin(x, 1).cpu().to_vector<int64_t>() == std::vector<int64_t>{1, 3});
     CHECK(argmax(x).cpu().item() == 4);
+  }
+}
+
+// The storage dtypes are ordered as their exact widening: every extremum, index, sort and
+// top-k of them is checked against a loop over the values read back as doubles.
+TEST_CASE("orderings of 16-bit floats and narrow integers match a brute-force loop; bool is refused") {
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    manual_seed(9);
+    const Tensor base = mul(randn({3, 7}), full({}, 40.0));
+    for (DType dt : {kBFloat16, DType::Float16, DType::Int32, DType::Int16, DType::Int8, DType::UInt8}) {
+      INFO(dtype_name(dt));
+      const Tensor x = (dt == DType::UInt8 ? abs(base) : base).to(dt).to(dev);
+      const std::vector<double> v = x.cpu().to(kFloat64).to_vector<double>();  // row-major, 3 x 7
+      std::vector<double> row_max(3, -1e300), row_min(3, 1e300);
+      std::vector<int64_t> arg_max(3, 0), arg_min(3, 0);
+      for (int64_t r = 0; r < 3; ++r)
+        for (int64_t c = 0; c < 7; ++c) {
+          const double e = v[size_t(r * 7 + c)];
+          if (e > row_max[size_t(r)]) row_max[size_t(r)] = e, arg_max[size_t(r)] = c;  // first among ties
+          if (e < row_min[size_t(r)]) row_min[size_t(r)] = e, arg_min[size_t(r)] = c;
+        }
+      const double all_max = *std::max_element(v.begin(), v.end()), all_min = *std::min_element(v.begin(), v.end());
+      CHECK(max(x).dtype() == dt);
+      CHECK(max(x).cpu().item() == all_max);
+      CHECK(min(x).cpu().item() == all_min);
+      CHECK(amax(x, {1}).cpu().to(kFloat64).to_vector<double>() == row_max);
+      CHECK(amin(x, {1}).cpu().to(kFloat64).to_vector<double>() == row_min);
+      CHECK(argmax(x, 1).cpu().to_vector<int64_t>() == arg_max);
+      CHECK(argmin(x, 1).cpu().to_vector<int64_t>() == arg_min);
+      ValuesIndices m = x.max(1);
+      CHECK(m.values.dtype() == dt);
+      CHECK(m.values.cpu().to(kFloat64).to_vector<double>() == row_max);
+      CHECK(m.indices.cpu().to_vector<int64_t>() == arg_max);
+      // sort of row 0, and its top 3: the row's values in order.
+      std::vector<double> row0(v.begin(), v.begin() + 7);
+      std::sort(row0.begin(), row0.end(), std::greater<>());
+      ValuesIndices sorted = sort(x.select(0, 0), 0, true);
+      CHECK(sorted.values.dtype() == dt);
+      CHECK(sorted.values.cpu().to(kFloat64).to_vector<double>() == row0);
+      ValuesIndices top = topk(x.select(0, 0), 3);
+      CHECK(top.values.cpu().to(kFloat64).to_vector<double>() == std::vector<double>(row0.begin(), row0.begin() + 3));
+      for (int64_t i = 0; i < 3; ++i)  // each index points at its value
+        CHECK(v[size_t(top.indices.cpu().to_vector<int64_t>()[size_t(i)])] == row0[size_t(i)]);
+    }
+    const Tensor b = on(from_vector(std::vector<int64_t>{0, 1, 1}, {3}).to(kBool), dev);
+    CHECK_THROWS_MU(max(b), "max: expected a number dtype, got bool");
+    CHECK_THROWS_MU(argmax(b, 0), "argmax: expected a number dtype, got bool");
+    CHECK_THROWS_MU(topk(b, 1), "topk: expected a number dtype, got bool");
   }
 }
 

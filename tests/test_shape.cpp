@@ -26,6 +26,7 @@ TEST_CASE("stack adds a new dim") {
   Tensor s1 = stack({a, b}, 1);
   CHECK(s1.to_vector<double>() == std::vector<double>{1, 3, 2, 4});
   CHECK_THROWS_MU(stack({a, ones({3})}), "one shape");
+  CHECK_THROWS_MU(stack({a, b.to(kInt64)}), "stack: dtype mismatch: float32 vs int64");
 }
 
 TEST_CASE("split and chunk return views covering the tensor") {

@@ -506,6 +506,9 @@ TEST_CASE("tensor-algebra errors name the problem") {
   CHECK_THROWS_MU(cp_to_tensor({zeros({2, 3}, kFloat64), zeros({4, 2}, kFloat64)}), "factor 1");
   CHECK_THROWS_MU(cp_to_tensor({zeros({2, 3}, kFloat64)}, zeros({2}, kFloat64)), "weights must have shape [3]");
   CHECK_THROWS_MU(tr_to_tensor({zeros({2, 3, 3}, kFloat64), zeros({3, 4, 5}, kFloat64)}), "rank mismatch between core 1");
+  // A core that is not 3-D is named before any rank is compared with it.
+  CHECK_THROWS_MU(tr_to_tensor({zeros({2, 3, 3}, kFloat64), zeros({}, kFloat64)}),
+                  "tr_to_tensor: core 1 must be 3-D (R_k, I_k, R_k+1), got shape []");
   CHECK_THROWS_MU(tt_to_tensor({zeros({2, 3, 3}, kFloat64), zeros({3, 4, 2}, kFloat64)}), "boundary ranks must be 1");
   CHECK_THROWS_MU(tucker_to_tensor(x, {zeros({5, 2}, kFloat64)}), "needs 3 factors, got 1");
   CHECK_THROWS_MU(tucker_to_tensor(zeros({2, 3}, kFloat64), {zeros({5, 2}, kFloat64), zeros({5, 2}, kFloat64)}),
