@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdint>
+#include <cstdio>
 #include <functional>
 #include <limits>
 #include <map>
@@ -70,6 +71,16 @@ struct Parser {
     return id;
   }
 
+  // A character of the spec as an error shows it: itself when printable ASCII, else its
+  // byte in hex (one byte of a UTF-8 letter alone would print as garbage).
+  static std::string shown(char c) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u >= 0x20 && u < 0x7f) return std::string("'") + c + "'";
+    char buf[16];
+    std::snprintf(buf, sizeof buf, "byte 0x%02X", unsigned(u));
+    return buf;
+  }
+
   // Parses spec[b, e) as one term; `what` names it in errors ("operand 1", "the output").
   Term term(size_t b, size_t e, const std::string& what) {
     Term t;
@@ -99,14 +110,14 @@ struct Parser {
         MU_CHECK(std::isalpha(static_cast<unsigned char>(name[0])) || name[0] == '_', "einsum: axis name \"", name,
                  "\" at position ", i, " must start with a letter or '_' in \"", spec, "\"");
         for (size_t k = 0; k < name.size(); ++k)
-          MU_CHECK(std::isalnum(static_cast<unsigned char>(name[k])) || name[k] == '_', "einsum: invalid character '",
-                   name[k], "' at position ", i + k, " in \"", spec, "\"");
+          MU_CHECK(std::isalnum(static_cast<unsigned char>(name[k])) || name[k] == '_', "einsum: invalid character ",
+                   shown(name[k]), " at position ", i + k, " in \"", spec, "\"");
         t.labels.push_back(label_id(name));
         t.pos.push_back(i);
         i = j;
       } else {
-        MU_CHECK(std::isalpha(static_cast<unsigned char>(c)), "einsum: invalid character '", c, "' at position ", i,
-                 " in \"", spec, "\" (axes are letters a-z, A-Z)");
+        MU_CHECK(std::isalpha(static_cast<unsigned char>(c)), "einsum: invalid character ", shown(c), " at position ",
+                 i, " in \"", spec, "\" (axes are letters a-z, A-Z)");
         t.labels.push_back(label_id(std::string(1, c)));
         t.pos.push_back(i);
         ++i;

@@ -368,6 +368,8 @@ TEST_CASE("bad specs raise mu::Error naming the problem") {
   CHECK_THROWS_MU(einsum("ijk,jk->ik", {a, b}), "operand 0 has 2 dims");
   CHECK_THROWS_MU(einsum("ij,jk->ii", {a, b}), "appears more than once");
   CHECK_THROWS_MU(einsum("i#,jk->ik", {a, b}), "invalid character '#' at position 1");
+  // A byte of a UTF-8 letter is shown in hex, not printed alone as half a character.
+  CHECK_THROWS_MU(einsum("i\xc3\xa9,jk->ik", {a, b}), "invalid character byte 0xC3 at position 1");
   CHECK_THROWS_MU(einsum("ij->i->j", {a}), "more than one '->'");
   CHECK_THROWS_MU(einsum("ij,jk->ik", {a, ones({3, 4}, kFloat64)}), "dtype");
   CHECK_THROWS_MU(einsum("ii->i", {a}), "repeated in operand 0 with sizes 2 and 3");
