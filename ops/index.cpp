@@ -182,8 +182,12 @@ Tensor embedding(const Tensor& weight, const Tensor& ids) {
 // cumsum from the start (or, reversed, from the end); each is the other's gradient.
 static Tensor cumsum_dir(const Tensor& x, int64_t dim, bool reverse) {
   const char* op = "cumsum";
-  // Bools sum as integers, as in torch.
-  Tensor xv = at_least_1d(x.dtype() == kBool ? x.to(kInt64) : x);
+  // As torch: bools and the narrow integers sum as int64 (and stay int64); the 16-bit
+  // floats sum in float32 and round back, element by element.
+  if (x.dtype() == kBool || (!is_compute_dtype(x.dtype()) && !is_floating(x.dtype())))
+    return cumsum_dir(x.to(kInt64), dim, reverse);
+  if (!is_compute_dtype(x.dtype())) return cumsum_dir(x.to(kFloat32), dim, reverse).to(x.dtype());
+  Tensor xv = at_least_1d(x);
   int64_t d = wrap_dim(dim, xv.dim(), op);
   auto [outer, n_d, inner] = line_geometry(xv.shape(), d);
   Tensor xc = xv.detach().contiguous(), y = empty_like(xc);

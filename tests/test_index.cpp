@@ -375,6 +375,53 @@ TEST_CASE("cumsum matches brute force; its gradient is the reversed cumsum") {
   }
 }
 
+// Storage dtypes on every device, empty tensors included: cumsum sums the narrow
+// integers as int64 and the 16-bit floats in float32, each prefix rounded once (as torch);
+// gather and index_select move any dtype's elements unchanged.
+TEST_CASE("cumsum, gather and index_select of 16-bit floats and narrow integers") {
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    manual_seed(12);
+    const Tensor base = mul(randn({3, 5}), full({}, 20.0));
+    const Tensor idx = from_vector(std::vector<int64_t>{4, 0, 4}, {3});
+    const Tensor gidx = from_vector(std::vector<int64_t>{1, 0, 2, 2, 1, 0}, {3, 2});
+    for (DType dt : {kBFloat16, DType::Float16, DType::Int32, DType::Int16, DType::Int8, DType::UInt8}) {
+      INFO(dtype_name(dt));
+      const Tensor x = on((dt == DType::UInt8 ? abs(base) : base).to(dt), dev);
+      const std::vector<double> v = x.cpu().to(kFloat64).to_vector<double>();  // 3 x 5, row-major
+      Tensor c = cumsum(x, 1);
+      CHECK(c.dtype() == (is_floating(dt) ? dt : kInt64));
+      std::vector<double> want(v.size());
+      for (size_t r = 0; r < 3; ++r) {
+        double run = 0;
+        for (size_t k = 0; k < 5; ++k) {
+          run += v[r * 5 + k];
+          // a float prefix is the exact sum rounded to the narrow dtype
+          want[r * 5 + k] = is_floating(dt) ? tensor({run}, kFloat64).to(dt).to(kFloat64).item() : run;
+        }
+      }
+      CHECK(c.cpu().to(kFloat64).to_vector<double>() == want);
+      Tensor sel = index_select(x, 1, on(idx, dev));
+      CHECK(sel.dtype() == dt);
+      std::vector<double> want_sel;
+      for (size_t r = 0; r < 3; ++r)
+        for (int64_t j : {4, 0, 4}) want_sel.push_back(v[r * 5 + size_t(j)]);
+      CHECK(sel.cpu().to(kFloat64).to_vector<double>() == want_sel);
+      Tensor got = gather(x, 1, on(gidx, dev));
+      CHECK(got.dtype() == dt);
+      const std::vector<int64_t> gi = gidx.to_vector<int64_t>();
+      std::vector<double> want_g;
+      for (size_t r = 0; r < 3; ++r)
+        for (size_t j = 0; j < 2; ++j) want_g.push_back(v[r * 5 + size_t(gi[r * 2 + j])]);
+      CHECK(got.cpu().to(kFloat64).to_vector<double>() == want_g);
+      // Empty: the same dtypes as above, on every device.
+      const Tensor none = on(zeros({0, 5}).to(dt), dev);
+      CHECK(cumsum(none, 1).dtype() == c.dtype());
+      CHECK(index_select(none, 1, on(idx, dev)).shape() == Shape{0, 3});
+    }
+  }
+}
+
 TEST_CASE("cumsum of a large tensor (split over threads) along either dim") {
   for (Device dev : test_devices()) {
     INFO(dev.str());

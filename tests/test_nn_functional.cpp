@@ -58,6 +58,30 @@ TEST_CASE("softmax and log_softmax match the formula over every dim") {
   }
 }
 
+// The 16-bit floats compute in float32 and round once: the result is the formula (in
+// double, over the narrow inputs) rounded to the narrow dtype, within its half-ulp; an
+// empty tensor is no exception on any device.
+TEST_CASE("softmax and log_softmax of bfloat16 and float16 are the formula rounded once") {
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    manual_seed(3);
+    for (DType dt : {kBFloat16, DType::Float16}) {
+      INFO(dtype_name(dt));
+      Tensor x = on(randn({4, 6}).to(dt), dev);
+      Tensor wide = x.cpu().to(kFloat64);  // the narrow values exactly
+      const double ulp = dt == kBFloat16 ? 1.0 / 128 : 1.0 / 1024;  // relative spacing of the mantissa
+      for (bool log : {false, true}) {
+        Tensor y = log ? log_softmax(x, 1) : softmax(x, 1);
+        CHECK(y.dtype() == dt);
+        check_close(y.cpu().to(kFloat64), x.shape(), ref_softmax(wide, 1, log), ulp);
+      }
+      Tensor empty_x = on(zeros({0, 6}).to(dt), dev);
+      CHECK(softmax(empty_x, 1).shape() == Shape{0, 6});
+      CHECK(log_softmax(empty_x, 1).dtype() == dt);
+    }
+  }
+}
+
 TEST_CASE("softmax of a large tensor (split over threads) matches the formula") {
   for (Device dev : test_devices()) {
     INFO(dev.str());

@@ -39,7 +39,7 @@ static void gather(const Tensor& out, const Tensor& x, int64_t dim, const Tensor
   const Shape &os = out.strides(), &is = index.strides(), &xs = x.strides();
   const int64_t* pi = index.data_ptr<int64_t>();
   int64_t m = index.shape()[size_t(dim)], osd = os[size_t(dim)], isd = is[size_t(dim)], xsd = xs[size_t(dim)];
-  MU_DISPATCH_ALL(x.dtype(), "gather", [&] {
+  MU_DISPATCH_STORAGE(x.dtype(), "gather", [&] {  // data movement: every dtype, as on CUDA
     scalar_t* po = out.data_ptr<scalar_t>();
     const scalar_t* px = x.data_ptr<scalar_t>();
     for_each_line<3>(index.shape(), dim, {os, is, xs}, [&](const std::array<int64_t, 3>& off) {
@@ -165,7 +165,7 @@ static void order_lines(const T* x, int64_t* idx, int64_t outer, int64_t n, int6
 
 static void index_select(const Tensor& out, const Tensor& x, const Tensor& index, int64_t outer, int64_t n, int64_t m,
                          int64_t inner) {
-  MU_DISPATCH_ALL(x.dtype(), "index_select", [&] {
+  MU_DISPATCH_STORAGE(x.dtype(), "index_select", [&] {  // every dtype, as on CUDA
     select_rows(x.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(), index.data_ptr<int64_t>(), outer, n, m, inner);
   });
 }
