@@ -21,8 +21,10 @@ namespace {
 Tensor entmax_op(const Tensor& x_in, int64_t dim, const char* op, const char* node, kernels::EntmaxKind kind,
                  double alpha, int n_iter) {
   const Tensor x = autograd::autocast::to_full(x_in);  // in float32 under autocast
-  MU_CHECK(x.is_floating_point(), op, ": needs a floating-point tensor (float32 or float64), got ",
-           dtype_name(x.dtype()));
+  MU_CHECK(x.is_floating_point(), op, ": needs a floating-point tensor, got ", dtype_name(x.dtype()));
+  // The 16-bit floats compute in float32 and round once, as softmax (on every device).
+  if (!is_compute_dtype(x.dtype()))
+    return entmax_op(x.to(kFloat32), dim, op, node, kind, alpha, n_iter).to(x.dtype());
   int64_t d = wrap_dim(dim, x.dim(), op);
   auto [outer, n, inner] = line_geometry(x.shape(), d);
   Tensor xc = x.detach().contiguous(), y = empty_like(xc);

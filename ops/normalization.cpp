@@ -52,6 +52,12 @@ Tensor layer_norm(const Tensor& x_in, const Shape& normalized_shape, const Tenso
            " (normalized_shape), got shape ", shape_str(x.shape()));
   check_param(weight, "weight", normalized_shape, x, op);
   check_param(bias, "bias", normalized_shape, x, op);
+  // The 16-bit floats (input, weight and bias alike, above) compute in float32 and round
+  // once, on every device; the gradients come back in their dtype.
+  if (!is_compute_dtype(x.dtype())) {
+    auto wide = [](const Tensor& t) { return t.defined() ? t.to(kFloat32) : t; };
+    return layer_norm(x.to(kFloat32), normalized_shape, wide(weight), wide(bias), eps).to(x.dtype());
+  }
 
   // x as (rows, n): every row is one sample's normalized_shape block.
   const int64_t n = numel_of(normalized_shape);
@@ -89,6 +95,12 @@ Tensor batch_norm(const Tensor& x_in, const Tensor& running_mean, const Tensor& 
   const bool last = layout == ChannelLayout::Last;
   MU_CHECK(x.defined(), op, ": the input is an undefined tensor");
   MU_CHECK(x.is_floating_point(), op, ": needs a floating-point input, got ", dtype_name(x.dtype()));
+  // Its running statistics are updated in place, in the input's dtype: a 16-bit input is
+  // refused here, on every device, rather than computed in a wider copy whose statistics
+  // would not be the module's.
+  MU_CHECK(is_compute_dtype(x.dtype()), op, ": a ", dtype_name(x.dtype()),
+           " input is not supported (float32 or float64); convert it with .to(kFloat32), or run under an autocast "
+           "scope, which keeps norms in float32");
   MU_CHECK(x.dim() >= 2, op, ": expected an input of at least 2 dims, ", last ? "(N, ..., C)" : "(N, C, ...)",
            ", got shape ", shape_str(x.shape()));
   const int64_t cdim = last ? x.dim() - 1 : 1, c = x.size(cdim);

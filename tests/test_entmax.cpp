@@ -281,6 +281,33 @@ TEST_CASE("all three match a float64 bisection reference on random inputs") {
   }
 }
 
+// The 16-bit floats compute in float32 and round once: the float64 reference over the
+// narrow inputs, within the narrow dtype's half-ulp; empty ones keep their dtype.
+TEST_CASE("all three of bfloat16 and float16 inputs match the reference rounded once") {
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    manual_seed(13);
+    for (const Named& m : all_maps()) {
+      for (DType dt : {kBFloat16, DType::Float16}) {
+        INFO(m.name << " alpha " << m.alpha << " " << dtype_name(dt));
+        Tensor x = on((randn({3, 9}) * 2.0).to(dt), dev);
+        Tensor y = m.f(x, -1);
+        CHECK(y.dtype() == dt);
+        Tensor wide = x.cpu().to(kFloat64);  // the narrow values exactly
+        const RefLine ref = ref_along(wide, 1, m.alpha);
+        const std::vector<double> g = y.cpu().to(kFloat64).to_vector<double>();
+        const double half_ulp = dt == kBFloat16 ? 1.0 / 256 : 1.0 / 2048;  // relative, of a value in [0, 1]
+        for (size_t i = 0; i < g.size(); ++i) {
+          INFO("element " << i << ": got " << g[i] << ", want " << ref.p[i]);
+          CHECK(std::fabs(g[i] - ref.p[i]) <= half_ulp * std::max(ref.p[i], 1e-3) + 1e-6);
+          if (ref.gap[i] < -1e-9) CHECK(g[i] == 0.0);  // outside the support: exactly 0
+        }
+        CHECK(m.f(on(zeros({0, 9}).to(dt), dev), -1).dtype() == dt);
+      }
+    }
+  }
+}
+
 TEST_CASE("entmax15 matches the benchmark reference's sort-based formula") {
   for (Device dev : test_devices()) {
     INFO(dev.str());

@@ -291,6 +291,32 @@ TEST_CASE("layer_norm's CPU statistics of non-finite and empty rows follow the t
   }
 }
 
+// The 16-bit floats compute in float32 and round once: the composed formula in float64
+// over the narrow values, within the narrow dtype's half-ulp of the output's scale; the
+// gradients come back in the narrow dtype; empty inputs keep their dtype.
+TEST_CASE("layer_norm of bfloat16 and float16 inputs is the formula rounded once") {
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    manual_seed(21);
+    for (DType dt : {kBFloat16, DType::Float16}) {
+      INFO(dtype_name(dt));
+      Tensor x = on(randn({3, 8}).to(dt), dev).requires_grad_(), w = on(randn({8}).to(dt), dev).requires_grad_();
+      Tensor b = on(randn({8}).to(dt), dev);
+      Tensor y = layer_norm(x, {8}, w, b);
+      CHECK(y.dtype() == dt);
+      Tensor want = composed_layer_norm(x.detach().cpu().to(kFloat64), {8}, w.detach().cpu().to(kFloat64),
+                                        b.cpu().to(kFloat64), 1e-5);
+      // Rounding moves a value by at most half its ulp, 2^-8 (bfloat16) or 2^-11 (float16) of
+      // itself, so of the largest |want|; the margin is for float32's own rounding.
+      check_near(y.detach().cpu().to(kFloat64), want, dt == kBFloat16 ? 1.0 / 200 : 1.0 / 1600);
+      y.sum().backward();
+      CHECK(x.grad().dtype() == dt);
+      CHECK(w.grad().dtype() == dt);
+      CHECK(layer_norm(on(zeros({0, 8}).to(dt), dev), {8}).dtype() == dt);
+    }
+  }
+}
+
 TEST_CASE("layer_norm errors name the problem") {
   Tensor x = randn({4, 5});
   CHECK_THROWS_MU(layer_norm(x, {6}), "layer_norm: expected an input whose trailing dims are [6] (normalized_shape), "
@@ -489,6 +515,14 @@ TEST_CASE("batch_norm errors name the problem and the layout") {
                   "expected more than 1 value per channel when training, got input of shape [1, 3]");
   CHECK_THROWS_MU(batch_norm(x, zeros({3}, kFloat64), ones({3}, kFloat64), Tensor(), Tensor(), true),
                   "running_mean is float64 but the input is float32");
+  // 16-bit inputs are refused by the op on every device, empty ones too (autocast keeps
+  // norms in float32).
+  for (Device dev : test_devices())
+    for (const Shape& shape : {Shape{4, 3, 5}, Shape{0, 3}}) {
+      Tensor narrow = on(zeros(shape).to(kBFloat16), dev);
+      CHECK_THROWS_MU(batch_norm(narrow, on(rm.to(kBFloat16), dev), on(rv.to(kBFloat16), dev)),
+                      "batch_norm: a bfloat16 input is not supported (float32 or float64); convert it with .to(kFloat32)");
+    }
   // A refused call moved nothing.
   CHECK(rm.to_vector<double>() == std::vector<double>(3, 0.0));
   // One value per channel is fine in eval.
