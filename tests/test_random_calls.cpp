@@ -1,0 +1,354 @@
+// Random calls of the ops: random shapes (0-d, empty dims, size-1 dims), every dtype
+// (compute and storage), transposed views, out-of-range dims and indices, operands that do
+// not fit together. Each call either returns or throws a mu::Error; another exception, a
+// crash or a hang fails the suite (doctest names the op and the draw it was on). With a CUDA
+// device each draw runs again on it, from the same inputs: the same outcome (a result on
+// both, or an error on both), and then the CPU's output shape, dtype and values and the
+// same input gradients.
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <random>
+
+#include "helpers.h"
+#include "nn/entmax.h"
+#include "ops/tensor_algebra.h"
+
+using namespace mu;
+using namespace mu::tensor_algebra;
+
+namespace {
+
+// One draw's randomness: a call's arguments come from rng, tensor values from gen, so the
+// same seed gives the same call on any device. Inputs are made on the CPU and moved.
+struct Draw {
+  std::mt19937_64 rng;
+  Generator gen;
+  Device dev;
+  std::vector<Tensor> leaves;  // inputs that require grad, in the order drawn
+
+  Draw(uint64_t seed, Device d) : rng(seed), gen(seed), dev(d) {}
+
+  int ri(int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); }
+  int64_t dim() { return ri(-4, 4); }  // in range or not
+  DType dtype() {
+    static const DType d[] = {kFloat32, kFloat32, kFloat32, kFloat64, kInt64,
+                              kBool,    kBFloat16, DType::Float16, DType::Int32};
+    return d[ri(0, 8)];
+  }
+  Shape shape(int max_rank = 3) {
+    static const int64_t sizes[] = {0, 1, 2, 3, 5, 9};  // 9: rows wider than a vector
+    Shape s;
+    for (int r = ri(0, max_rank); r-- > 0;) s.push_back(sizes[ri(0, 5)]);
+    return s;
+  }
+  Tensor tensor(const Shape& s, DType d) {
+    Tensor t;
+    if (d == kInt64 || d == DType::Int32)
+      t = randint(-2, 6, s, TensorOptions(kInt64), &gen).to(d);
+    else if (d == kBool)
+      t = gt(randn(s, {}, &gen), zeros({}));
+    else
+      t = (randn(s, {}, &gen) * 3.0).to(d);
+    if (ri(0, 4) == 0 && t.dim() >= 2) t = t.transpose(0, 1).contiguous().transpose(0, 1);  // strided
+    t = t.to(dev);
+    if ((d == kFloat32 || d == kFloat64) && ri(0, 1)) {
+      t = t.detach().requires_grad_();
+      leaves.push_back(t);
+    }
+    return t;
+  }
+  Tensor tensor() {
+    const Shape s = shape();
+    return tensor(s, dtype());
+  }
+  int64_t size() { return std::vector<int64_t>{0, 1, 2, 3, 5}[size_t(ri(0, 4))]; }
+  DType float_dtype() { return ri(0, 1) ? kFloat32 : kFloat64; }
+  // The operands of an op whose shapes must agree: mostly agreeing (a valid call), now and
+  // then a dim off by one.
+  int64_t near(int64_t n) { return ri(0, 7) == 0 ? n + 1 : n; }
+  // Indices below hi, now and then one out of range on either side.
+  Tensor index(const Shape& s, int64_t hi) {
+    return randint(ri(0, 6) == 0 ? -1 : 0, hi + (ri(0, 6) == 0 ? 1 : 0), s, TensorOptions(kInt64), &gen).to(dev);
+  }
+};
+
+struct Op {
+  const char* name;
+  std::function<Tensor(Draw&)> call;
+  bool random_values = false;  // dropout: only the shape and dtype are compared across devices
+};
+
+const std::vector<Op>& ops() {
+  static const std::vector<Op> table = {
+      {"neg", [](Draw& d) { return neg(d.tensor()); }},
+      {"exp", [](Draw& d) { return exp(d.tensor()); }},
+      {"log", [](Draw& d) { return log(d.tensor()); }},
+      {"sqrt", [](Draw& d) { return sqrt(d.tensor()); }},
+      {"rsqrt", [](Draw& d) { return rsqrt(d.tensor()); }},
+      {"abs", [](Draw& d) { return abs(d.tensor()); }},
+      {"sign", [](Draw& d) { return sign(d.tensor()); }},
+      {"tanh", [](Draw& d) { return tanh(d.tensor()); }},
+      {"sigmoid", [](Draw& d) { return sigmoid(d.tensor()); }},
+      {"relu", [](Draw& d) { return relu(d.tensor()); }},
+      {"gelu", [](Draw& d) { return gelu(d.tensor(), d.ri(0, 1) ? "tanh" : "none"); }},
+      {"square", [](Draw& d) { return square(d.tensor()); }},
+      {"pow", [](Draw& d) { return pow(d.tensor(), double(d.ri(-2, 3)) / 2); }},
+      {"clamp", [](Draw& d) { return clamp(d.tensor(), -1, d.ri(-2, 2)); }},
+      {"clamp_min", [](Draw& d) { return clamp_min(d.tensor(), 0.5); }},
+      {"add", [](Draw& d) { return add(d.tensor(), d.tensor()); }},
+      {"sub", [](Draw& d) { return sub(d.tensor(), d.tensor()); }},
+      {"mul", [](Draw& d) { return mul(d.tensor(), d.tensor()); }},
+      {"div", [](Draw& d) { return div(d.tensor(), d.tensor()); }},
+      {"div rounding", [](Draw& d) { return div(d.tensor(), d.tensor(), d.ri(0, 1) ? "trunc" : "floor"); }},
+      {"pow tensor", [](Draw& d) { return pow(d.tensor(), d.tensor()); }},
+      {"maximum", [](Draw& d) { return maximum(d.tensor(), d.tensor()); }},
+      {"minimum", [](Draw& d) { return minimum(d.tensor(), d.tensor()); }},
+      {"eq", [](Draw& d) { return eq(d.tensor(), d.tensor()); }},
+      {"lt", [](Draw& d) { return lt(d.tensor(), d.tensor()); }},
+      {"ge", [](Draw& d) { return ge(d.tensor(), d.tensor()); }},
+      {"logical_and", [](Draw& d) { return logical_and(d.tensor(), d.tensor()); }},
+      {"logical_or", [](Draw& d) { return logical_or(d.tensor(), d.tensor()); }},
+      {"logical_not", [](Draw& d) { return logical_not(d.tensor()); }},
+      {"where", [](Draw& d) { return where(d.tensor(), d.tensor(), d.tensor()); }},
+      {"where scalar", [](Draw& d) { return where(d.tensor(), d.tensor(), Scalar(2.5)); }},
+      {"masked_fill", [](Draw& d) { return masked_fill(d.tensor(), d.tensor(), 1.5); }},
+      {"sum", [](Draw& d) { return sum(d.tensor(), Shape{d.dim()}); }},
+      {"mean", [](Draw& d) { return mean(d.tensor(), Shape{d.dim(), d.dim()}); }},
+      {"var", [](Draw& d) { return var(d.tensor(), Shape{d.dim()}); }},
+      {"std", [](Draw& d) { return mu::std(d.tensor(), Shape{d.dim()}); }},
+      {"amax", [](Draw& d) { return amax(d.tensor(), Shape{d.dim()}); }},
+      {"amin", [](Draw& d) { return amin(d.tensor(), Shape{d.dim()}); }},
+      {"max", [](Draw& d) { return max(d.tensor()); }},
+      {"max dim", [](Draw& d) { return d.tensor().max(d.dim()).values; }},
+      {"min dim", [](Draw& d) { return d.tensor().min(d.dim()).values; }},
+      {"argmax", [](Draw& d) { return argmax(d.tensor(), d.dim()); }},
+      {"argmin", [](Draw& d) { return argmin(d.tensor()); }},
+      {"softmax", [](Draw& d) { return softmax(d.tensor(), d.dim()); }},
+      {"log_softmax", [](Draw& d) { return log_softmax(d.tensor(), d.dim()); }},
+      {"entmax15", [](Draw& d) { return nn::entmax15(d.tensor(), d.dim()); }},
+      {"sparsemax", [](Draw& d) { return nn::sparsemax(d.tensor(), d.dim()); }},
+      {"cumsum", [](Draw& d) { return cumsum(d.tensor(), d.dim()); }},
+      {"sort", [](Draw& d) { return sort(d.tensor(), d.dim(), d.ri(0, 1)).values; }},
+      {"topk", [](Draw& d) { return topk(d.tensor(), d.ri(-1, 4), d.dim(), d.ri(0, 1)).values; }},
+      {"cat", [](Draw& d) { return cat({d.tensor(), d.tensor()}, d.dim()); }},
+      {"stack", [](Draw& d) { return stack({d.tensor(), d.tensor()}, d.dim()); }},
+      {"tril", [](Draw& d) { return tril(d.tensor(), d.ri(-2, 2)); }},
+      {"triu", [](Draw& d) { return triu(d.tensor(), d.ri(-2, 2)); }},
+      {"transpose", [](Draw& d) { return d.tensor().transpose(d.dim(), d.dim()); }},
+      {"reshape", [](Draw& d) { return d.tensor().reshape(d.shape()); }},
+      {"view", [](Draw& d) { return d.tensor().view(d.shape()); }},
+      {"narrow", [](Draw& d) { return d.tensor().narrow(d.dim(), d.ri(-2, 3), d.ri(-1, 3)); }},
+      {"slice", [](Draw& d) { return d.tensor().slice(d.dim(), d.ri(-3, 3), d.ri(-3, 5), d.ri(0, 2)); }},
+      {"select", [](Draw& d) { return d.tensor().select(d.dim(), d.ri(-3, 3)); }},
+      {"expand", [](Draw& d) { return d.tensor().expand(d.shape()); }},
+      {"squeeze", [](Draw& d) { return d.tensor().squeeze(d.dim()); }},
+      {"unsqueeze", [](Draw& d) { return d.tensor().unsqueeze(d.dim()); }},
+      {"flatten", [](Draw& d) { return d.tensor().flatten(d.dim(), d.dim()); }},
+      {"permute", [](Draw& d) { return d.tensor().permute(Shape{d.dim(), d.dim(), d.dim()}); }},
+      {"to", [](Draw& d) { return d.tensor().to(d.dtype()); }},
+      {"gather", [](Draw& d) { Tensor x = d.tensor(); return gather(x, d.dim(), d.index(d.shape(), 3)); }},
+      {"scatter_add", [](Draw& d) {
+         const Shape s = {d.size() + 1, d.size()};
+         const DType t = d.float_dtype();
+         const int64_t dim = d.ri(0, 1);
+         Tensor x = d.tensor(s, t);
+         return scatter_add(x, dim, d.index({d.near(s[0]), s[1]}, s[size_t(dim)]), d.tensor(s, t));
+       }},
+      {"index_select", [](Draw& d) { Tensor x = d.tensor(); return index_select(x, d.dim(), d.index(d.shape(1), 3)); }},
+      {"index_add", [](Draw& d) {
+         const Shape s = {d.size() + 1, d.size()};
+         const DType t = d.float_dtype();
+         const int64_t n = d.size();
+         Tensor x = d.tensor(s, t);
+         return index_add(x, 0, d.index({n}, s[0]), d.tensor({d.near(n), s[1]}, t));
+       }},
+      {"embedding", [](Draw& d) { Tensor w = d.tensor(d.shape(2), kFloat32); return embedding(w, d.index(d.shape(2), 3)); }},
+      {"matmul", [](Draw& d) { return matmul(d.tensor(), d.tensor()); }},
+      {"mm", [](Draw& d) {
+         const int64_t m = d.size(), k = d.size(), n = d.size();
+         const DType t = d.ri(0, 3) ? d.float_dtype() : d.dtype();
+         return mm(d.tensor({m, k}, t), d.tensor({d.near(k), n}, t));
+       }},
+      {"bmm", [](Draw& d) {
+         const int64_t b = d.size(), m = d.size(), k = d.size(), n = d.size();
+         const DType t = d.ri(0, 3) ? d.float_dtype() : d.dtype();
+         return bmm(d.tensor({b, m, k}, t), d.tensor({b, d.near(k), n}, t));
+       }},
+      {"linear", [](Draw& d) { Tensor x = d.tensor(), w = d.tensor(); return linear(x, w, d.ri(0, 1) ? d.tensor() : Tensor()); }},
+      {"matmul_with_one", [](Draw& d) { return matmul_with_one(d.tensor(), d.tensor()); }},
+      {"cross_entropy", [](Draw& d) { Tensor x = d.tensor(); return cross_entropy(x, d.ri(0, 1) ? d.index(d.shape(2), 3) : d.tensor()); }},
+      {"cross_entropy options", [](Draw& d) {
+         Tensor x = d.tensor();
+         return cross_entropy(x, d.index(d.shape(2), 3),
+                              CrossEntropyOptions().ignore_index(d.ri(-1, 2)).reduction(Reduction(d.ri(0, 2))));
+       }},
+      {"nll_loss", [](Draw& d) { Tensor x = d.tensor(); return nll_loss(x, d.index(d.shape(2), 3)); }},
+      {"mse_loss", [](Draw& d) { return mse_loss(d.tensor(), d.tensor()); }},
+      {"bce_with_logits", [](Draw& d) { return binary_cross_entropy_with_logits(d.tensor(), d.tensor()); }},
+      {"dropout", [](Draw& d) { Tensor x = d.tensor(); return dropout(x, double(d.ri(-1, 5)) / 4, true, &d.gen); }, true},
+      {"layer_norm", [](Draw& d) {
+         Tensor x = d.tensor();
+         const Shape s = d.shape(2);
+         Tensor w = d.ri(0, 1) ? d.tensor() : Tensor(), b = d.ri(0, 1) ? d.tensor() : Tensor();
+         return layer_norm(x, s, w, b);
+       }},
+      {"batch_norm", [](Draw& d) {
+         const int64_t c = d.size();
+         const DType t = d.float_dtype();
+         Tensor x = d.tensor({d.size(), c, d.size()}, t);
+         Tensor rm = d.tensor({d.near(c)}, t).detach(), rv = abs(d.tensor({c}, t)).detach();
+         return batch_norm(x, rm, rv, d.ri(0, 1) ? d.tensor({c}, t) : Tensor(), Tensor(), d.ri(0, 1));
+       }},
+      {"einsum", [](Draw& d) {
+         static const char* specs[] = {"ij,jk->ik", "ii->i", "...i,i", "bij,bjk->bik", "ij->",   "i,i",  "ab,bc,cd->ad",
+                                       "ij,jk",     "i->ii", "b t n1, n1 r -> b t r", "ij,kl->ijkl", "->", "aa"};
+         const std::string s = specs[d.ri(0, 12)];
+         int n = 1;
+         for (char c : s) n += c == ',';
+         if (d.ri(0, 4) == 0) n += d.ri(-1, 1);  // now and then an operand too many or too few
+         std::vector<Tensor> operands;
+         for (int i = 0; i < n; ++i) operands.push_back(d.tensor());
+         return einsum(s, operands);
+       }},
+      {"scaled_dot_product_attention", [](Draw& d) {
+         const Shape s = d.shape(4);
+         Tensor q = d.tensor(s, kFloat32), k = d.tensor(d.ri(0, 3) ? s : d.shape(4), kFloat32);
+         Tensor v = d.tensor(d.ri(0, 3) ? s : d.shape(4), kFloat32);
+         return scaled_dot_product_attention(q, k, v, d.ri(0, 1), double(d.ri(0, 2)) / 4, true, std::nullopt,
+                                             uint64_t(7));
+       }},
+      {"khatri_rao", [](Draw& d) { return khatri_rao({d.tensor(), d.tensor()}); }},
+      {"kron", [](Draw& d) { return kron(d.tensor(), d.tensor()); }},
+      {"unfold", [](Draw& d) { return unfold(d.tensor(), d.dim()); }},
+      {"mode_n_product", [](Draw& d) {
+         const Shape s = {d.size(), d.size(), d.size()};
+         const DType t = d.float_dtype();
+         const int64_t mode = d.ri(-1, 3);
+         const int64_t in = mode >= 0 && mode < 3 ? s[size_t(mode)] : 2;
+         return mode_n_product(d.tensor(s, t), d.tensor({d.size(), d.near(in)}, t), mode);
+       }},
+      {"cp_to_tensor", [](Draw& d) {
+         const int64_t r = d.size();
+         const DType t = d.float_dtype();
+         return cp_to_tensor({d.tensor({d.size(), r}, t), d.tensor({d.size(), d.near(r)}, t)});
+       }},
+      {"tr_to_tensor", [](Draw& d) { return tr_to_tensor({d.tensor(), d.tensor()}); }},
+      {"grouped_mm", [](Draw& d) {
+         const int64_t m = d.size(), k = d.size(), n = d.size();
+         const DType t = d.float_dtype();
+         Tensor x = d.tensor({m, k}, t), w = d.tensor({2, d.near(k), n}, t);
+         return grouped_mm(x, w, {0, int64_t(d.ri(-1, int(m))), d.ri(0, 7) ? m : m + 1});
+       }},
+      {"ring_gemm", [](Draw& d) {
+         const int64_t m = d.size(), p = d.size(), r = d.size(), s = d.size(), n = d.size();
+         const DType t = d.float_dtype();
+         return ring_gemm(d.tensor({m, p, r}, t), d.tensor({m, d.near(r), s}, t), d.tensor({s * p, n}, t));
+       }},
+      {"hadamard_gemm", [](Draw& d) {
+         const int64_t m = d.size(), k0 = d.size(), k1 = d.size(), r = d.size();
+         const DType t = d.float_dtype();
+         return hadamard_gemm({d.tensor({m, k0}, t), d.tensor({m, k1}, t)},
+                              {d.tensor({k0, r}, t), d.tensor({d.near(k1), r}, t)},
+                              d.ri(0, 1) ? d.tensor({m, r}, t) : Tensor());
+       }},
+      {"cp_hadamard", [](Draw& d) {
+         const int64_t m = d.size(), i = d.size(), n = d.size(), r = d.size();
+         const DType t = d.float_dtype();
+         return cp_hadamard(d.tensor({m, i}, t), d.tensor({i, r}, t), {d.tensor({m, n}, t)},
+                            {d.tensor({d.near(n), r}, t)});
+       }},
+  };
+  return table;
+}
+
+// What one call gave: an error's message, or the output and the input gradients after a
+// backward of the output's sum (on the CPU, detached).
+struct Outcome {
+  bool ok = false;
+  std::string error;
+  Tensor out;
+  std::vector<Tensor> grads;
+};
+
+Outcome run(const Op& op, uint64_t seed, Device dev) {
+  Draw d(seed, dev);
+  Outcome o;
+  try {
+    Tensor y = op.call(d);
+    if (y.defined() && y.requires_grad() && (y.dtype() == kFloat32 || y.dtype() == kFloat64)) y.sum().backward();
+    o.ok = true;
+    o.out = y.defined() ? y.detach().cpu() : y;
+    for (const Tensor& l : d.leaves) o.grads.push_back(l.grad().defined() ? l.grad().cpu() : Tensor());
+  } catch (const mu::Error& e) {
+    o.error = e.what();
+  } catch (const std::exception& e) {
+    FAIL_CHECK("not a mu::Error but " << typeid(e).name() << ": " << e.what());
+  }
+  return o;
+}
+
+// Element by element: NaN for NaN, else within tol relative to max(1, |cpu value|)
+// (float64 1e-9, float32 2e-4, 16-bit floats 2e-2, integers and bools exactly).
+void check_same(const Tensor& cpu, const Tensor& other, const char* what) {
+  REQUIRE(cpu.defined() == other.defined());
+  if (!cpu.defined()) return;
+  INFO(what << ": cpu " << cpu.describe() << ", other " << other.describe());
+  REQUIRE(cpu.shape() == other.shape());
+  REQUIRE(cpu.dtype() == other.dtype());
+  if (cpu.numel() == 0) return;
+  const double tol = cpu.dtype() == kFloat64   ? 1e-9
+                     : cpu.dtype() == kFloat32 ? 2e-4
+                     : is_floating(cpu.dtype()) ? 2e-2
+                                                : 0;
+  const std::vector<double> u = cpu.to(kFloat64).to_vector<double>(), v = other.to(kFloat64).to_vector<double>();
+  for (size_t i = 0; i < u.size(); ++i) {
+    const bool same = (std::isnan(u[i]) && std::isnan(v[i])) || u[i] == v[i] ||
+                      std::abs(u[i] - v[i]) <= tol * std::max(1.0, std::abs(u[i]));
+    if (!same) {
+      FAIL_CHECK("element " << i << ": cpu " << u[i] << ", other " << v[i]);
+      return;
+    }
+  }
+}
+
+constexpr int kDraws = 200;  // per op and device
+
+}  // namespace
+
+// A crash stops the suite without doctest's context, so each op is named on stdout before
+// its draws run (and, with MUMOE_RANDOM_CALLS_VERBOSE=1, each draw's seed).
+TEST_CASE("every random call returns or raises a mu::Error; other devices give the CPU's outcome") {
+  const bool verbose = std::getenv("MUMOE_RANDOM_CALLS_VERBOSE") != nullptr;
+  for (const Op& op : ops()) {
+    std::printf("%s: %d draws\n", op.name, kDraws);
+    std::fflush(stdout);
+    int results = 0;
+    for (int i = 0; i < kDraws; ++i) {
+      const uint64_t seed = uint64_t(1000 * i + 17);
+      if (verbose) std::printf("  draw seed %llu\n", (unsigned long long)seed), std::fflush(stdout);
+      INFO("op " << op.name << ", draw seed " << seed);
+      const Outcome cpu = run(op, seed, Device::cpu());
+      results += cpu.ok;
+      for (Device dev : test_devices()) {
+        if (dev.is_cpu()) continue;
+        INFO("on " << dev.str());
+        const Outcome other = run(op, seed, dev);
+        INFO("cpu: " << (cpu.ok ? "a result" : cpu.error) << "; other: " << (other.ok ? "a result" : other.error));
+        REQUIRE(cpu.ok == other.ok);
+        if (!cpu.ok) continue;
+        if (op.random_values) {
+          REQUIRE(cpu.out.shape() == other.out.shape());
+          continue;
+        }
+        check_same(cpu.out, other.out, "output");
+        REQUIRE(cpu.grads.size() == other.grads.size());
+        for (size_t g = 0; g < cpu.grads.size(); ++g) check_same(cpu.grads[g], other.grads[g], "gradient");
+      }
+    }
+    // The draws reach the op's valid calls too, not only its errors.
+    INFO("op " << op.name);
+    CHECK(results > 0);
+  }
+}
