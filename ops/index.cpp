@@ -87,6 +87,13 @@ Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tens
              " may differ)");
   }
   check_bounds(iv, xv.shape()[size_t(d)], d, op);
+  MU_CHECK(x.dtype() != kBool, op, ": expected a number dtype, got bool (convert with .to(kInt64))");
+  // A storage dtype sums in its compute dtype (float32, or int64, whose wrap-around the
+  // narrowing repeats) and is rounded back once.
+  if (!is_compute_dtype(x.dtype())) {
+    const DType wide = compute_dtype(x.dtype());
+    return scatter_add(x.to(wide), dim, index, src.to(wide)).to(x.dtype());
+  }
   Tensor out = xv.detach().clone();
   kernels::scatter_add(out.device(), out, d, iv, sv.detach());
   out = out.reshape(x.shape());
@@ -154,6 +161,9 @@ Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor
            index.numel(), ", the index length), got ", shape_str(src.shape()));
   const int64_t n = xv.shape()[size_t(d)], m = index.numel();
   check_bounds(index, n, d, op);
+  MU_CHECK(x.is_floating_point(), op, ": needs a floating-point tensor, got ", dtype_name(x.dtype()));
+  // The 16-bit floats add in float32 and are rounded back once.
+  if (!is_compute_dtype(x.dtype())) return index_add(x.to(kFloat32), dim, index, src.to(kFloat32)).to(x.dtype());
   auto [outer, n_d, inner] = line_geometry(xv.shape(), d);
   Tensor ic = index.contiguous();
   Tensor y = xv.detach().contiguous().clone();

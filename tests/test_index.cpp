@@ -377,8 +377,9 @@ TEST_CASE("cumsum matches brute force; its gradient is the reversed cumsum") {
 
 // Storage dtypes on every device, empty tensors included: cumsum sums the narrow
 // integers as int64 and the 16-bit floats in float32, each prefix rounded once (as torch);
-// gather and index_select move any dtype's elements unchanged.
-TEST_CASE("cumsum, gather and index_select of 16-bit floats and narrow integers") {
+// gather and index_select move any dtype's elements unchanged; scatter_add and index_add
+// add in the compute dtype and round once.
+TEST_CASE("cumsum, gather, index_select, scatter_add and index_add of 16-bit floats and narrow integers") {
   for (Device dev : test_devices()) {
     INFO(dev.str());
     manual_seed(12);
@@ -414,6 +415,28 @@ TEST_CASE("cumsum, gather and index_select of 16-bit floats and narrow integers"
       for (size_t r = 0; r < 3; ++r)
         for (size_t j = 0; j < 2; ++j) want_g.push_back(v[r * 5 + size_t(gi[r * 2 + j])]);
       CHECK(got.cpu().to(kFloat64).to_vector<double>() == want_g);
+      // scatter_add of x into itself at gidx: out[r][gi] += x[r][j], summed exactly (the
+      // values are integers or few-digit floats) and rounded once to the dtype.
+      Tensor sa = scatter_add(x, 1, on(gidx, dev), x.slice(1, 0, 2));
+      CHECK(sa.dtype() == dt);
+      std::vector<double> want_sa = v;
+      for (size_t r = 0; r < 3; ++r)
+        for (size_t j = 0; j < 2; ++j) want_sa[r * 5 + size_t(gi[r * 2 + j])] += v[r * 5 + j];
+      std::vector<double> rounded;
+      for (double e : want_sa) rounded.push_back(tensor({e}, kFloat64).to(dt).to(kFloat64).item());
+      CHECK(sa.cpu().to(kFloat64).to_vector<double>() == rounded);
+      if (is_floating(dt)) {  // index_add: row 0 of x added into rows 2 and 0
+        Tensor ia = index_add(x, 0, on(from_vector(std::vector<int64_t>{2, 0}, {2}), dev), x.slice(0, 0, 2));
+        CHECK(ia.dtype() == dt);
+        std::vector<double> want_ia = v;
+        for (size_t k = 0; k < 5; ++k) want_ia[10 + k] += v[k], want_ia[k] += v[5 + k];
+        std::vector<double> r_ia;
+        for (double e : want_ia) r_ia.push_back(tensor({e}, kFloat64).to(dt).to(kFloat64).item());
+        CHECK(ia.cpu().to(kFloat64).to_vector<double>() == r_ia);
+      } else {
+        CHECK_THROWS_MU(index_add(x, 0, on(zeros({1}, kInt64), dev), x.slice(0, 0, 1)),
+                        std::string("index_add: needs a floating-point tensor, got ") + dtype_name(dt));
+      }
       // Empty: the same dtypes as above, on every device.
       const Tensor none = on(zeros({0, 5}).to(dt), dev);
       CHECK(cumsum(none, 1).dtype() == c.dtype());
