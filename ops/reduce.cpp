@@ -15,6 +15,8 @@ using autograd::save;
 using autograd::TensorList;
 
 Tensor sum(const Tensor& x, const Shape& dims, bool keepdim) {
+  // The narrow integers sum as int64, as in PyTorch (the result is int64).
+  if (!is_compute_dtype(x.dtype()) && !is_floating(x.dtype())) return sum(x.to(kInt64), dims, keepdim);
   ReducePlan p = plan_reduce(x, dims, keepdim, "sum");
   // The 16-bit floats (autocast's bfloat16 activations) are summed in float32 by the
   // kernel, which reads them as they are, and the result rounded back once, as in

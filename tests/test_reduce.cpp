@@ -191,8 +191,9 @@ TEST_CASE("argmax/argmin of bfloat16 values: the index of the narrow values, fir
 }
 
 // The storage dtypes are ordered as their exact widening: every extremum, index, sort and
-// top-k of them is checked against a loop over the values read back as doubles.
-TEST_CASE("orderings of 16-bit floats and narrow integers match a brute-force loop; bool is refused") {
+// top-k of them is checked against a loop over the values read back as doubles; the
+// narrow integers sum to int64.
+TEST_CASE("orderings (and integer sums) of 16-bit floats and narrow integers match a brute-force loop; bool is refused") {
   for (Device dev : test_devices()) {
     INFO(dev.str());
     manual_seed(9);
@@ -210,6 +211,12 @@ TEST_CASE("orderings of 16-bit floats and narrow integers match a brute-force lo
           if (e < row_min[size_t(r)]) row_min[size_t(r)] = e, arg_min[size_t(r)] = c;
         }
       const double all_max = *std::max_element(v.begin(), v.end()), all_min = *std::min_element(v.begin(), v.end());
+      if (!is_floating(dt)) {  // integer sums are int64 and exact, as torch
+        double total = 0;
+        for (double e : v) total += e;
+        CHECK(sum(x).dtype() == kInt64);
+        CHECK(sum(x).cpu().item() == total);
+      }
       CHECK(max(x).dtype() == dt);
       CHECK(max(x).cpu().item() == all_max);
       CHECK(min(x).cpu().item() == all_min);
