@@ -84,6 +84,14 @@ double Tensor::item() const {
   return read_element(*this, storage_offset());
 }
 
+int64_t Tensor::item_int64() const {
+  MU_CHECK(numel() == 1, "item: only a one-element tensor converts to a number; this one has shape ",
+           shape_str(shape()), " (", numel(), " elements)");
+  if (is_floating_point()) return static_cast<int64_t>(item());
+  const Tensor t = (dtype() == kInt64 ? *this : to(kInt64)).cpu();  // exact: every integer dtype fits in int64
+  return t.data_ptr<int64_t>()[0];
+}
+
 double Tensor::at(std::initializer_list<int64_t> idx) const { return at(std::vector<int64_t>(idx)); }
 
 double Tensor::at(const std::vector<int64_t>& idx) const {

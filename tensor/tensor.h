@@ -6,6 +6,7 @@
 #include <iosfwd>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "tensor/dtype.h"
@@ -91,7 +92,15 @@ class Tensor {
   // ---- element access (copies to the CPU when needed)
   // The single value of a one-element tensor.
   double item() const;
-  template <class T> T item() const { return static_cast<T>(item()); }
+  // item<int64_t>() (any integer T) of an integer tensor is exact, past 2^53 too; of a
+  // float tensor, the value truncated toward zero.
+  template <class T> T item() const {
+    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>)
+      return static_cast<T>(item_int64());
+    else
+      return static_cast<T>(item());
+  }
+  int64_t item_int64() const;
   // One element by index (negative indices count from the end).
   double at(std::initializer_list<int64_t> idx) const;
   double at(const std::vector<int64_t>& idx) const;

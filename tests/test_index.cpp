@@ -445,6 +445,23 @@ TEST_CASE("cumsum, gather, index_select, scatter_add and index_add of 16-bit flo
   }
 }
 
+// int64 cumsum and scatter_add wrap around as two's complement when they overflow, as
+// torch's do: against running sums in uint64, whose arithmetic is modular.
+TEST_CASE("int64 cumsum and scatter_add that overflow wrap around") {
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    const int64_t big = std::numeric_limits<int64_t>::max() / 2 + 7;
+    const std::vector<int64_t> v = {big, big, -3, big, big, big};
+    std::vector<int64_t> want;
+    uint64_t run = 0;
+    for (int64_t e : v) want.push_back(int64_t(run += uint64_t(e)));
+    CHECK(cumsum(on(from_vector(v, {6}), dev), 0).cpu().to_vector<int64_t>() == want);
+    // All six into element 0 of a zero tensor: their wrapped total.
+    Tensor out = scatter_add(on(zeros({2}, kInt64), dev), 0, on(zeros({6}, kInt64), dev), on(from_vector(v, {6}), dev));
+    CHECK(out.cpu().to_vector<int64_t>() == std::vector<int64_t>{want.back(), 0});
+  }
+}
+
 TEST_CASE("cumsum of a large tensor (split over threads) along either dim") {
   for (Device dev : test_devices()) {
     INFO(dev.str());

@@ -246,6 +246,29 @@ TEST_CASE("orderings (and integer sums) of 16-bit floats and narrow integers mat
   }
 }
 
+// int64 sums that overflow wrap around as two's complement, as torch's do (C++'s signed
+// overflow would be undefined): against the sum in uint64, whose arithmetic is modular.
+TEST_CASE("int64 sums that overflow wrap around, in every reduction scheme") {
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    const int64_t big = std::numeric_limits<int64_t>::max() / 3 * 2;
+    std::vector<int64_t> v;
+    for (int i = 0; i < 70; ++i) v.push_back(i % 3 == 0 ? -big / 5 : big - i);  // partial sums overflow many times
+    uint64_t total = 0;
+    for (int64_t e : v) total += uint64_t(e);
+    const Tensor x = on(from_vector(v, {70}), dev);
+    CHECK(sum(x).cpu().to_vector<int64_t>()[0] == int64_t(total));
+    // Strided (every other element of a (70, 2) view's column) and column sums (7 rows of 10).
+    const Tensor strided = on(from_vector(v, {70}).reshape({70, 1}).expand({70, 2}).contiguous(), dev).select(1, 1);
+    CHECK(sum(strided).cpu().to_vector<int64_t>()[0] == int64_t(total));
+    std::vector<uint64_t> cols(10, 0);
+    for (size_t i = 0; i < v.size(); ++i) cols[i % 10] += uint64_t(v[i]);
+    std::vector<int64_t> want;
+    for (uint64_t c : cols) want.push_back(int64_t(c));
+    CHECK(sum(x.reshape({7, 10}), {0}).cpu().to_vector<int64_t>() == want);
+  }
+}
+
 TEST_CASE("max()/min()/argmax() over all elements") {
   for (Device dev : test_devices()) {
     INFO(dev.str());

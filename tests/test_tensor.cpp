@@ -1,4 +1,5 @@
 // Tensor basics: creation, dtypes, views sharing storage, element access, printing, RNG.
+#include <limits>
 #include <sstream>
 
 #include "helpers.h"
@@ -127,6 +128,14 @@ TEST_CASE("contiguous copies non-contiguous tensors in row-major order") {
 TEST_CASE("item and element access") {
   CHECK(scalar_tensor(3.5).item() == 3.5);
   CHECK(tensor({7}).item<int64_t>() == 7);
+  // Integer items are exact past 2^53 (a double in between would round them), from views
+  // and narrow integer dtypes too; a float item truncates toward zero.
+  const int64_t odd = (int64_t(1) << 53) + 1, most = std::numeric_limits<int64_t>::max();
+  CHECK(from_vector(std::vector<int64_t>{odd}, {1}).item<int64_t>() == odd);
+  CHECK(from_vector(std::vector<int64_t>{3, most}, {2}).select(0, 1).item<int64_t>() == most);
+  CHECK(full({}, -123456789.0, DType::Int32).item<int32_t>() == -123456789);
+  CHECK(full({}, -2.75).item<int64_t>() == -2);
+  CHECK_THROWS_MU(ones({2}, kInt64).item<int64_t>(), "one-element");
   CHECK_THROWS_MU(ones({2}).item(), "one-element");
   CHECK_THROWS_MU(ones({2, 2}).at({2, 0}), "out of range");
   CHECK_THROWS_MU(ones({2, 2}).at({0}), "indices");

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "ops/cpu/loops.h"
+#include "ops/functors.h"
 #include "ops/kernels/index.h"
 
 namespace mu::cpu {
@@ -59,7 +60,10 @@ static void scatter_add(const Tensor& out, int64_t dim, const Tensor& index, con
     scalar_t* po = out.data_ptr<scalar_t>();
     const scalar_t* ps = src.data_ptr<scalar_t>();
     for_each_line<3>(index.shape(), dim, {os, is, ss}, [&](const std::array<int64_t, 3>& off) {
-      for (int64_t j = 0; j < m; ++j) po[off[0] + pi[off[1] + j * isd] * osd] += ps[off[2] + j * ssd];
+      for (int64_t j = 0; j < m; ++j) {
+        scalar_t& o = po[off[0] + pi[off[1] + j * isd] * osd];
+        o = fn::wrapping_add(o, ps[off[2] + j * ssd]);  // integers wrap, as torch's
+      }
     });
   });
 }
@@ -113,7 +117,7 @@ static void cumsum_lines(const T* x, T* out, int64_t outer, int64_t n, int64_t i
       const T* src = x + (o * n + j) * inner;
       T* dst = out + (o * n + j) * inner;
       for (int64_t i = c0; i < c1; ++i) {
-        acc[i - c0] += A(src[i]);
+        acc[i - c0] = fn::wrapping_add(acc[i - c0], A(src[i]));  // integers wrap, as torch's
         dst[i] = T(acc[i - c0]);
       }
     }

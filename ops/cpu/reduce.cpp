@@ -7,25 +7,28 @@
 
 #include "ops/cpu/reduce_loop.h"
 #include "ops/cpu/widen.h"
+#include "ops/functors.h"
 #include "ops/kernels/reduce.h"
 
 namespace mu::cpu {
 
 // The sum of n contiguous values in sixteen interleaved partial sums (four vectors of
 // double for float32), so that the adds do not wait on one another; the order is fixed
-// by n alone, never by the thread count.
+// by n alone, never by the thread count. Integer sums wrap around as two's complement
+// (fn::wrapping_add; a signed overflow in C++ would be undefined).
 template <class T, class A>
 [[gnu::always_inline]] inline A sum_contiguous(const T* v, int64_t n) {
+  using fn::wrapping_add;
   constexpr int kLanes = 16;
   A part[kLanes] = {};
   int64_t i = 0;
   for (; i + kLanes <= n; i += kLanes)
-    for (int j = 0; j < kLanes; ++j) part[j] += A(v[i + j]);
+    for (int j = 0; j < kLanes; ++j) part[j] = wrapping_add(part[j], A(v[i + j]));
   A rest = 0;
-  for (; i < n; ++i) rest += A(v[i]);
+  for (; i < n; ++i) rest = wrapping_add(rest, A(v[i]));
   for (int w = kLanes / 2; w >= 1; w /= 2)  // pairwise, in a fixed order
-    for (int j = 0; j < w; ++j) part[j] += part[j + w];
-  return part[0] + rest;
+    for (int j = 0; j < w; ++j) part[j] = wrapping_add(part[j], part[j + w]);
+  return wrapping_add(part[0], rest);
 }
 
 // Column sums, the shape of every bias gradient (a (rows, cols) gradient summed over its
@@ -170,7 +173,7 @@ static void sum(const Tensor& out, const Tensor& x, const ReducePlan& p) {
     reduce_runs<scalar_t>(x, p, out.data_ptr<O>(), [](const scalar_t* v, int64_t n, int64_t st) {
       if (st == 1) return O(sum_contiguous<scalar_t, A>(v, n));
       A acc = 0;
-      for (int64_t i = 0; i < n; ++i) acc += A(v[i * st]);
+      for (int64_t i = 0; i < n; ++i) acc = fn::wrapping_add(acc, A(v[i * st]));
       return O(acc);
     });
   });

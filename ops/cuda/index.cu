@@ -9,6 +9,7 @@
 #include "ops/cuda/dtypes.cuh"
 #include "ops/cuda/runtime.cuh"
 #include "ops/cuda/strided.cuh"
+#include "ops/functors.h"
 #include "ops/kernels/index.h"
 
 namespace mu::cuda_kernels {
@@ -89,7 +90,7 @@ __global__ void scatter_add_lines_kernel(T* out, const T* src, const int64_t* in
     g.offsets(l, off);
     for (int64_t j = 0; j < m; ++j) {
       T* dst = out + off[0] + index[off[1] + j * isd] * osd;
-      *dst = *dst + src[off[2] + j * ssd];
+      *dst = fn::wrapping_add(*dst, src[off[2] + j * ssd]);  // integers wrap, as on the CPU
     }
   }
 }
@@ -122,7 +123,7 @@ __global__ void scatter_runs_kernel(T* out, const T* src, const uint64_t* keys, 
     for (int64_t p = i; p < numel && keys[p] == key; ++p) {
       int64_t off[3];
       g.offsets(pos[p], off);
-      acc = acc + src[off[2]];
+      acc = fn::wrapping_add(acc, src[off[2]]);
     }
     out[key] = acc;
   }
@@ -284,7 +285,7 @@ __global__ void cumsum_lines_kernel(T* out, const T* x, int64_t outer, int64_t n
     A acc = A(0);
     for (int64_t s = 0; s < n; ++s) {
       const int64_t off = (o * n + (reverse ? n - 1 - s : s)) * inner + c;
-      acc += A(x[off]);
+      acc = fn::wrapping_add(acc, A(x[off]));  // integers wrap, as on the CPU
       out[off] = T(acc);
     }
   }
@@ -312,17 +313,17 @@ __global__ void cumsum_scan_kernel(T* out, const T* x, int64_t lines, int64_t n,
       // Inclusive scan within the warp.
       for (int o = 1; o < 32; o <<= 1) {
         const A u = __shfl_up_sync(0xffffffffu, v, o);
-        if (lane >= o) v += u;
+        if (lane >= o) v = fn::wrapping_add(v, u);
       }
       if (lane == 31) warp_tot[warp] = v;
       __syncthreads();
       // The totals of the warps before this one, then the carry of earlier chunks.
       A before = carry;
-      for (int w = 0; w < warp; ++w) before += warp_tot[w];
-      if (s < n) ol[j] = T(before + v);
+      for (int w = 0; w < warp; ++w) before = fn::wrapping_add(before, warp_tot[w]);
+      if (s < n) ol[j] = T(fn::wrapping_add(before, v));
       A chunk = A(0);
-      for (int w = 0; w < kScanThreads / 32; ++w) chunk += warp_tot[w];
-      carry += chunk;
+      for (int w = 0; w < kScanThreads / 32; ++w) chunk = fn::wrapping_add(chunk, warp_tot[w]);
+      carry = fn::wrapping_add(carry, chunk);
       __syncthreads();  // warp_tot is rewritten by the next chunk
     }
   }

@@ -24,6 +24,7 @@
 #include "ops/cuda/dtypes.cuh"
 #include "ops/cuda/lines.cuh"
 #include "ops/cuda/strided.cuh"
+#include "ops/functors.h"
 #include "ops/kernels/reduce.h"
 
 namespace mu::cuda_kernels {
@@ -82,7 +83,7 @@ struct SumOp {
   using Out = O;
   __device__ State identity() const { return Acc(0); }
   __device__ State take(T v, int64_t) const { return Acc(cuda::widen(v)); }
-  __device__ State combine(State a, State b) const { return a + b; }
+  __device__ State combine(State a, State b) const { return fn::wrapping_add(a, b); }  // integers wrap, as on the CPU
   __device__ Out finish(State s) const { return O(s); }
 };
 
