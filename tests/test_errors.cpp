@@ -21,8 +21,10 @@ TEST_CASE("dtypes that cannot meet name both dtypes") {
   CHECK_THROWS_MU(i.add_(ones({3})), "add_: the result type float32 cannot be written into a tensor of dtype int64");
   CHECK_THROWS_MU(i.add_(0.5), "not an integer");
   CHECK_THROWS_MU(ones({2}).data_ptr<double>(), "float32");
-  // Ops other than the elementwise ones do not compute on storage dtypes.
-  CHECK_THROWS_MU(ones({2}).to(kInt16).sum(), "int16 is a storage dtype; convert the tensor with .to(kFloat32)");
+  // An op that does not compute on a storage dtype names it (sum takes int16, as an int64
+  // sum; mean needs floats).
+  CHECK(ones({2}).to(kInt16).sum().dtype() == kInt64);
+  CHECK_THROWS_MU(mean(ones({2}).to(kInt16)), "mean: needs a floating-point tensor, got int16");
   CHECK_THROWS_MU(matmul(ones({2, 2}), ones({2, 2}, kFloat64)), "float32 vs float64");
 }
 

@@ -135,7 +135,7 @@ if wants optim; then
 fi
 
 if wants index; then
-  kernel_part index index.cu '#include "emu_cub.h"\n#include "ops/cuda/bitonic.cuh"\n#include "ops/kernels/index.h"'
+  kernel_part index index.cu '#include "emu_cub.h"\n#include "ops/cuda/bitonic.cuh"\n#include "ops/functors.h"\n#include "ops/kernels/index.h"'
 fi
 
 if wants matmul; then
