@@ -6,6 +6,7 @@
 
 #include "autograd/autocast.h"
 #include "autograd/node.h"
+#include "ops/compute_dtype.h"
 #include "ops/kernels/entmax.h"
 
 namespace mu::nn {
@@ -24,7 +25,7 @@ Tensor entmax_op(const Tensor& x_in, int64_t dim, const char* op, const char* no
   MU_CHECK(x.is_floating_point(), op, ": needs a floating-point tensor, got ", dtype_name(x.dtype()));
   // The 16-bit floats compute in float32 and round once, as softmax (on every device).
   if (!is_compute_dtype(x.dtype()))
-    return entmax_op(x.to(kFloat32), dim, op, node, kind, alpha, n_iter).to(x.dtype());
+    return entmax_op(in_compute_dtype(x), dim, op, node, kind, alpha, n_iter).to(x.dtype());
   int64_t d = wrap_dim(dim, x.dim(), op);
   auto [outer, n, inner] = line_geometry(x.shape(), d);
   Tensor xc = x.detach().contiguous(), y = empty_like(xc);

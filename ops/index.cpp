@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "autograd/node.h"
+#include "ops/compute_dtype.h"
 #include "ops/kernels/index.h"
 #include "ops/ops.h"
 #include "ops/pointwise.h"
@@ -90,10 +91,8 @@ Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tens
   MU_CHECK(x.dtype() != kBool, op, ": expected a number dtype, got bool (convert with .to(kInt64))");
   // A storage dtype sums in its compute dtype (float32, or int64, whose wrap-around the
   // narrowing repeats) and is rounded back once.
-  if (!is_compute_dtype(x.dtype())) {
-    const DType wide = compute_dtype(x.dtype());
-    return scatter_add(x.to(wide), dim, index, src.to(wide)).to(x.dtype());
-  }
+  if (!is_compute_dtype(x.dtype()))
+    return scatter_add(in_compute_dtype(x), dim, index, in_compute_dtype(src)).to(x.dtype());
   Tensor out = xv.detach().clone();
   kernels::scatter_add(out.device(), out, d, iv, sv.detach());
   out = out.reshape(x.shape());
@@ -163,7 +162,8 @@ Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor
   check_bounds(index, n, d, op);
   MU_CHECK(x.is_floating_point(), op, ": needs a floating-point tensor, got ", dtype_name(x.dtype()));
   // The 16-bit floats add in float32 and are rounded back once.
-  if (!is_compute_dtype(x.dtype())) return index_add(x.to(kFloat32), dim, index, src.to(kFloat32)).to(x.dtype());
+  if (!is_compute_dtype(x.dtype()))
+    return index_add(in_compute_dtype(x), dim, index, in_compute_dtype(src)).to(x.dtype());
   auto [outer, n_d, inner] = line_geometry(xv.shape(), d);
   Tensor ic = index.contiguous();
   Tensor y = xv.detach().contiguous().clone();
@@ -194,9 +194,11 @@ static Tensor cumsum_dir(const Tensor& x, int64_t dim, bool reverse) {
   const char* op = "cumsum";
   // As torch: bools and the narrow integers sum as int64 (and stay int64); the 16-bit
   // floats sum in float32 and round back, element by element.
-  if (x.dtype() == kBool || (!is_compute_dtype(x.dtype()) && !is_floating(x.dtype())))
-    return cumsum_dir(x.to(kInt64), dim, reverse);
-  if (!is_compute_dtype(x.dtype())) return cumsum_dir(x.to(kFloat32), dim, reverse).to(x.dtype());
+  if (x.dtype() == kBool) return cumsum_dir(x.to(kInt64), dim, reverse);
+  if (!is_compute_dtype(x.dtype())) {
+    const Tensor y = cumsum_dir(in_compute_dtype(x), dim, reverse);
+    return is_floating(x.dtype()) ? y.to(x.dtype()) : y;
+  }
   Tensor xv = at_least_1d(x);
   int64_t d = wrap_dim(dim, xv.dim(), op);
   auto [outer, n_d, inner] = line_geometry(xv.shape(), d);
@@ -219,7 +221,7 @@ static ValuesIndices sorted_prefix(const Tensor& x, int64_t dim, int64_t k, bool
   // The 16-bit floats and narrow integers are ordered as their exact widening (float32,
   // int64); the values are narrowed back, exactly.
   if (!is_compute_dtype(x.dtype())) {
-    ValuesIndices w = sorted_prefix(x.to(compute_dtype(x.dtype())), dim, k, descending, op);
+    ValuesIndices w = sorted_prefix(in_compute_dtype(x), dim, k, descending, op);
     return {w.values.to(x.dtype()), w.indices};
   }
   Tensor xv = at_least_1d(x);

@@ -8,6 +8,7 @@
 
 #include "autograd/autocast.h"
 #include "autograd/node.h"
+#include "ops/compute_dtype.h"
 #include "ops/kernels/dropout.h"
 #include "ops/kernels/softmax.h"
 #include "ops/ops.h"
@@ -28,7 +29,7 @@ static Tensor softmax_impl(const Tensor& x_in, int64_t dim, bool log) {
   MU_CHECK(x.is_floating_point(), op, ": needs a floating-point tensor, got ", dtype_name(x.dtype()));
   // The 16-bit floats compute in float32 and round once, as torch (on every device, and
   // whatever the size: an empty tensor gets the same answer as any other).
-  if (!is_compute_dtype(x.dtype())) return softmax_impl(x.to(kFloat32), dim, log).to(x.dtype());
+  if (!is_compute_dtype(x.dtype())) return softmax_impl(in_compute_dtype(x), dim, log).to(x.dtype());
   int64_t d = wrap_dim(dim, x.dim(), op);
   auto [outer, n, inner] = line_geometry(x.shape(), d);
   Tensor xc = x.detach().contiguous(), y = empty_like(xc);

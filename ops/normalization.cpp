@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "ops/compute_dtype.h"
 #include "autograd/autocast.h"
 #include "autograd/grad_mode.h"
 #include "autograd/node.h"
@@ -54,10 +55,9 @@ Tensor layer_norm(const Tensor& x_in, const Shape& normalized_shape, const Tenso
   check_param(bias, "bias", normalized_shape, x, op);
   // The 16-bit floats (input, weight and bias alike, above) compute in float32 and round
   // once, on every device; the gradients come back in their dtype.
-  if (!is_compute_dtype(x.dtype())) {
-    auto wide = [](const Tensor& t) { return t.defined() ? t.to(kFloat32) : t; };
-    return layer_norm(x.to(kFloat32), normalized_shape, wide(weight), wide(bias), eps).to(x.dtype());
-  }
+  if (!is_compute_dtype(x.dtype()))
+    return layer_norm(in_compute_dtype(x), normalized_shape, in_compute_dtype(weight), in_compute_dtype(bias), eps)
+        .to(x.dtype());
 
   // x as (rows, n): every row is one sample's normalized_shape block.
   const int64_t n = numel_of(normalized_shape);

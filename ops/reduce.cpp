@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "autograd/node.h"
+#include "ops/compute_dtype.h"
 #include "ops/kernels/reduce.h"
 #include "ops/ops.h"
 #include "ops/pointwise.h"
@@ -16,7 +17,7 @@ using autograd::TensorList;
 
 Tensor sum(const Tensor& x, const Shape& dims, bool keepdim) {
   // The narrow integers sum as int64, as in PyTorch (the result is int64).
-  if (!is_compute_dtype(x.dtype()) && !is_floating(x.dtype())) return sum(x.to(kInt64), dims, keepdim);
+  if (!is_compute_dtype(x.dtype()) && !is_floating(x.dtype())) return sum(in_compute_dtype(x), dims, keepdim);
   ReducePlan p = plan_reduce(x, dims, keepdim, "sum");
   // The 16-bit floats (autocast's bfloat16 activations) are summed in float32 by the
   // kernel, which reads them as they are, and the result rounded back once, as in
@@ -104,7 +105,7 @@ static void require_nonempty(const Tensor& x, const ReducePlan& p, const char* o
 // NaNs kept), so the extremum and its index are the narrow values' own; bool is refused.
 static Tensor widened_for_order(const Tensor& x, const char* op) {
   MU_CHECK(x.dtype() != kBool, op, ": expected a number dtype, got bool (convert with .to(kInt64))");
-  return is_compute_dtype(x.dtype()) ? x : x.to(compute_dtype(x.dtype()));
+  return in_compute_dtype(x);
 }
 
 // amax/amin over dims, and max()/min() over everything. The gradient is shared evenly

@@ -77,16 +77,19 @@ static int64_t element_offset(const Tensor& t, const std::vector<int64_t>& idx, 
   return off;
 }
 
+static void require_one_element(const Tensor& t) {
+  MU_CHECK(t.numel() == 1, "item: only a one-element tensor converts to a number; this one has shape ",
+           shape_str(t.shape()), " (", t.numel(), " elements)");
+}
+
 double Tensor::item() const {
-  MU_CHECK(numel() == 1, "item: only a one-element tensor converts to a number; this one has shape ",
-           shape_str(shape()), " (", numel(), " elements)");
+  require_one_element(*this);
   if (!device().is_cpu()) return cpu().item();
   return read_element(*this, storage_offset());
 }
 
 int64_t Tensor::item_int64() const {
-  MU_CHECK(numel() == 1, "item: only a one-element tensor converts to a number; this one has shape ",
-           shape_str(shape()), " (", numel(), " elements)");
+  require_one_element(*this);
   if (is_floating_point()) return static_cast<int64_t>(item());
   const Tensor t = (dtype() == kInt64 ? *this : to(kInt64)).cpu();  // exact: every integer dtype fits in int64
   return t.data_ptr<int64_t>()[0];
