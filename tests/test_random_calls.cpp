@@ -5,6 +5,10 @@
 // device each draw runs again on it, from the same inputs: the same outcome (a result on
 // both, or an error on both), and then the CPU's output shape, dtype and values and the
 // same input gradients.
+//
+// The second case checks the gradients of the same draws, in float64, on every device: the
+// derivative of a random weighting of the output along a random direction of all inputs,
+// from the backward pass, against a central difference of the forward pass.
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -28,6 +32,12 @@ struct Draw {
   Device dev;
   std::vector<Tensor> leaves;  // inputs that require grad, in the order drawn
 
+  // For the gradient check: every floating tensor is a float64 leaf, and leaf k is moved
+  // by shift[k] (when defined) before it starts to require grad.
+  bool f64 = false;
+  std::vector<Tensor> shift;
+  bool making_constant = false;  // inside constant(): no shift
+
   Draw(uint64_t seed, Device d) : rng(seed), gen(seed), dev(d) {}
 
   int ri(int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); }
@@ -44,6 +54,7 @@ struct Draw {
     return s;
   }
   Tensor tensor(const Shape& s, DType d) {
+    if (f64 && is_floating(d)) d = kFloat64;
     Tensor t;
     if (d == kInt64 || d == DType::Int32)
       t = randint(-2, 6, s, TensorOptions(kInt64), &gen).to(d);
@@ -53,7 +64,10 @@ struct Draw {
       t = (randn(s, {}, &gen) * 3.0).to(d);
     if (ri(0, 4) == 0 && t.dim() >= 2) t = t.transpose(0, 1).contiguous().transpose(0, 1);  // strided
     t = t.to(dev);
-    if ((d == kFloat32 || d == kFloat64) && ri(0, 1)) {
+    // ri is called first: the draw is the same with f64 set or not.
+    if ((d == kFloat32 || d == kFloat64) && (ri(0, 1) || f64)) {
+      if (!making_constant && leaves.size() < shift.size() && shift[leaves.size()].defined())
+        t.add_(shift[leaves.size()].to(dev));
       t = t.detach().requires_grad_();
       leaves.push_back(t);
     }
@@ -63,7 +77,23 @@ struct Draw {
     const Shape s = shape();
     return tensor(s, dtype());
   }
+  // An input the op does not differentiate (batch norm's running statistics): drawn as
+  // tensor() draws, never a leaf.
+  Tensor constant(const Shape& s, DType d) {
+    const size_t n = leaves.size();
+    making_constant = true;
+    Tensor t = tensor(s, d);
+    making_constant = false;
+    if (leaves.size() > n) leaves.pop_back();
+    return t.detach();
+  }
   int64_t size() { return std::vector<int64_t>{0, 1, 2, 3, 5}[size_t(ri(0, 4))]; }
+  // A shape of rank lo..hi from size(), mostly nonempty (sizes 1..5, now and then 0).
+  Shape sizes(int lo, int hi) {
+    Shape s;
+    for (int r = ri(lo, hi); r-- > 0;) s.push_back(ri(0, 9) ? ri(1, 5) : 0);
+    return s;
+  }
   DType float_dtype() { return ri(0, 1) ? kFloat32 : kFloat64; }
   // The operands of an op whose shapes must agree: mostly agreeing (a valid call), now and
   // then a dim off by one.
@@ -133,7 +163,27 @@ const std::vector<Op>& ops() {
       {"sort", [](Draw& d) { return sort(d.tensor(), d.dim(), d.ri(0, 1)).values; }},
       {"topk", [](Draw& d) { return topk(d.tensor(), d.ri(-1, 4), d.dim(), d.ri(0, 1)).values; }},
       {"cat", [](Draw& d) { return cat({d.tensor(), d.tensor()}, d.dim()); }},
+      {"cat fitting", [](Draw& d) {
+         Shape s = d.sizes(1, 3), t = s;
+         const int64_t dim = d.ri(0, int(s.size()) - 1);
+         t[size_t(dim)] = d.size();
+         if (d.ri(0, 7) == 0) t[size_t(d.ri(0, int(t.size()) - 1))] += 1;  // now and then one that does not fit
+         const DType dt = d.float_dtype();
+         return cat({d.tensor(s, dt), d.tensor(t, dt), d.tensor(s, dt)}, dim - (d.ri(0, 1) ? int64_t(s.size()) : 0));
+       }},
       {"stack", [](Draw& d) { return stack({d.tensor(), d.tensor()}, d.dim()); }},
+      {"stack fitting", [](Draw& d) {
+         const Shape s = d.sizes(0, 3);
+         const DType dt = d.float_dtype();
+         return stack({d.tensor(s, dt), d.tensor(s, dt)}, d.ri(-int(s.size()) - 1, int(s.size())));
+       }},
+      {"permute fitting", [](Draw& d) {
+         const Shape s = d.sizes(0, 4);
+         Shape perm;
+         for (int64_t i = 0; i < int64_t(s.size()); ++i) perm.push_back(i);
+         std::shuffle(perm.begin(), perm.end(), d.rng);
+         return d.tensor(s, d.float_dtype()).permute(perm) * 2.0;
+       }},
       {"tril", [](Draw& d) { return tril(d.tensor(), d.ri(-2, 2)); }},
       {"triu", [](Draw& d) { return triu(d.tensor(), d.ri(-2, 2)); }},
       {"transpose", [](Draw& d) { return d.tensor().transpose(d.dim(), d.dim()); }},
@@ -149,6 +199,16 @@ const std::vector<Op>& ops() {
       {"permute", [](Draw& d) { return d.tensor().permute(Shape{d.dim(), d.dim(), d.dim()}); }},
       {"to", [](Draw& d) { return d.tensor().to(d.dtype()); }},
       {"gather", [](Draw& d) { Tensor x = d.tensor(); return gather(x, d.dim(), d.index(d.shape(), 3)); }},
+      {"gather fitting", [](Draw& d) {
+         const Shape s = d.sizes(1, 3);
+         const int64_t dim = d.ri(0, int(s.size()) - 1);
+         Shape is = s;
+         for (size_t i = 0; i < is.size(); ++i)
+           if (int64_t(i) != dim) is[i] = d.ri(0, int(s[i]));
+         is[size_t(dim)] = d.size();
+         Tensor x = d.tensor(s, d.float_dtype());
+         return gather(x, dim, d.index(is, s[size_t(dim)]));
+       }},
       {"scatter_add", [](Draw& d) {
          const Shape s = {d.size() + 1, d.size()};
          const DType t = d.float_dtype();
@@ -166,6 +226,22 @@ const std::vector<Op>& ops() {
        }},
       {"embedding", [](Draw& d) { Tensor w = d.tensor(d.shape(2), kFloat32); return embedding(w, d.index(d.shape(2), 3)); }},
       {"matmul", [](Draw& d) { return matmul(d.tensor(), d.tensor()); }},
+      {"matmul fitting", [](Draw& d) {
+         // Ranks 1-4 each side, batch dims that broadcast (a 1 against any size).
+         const int64_t m = d.size(), k = d.size(), n = d.size();
+         const int ra = d.ri(1, 4), rb = d.ri(1, 4);
+         Shape batch = d.sizes(std::max(ra, rb) - 2, std::max(ra, rb) - 2);
+         auto side = [&](int rank, Shape last) {
+           Shape s;
+           for (int i = int(batch.size()) - (rank - 2); i < int(batch.size()); ++i)
+             if (i >= 0) s.push_back(d.ri(0, 3) ? batch[size_t(i)] : 1);
+           s.insert(s.end(), last.begin(), last.end());
+           return s;
+         };
+         const DType dt = d.float_dtype();
+         Tensor a = d.tensor(ra == 1 ? Shape{k} : side(ra, {m, k}), dt);
+         return matmul(a, d.tensor(rb == 1 ? Shape{d.near(k)} : side(rb, {d.near(k), n}), dt));
+       }},
       {"mm", [](Draw& d) {
          const int64_t m = d.size(), k = d.size(), n = d.size();
          const DType t = d.ri(0, 3) ? d.float_dtype() : d.dtype();
@@ -177,12 +253,36 @@ const std::vector<Op>& ops() {
          return bmm(d.tensor({b, m, k}, t), d.tensor({b, d.near(k), n}, t));
        }},
       {"linear", [](Draw& d) { Tensor x = d.tensor(), w = d.tensor(); return linear(x, w, d.ri(0, 1) ? d.tensor() : Tensor()); }},
+      {"linear fitting", [](Draw& d) {
+         Shape s = d.sizes(1, 3);
+         const int64_t in = s.back(), out = d.size();
+         const DType dt = d.float_dtype();
+         Tensor x = d.tensor(s, dt), w = d.tensor({out, d.near(in)}, dt);
+         return linear(x, w, d.ri(0, 1) ? d.tensor({d.near(out)}, dt) : Tensor());
+       }},
       {"matmul_with_one", [](Draw& d) { return matmul_with_one(d.tensor(), d.tensor()); }},
       {"cross_entropy", [](Draw& d) { Tensor x = d.tensor(); return cross_entropy(x, d.ri(0, 1) ? d.index(d.shape(2), 3) : d.tensor()); }},
       {"cross_entropy options", [](Draw& d) {
          Tensor x = d.tensor();
          return cross_entropy(x, d.index(d.shape(2), 3),
                               CrossEntropyOptions().ignore_index(d.ri(-1, 2)).reduction(Reduction(d.ri(0, 2))));
+       }},
+      {"cross_entropy fitting", [](Draw& d) {
+         // (N, C) or (N, C, d1): class indices (some ignored) or class probabilities.
+         const int64_t n = d.size(), c = d.ri(1, 5);
+         Shape s = {n, c};
+         if (d.ri(0, 2) == 0) s.push_back(d.size());
+         Shape ts = s;
+         ts.erase(ts.begin() + 1);
+         Tensor x = d.tensor(s, d.float_dtype());
+         CrossEntropyOptions o = CrossEntropyOptions().reduction(Reduction(d.ri(0, 2))).label_smoothing(0.25 * d.ri(0, 1));
+         const bool weighted = d.ri(0, 2) == 0;
+         if (d.ri(0, 1)) {  // probabilities; a class weight here is differentiable
+           if (weighted) o.weight(d.tensor({d.near(c)}, x.dtype()));
+           return cross_entropy(x, softmax(d.tensor(s, x.dtype()), 1), o);
+         }
+         if (weighted) o.weight(abs(d.constant({d.near(c)}, x.dtype())));
+         return cross_entropy(x, d.index(ts, c), o.ignore_index(d.ri(-1, 1)));
        }},
       {"nll_loss", [](Draw& d) { Tensor x = d.tensor(); return nll_loss(x, d.index(d.shape(2), 3)); }},
       {"mse_loss", [](Draw& d) { return mse_loss(d.tensor(), d.tensor()); }},
@@ -194,11 +294,19 @@ const std::vector<Op>& ops() {
          Tensor w = d.ri(0, 1) ? d.tensor() : Tensor(), b = d.ri(0, 1) ? d.tensor() : Tensor();
          return layer_norm(x, s, w, b);
        }},
+      {"layer_norm fitting", [](Draw& d) {
+         const Shape s = d.sizes(1, 3);
+         const Shape norm(s.end() - d.ri(1, int(s.size())), s.end());
+         const DType dt = d.float_dtype();
+         Tensor x = d.tensor(s, dt);
+         Tensor w = d.ri(0, 1) ? d.tensor(norm, dt) : Tensor(), b = d.ri(0, 1) ? d.tensor(norm, dt) : Tensor();
+         return layer_norm(x, norm, w, b);
+       }},
       {"batch_norm", [](Draw& d) {
          const int64_t c = d.size();
          const DType t = d.float_dtype();
          Tensor x = d.tensor({d.size(), c, d.size()}, t);
-         Tensor rm = d.tensor({d.near(c)}, t).detach(), rv = abs(d.tensor({c}, t)).detach();
+         Tensor rm = d.constant({d.near(c)}, t), rv = abs(d.constant({c}, t));
          return batch_norm(x, rm, rv, d.ri(0, 1) ? d.tensor({c}, t) : Tensor(), Tensor(), d.ri(0, 1));
        }},
       {"einsum", [](Draw& d) {
@@ -212,6 +320,39 @@ const std::vector<Op>& ops() {
          for (int i = 0; i < n; ++i) operands.push_back(d.tensor());
          return einsum(s, operands);
        }},
+      {"einsum fitting", [](Draw& d) {
+         // Every letter one size, mostly: a valid contraction, now and then one that is not.
+         static const char* specs[] = {"ij,jk->ik", "ii->i", "bij,bjk->bik", "ij->",     "i,i", "ab,bc,cd->ad",
+                                       "ij,jk",     "i->ii", "btn,nr->btr",  "ij,kl->ijkl", "iij->j", "ab,ab,ab->b",
+                                       "abc,cd,be->aed", "ijk->kji", "ij,j->i"};
+         const std::string spec = specs[d.ri(0, 14)];
+         int64_t size[26];
+         for (int64_t& z : size) z = d.ri(0, 9) ? d.ri(1, 4) : 0;
+         std::vector<Tensor> operands;
+         const DType dt = d.float_dtype();
+         Shape s;
+         for (size_t i = 0; i <= spec.size(); ++i) {
+           if (i == spec.size() || spec[i] == ',' || spec[i] == '-') {
+             operands.push_back(d.tensor(s, dt));
+             s.clear();
+             if (i == spec.size() || spec[i] == '-') break;
+           } else {
+             s.push_back(d.near(size[spec[i] - 'a']));
+           }
+         }
+         return einsum(spec, operands);
+       }},
+      {"scaled_dot_product_attention fitting", [](Draw& d) {
+         // (B, H, T, D) queries; keys and values of their own length and values of their own width.
+         const int64_t b = d.size(), h = d.ri(1, 3), tq = d.ri(1, 9), tk = d.ri(0, 4) ? tq : d.ri(1, 9);
+         const int64_t dk = d.ri(1, 5), dv = d.ri(0, 1) ? dk : d.ri(1, 5);
+         const DType dt = d.float_dtype();
+         Tensor q = d.tensor({b, h, tq, dk}, dt), k = d.tensor({b, h, tk, d.near(dk)}, dt), v = d.tensor({b, h, tk, dv}, dt);
+         const bool causal = d.ri(0, 1);
+         const double p = d.ri(0, 2) ? 0.0 : 0.25;
+         return scaled_dot_product_attention(q, k, v, causal, p, true, d.ri(0, 1) ? std::optional<double>(0.3) : std::nullopt,
+                                             uint64_t(11));
+       }},
       {"scaled_dot_product_attention", [](Draw& d) {
          const Shape s = d.shape(4);
          Tensor q = d.tensor(s, kFloat32), k = d.tensor(d.ri(0, 3) ? s : d.shape(4), kFloat32);
@@ -220,6 +361,23 @@ const std::vector<Op>& ops() {
                                              uint64_t(7));
        }},
       {"khatri_rao", [](Draw& d) { return khatri_rao({d.tensor(), d.tensor()}); }},
+      {"khatri_rao fitting", [](Draw& d) {
+         const int64_t r = d.size();
+         const DType dt = d.float_dtype();
+         std::vector<Tensor> m;
+         for (int i = d.ri(1, 3); i-- > 0;) m.push_back(d.tensor({d.size(), d.near(r)}, dt));
+         return khatri_rao(m);
+       }},
+      {"tr_to_tensor fitting", [](Draw& d) {
+         // Cores (R_k, I_k, R_{k+1}) around a ring.
+         const int n = d.ri(1, 3);
+         std::vector<int64_t> r;
+         for (int i = 0; i < n; ++i) r.push_back(d.ri(1, 3));
+         const DType dt = d.float_dtype();
+         std::vector<Tensor> cores;
+         for (int i = 0; i < n; ++i) cores.push_back(d.tensor({r[size_t(i)], d.size(), d.near(r[size_t(i + 1) % size_t(n)])}, dt));
+         return tr_to_tensor(cores);
+       }},
       {"kron", [](Draw& d) { return kron(d.tensor(), d.tensor()); }},
       {"unfold", [](Draw& d) { return unfold(d.tensor(), d.dim()); }},
       {"mode_n_product", [](Draw& d) {
@@ -350,5 +508,137 @@ TEST_CASE("every random call returns or raises a mu::Error; other devices give t
     // The draws reach the op's valid calls too, not only its errors.
     INFO("op " << op.name);
     CHECK(results > 0);
+  }
+}
+
+namespace {
+
+// A draw's forward pass in float64 with leaf k moved by shift[k]: the output on the CPU,
+// or an undefined tensor when the call raises.
+Tensor forward64(const Op& op, uint64_t seed, Device dev, const std::vector<Tensor>& shift, Draw* keep = nullptr) {
+  Draw d(seed, dev);
+  d.f64 = true;
+  d.shift = shift;
+  Tensor y;
+  try {
+    y = op.call(d);
+  } catch (const mu::Error&) {
+    return Tensor();
+  }
+  if (keep) {
+    keep->leaves = d.leaves;
+    return y;  // on dev, with its graph: the caller runs the backward
+  }
+  return y.defined() ? y.detach().cpu() : y;
+}
+
+// Σ w_i y_i over the elements where w is defined, or NaN when one of them is not finite.
+double weighted(const Tensor& y, const std::vector<double>& w) {
+  const std::vector<double> v = y.to(kFloat64).to_vector<double>();
+  double s = 0;
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (w[i] == 0) continue;
+    if (!std::isfinite(v[i])) return NAN;
+    s += w[i] * v[i];
+  }
+  return s;
+}
+
+}  // namespace
+
+// For each draw that gives a float64 output depending on float64 leaves: L = Σ w_i y_i with
+// random w (0 where y_i is not finite), its gradient g from backward, a random direction u
+// over all leaves; g·u must equal (L(x + h u) - L(x - h u)) / 2h. A draw whose difference
+// lands on a kink of the op (relu at 0, a tie of sort, the step of a rounding division) can
+// disagree at one h; it passes when any of h = 1e-6, 1e-4, 1e-8 agrees, so a wrong gradient
+// must disagree at all three.
+TEST_CASE("the gradients of random calls in float64 match central differences") {
+  const bool verbose = std::getenv("MUMOE_RANDOM_CALLS_VERBOSE") != nullptr;
+  for (Device dev : test_devices()) {
+    INFO("on " << dev.str());
+    int64_t total = 0;
+    for (const Op& op : ops()) {
+      std::printf("%s on %s: gradients of %d draws\n", op.name, dev.str().c_str(), kDraws);
+      std::fflush(stdout);
+      int checked = 0;
+      for (int i = 0; i < kDraws; ++i) {
+        const uint64_t seed = uint64_t(1000 * i + 17);
+        if (verbose) std::printf("  draw seed %llu\n", (unsigned long long)seed), std::fflush(stdout);
+        INFO("op " << op.name << ", draw seed " << seed);
+        Draw base(seed, dev);
+        Tensor y = forward64(op, seed, dev, {}, &base);
+        if (!y.defined() || y.dtype() != kFloat64 || !y.requires_grad() || y.numel() == 0) continue;
+        // The weights: a normal draw for each finite output, 0 for the others.
+        std::mt19937_64 rng(seed ^ 0x9e3779b97f4a7c15ull);
+        std::normal_distribution<double> normal;
+        const std::vector<double> yv = y.detach().cpu().to_vector<double>();
+        std::vector<double> w(yv.size());
+        bool finite = true;
+        for (size_t j = 0; j < yv.size(); ++j) {
+          finite = finite && std::isfinite(yv[j]);
+          w[j] = std::isfinite(yv[j]) ? normal(rng) : 0.0;
+        }
+        const double L0 = weighted(y.detach().cpu(), w);
+        if (!std::isfinite(L0)) continue;
+        try {
+          y.backward(from_vector(w, y.shape()).to(dev));
+        } catch (const mu::Error& e) {
+          FAIL_CHECK("backward raised: " << e.what());
+          continue;
+        }
+        // g·u over every leaf, and Σ|g_i u_i|, the scale of its rounding.
+        std::vector<Tensor> dir;
+        double gu = 0, scale = 0;
+        for (const Tensor& leaf : base.leaves) {
+          std::vector<double> u(size_t(leaf.numel()));
+          for (double& e : u) e = normal(rng);
+          if (!leaf.grad().defined()) {
+            dir.push_back(from_vector(u, leaf.shape()));
+            continue;
+          }
+          const std::vector<double> g = leaf.grad().to(kFloat64).to_vector<double>();
+          REQUIRE(g.size() == u.size());
+          for (size_t j = 0; j < g.size(); ++j) {
+            // Where an output is NaN or infinite its weight is 0 but its gradient is 0 × ∞
+            // (as torch's): the direction leaves out the input elements that gives. With every
+            // output finite, a gradient that is not is a failure.
+            if (!finite && !std::isfinite(g[j])) {
+              u[j] = 0;
+              continue;
+            }
+            gu += g[j] * u[j], scale += std::abs(g[j] * u[j]);
+          }
+          dir.push_back(from_vector(u, leaf.shape()));
+        }
+        // L's own size bounds the rounding of the difference quotient.
+        double size = 0;
+        for (size_t j = 0; j < yv.size(); ++j)
+          if (w[j] != 0) size += std::abs(w[j] * yv[j]);
+        bool agree = false, conclusive = false;
+        double fd_first = NAN;
+        for (double h : {1e-6, 1e-4, 1e-8}) {
+          std::vector<Tensor> plus, minus;
+          for (const Tensor& u : dir) plus.push_back(u * h), minus.push_back(u * -h);
+          const Tensor yp = forward64(op, seed, dev, plus), ym = forward64(op, seed, dev, minus);
+          if (!yp.defined() || !ym.defined() || yp.shape() != y.shape() || ym.shape() != y.shape()) continue;
+          const double lp = weighted(yp, w), lm = weighted(ym, w);
+          if (!std::isfinite(lp) || !std::isfinite(lm)) continue;
+          conclusive = true;
+          const double fd = (lp - lm) / (2 * h);
+          if (std::isnan(fd_first)) fd_first = fd;
+          const double tol = 1e-5 * (scale + std::abs(gu)) + 1e-12 + 1e3 * 2.2e-16 * size / h;
+          if (std::abs(fd - gu) <= tol) {
+            agree = true;
+            break;
+          }
+        }
+        if (!conclusive) continue;
+        ++checked;
+        if (!agree) FAIL_CHECK("backward gives " << gu << ", the central difference " << fd_first);
+      }
+      if (verbose) std::printf("  %d draws checked\n", checked);
+      total += checked;
+    }
+    CHECK(total > 0);
   }
 }
