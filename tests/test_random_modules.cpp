@@ -1,0 +1,331 @@
+// Gradients of whole layers and models with random configurations, in float64, on every
+// device: μMoE blocks of every kind (1–3 expert levels, fused CP/TR, gate norms and
+// activations, hidden layers, input norms), the sparse MoE layers (every selection, with
+// their regularisers), product-key memories, top-K MLPs, tiny GPT-2s with each MLP choice
+// and tiny MLP-Mixers with each block kind. For each draw the parameters are moved off
+// their initialisation, L = Σ w_i y_i over the outputs (and the regulariser, where the layer
+// has one) with random w, and the backward pass's derivative along a random direction of
+// the input and every parameter must equal the central difference of L.
+//
+// What it adds to the per-layer gradient checks: configurations nobody wrote down (odd
+// sizes, one expert, rank 1, a level of size 1, gating through batch norm in training),
+// and every parameter at once rather than a few elements of a few.
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <random>
+
+#include "helpers.h"
+#include "models/gpt2.h"
+#include "models/mlp_mixer.h"
+
+using namespace mu;
+
+namespace {
+
+struct Rng {
+  std::mt19937_64 e;
+  explicit Rng(uint64_t seed) : e(seed) {}
+  int ri(int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(e); }
+  bool coin() { return ri(0, 1) == 1; }
+};
+
+// One drawn layer or model: what it is (for the failure message), the module, its input
+// (float64, differentiated too; or int64 token ids) and its forward pass, which returns the
+// tensors L weights (the output, and a regulariser when the layer has one).
+struct Built {
+  std::string what;
+  std::shared_ptr<nn::Module> module;
+  Tensor input;
+  std::function<std::vector<Tensor>(const Tensor&)> forward;
+};
+
+using Maker = std::function<Built(Rng&, Generator&)>;
+
+std::string str(const std::vector<int64_t>& v) { return shape_str(v); }
+
+// A batch of 1–3 leading dims of 1–4 tokens each, then `features`.
+Shape tokens(Rng& r, int64_t features) {
+  Shape s;
+  for (int d = r.ri(1, 2); d-- > 0;) s.push_back(r.ri(1, 4));
+  s.push_back(features);
+  return s;
+}
+
+Built mumoe_block(Rng& r, Generator& g) {
+  static const nn::MoEKind kinds[] = {nn::MoEKind::CP,     nn::MoEKind::TR,       nn::MoEKind::TT,
+                                      nn::MoEKind::Tucker, nn::MoEKind::Hadamard, nn::MoEKind::Dense};
+  static const char* names[] = {"CP", "TR", "TT", "Tucker", "Hadamard", "Dense"};
+  const int k = r.ri(0, 5);
+  const int64_t in = r.ri(1, 7), out = r.ri(1, 6);
+  std::vector<int64_t> experts;
+  for (int l = r.ri(1, 3); l-- > 0;) experts.push_back(r.ri(1, 4));
+  nn::MuMoEOptions o(in, out);
+  o.experts(experts).kind(kinds[k]).gate_norm(nn::GateNorm(r.ri(0, 2))).activation(nn::GateActivation(r.ri(0, 2)));
+  o.bias(r.coin()).further_gate_std(0.3).generator(&g);
+  std::string what = std::string(names[k]) + " μMoE " + std::to_string(in) + "→" + std::to_string(out) +
+                     ", experts " + str(experts);
+  if (k <= 2) {
+    o.rank(r.ri(1, 5));
+    what += ", rank " + std::to_string(o.rank());
+  }
+  if (k == 3) {
+    std::vector<int64_t> ranks;
+    for (size_t e = 0; e < experts.size() + 2; ++e) ranks.push_back(r.ri(1, 3));
+    o.ranks(ranks);
+    what += ", ranks " + str(ranks);
+  }
+  if (r.coin()) o.fused_cp(true), what += ", fused CP";
+  if (r.coin()) o.fused_tr(true), what += ", fused TR";
+  if (r.ri(0, 3) == 0) o.hidden(r.ri(1, 4)), what += ", hidden " + std::to_string(o.hidden());
+  if (r.ri(0, 3) == 0) o.input_norm(true), what += ", input norm";
+  what += std::string(", gate norm ") + nn::to_string(o.gate_norm()) + ", " + nn::to_string(o.activation());
+  auto m = std::make_shared<nn::MuMoE>(o);
+  return {what, m, randn(tokens(r, in), kFloat64, &g), [m](const Tensor& x) { return std::vector<Tensor>{m->forward(x)}; }};
+}
+
+Built sparse_moe(Rng& r, Generator& g) {
+  static const nn::Selection selections[] = {nn::Selection::Sigmoid, nn::Selection::Softmax,
+                                             nn::Selection::SoftmaxRenorm, nn::Selection::Switch,
+                                             nn::Selection::NoisyTopK, nn::Selection::SBase};
+  const int s = r.ri(0, 5);
+  const int64_t d = r.ri(1, 6), n = r.ri(1, 5), size = r.ri(1, 4);
+  nn::SparseMoEOptions o(d, n, size);
+  o.selection(selections[s]).k(r.ri(1, int(n))).entropy_weight(r.coin() ? 0.1 : 0.0).balance_weight(0.05 * r.ri(0, 1));
+  o.init(r.coin() ? nn::ExpertInit::Dense : nn::ExpertInit::PerExpert).generator(&g);
+  if (selections[s] == nn::Selection::Switch && r.coin()) o.capacity_factor(1.0 + 0.5 * r.ri(0, 2));
+  const std::string what = std::string("sparse MoE ") + nn::to_string(selections[s]) + ", d " + std::to_string(d) +
+                           ", " + std::to_string(n) + " experts of " + std::to_string(size) + ", K " +
+                           std::to_string(o.k()) + ", capacity " + std::to_string(o.capacity_factor());
+  auto m = std::make_shared<nn::SparseMoE>(o);
+  // The gating noise is drawn anew each call: every forward pass restarts its stream, so
+  // that the difference quotient sees the same noise as the backward pass.
+  return {what, m, randn(tokens(r, d), kFloat64, &g), [m](const Tensor& x) {
+            m->manual_seed_routing(5);
+            std::vector<Tensor> out{m->forward(x)};
+            if (m->aux_loss().defined()) out.push_back(m->aux_loss());
+            return out;
+          }};
+}
+
+Built pkm(Rng& r, Generator& g) {
+  const int64_t d = 2 * r.ri(1, 3), n_sub = r.ri(1, 4);
+  nn::PKMOptions o(d, n_sub);
+  o.heads(r.ri(1, 2)).k(r.ri(1, int(n_sub))).activation(r.coin() ? nn::PKMActivation::ReLU : nn::PKMActivation::Softmax);
+  o.generator(&g);
+  const std::string what = "PKM d " + std::to_string(d) + ", n_sub " + std::to_string(n_sub) + ", heads " +
+                           std::to_string(o.heads()) + ", K " + std::to_string(o.k()) + ", " + nn::to_string(o.activation());
+  auto m = std::make_shared<nn::PKM>(o);
+  return {what, m, randn(tokens(r, d), kFloat64, &g), [m](const Tensor& x) { return std::vector<Tensor>{m->forward(x)}; }};
+}
+
+Built topk_mlp(Rng& r, Generator& g) {
+  const int64_t d = r.ri(1, 5), ff = r.ri(1, 8);
+  nn::TopKMLPOptions o(d, ff);
+  o.k(r.ri(1, int(ff))).bias(r.coin()).generator(&g);
+  const std::string what = "top-K MLP d " + std::to_string(d) + ", d_ff " + std::to_string(ff) + ", K " + std::to_string(o.k());
+  auto m = std::make_shared<nn::TopKMLP>(o);
+  return {what, m, randn(tokens(r, d), kFloat64, &g), [m](const Tensor& x) { return std::vector<Tensor>{m->forward(x)}; }};
+}
+
+Built gpt2(Rng& r, Generator& g) {
+  models::GPT2Config c;
+  c.n_layer = r.ri(1, 2);
+  c.n_head = r.ri(1, 2);
+  c.n_embd = c.n_head * r.ri(1, 3) * 2;
+  c.block_size = 8;
+  c.vocab_size = r.ri(2, 11);
+  c.bias = r.coin();
+  std::string mlp;
+  switch (r.ri(0, 5)) {
+    case 0: c.mlp = models::mlp::dense(); mlp = "dense"; break;
+    case 1: c.mlp = models::mlp::cp_mumoe(r.ri(1, 4), r.ri(1, 4)); mlp = "CPμMoE"; break;
+    case 2: c.mlp = models::mlp::tr_mumoe(r.ri(1, 4), r.ri(1, 3)); mlp = "TRμMoE"; break;
+    case 3: {
+      const int n = r.ri(1, 4);
+      c.mlp = models::mlp::sigma_moe(n, r.ri(1, 3), r.ri(1, n), 0.0, 0.01);
+      mlp = "σ-MoE";
+      break;
+    }
+    case 4: c.mlp = models::mlp::topk_mlp(r.ri(1, int(4 * c.n_embd))); mlp = "top-K"; break;
+    default: c.mlp = models::mlp::pkm(r.ri(1, 3), 1, 1); mlp = "PKM"; break;
+  }
+  const std::string what = "GPT-2 " + std::to_string(c.n_layer) + " layers, " + std::to_string(c.n_head) +
+                           " heads, n_embd " + std::to_string(c.n_embd) + ", vocab " + std::to_string(c.vocab_size) +
+                           ", bias " + std::to_string(c.bias) + ", MLP " + mlp;
+  auto m = std::make_shared<models::GPT2>(c, &g);
+  const int64_t b = r.ri(1, 2), t = r.ri(1, 8);
+  Tensor idx = randint(0, c.vocab_size, {b, t}, TensorOptions(kInt64), &g);
+  // Targets with now and then an ignored position (-1).
+  Tensor targets = randint(r.coin() ? -1 : 0, c.vocab_size, {b, t}, TensorOptions(kInt64), &g);
+  return {what, m, idx, [m, targets](const Tensor& x) {
+            models::GPT2::Output o = m->forward(x, targets.to(x.device()));
+            return std::vector<Tensor>{o.logits, o.loss};
+          }};
+}
+
+Built mixer(Rng& r, Generator& g) {
+  static const models::MixerMlp kinds[] = {models::MixerMlp::MLP, models::MixerMlp::CPMuMoE,
+                                           models::MixerMlp::TRMuMoE, models::MixerMlp::DenseMoE};
+  models::MixerConfig c;
+  c.patch_size = r.ri(1, 2);
+  c.image_size = c.patch_size * r.ri(1, 3);
+  c.channels = r.ri(1, 2);
+  c.width = r.ri(2, 6);
+  c.token_mlp = r.ri(1, 4);
+  c.channel_mlp = r.ri(1, 6);
+  c.depth = r.ri(1, 2);
+  c.num_classes = r.ri(1, 4);
+  c.token_block = kinds[r.ri(0, 3)];
+  c.channel_block = kinds[r.ri(0, 3)];
+  c.experts = r.ri(1, 4);
+  c.further_gate_std = 0.3;
+  c.moe_input_norm = r.coin();
+  c.cp_rank_ratio = c.tr_rank_ratio = 1.0;  // the paper's ratios give rank 0 at these widths
+  const std::string what = "Mixer " + std::to_string(c.image_size) + "², patch " + std::to_string(c.patch_size) +
+                           ", " + std::to_string(c.channels) + " channels, width " + std::to_string(c.width) +
+                           ", depth " + std::to_string(c.depth) + ", token " + models::to_string(c.token_block) +
+                           ", channel " + models::to_string(c.channel_block) + ", " + std::to_string(c.experts) +
+                           " experts";
+  // The model draws from the global generator: seed it from this draw.
+  manual_seed(uint64_t(r.ri(0, 1 << 30)));
+  auto m = std::make_shared<models::MlpMixer>(c);
+  Tensor x = randn({r.ri(1, 3), c.channels, c.image_size, c.image_size}, kFloat64, &g);
+  return {what, m, x, [m](const Tensor& x) { return std::vector<Tensor>{m->forward(x)}; }};
+}
+
+struct Kind {
+  const char* name;
+  Maker make;
+  int draws;
+};
+
+const std::vector<Kind>& kinds() {
+  static const std::vector<Kind> k = {{"μMoE block", mumoe_block, 300}, {"sparse MoE", sparse_moe, 200},
+                                      {"PKM", pkm, 100},                {"top-K MLP", topk_mlp, 100},
+                                      {"GPT-2", gpt2, 100},             {"MLP-Mixer", mixer, 100}};
+  return k;
+}
+
+// L = Σ_k Σ_i w_k[i] outs_k[i], on the host; NaN when a weighted element is not finite.
+double weighted(const std::vector<Tensor>& outs, const std::vector<std::vector<double>>& w) {
+  double s = 0;
+  for (size_t k = 0; k < outs.size(); ++k) {
+    const std::vector<double> v = outs[k].detach().to(kFloat64).to_vector<double>();
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (!std::isfinite(v[i])) return NAN;
+      s += w[k][i] * v[i];
+    }
+  }
+  return s;
+}
+
+// Checks one draw; false when the layer refuses the draw's input with a mu::Error (batch
+// norm in training over one value per channel, as torch), which is not checked further.
+bool check_draw(const Kind& kind, uint64_t seed, Device dev) {
+  Rng r(seed);
+  Generator g(seed);
+  Built b;
+  try {
+    b = kind.make(r, g);
+  } catch (const mu::Error& e) {
+    FAIL_CHECK(kind.name << " draw " << seed << " was refused: " << e.what());
+    return true;
+  }
+  INFO(b.what << " (draw seed " << seed << ")");
+  nn::Module& m = *b.module;
+  m.to(kFloat64);
+  m.to(dev);
+  if (r.ri(0, 3) == 0) m.eval();  // else training: batch statistics, the sparse layers' training routing
+  std::vector<Tensor> params = m.parameters();
+  {
+    // Off the initialisation (zero gates, unit norms), so each parameter's gradient has a
+    // character of its own.
+    NoGradGuard ng;
+    for (Tensor& p : params) p.add_(randn(p.shape(), kFloat64, &g).to(dev) * 0.3);
+  }
+  Tensor x = b.input.to(dev);
+  const bool float_input = is_floating(x.dtype());
+  if (float_input) x = x.detach().requires_grad_();
+  std::vector<Tensor> outs;
+  try {
+    outs = b.forward(x);
+  } catch (const mu::Error&) {
+    return false;
+  }
+  std::vector<std::vector<double>> w;
+  std::mt19937_64 wr(seed ^ 0x5bd1e995);
+  std::normal_distribution<double> normal;
+  for (const Tensor& o : outs) {
+    REQUIRE(o.dtype() == kFloat64);
+    w.emplace_back(size_t(o.numel()));
+    for (double& e : w.back()) e = normal(wr);
+  }
+  const double L0 = weighted(outs, w);
+  REQUIRE(std::isfinite(L0));
+  Tensor loss = zeros({}, TensorOptions(kFloat64).device(dev));
+  for (size_t k = 0; k < outs.size(); ++k) loss = loss + (outs[k] * from_vector(w[k], outs[k].shape()).to(dev)).sum();
+  loss.backward();
+
+  // The direction: one normal draw per element of the input (when it is float) and of
+  // every parameter; g·u from the gradients.
+  std::vector<Tensor> leaves = params;
+  if (float_input) leaves.push_back(x);
+  std::vector<Tensor> dir;
+  double gu = 0, scale = 0;
+  for (const Tensor& leaf : leaves) {
+    std::vector<double> u(size_t(leaf.numel()));
+    for (double& e : u) e = normal(wr);
+    if (leaf.grad().defined()) {
+      const std::vector<double> gv = leaf.grad().to_vector<double>();
+      for (size_t j = 0; j < u.size(); ++j) gu += gv[j] * u[j], scale += std::abs(gv[j] * u[j]);
+    }
+    dir.push_back(from_vector(u, leaf.shape()).to(dev));
+  }
+  REQUIRE(std::isfinite(gu));
+
+  // L at (parameters, input) + t·u: the parameters moved in place and put back exactly.
+  std::vector<Tensor> saved;
+  for (const Tensor& p : params) saved.push_back(p.detach().clone());
+  auto L_at = [&](double t) {
+    NoGradGuard ng;
+    for (size_t i = 0; i < params.size(); ++i) params[i].add_(dir[i] * t);
+    Tensor xt = float_input ? (x.detach() + dir.back() * t) : x;
+    const double l = weighted(b.forward(xt), w);
+    for (size_t i = 0; i < params.size(); ++i) params[i].copy_(saved[i]);
+    return l;
+  };
+  double size = 0;
+  for (size_t k = 0; k < outs.size(); ++k) {
+    const std::vector<double> v = outs[k].detach().to_vector<double>();
+    for (size_t i = 0; i < v.size(); ++i) size += std::abs(w[k][i] * v[i]);
+  }
+  // A kink of the layer (a top-K or a routing decision that changes, relu or entmax at
+  // the edge of its support) can spoil one step size; a wrong gradient spoils all three.
+  double first = NAN;
+  for (double h : {1e-6, 1e-4, 1e-8}) {
+    const double fd = (L_at(h) - L_at(-h)) / (2 * h);
+    if (std::isnan(first)) first = fd;
+    const double tol = 1e-5 * (scale + std::abs(gu)) + 1e-12 + 1e3 * 2.2e-16 * size / h;
+    if (std::abs(fd - gu) <= tol) return true;
+  }
+  FAIL_CHECK("backward gives " << gu << ", the central difference " << first);
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("random layers and models: the gradient along a random direction matches the central difference") {
+  for (Device dev : test_devices()) {
+    INFO("on " << dev.str());
+    for (const Kind& kind : kinds()) {
+      std::printf("%s on %s: %d draws\n", kind.name, dev.str().c_str(), kind.draws);
+      std::fflush(stdout);
+      int checked = 0;
+      for (int i = 0; i < kind.draws; ++i) checked += check_draw(kind, uint64_t(7919 * i + 3), dev);
+      INFO(kind.name);
+      CHECK(checked >= kind.draws * 3 / 4);  // the refusals stay the exception
+    }
+  }
+}
