@@ -7,6 +7,11 @@
 // has one) with random w, and the backward pass's derivative along a random direction of
 // the input and every parameter must equal the central difference of L.
 //
+// The second case trains each drawn layer for two AdamW steps, saves a checkpoint, loads it
+// into the same configuration built from other values and into another drawn configuration:
+// the first continues bit for bit as the layer that never stopped; the second either takes
+// it whole (a configuration of the same shapes) or refuses it and is left as it was.
+//
 // What it adds to the per-layer gradient checks: configurations nobody wrote down (odd
 // sizes, one expert, rank 1, a level of size 1, gating through batch norm in training),
 // and every parameter at once rather than a few elements of a few.
@@ -16,6 +21,7 @@
 #include <functional>
 #include <random>
 
+#include "file_helpers.h"
 #include "helpers.h"
 #include "models/gpt2.h"
 #include "models/mlp_mixer.h"
@@ -326,6 +332,129 @@ TEST_CASE("random layers and models: the gradient along a random direction match
       for (int i = 0; i < kind.draws; ++i) checked += check_draw(kind, uint64_t(7919 * i + 3), dev);
       INFO(kind.name);
       CHECK(checked >= kind.draws * 3 / 4);  // the refusals stay the exception
+    }
+  }
+}
+
+namespace {
+
+// Every tensor of a state dict, copied to the host.
+nn::StateDict snapshot(const nn::StateDict& sd) {
+  nn::StateDict out;
+  for (const auto& [name, t] : sd) out.emplace_back(name, t.detach().cpu().clone());
+  return out;
+}
+
+void require_identical(const nn::StateDict& a, const nn::StateDict& b, const char* what) {
+  REQUIRE_MESSAGE(a.size() == b.size(), what << ": " << a.size() << " entries against " << b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    INFO(what << ": " << a[i].first);
+    REQUIRE(a[i].first == b[i].first);
+    REQUIRE(a[i].second.shape() == b[i].second.shape());
+    REQUIRE(a[i].second.dtype() == b[i].second.dtype());
+    if (a[i].second.numel() == 0) continue;
+    CHECK(max_abs_diff(a[i].second.cpu().to(kFloat64), b[i].second.cpu().to(kFloat64)) == 0.0);
+  }
+}
+
+// A drawn layer in float32 on dev with its AdamW and a fixed objective Σ w·outputs.
+struct Trained {
+  Built b;
+  std::unique_ptr<optim::AdamW> opt;
+  std::vector<Tensor> weights;  // one per output, on dev
+
+  Trained(const Kind& kind, uint64_t seed, Device dev, double lr) {
+    Rng r(seed);
+    Generator g(seed);
+    b = kind.make(r, g);
+    b.module->to(dev);
+    opt = std::make_unique<optim::AdamW>(b.module->parameters(), optim::AdamWOptions(lr).weight_decay(0.1));
+  }
+  // One step; false when the layer refuses the input (batch norm over one value).
+  bool step(Device dev) {
+    opt->zero_grad();
+    std::vector<Tensor> outs;
+    try {
+      outs = b.forward(is_floating(b.input.dtype()) ? b.input.to(kFloat32).to(dev) : b.input.to(dev));
+    } catch (const mu::Error&) {
+      return false;
+    }
+    if (weights.empty()) {
+      Generator wg(99);
+      for (const Tensor& o : outs) weights.push_back(randn(o.shape(), kFloat32, &wg).to(dev));
+    }
+    Tensor loss = zeros({}, TensorOptions(kFloat32).device(dev));
+    for (size_t k = 0; k < outs.size(); ++k) loss = loss + (outs[k] * weights[k]).sum();
+    loss.backward();
+    opt->step();
+    return true;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("random layers and models: a checkpoint resumes bit for bit, and a mismatched one changes nothing") {
+  TempDir dir("random_modules");
+  for (Device dev : test_devices()) {
+    INFO("on " << dev.str());
+    for (const Kind& kind : kinds()) {
+      std::printf("%s on %s: checkpoints of 20 draws\n", kind.name, dev.str().c_str());
+      std::fflush(stdout);
+      int resumed = 0, refused = 0, taken = 0;
+      for (int i = 0; i < 20; ++i) {
+        const uint64_t seed = uint64_t(7919 * i + 3);
+        Trained a(kind, seed, dev, 1e-2);
+        INFO(a.b.what << " (draw seed " << seed << ")");
+        if (!a.step(dev) || !a.step(dev)) continue;
+        const std::string path = dir.file("draw.safetensors");
+        optim::save_checkpoint(path, *a.b.module, *a.opt, 2);
+        const nn::StateDict saved_model = snapshot(a.b.module->state_dict()), saved_opt = snapshot(a.opt->state_dict());
+
+        // The same configuration from other values, and an optimizer with another lr:
+        // everything comes from the file.
+        Trained same(kind, seed, dev, 5e-3);
+        {
+          NoGradGuard ng;
+          for (Tensor& p : same.b.module->parameters()) p.add_(1.0);
+        }
+        REQUIRE(optim::load_checkpoint(path, *same.b.module, *same.opt) == 2);
+        REQUIRE(a.step(dev));
+        REQUIRE(same.step(dev));
+        require_identical(snapshot(a.b.module->state_dict()), snapshot(same.b.module->state_dict()), "model");
+        require_identical(snapshot(a.opt->state_dict()), snapshot(same.opt->state_dict()), "optimizer");
+        ++resumed;
+        if (!dev.is_cpu()) {  // saved on the device, loaded on the CPU: the same values
+          Trained host(kind, seed, Device::cpu(), 5e-3);
+          REQUIRE(optim::load_checkpoint(path, *host.b.module, *host.opt) == 2);
+          require_identical(saved_model, snapshot(host.b.module->state_dict()), "on the CPU: model");
+          require_identical(saved_opt, snapshot(host.opt->state_dict()), "on the CPU: optimizer");
+        }
+
+        // Another configuration of the same kind.
+        Trained other(kind, seed + 1, dev, 5e-3);
+        if (!other.step(dev)) continue;
+        const nn::StateDict model_before = snapshot(other.b.module->state_dict());
+        const nn::StateDict opt_before = snapshot(other.opt->state_dict());
+        bool loaded = true;
+        try {
+          optim::load_checkpoint(path, *other.b.module, *other.opt);
+        } catch (const mu::Error& e) {
+          loaded = false;
+          INFO("refused with: " << e.what());
+          CHECK(std::string(e.what()).find(path) != std::string::npos);  // the message names the file
+        }
+        if (loaded) {
+          ++taken;
+          require_identical(saved_model, snapshot(other.b.module->state_dict()), "taken: model");
+          require_identical(saved_opt, snapshot(other.opt->state_dict()), "taken: optimizer");
+        } else {
+          ++refused;
+          require_identical(model_before, snapshot(other.b.module->state_dict()), "refused: model");
+          require_identical(opt_before, snapshot(other.opt->state_dict()), "refused: optimizer");
+        }
+      }
+      std::printf("  %d resumed; another configuration: %d refused, %d taken\n", resumed, refused, taken);
+      CHECK(resumed >= 15);
     }
   }
 }
