@@ -262,10 +262,109 @@ TEST_CASE("gradcheck's largest error and its worst element are reported apart an
   CHECK(r.excess > 0);
   CHECK(r.message.find("worst element (furthest beyond atol + rtol |numeric|) is input 0 at index [1]") !=
         std::string::npos);
-  CHECK(r.message.find("at input 0 index [0]") != std::string::npos);
+  CHECK(r.message.find("largest |diff| " ) != std::string::npos);
+  CHECK(r.message.find("at input 0 at index [0]") != std::string::npos);
   // When one element is both, the message says so.
   auto same = autograd::gradcheck([](const TensorList& in) { return in[0] * in[0] * 1.5; },
                                   {tensor({3.0}, kFloat64)});
   CHECK(same.ok);
   CHECK(same.message.find("(the same element)") != std::string::npos);
+}
+
+namespace {
+// x ↦ w² ⊙ x with w a parameter read from outside the inputs; the backward for w says 3w
+// where it should say 2w (when `wrong`).
+struct SquaredScale : autograd::Function<SquaredScale> {
+  static Tensor forward(AutogradContext* ctx, const Tensor& w, const Tensor& x, bool wrong) {
+    ctx->save_for_backward({w, x});
+    ctx->saved_data["wrong"] = wrong;
+    return w * w * x;
+  }
+  static TensorList backward(AutogradContext* ctx, const TensorList& g) {
+    const TensorList s = ctx->get_saved_variables();
+    const double k = std::any_cast<bool>(ctx->saved_data["wrong"]) ? 3.0 : 2.0;
+    return {(g[0] * s[1] * s[0] * k).sum({0}), g[0] * s[0] * s[0]};
+  }
+};
+}  // namespace
+
+TEST_CASE("gradcheck differentiates parameters too, element by element or along random directions") {
+  Generator gen(3);
+  Tensor w = randn({3}, kFloat64, &gen).requires_grad_();
+  Tensor x = randn({2, 3}, kFloat64, &gen);
+  int calls = 0;
+  bool wrong = false;
+  auto fn = [&](const TensorList& in) {
+    ++calls;
+    return SquaredScale::apply(w, in[0], wrong);
+  };
+  // A gradient the caller had accumulated, and w's values: both as they were afterwards.
+  w.set_grad(full({3}, 7.0, kFloat64));
+  const std::vector<double> w_before = w.to_vector<double>();
+  auto unchanged = [&] {
+    CHECK(w.to_vector<double>() == w_before);
+    REQUIRE(w.grad().defined());
+    CHECK(w.grad().to_vector<double>() == std::vector<double>{7.0, 7.0, 7.0});
+  };
+
+  auto r = autograd::gradcheck(fn, {x}, {w});
+  CHECK_MESSAGE(r.ok, r.message);
+  CHECK(calls == 1 + 2 * (6 + 3));  // one pass for the backward, two per element of x and of w
+  unchanged();
+
+  autograd::GradcheckOptions o;
+  o.directions = 4;
+  calls = 0;
+  r = autograd::gradcheck(fn, {x}, {w}, o);
+  CHECK_MESSAGE(r.ok, r.message);
+  CHECK(calls == 1 + 2 * 4);
+  CHECK(r.direction >= 0);
+  unchanged();
+
+  wrong = true;
+  r = autograd::gradcheck(fn, {x}, {w});
+  CHECK(!r.ok);
+  CHECK(r.parameter == 0);
+  CHECK(r.input == -1);
+  CHECK(r.analytic / r.numeric == doctest::Approx(1.5).epsilon(1e-6));  // 3w against 2w
+  CHECK(r.message.find("is parameter 0 at index") != std::string::npos);
+  unchanged();
+  r = autograd::gradcheck(fn, {x}, {w}, o);
+  CHECK(!r.ok);
+  CHECK(r.direction >= 0);
+  CHECK(r.message.find("worst direction (furthest beyond atol + rtol |numeric|) is direction ") != std::string::npos);
+  unchanged();
+  // Only x checked, with the wrong w gradient not looked at: it passes.
+  r = autograd::gradcheck(fn, {x}, {}, o);
+  CHECK_MESSAGE(r.ok, r.message);
+}
+
+TEST_CASE("gradcheck puts the parameters back when the function throws midway") {
+  Tensor w = tensor({1.5, -2.0}, kFloat64).requires_grad_();
+  int calls = 0;
+  auto fn = [&](const TensorList& in) {
+    if (++calls == 3) throw mu::Error("the third call fails");  // during the differences, w moved
+    return w * in[0];
+  };
+  for (int directions : {0, 2}) {
+    calls = 0;
+    autograd::GradcheckOptions o;
+    o.directions = directions;
+    CHECK_THROWS_MU(autograd::gradcheck(fn, {tensor({1.0, 2.0}, kFloat64)}, {w}, o), "the third call fails");
+    CHECK(w.to_vector<double>() == std::vector<double>{1.5, -2.0});
+    CHECK(!w.grad().defined());
+  }
+}
+
+TEST_CASE("gradcheck refuses parameters it cannot differentiate, naming them") {
+  auto fn = [](const TensorList& in) { return in[0] * 2.0; };
+  Tensor x = tensor({1.0}, kFloat64);
+  CHECK_THROWS_MU(autograd::gradcheck(fn, {x}, {ones({2}).requires_grad_()}), "parameter 0 must be a float64 leaf");
+  CHECK_THROWS_MU(autograd::gradcheck(fn, {x}, {ones({2}, kFloat64)}), "(does not require grad)");
+  Tensor leaf = ones({2}, kFloat64).requires_grad_();
+  CHECK_THROWS_MU(autograd::gradcheck(fn, {x}, {leaf, leaf * 2.0}), "parameter 1 must be a float64 leaf");
+  CHECK_THROWS_MU(autograd::gradcheck(fn, {x}, {Tensor()}), "parameter 0 is undefined");
+  autograd::GradcheckOptions o;
+  o.directions = -1;
+  CHECK_THROWS_MU(autograd::gradcheck(fn, {x}, o), "directions must be 0 (element by element) or more, got -1");
 }
