@@ -42,7 +42,11 @@ static Tensor at_least_1d(const Tensor& t) { return t.dim() == 0 ? t.reshape({1}
 
 
 // Zeros of `shape` with src scatter-added along dim at index (the gradient of a gather).
+// The gradients of gather and index_select: a 16-bit gradient (autocast's bfloat16
+// activations) is summed in float32 and rounded once, as the forward ops of index.cpp do.
 static Tensor scatter_add_into_zeros(const Shape& shape, int64_t dim, const Tensor& index, const Tensor& src) {
+  if (!is_compute_dtype(src.dtype()))
+    return scatter_add_into_zeros(shape, dim, index, in_compute_dtype(src)).to(src.dtype());
   Tensor out = zeros(shape, TensorOptions(src.dtype()).device(src.device()));
   kernels::scatter_add(out.device(), out, dim, index, src);
   return out;
@@ -135,9 +139,10 @@ static Tensor index_select_as(const Tensor& x, int64_t dim, const Tensor& index,
   if (x.dim() == 0) y = y.reshape(index.dim() == 0 ? Shape{} : Shape{m});  // torch keeps a scalar a scalar
   return record("IndexSelectBackward", y, {x},
                 [is = save(ic), sx = x.shape(), sxv = xv.shape(), outer, inner, n, m](const Tensor& g) -> TensorList {
-    Tensor gc = g.contiguous(), grad = zeros(sxv, TensorOptions(g.dtype()).device(g.device()));
+    // Summed in the compute dtype (float32 for a 16-bit gradient), rounded once.
+    Tensor gc = in_compute_dtype(g).contiguous(), grad = zeros(sxv, TensorOptions(gc.dtype()).device(g.device()));
     kernels::index_add_rows(g.device(), grad, gc, is.get(), outer, n, m, inner);
-    return {grad.reshape(sx)};
+    return {grad.to(g.dtype()).reshape(sx)};
   });
 }
 
