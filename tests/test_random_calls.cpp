@@ -441,11 +441,15 @@ struct Outcome {
   std::vector<Tensor> grads;
 };
 
-Outcome run(const Op& op, uint64_t seed, Device dev) {
+Outcome run(const Op& op, uint64_t seed, Device dev, bool autocast = false) {
   Draw d(seed, dev);
   Outcome o;
   try {
-    Tensor y = op.call(d);
+    Tensor y;
+    {
+      AutocastGuard guard(kBFloat16, autocast);
+      y = op.call(d);
+    }
     if (y.defined() && y.requires_grad() && is_floating(y.dtype())) {
       // An op that took its inputs must differentiate them: a refusal here is a failure.
       try {
@@ -527,6 +531,34 @@ TEST_CASE("every random call returns or raises a mu::Error; other devices give t
     // The draws reach the op's valid calls too, not only its errors.
     INFO("op " << op.name);
     CHECK(results > 0);
+  }
+}
+
+// Under autocast (bfloat16) the same draws: each returns or raises a mu::Error, a result
+// differentiates, and on a CUDA device the outcome, the output's shape and dtype and which
+// inputs get gradients are the CPU's (the values differ within bfloat16's precision).
+TEST_CASE("under autocast every random call returns or raises a mu::Error and differentiates") {
+  for (const Op& op : ops()) {
+    INFO("op " << op.name);
+    for (int i = 0; i < kDraws; ++i) {
+      const uint64_t seed = uint64_t(1000 * i + 17);
+      INFO("draw seed " << seed);
+      const Outcome cpu = run(op, seed, Device::cpu(), true);
+      for (Device dev : test_devices()) {
+        if (dev.is_cpu()) continue;
+        const Outcome other = run(op, seed, dev, true);
+        INFO("cpu: " << (cpu.ok ? "a result" : cpu.error) << "; " << dev.str() << ": " << (other.ok ? "a result" : other.error));
+        REQUIRE(cpu.ok == other.ok);
+        if (!cpu.ok) continue;
+        REQUIRE(cpu.out.defined() == other.out.defined());
+        if (cpu.out.defined()) {
+          CHECK(cpu.out.shape() == other.out.shape());
+          CHECK(cpu.out.dtype() == other.out.dtype());
+        }
+        REQUIRE(cpu.grads.size() == other.grads.size());
+        for (size_t g = 0; g < cpu.grads.size(); ++g) CHECK(cpu.grads[g].defined() == other.grads[g].defined());
+      }
+    }
   }
 }
 
