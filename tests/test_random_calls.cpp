@@ -631,11 +631,32 @@ TEST_CASE("the gradients of random calls in float64 match central differences") 
         }
         const double L0 = weighted(y.detach().cpu(), w);
         if (!std::isfinite(L0)) continue;
+        // Twice over the same graph: a backward that changed what the op saved (or freed it
+        // with the graph retained) shows as a second pass that does not add the same again.
+        std::vector<Tensor> once;
         try {
-          y.backward(from_vector(w, y.shape()).to(dev));
+          const Tensor seed_grad = from_vector(w, y.shape()).to(dev);
+          y.backward(seed_grad, true);
+          for (const Tensor& leaf : base.leaves) once.push_back(leaf.grad().defined() ? leaf.grad().cpu().clone() : Tensor());
+          y.backward(seed_grad);
         } catch (const mu::Error& e) {
           FAIL_CHECK("backward raised: " << e.what());
           continue;
+        }
+        for (size_t k = 0; k < base.leaves.size(); ++k) {
+          const Tensor& leaf = base.leaves[k];
+          REQUIRE(leaf.grad().defined() == once[k].defined());
+          if (!once[k].defined()) continue;
+          const std::vector<double> a = once[k].to_vector<double>(), b2 = leaf.grad().cpu().to_vector<double>();
+          for (size_t j = 0; j < a.size(); ++j)
+            // (a GPU's atomic sums may add in another order the second time: not exactly)
+            if (std::isfinite(a[j]) && std::abs(b2[j] - 2 * a[j]) > 1e-12 * std::max(1.0, std::abs(a[j]))) {
+              FAIL_CHECK("leaf " << k << " element " << j << ": one backward gives " << a[j] << ", two give " << b2[j]);
+              break;
+            }
+          // The derivative below is of one pass.
+          NoGradGuard ng;
+          leaf.set_grad(once[k].to(dev));
         }
         // g·u over every leaf, and Σ|g_i u_i|, the scale of its rounding.
         std::vector<Tensor> dir;
