@@ -111,6 +111,10 @@ int main(int argc, char** argv) {
     cfg.block_size = block_size;
     cfg.vocab_size = meta.vocab_size;
     cfg.dropout = dropout;
+    // The library's message names its API; here the flags are what the user can change.
+    MU_CHECK(!(f.mlp == "cp" || f.mlp == "tr") || rank > 0 || f.experts == 64 || f.experts == 256, "--rank 0 takes ",
+             "the paper's rule, which is defined for --experts 64 or 256 only; got --experts ", f.experts,
+             ": pass the ", f.mlp == "cp" ? "CP rank" : "TR last rank", " with --rank");
     if (f.mlp == "cp") cfg.mlp = models::mlp::cp_mumoe(f.experts, rank);
     if (f.mlp == "tr") cfg.mlp = models::mlp::tr_mumoe(f.experts, rank);
     if (f.mlp == "topk") cfg.mlp = models::mlp::topk_mlp(moe_k);
@@ -158,7 +162,7 @@ int main(int argc, char** argv) {
 
     const int64_t B = f.batch_size, T = block_size;
     const int64_t windows = data::eval_window_count(val_file, T);
-    MU_CHECK(windows > 0, "train_gpt2: val.bin holds ", val_file.size(), " tokens, too few for one window of ", T + 1);
+    MU_CHECK(windows > 0, "val.bin holds ", val_file.size(), " tokens, too few for one window of ", T + 1);
     train::LoopOptions o = experiments::loop_options(f);
     o.units_per_step = B * T * f.grad_accum;
     o.unit = "tok";

@@ -129,7 +129,7 @@ int main(int argc, char** argv) {
 
   try {
     const bool arrays = !image_arrays.empty();
-    MU_CHECK(!arrays || padding == 0, "train_mixer: --crop-padding is Fashion-MNIST's augmentation; image arrays take "
+    MU_CHECK(!arrays || padding == 0, "--crop-padding is Fashion-MNIST's augmentation; image arrays take "
              "random resized crops");
     // Either Fashion-MNIST or an image-array dataset's train and val splits.
     std::optional<data::FashionMnist> fmnist;
@@ -238,7 +238,7 @@ int main(int argc, char** argv) {
       if (!prefetch || k != next_k) prefetch = std::make_unique<data::Prefetcher>(source_from(k), 4);
       next_k = k + 1;
       std::optional<data::Batch> b = prefetch->next();
-      MU_CHECK(b.has_value(), "train_mixer: the batch source ended early");
+      MU_CHECK(b.has_value(), "the batch source ended early");
       AutocastGuard amp(kBFloat16, bf16);
       return cross_entropy(model->forward(b->input.to(dev)), b->target.to(dev));
     };
