@@ -99,6 +99,11 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   try {
+    // Before the data loads. The library's message names its API; here the flags are what
+    // the user can change.
+    MU_CHECK(!(f.mlp == "cp" || f.mlp == "tr") || rank > 0 || f.experts == 64 || f.experts == 256, "--rank 0 takes ",
+             "the paper's rule, which is defined for --experts 64 or 256 only; got --experts ", f.experts,
+             ": pass the ", f.mlp == "cp" ? "CP rank" : "TR last rank", " with --rank");
     const data::TextMeta meta = data::load_text_meta((fs::path(data_dir) / "meta.json").string());
     const data::TokenFileOptions file_opts = data::TokenFileOptions().vocab_size(meta.vocab_size);
     const data::TokenFile train_file((fs::path(data_dir) / "train.bin").string(), file_opts);
@@ -111,10 +116,6 @@ int main(int argc, char** argv) {
     cfg.block_size = block_size;
     cfg.vocab_size = meta.vocab_size;
     cfg.dropout = dropout;
-    // The library's message names its API; here the flags are what the user can change.
-    MU_CHECK(!(f.mlp == "cp" || f.mlp == "tr") || rank > 0 || f.experts == 64 || f.experts == 256, "--rank 0 takes ",
-             "the paper's rule, which is defined for --experts 64 or 256 only; got --experts ", f.experts,
-             ": pass the ", f.mlp == "cp" ? "CP rank" : "TR last rank", " with --rank");
     if (f.mlp == "cp") cfg.mlp = models::mlp::cp_mumoe(f.experts, rank);
     if (f.mlp == "tr") cfg.mlp = models::mlp::tr_mumoe(f.experts, rank);
     if (f.mlp == "topk") cfg.mlp = models::mlp::topk_mlp(moe_k);

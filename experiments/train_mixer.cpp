@@ -110,19 +110,29 @@ int main(int argc, char** argv) {
                  "(0: zeros, the paper's; those levels then never learn)")->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   app.add_flag("--channel-only", channel_only, "μMoE in the channel-mixing blocks only (token mixing stays dense)");
+  // The rank rules of the μMoE blocks (models/mlp_mixer.h): rank = int(ratio · d), d the
+  // block's input dim; small models need larger ratios than the paper's.
+  const models::MixerConfig defaults;
+  double cp_rank_ratio = defaults.cp_rank_ratio, tr_rank_ratio = defaults.tr_rank_ratio;
+  app.add_option("--cp-rank-ratio", cp_rank_ratio, "CP rank of a μMoE block as a fraction of its input dim (--mlp cp)")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--tr-rank-ratio", tr_rank_ratio, "TR last rank of a μMoE block as a fraction of its input dim "
+                 "(--mlp tr)")->capture_default_str()->check(CLI::PositiveNumber);
   std::string image_arrays;
   int64_t image_size = 0, ra_ops = 2, ra_magnitude = 9;
   double mixup = 0;
   auto* imgs = app.add_option_group("image arrays", "Training on an image-array dataset instead of Fashion-MNIST");
   imgs->add_option("--image-arrays", image_arrays, "Directory of image arrays with \"train\" and \"val\" splits "
                    "(data/image_arrays.h; scripts/image_folder_to_arrays.py writes them)");
-  imgs->add_option("--image-size", image_size, "Side of the training crops and the model's input (0: the stored "
-                   "images' side)")->capture_default_str()->check(CLI::NonNegativeNumber);
-  imgs->add_option("--randaugment-ops", ra_ops, "RandAugment operations per image (0: no RandAugment)")
-      ->capture_default_str()->check(CLI::NonNegativeNumber);
-  imgs->add_option("--randaugment-magnitude", ra_magnitude, "RandAugment magnitude, a bin of 0..30")
-      ->capture_default_str()->check(CLI::Range(0, 30));
-  imgs->add_option("--mixup", mixup, "Mixup alpha (0: none)")->capture_default_str()->check(CLI::NonNegativeNumber);
+  std::vector<CLI::Option*> array_only;  // the options that mean nothing without --image-arrays
+  array_only.push_back(imgs->add_option("--image-size", image_size, "Side of the training crops and the model's input (0: the stored "
+                   "images' side)")->capture_default_str()->check(CLI::NonNegativeNumber));
+  array_only.push_back(imgs->add_option("--randaugment-ops", ra_ops, "RandAugment operations per image (0: no "
+                                        "RandAugment)")->capture_default_str()->check(CLI::NonNegativeNumber));
+  array_only.push_back(imgs->add_option("--randaugment-magnitude", ra_magnitude, "RandAugment magnitude, a bin of "
+                                        "0..30")->capture_default_str()->check(CLI::Range(0, 30)));
+  array_only.push_back(imgs->add_option("--mixup", mixup, "Mixup alpha (0: none)")->capture_default_str()
+                           ->check(CLI::NonNegativeNumber));
   app.add_option("--expect-accuracy", expect_accuracy, "Exit with status 3 unless the final test accuracy (a "
                  "fraction) reaches this (a check for tests)")->check(CLI::Range(0.0, 1.0));
   CLI11_PARSE(app, argc, argv);
@@ -131,6 +141,9 @@ int main(int argc, char** argv) {
     const bool arrays = !image_arrays.empty();
     MU_CHECK(!arrays || padding == 0, "--crop-padding is Fashion-MNIST's augmentation; image arrays take "
              "random resized crops");
+    for (const CLI::Option* o : array_only)
+      MU_CHECK(arrays || o->count() == 0, o->get_name(), " applies to --image-arrays datasets only (Fashion-MNIST ",
+               "takes --crop-padding)");
     // Either Fashion-MNIST or an image-array dataset's train and val splits.
     std::optional<data::FashionMnist> fmnist;
     std::optional<data::ImageArrays> train_images, val_images;
@@ -162,6 +175,8 @@ int main(int argc, char** argv) {
     cfg.experts = f.experts;
     cfg.expert_levels = expert_levels;
     cfg.further_gate_std = further_gate_std;
+    cfg.cp_rank_ratio = cp_rank_ratio;
+    cfg.tr_rank_ratio = tr_rank_ratio;
     const models::MixerMlp kind = f.mlp == "cp"   ? models::MixerMlp::CPMuMoE
                                   : f.mlp == "tr" ? models::MixerMlp::TRMuMoE
                                                   : models::MixerMlp::MLP;
