@@ -33,6 +33,9 @@ struct Draw {
   bool f64 = false;
   std::vector<Tensor> shift;
   bool making_constant = false;  // inside constant(): no shift
+  // For the float32 check: float32 tensors become float64, nothing else changes (the same
+  // values, leaves and call).
+  bool widen = false;
 
   Draw(uint64_t seed, Device d) : rng(seed), gen(seed), dev(d) {}
 
@@ -51,6 +54,7 @@ struct Draw {
   }
   Tensor tensor(const Shape& s, DType d) {
     if (f64 && is_floating(d)) d = kFloat64;
+    if (widen && d == kFloat32) d = kFloat64;
     Tensor t;
     if (d == kInt64 || d == DType::Int32)
       t = randint(-2, 6, s, TensorOptions(kInt64), &gen).to(d);

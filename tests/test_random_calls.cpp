@@ -4,6 +4,7 @@
 //   device each draw runs again there from the same inputs and gives the CPU's outcome (a
 //   result on both or an error on both), output shape, dtype and values and input gradients;
 // - the same under autocast (bfloat16), where the devices agree on outcome and dtypes;
+// - with the float32 tensors made float64: the float32 kernels within 1e-4 of float64's;
 // - in float64 on every device, the derivative of a random weighting of the output along a
 //   random direction of all inputs, from the backward pass (run twice over the retained
 //   graph), against a central difference of the forward pass.
@@ -30,8 +31,9 @@ struct Outcome {
   std::vector<Tensor> grads;
 };
 
-Outcome run(const Op& op, uint64_t seed, Device dev, bool autocast = false) {
+Outcome run(const Op& op, uint64_t seed, Device dev, bool autocast = false, bool widen = false) {
   Draw d(seed, dev);
+  d.widen = widen;
   Outcome o;
   try {
     Tensor y;
@@ -146,6 +148,48 @@ TEST_CASE("under autocast every random call returns or raises a mu::Error and di
         }
         REQUIRE(cpu.grads.size() == other.grads.size());
         for (size_t g = 0; g < cpu.grads.size(); ++g) CHECK(cpu.grads[g].defined() == other.grads[g].defined());
+      }
+    }
+  }
+}
+
+// The float32 kernels (the CPU's vector paths, their tails and strides) against float64 on
+// the same values: each draw again with its float32 tensors made float64, nothing else
+// changed. Outputs and input gradients must agree within float32's rounding of sums of up
+// to 729 terms of size up to about 100 (1e-4 of max(1, |value|)).
+TEST_CASE("random calls in float32 agree with the same calls in float64") {
+  for (Device dev : test_devices()) {
+    INFO("on " << dev.str());
+    for (const Op& op : ops()) {
+      INFO("op " << op.name);
+      for (int i = 0; i < kDraws; ++i) {
+        const uint64_t seed = uint64_t(1000 * i + 17);
+        INFO("draw seed " << seed);
+        const Outcome narrow = run(op, seed, dev), wide = run(op, seed, dev, false, true);
+        INFO("float32: " << (narrow.ok ? "a result" : narrow.error) << "; float64: " << (wide.ok ? "a result" : wide.error));
+        // (A call that mixes float32 with float64 may be refused where the widened one is not.)
+        if (!narrow.ok) continue;
+        REQUIRE(wide.ok);
+        if (!narrow.out.defined()) continue;
+        REQUIRE(narrow.out.shape() == wide.out.shape());
+        auto close = [](const Tensor& a, const Tensor& b, const char* what) {
+          if (a.numel() == 0 || !is_floating(a.dtype()) || a.dtype() == kBFloat16 || a.dtype() == DType::Float16) return;
+          const std::vector<double> u = a.to(kFloat64).to_vector<double>(), v = b.to(kFloat64).to_vector<double>();
+          for (size_t j = 0; j < u.size(); ++j) {
+            const bool same = (std::isnan(u[j]) && std::isnan(v[j])) || u[j] == v[j] ||
+                              std::abs(u[j] - v[j]) <= 1e-4 * std::max(1.0, std::abs(v[j]));
+            if (!same) {
+              FAIL_CHECK(what << " element " << j << ": float32 " << u[j] << ", float64 " << v[j]);
+              return;
+            }
+          }
+        };
+        if (!op.random_values) close(narrow.out, wide.out, "output");
+        REQUIRE(narrow.grads.size() == wide.grads.size());
+        for (size_t g = 0; g < narrow.grads.size(); ++g) {
+          REQUIRE(narrow.grads[g].defined() == wide.grads[g].defined());
+          if (narrow.grads[g].defined() && !op.random_values) close(narrow.grads[g], wide.grads[g], "gradient");
+        }
       }
     }
   }
