@@ -95,10 +95,14 @@ struct Draw {
     return t.detach();
   }
   int64_t size() { return std::vector<int64_t>{0, 1, 2, 3, 5}[size_t(ri(0, 4))]; }
-  // A shape of rank lo..hi from size(), mostly nonempty (sizes 1..5, now and then 0).
+  // A shape of rank lo..hi, mostly nonempty: sizes 1..5, now and then 0, and now and then
+  // 17 or 35 (past the vector kernels' unrolled blocks, with a tail).
   Shape sizes(int lo, int hi) {
     Shape s;
-    for (int r = ri(lo, hi); r-- > 0;) s.push_back(ri(0, 9) ? ri(1, 5) : 0);
+    for (int r = ri(lo, hi); r-- > 0;) {
+      const int k = ri(0, 19);
+      s.push_back(k == 0 ? 0 : k == 1 ? 17 : k == 2 ? 35 : ri(1, 5));
+    }
     return s;
   }
   DType float_dtype() { return ri(0, 1) ? kFloat32 : kFloat64; }
