@@ -176,3 +176,50 @@ TEST_CASE("gradcheck: cat, stack, split, chunk, tril, triu") {
     CHECK_GRAD([](const TensorList& in) { return tril(in[0].transpose(1, 2), -1); }, TensorList{sq});
   }
 }
+
+namespace {
+// y = x with a backward that doubles the gradient: a wrong op for gradcheck to find.
+struct DoubledGradient : autograd::Function<DoubledGradient> {
+  static Tensor forward(autograd::AutogradContext*, const Tensor& x) { return x.clone(); }
+  static TensorList backward(autograd::AutogradContext*, const TensorList& g) { return {g[0] * 2.0}; }
+};
+}  // namespace
+
+TEST_CASE("gradcheck of a layer with its parameters, element by element and along directions, on every device") {
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    manual_seed(12);
+    nn::Linear layer(3, 2);
+    layer.to(kFloat64);
+    layer.to(dev);
+    Tensor x = on(randn({4, 3}, kFloat64), dev);
+    const std::vector<double> w_before = layer.weight.to_vector<double>(), b_before = layer.bias.to_vector<double>();
+    bool wrong = false;
+    auto fn = [&](const TensorList& in) {
+      Tensor y = layer.forward(in[0]);
+      return wrong ? y + DoubledGradient::apply(layer.bias) : y;
+    };
+    for (int directions : {0, 3}) {
+      INFO("directions " << directions);
+      autograd::GradcheckOptions o;
+      o.directions = directions;
+      wrong = false;
+      auto r = autograd::gradcheck(fn, {x}, layer.parameters(), o);
+      CHECK_MESSAGE(r.ok, r.message);
+      wrong = true;
+      r = autograd::gradcheck(fn, {x}, layer.parameters(), o);
+      CHECK(!r.ok);
+      if (directions == 0) {
+        CHECK(r.parameter == 1);  // the bias, whose gradient is 2 + 1 against 1 + 1
+        CHECK(r.analytic / r.numeric == doctest::Approx(1.5).epsilon(1e-6));
+      } else {
+        CHECK(r.direction >= 0);
+      }
+      // The parameters as they were, to the bit, and no gradient left on them.
+      CHECK(layer.weight.to_vector<double>() == w_before);
+      CHECK(layer.bias.to_vector<double>() == b_before);
+      CHECK(!layer.weight.grad().defined());
+      CHECK(!layer.bias.grad().defined());
+    }
+  }
+}
