@@ -786,6 +786,60 @@ TEST_CASE("expert analysis: counterfactual block passes equal zeroed materialise
     }
 }
 
+TEST_CASE("random μMoE blocks equal the pass through their materialised tensors, and so do their counterfactuals") {
+  // Every kind with 1-3 levels of 1-4 experts, random ranks, the fused CP / TR paths,
+  // hidden layers, every gate norm and activation, input norms, biases: the factorized block
+  // against DenseMoE layers holding its materialised tensors, and one random expert and one
+  // random combination removed, against the same tensors with that slice zeroed.
+  manual_seed(22);
+  std::mt19937 rng(23);
+  auto ri = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  for (int draw = 0; draw < 80; ++draw) {
+    const MoEKind kind = kAllKinds[ri(0, 5)];
+    std::vector<int64_t> experts;
+    for (int l = ri(1, 3); l-- > 0;) experts.push_back(ri(1, 4));
+    const int64_t E = int64_t(experts.size());
+    nn::MuMoEOptions o(ri(1, 6), ri(1, 5));
+    o.experts(experts).kind(kind).bias(ri(0, 1)).gate_norm(nn::GateNorm(ri(0, 2)))
+        .activation(nn::GateActivation(ri(0, 2))).input_norm(ri(0, 1)).further_gate_std(0.3);
+    if (kind == MoEKind::CP || kind == MoEKind::TT) o.rank(ri(1, 5));
+    if (kind == MoEKind::TR || kind == MoEKind::Tucker) {
+      std::vector<int64_t> ranks;
+      for (int64_t e = 0; e < E + 2; ++e) ranks.push_back(ri(1, 3));
+      o.ranks(ranks);
+    }
+    if (ri(0, 1)) o.hidden(ri(1, 4));
+    o.fused_cp(ri(0, 1)).fused_tr(ri(0, 1));
+    nn::MuMoE block(o);
+    block.to(kFloat64);
+    randomize(block, 0.7);
+    INFO("draw " << draw << ": " << block.extra_repr() << ", gate norm " << nn::to_string(o.gate_norm()) << ", "
+                 << nn::to_string(o.activation()));
+    Tensor x = randn({2, 3, o.in()}, kFloat64);
+    block.forward(x);  // batch-norm gating: running statistics away from (0, 1)
+    block.eval();
+    const auto w = materialized(block);
+    CHECK(rel_err(dense_block_pass(block, x, w), block.forward(x)) <= 1e-10);
+    const int64_t level = ri(0, int(E) - 1), n = ri(0, int(experts[size_t(level)]) - 1);
+    std::vector<int64_t> idx;
+    for (int64_t e : experts) idx.push_back(ri(0, int(e) - 1));
+    std::vector<Tensor> w_expert, w_combination;
+    for (const Tensor& t : w) {
+      w_expert.push_back(t.clone());
+      w_expert.back().select(level, n).zero_();
+      w_combination.push_back(t.clone());
+      slice_of(w_combination.back(), idx).zero_();
+    }
+    // Relative to the whole output: removing the only expert (every level of size 1) leaves
+    // zeros, which the factorized pass reaches up to rounding.
+    const double scale = std::max(1e-300, amax(abs(block.forward(x)), {0, 1, 2}).item());
+    CHECK(max_abs_diff(nn::forward_without_expert(block, x, level, n), dense_block_pass(block, x, w_expert)) <=
+          1e-10 * scale);
+    CHECK(max_abs_diff(nn::forward_without_combination(block, x, idx), dense_block_pass(block, x, w_combination)) <=
+          1e-10 * scale);
+  }
+}
+
 TEST_CASE("expert analysis: the re-writing term of Eq. 5 against a hand computation") {
   manual_seed(21);
   SUBCASE("one level") {
