@@ -133,11 +133,22 @@ GradcheckResult gradcheck(const GradcheckFn& fn, const TensorList& inputs, const
     const std::vector<Tensor>& params;
     const std::vector<Tensor>& values;
     const std::vector<Tensor>& grads;
-    ~Restore() {
+    bool done = false;
+    void run() {
+      done = true;
       for (size_t j = 0; j < params.size(); ++j) {
         storage_view(params[j]).copy_(values[j]);
         params[j].zero_grad();
         if (grads[j].defined()) params[j].set_grad(grads[j]);
+      }
+    }
+    // Unwinding from fn's error: that error is the one to report; a copy that fails too
+    // (the device itself failing) must not end the program instead.
+    ~Restore() {
+      if (done) return;
+      try {
+        run();
+      } catch (...) {
       }
     }
   } restore{parameters, caller_values, caller_grads};
@@ -216,6 +227,7 @@ GradcheckResult gradcheck(const GradcheckFn& fn, const TensorList& inputs, const
     }
   }
 
+  restore.run();  // here a failure is reported
   res.ok = tally.worst <= 0;
   res.excess = tally.worst;
   const bool same = res.max_abs_error_input == res.input && res.max_abs_error_parameter == res.parameter &&

@@ -13,6 +13,8 @@
 // the first continues bit for bit as the layer that never stopped; the second either takes
 // it whole (a configuration of the same shapes) or refuses it and is left as it was.
 //
+// The third runs each draw in float32, under autocast and in float64 (see there).
+//
 // What it adds to the per-layer gradient checks: configurations nobody wrote down (odd
 // sizes, one expert, rank 1, a level of size 1, gating through batch norm in training),
 // and every parameter at once rather than a few elements of a few.
