@@ -13,7 +13,8 @@
 // the first continues bit for bit as the layer that never stopped; the second either takes
 // it whole (a configuration of the same shapes) or refuses it and is left as it was.
 //
-// The third runs each draw in float32, under autocast and in float64 (see there).
+// The third runs each draw in float32, under autocast and in float64 (see there); the
+// fourth compares inference without a graph (eval(), NoGradGuard) with the recorded pass.
 //
 // What it adds to the per-layer gradient checks: configurations nobody wrote down (odd
 // sizes, one expert, rank 1, a level of size 1, gating through batch norm in training),
@@ -508,6 +509,54 @@ TEST_CASE("random layers and models under autocast: they run, gradients reach fl
         const double y32 = rel(outs32, outs64), g32 = rel(grads32, grads64);
         CHECK(rel(outs16, outs64) <= 16 * 65536 * std::max(y32, 1e-7));
         CHECK(rel(grads16, grads64) <= 16 * 65536 * std::max(g32, 1e-7));
+      }
+      INFO(kind.name);
+      CHECK(compared >= 15);
+    }
+  }
+}
+
+// Inference as users run it (eval(), no graph recorded) gives what the recorded pass gives:
+// no layer takes another path, or keeps state from one, when grad mode is off.
+TEST_CASE("random layers and models: a pass without a graph equals the recorded pass") {
+  for (Device dev : test_devices()) {
+    INFO("on " << dev.str());
+    for (const Kind& kind : kinds()) {
+      int compared = 0;
+      for (int i = 0; i < 20; ++i) {
+        const uint64_t seed = uint64_t(7919 * i + 5);
+        Rng r(seed);
+        Generator g(seed);
+        Built b = kind.make(r, g);
+        INFO(b.what << " (draw seed " << seed << ")");
+        b.module->to(dev);
+        {
+          NoGradGuard ng;
+          for (Tensor& p : b.module->parameters()) p.add_(randn(p.shape(), kFloat32, &g).to(dev) * 0.3);
+        }
+        Tensor x = is_floating(b.input.dtype()) ? b.input.to(kFloat32).to(dev) : b.input.to(dev);
+        try {
+          b.forward(x);  // training: moves batch-norm statistics off their start
+        } catch (const mu::Error&) {
+          continue;  // refused (batch norm over one value per channel)
+        }
+        b.module->eval();
+        const std::vector<Tensor> recorded = b.forward(x);
+        std::vector<Tensor> plain;
+        {
+          NoGradGuard ng;
+          plain = b.forward(x);
+        }
+        REQUIRE(plain.size() == recorded.size());
+        for (size_t k = 0; k < plain.size(); ++k) {
+          REQUIRE(plain[k].shape() == recorded[k].shape());
+          CHECK(!plain[k].requires_grad());
+          // The CPU's kernels are deterministic: the same bits. A GPU's atomic sums may add in
+          // another order: float32 rounding of the output's size.
+          const double size = recorded[k].numel() ? amax(abs(recorded[k].detach()), {}).item() : 0.0;
+          CHECK(max_abs_diff(plain[k].detach(), recorded[k].detach()) <= (dev.is_cpu() ? 0.0 : 1e-6 * std::max(1.0, size)));
+        }
+        ++compared;
       }
       INFO(kind.name);
       CHECK(compared >= 15);
