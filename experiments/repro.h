@@ -56,6 +56,21 @@ inline void add_common_flags(CLI::App& app, Common& c, const std::string& progra
   app.add_option("--out-dir", c.out_dir, "Directory for the results JSON and figures (created)")->capture_default_str();
 }
 
+// A flag of the other scale is refused rather than ignored (a `--device cuda` at local
+// scale would otherwise run on the CPU without a word): the options of `paper_group` take
+// effect at --scale paper only, those in `local_only` at smoke and local only. Returns the
+// message naming the first flag given out of its scale, or "" when there is none.
+inline std::string flags_out_of_scale(const Common& c, CLI::App* paper_group, const std::vector<CLI::Option*>& local_only) {
+  if (c.scale != Scale::Paper) {
+    for (const CLI::Option* o : paper_group->get_options())
+      if (o->count() > 0) return o->get_name() + " applies to --scale paper only (its runs' recipe)";
+  } else {
+    for (const CLI::Option* o : local_only)
+      if (o->count() > 0) return o->get_name() + " applies to --scale smoke and local only (the paper recipe's flags are listed under 'paper scale' in --help)";
+  }
+  return "";
+}
+
 // 1069568 -> "1,069,568".
 inline std::string with_commas(int64_t n) {
   std::string digits = std::to_string(n < 0 ? -n : n), out;
