@@ -413,6 +413,25 @@ TEST_CASE("random layers and models: a checkpoint resumes bit for bit, and a mis
 
 namespace {
 
+// Draw `seed` of `kind` in float32 on dev, its parameters moved off their initialisation
+// (N(0, 0.3²) added from the draw's generator), and its input there (floats as float32).
+struct DrawnFloat32 {
+  Built b;
+  Tensor x;
+};
+DrawnFloat32 draw_float32(const Kind& kind, uint64_t seed, Device dev) {
+  Rng r(seed);
+  Generator g(seed);
+  DrawnFloat32 d{kind.make(r, g), Tensor()};
+  d.b.module->to(dev);
+  {
+    NoGradGuard ng;
+    for (Tensor& p : d.b.module->parameters()) p.add_(randn(p.shape(), kFloat32, &g).to(dev) * 0.3);
+  }
+  d.x = is_floating(d.b.input.dtype()) ? d.b.input.to(kFloat32).to(dev) : d.b.input.to(dev);
+  return d;
+}
+
 double norm_of(const std::vector<Tensor>& ts) {
   double s = 0;
   for (const Tensor& t : ts)
@@ -443,17 +462,9 @@ TEST_CASE("random layers and models under autocast: they run, gradients reach fl
       int compared = 0;
       for (int i = 0; i < 20; ++i) {
         const uint64_t seed = uint64_t(7919 * i + 3);
-        Rng r(seed);
-        Generator g(seed);
-        Built b = kind.make(r, g);
+        auto [b, x] = draw_float32(kind, seed, dev);
         INFO(b.what << " (draw seed " << seed << ")");
-        b.module->to(dev);
         std::vector<Tensor> params = b.module->parameters();
-        {
-          NoGradGuard ng;
-          for (Tensor& p : params) p.add_(randn(p.shape(), kFloat32, &g).to(dev) * 0.3);
-        }
-        Tensor x = is_floating(b.input.dtype()) ? b.input.to(kFloat32).to(dev) : b.input.to(dev);
         auto run = [&](bool amp, std::vector<Tensor>& outs, std::vector<Tensor>& grads) {
           for (Tensor& p : params) p.zero_grad();
           AutocastGuard guard(kBFloat16, amp);
@@ -525,16 +536,8 @@ TEST_CASE("random layers and models: a pass without a graph equals the recorded 
       int compared = 0;
       for (int i = 0; i < 20; ++i) {
         const uint64_t seed = uint64_t(7919 * i + 5);
-        Rng r(seed);
-        Generator g(seed);
-        Built b = kind.make(r, g);
+        auto [b, x] = draw_float32(kind, seed, dev);
         INFO(b.what << " (draw seed " << seed << ")");
-        b.module->to(dev);
-        {
-          NoGradGuard ng;
-          for (Tensor& p : b.module->parameters()) p.add_(randn(p.shape(), kFloat32, &g).to(dev) * 0.3);
-        }
-        Tensor x = is_floating(b.input.dtype()) ? b.input.to(kFloat32).to(dev) : b.input.to(dev);
         try {
           b.forward(x);  // training: moves batch-norm statistics off their start
         } catch (const mu::Error&) {
