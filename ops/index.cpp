@@ -38,18 +38,24 @@ static void check_bounds(const Tensor& index, int64_t size, int64_t dim, const c
 // A 0-dim tensor is treated as shape [1], so every op has a dim to work along.
 static Tensor at_least_1d(const Tensor& t) { return t.dim() == 0 ? t.reshape({1}) : t; }
 
+// sum(g) for the gradient sums of gather and index_select: a 16-bit g (autocast's bfloat16
+// activations) is summed in float32 and the result rounded once, as the forward ops here do.
+// (Not through those ops: their index checks would copy the index to the host again.)
+template <class Sum>
+static Tensor summed_in_compute_dtype(const Tensor& g, Sum&& sum) {
+  if (is_compute_dtype(g.dtype())) return sum(g);
+  return sum(in_compute_dtype(g)).to(g.dtype());
+}
+
 // ---------------------------------------------------------------- gather, scatter_add
 
-
 // Zeros of `shape` with src scatter-added along dim at index (the gradient of a gather).
-// The gradients of gather and index_select: a 16-bit gradient (autocast's bfloat16
-// activations) is summed in float32 and rounded once, as the forward ops of index.cpp do.
 static Tensor scatter_add_into_zeros(const Shape& shape, int64_t dim, const Tensor& index, const Tensor& src) {
-  if (!is_compute_dtype(src.dtype()))
-    return scatter_add_into_zeros(shape, dim, index, in_compute_dtype(src)).to(src.dtype());
-  Tensor out = zeros(shape, TensorOptions(src.dtype()).device(src.device()));
-  kernels::scatter_add(out.device(), out, dim, index, src);
-  return out;
+  return summed_in_compute_dtype(src, [&](const Tensor& s) {
+    Tensor out = zeros(shape, TensorOptions(s.dtype()).device(s.device()));
+    kernels::scatter_add(out.device(), out, dim, index, s);
+    return out;
+  });
 }
 
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
@@ -139,10 +145,11 @@ static Tensor index_select_as(const Tensor& x, int64_t dim, const Tensor& index,
   if (x.dim() == 0) y = y.reshape(index.dim() == 0 ? Shape{} : Shape{m});  // torch keeps a scalar a scalar
   return record("IndexSelectBackward", y, {x},
                 [is = save(ic), sx = x.shape(), sxv = xv.shape(), outer, inner, n, m](const Tensor& g) -> TensorList {
-    // Summed in the compute dtype (float32 for a 16-bit gradient), rounded once.
-    Tensor gc = in_compute_dtype(g).contiguous(), grad = zeros(sxv, TensorOptions(gc.dtype()).device(g.device()));
-    kernels::index_add_rows(g.device(), grad, gc, is.get(), outer, n, m, inner);
-    return {grad.to(g.dtype()).reshape(sx)};
+    return {summed_in_compute_dtype(g, [&](const Tensor& gw) {
+              Tensor gc = gw.contiguous(), grad = zeros(sxv, TensorOptions(gc.dtype()).device(gc.device()));
+              kernels::index_add_rows(gc.device(), grad, gc, is.get(), outer, n, m, inner);
+              return grad;
+            }).reshape(sx)};
   });
 }
 
