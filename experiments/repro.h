@@ -60,13 +60,16 @@ inline void add_common_flags(CLI::App& app, Common& c, const std::string& progra
 // scale would otherwise run on the CPU without a word): the options of `paper_group` take
 // effect at --scale paper only, those in `local_only` at smoke and local only. Returns the
 // message naming the first flag given out of its scale, or "" when there is none.
-inline std::string flags_out_of_scale(const Common& c, CLI::App* paper_group, const std::vector<CLI::Option*>& local_only) {
+inline std::string flags_out_of_scale(const Common& c, CLI::App* paper_group,
+                                      const std::vector<CLI::Option*>& local_only) {
   if (c.scale != Scale::Paper) {
     for (const CLI::Option* o : paper_group->get_options())
       if (o->count() > 0) return o->get_name() + " applies to --scale paper only (its runs' recipe)";
   } else {
     for (const CLI::Option* o : local_only)
-      if (o->count() > 0) return o->get_name() + " applies to --scale smoke and local only (the paper recipe's flags are listed under 'paper scale' in --help)";
+      if (o->count() > 0)
+        return o->get_name() + " applies to --scale smoke and local only (the paper recipe's flags are listed under "
+                               "'paper scale' in --help)";
   }
   return "";
 }

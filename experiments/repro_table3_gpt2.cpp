@@ -176,8 +176,10 @@ int main(int argc, char** argv) {
   repro::add_common_flags(app, common, "repro_table3_gpt2");
   int seeds = 0;
   int64_t steps = 0;
-  CLI::Option* seeds_opt = app.add_option("--seeds", seeds, "Seeds per model (default: 2 at smoke, 3 at local)")->check(CLI::Range(1, 100));
-  CLI::Option* steps_opt = app.add_option("--steps", steps, "Optimizer steps per run at local scale (default 300)")->check(CLI::PositiveNumber);
+  CLI::Option* seeds_opt =
+      app.add_option("--seeds", seeds, "Seeds per model (default: 2 at smoke, 3 at local)")->check(CLI::Range(1, 100));
+  CLI::Option* steps_opt = app.add_option("--steps", steps, "Optimizer steps per run at local scale (default 300)")
+                               ->check(CLI::PositiveNumber);
   PaperFlags paper;
   auto* p = app.add_option_group("paper scale", "The paper's recipe (--scale paper); the defaults are Table 7's");
   p->add_option("--data", paper.data, "Directory of OpenWebText as GPT-2 tokens: train.bin and val.bin (nanoGPT's or "

@@ -167,7 +167,8 @@ int main(int argc, char** argv) {
   repro::add_common_flags(app, common, "repro_table3_mixer");
   int seeds = 0;
   double epochs = 0;
-  CLI::Option* seeds_opt = app.add_option("--seeds", seeds, "Seeds per model (default: 2 at smoke, 3 at local)")->check(CLI::Range(1, 100));
+  CLI::Option* seeds_opt =
+      app.add_option("--seeds", seeds, "Seeds per model (default: 2 at smoke, 3 at local)")->check(CLI::Range(1, 100));
   CLI::Option* epochs_opt = app.add_option("--epochs", epochs, "Epochs per run at local scale (default 0.75, which fits 30 minutes)")
       ->check(CLI::PositiveNumber);
   PaperFlags paper;

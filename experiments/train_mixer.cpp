@@ -114,10 +114,12 @@ int main(int argc, char** argv) {
   // block's input dim; small models need larger ratios than the paper's.
   const models::MixerConfig defaults;
   double cp_rank_ratio = defaults.cp_rank_ratio, tr_rank_ratio = defaults.tr_rank_ratio;
-  app.add_option("--cp-rank-ratio", cp_rank_ratio, "CP rank of a μMoE block as a fraction of its input dim (--mlp cp)")
-      ->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--tr-rank-ratio", tr_rank_ratio, "TR last rank of a μMoE block as a fraction of its input dim "
-                 "(--mlp tr)")->capture_default_str()->check(CLI::PositiveNumber);
+  const CLI::Option* cp_ratio_opt =
+      app.add_option("--cp-rank-ratio", cp_rank_ratio, "CP rank of a μMoE block as a fraction of its input dim "
+                     "(--mlp cp)")->capture_default_str()->check(CLI::PositiveNumber);
+  const CLI::Option* tr_ratio_opt =
+      app.add_option("--tr-rank-ratio", tr_rank_ratio, "TR last rank of a μMoE block as a fraction of its input "
+                     "dim (--mlp tr)")->capture_default_str()->check(CLI::PositiveNumber);
   std::string image_arrays;
   int64_t image_size = 0, ra_ops = 2, ra_magnitude = 9;
   double mixup = 0;
@@ -125,8 +127,9 @@ int main(int argc, char** argv) {
   imgs->add_option("--image-arrays", image_arrays, "Directory of image arrays with \"train\" and \"val\" splits "
                    "(data/image_arrays.h; scripts/image_folder_to_arrays.py writes them)");
   std::vector<CLI::Option*> array_only;  // the options that mean nothing without --image-arrays
-  array_only.push_back(imgs->add_option("--image-size", image_size, "Side of the training crops and the model's input (0: the stored "
-                   "images' side)")->capture_default_str()->check(CLI::NonNegativeNumber));
+  array_only.push_back(imgs->add_option("--image-size", image_size, "Side of the training crops and the model's "
+                                        "input (0: the stored images' side)")->capture_default_str()
+                           ->check(CLI::NonNegativeNumber));
   array_only.push_back(imgs->add_option("--randaugment-ops", ra_ops, "RandAugment operations per image (0: no "
                                         "RandAugment)")->capture_default_str()->check(CLI::NonNegativeNumber));
   array_only.push_back(imgs->add_option("--randaugment-magnitude", ra_magnitude, "RandAugment magnitude, a bin of "
@@ -144,6 +147,8 @@ int main(int argc, char** argv) {
     for (const CLI::Option* o : array_only)
       MU_CHECK(arrays || o->count() == 0, o->get_name(), " applies to --image-arrays datasets only (Fashion-MNIST ",
                "takes --crop-padding)");
+    MU_CHECK(f.mlp == "cp" || cp_ratio_opt->count() == 0, "--cp-rank-ratio applies to --mlp cp only, got --mlp ", f.mlp);
+    MU_CHECK(f.mlp == "tr" || tr_ratio_opt->count() == 0, "--tr-rank-ratio applies to --mlp tr only, got --mlp ", f.mlp);
     // Either Fashion-MNIST or an image-array dataset's train and val splits.
     std::optional<data::FashionMnist> fmnist;
     std::optional<data::ImageArrays> train_images, val_images;
