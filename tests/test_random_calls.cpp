@@ -61,45 +61,61 @@ Outcome run(const Op& op, uint64_t seed, Device dev, bool autocast = false, bool
   return o;
 }
 
-// Element by element: NaN for NaN, else within tol relative to max(1, |cpu value|)
-// (float64 1e-9, float32 2e-4, 16-bit floats 2e-2, integers and bools exactly).
+// Element by element: NaN for NaN, else within tol relative to max(1, |reference|).
+void check_values(const Tensor& ref, const Tensor& got, double tol, const char* what) {
+  const std::vector<double> u = ref.to(kFloat64).to_vector<double>(), v = got.to(kFloat64).to_vector<double>();
+  for (size_t i = 0; i < u.size(); ++i) {
+    const bool same = (std::isnan(u[i]) && std::isnan(v[i])) || u[i] == v[i] ||
+                      std::abs(u[i] - v[i]) <= tol * std::max(1.0, std::abs(u[i]));
+    if (!same) {
+      FAIL_CHECK(what << " element " << i << ": " << u[i] << " expected, " << v[i] << " got");
+      return;
+    }
+  }
+}
+
+// Another device's result against the CPU's: the same shape and dtype, and values within
+// the dtype's tolerance (float64 1e-9, float32 2e-4, 16-bit floats 2e-2, integers and
+// bools exactly).
 void check_same(const Tensor& cpu, const Tensor& other, const char* what) {
   REQUIRE(cpu.defined() == other.defined());
   if (!cpu.defined()) return;
   INFO(what << ": cpu " << cpu.describe() << ", other " << other.describe());
   REQUIRE(cpu.shape() == other.shape());
   REQUIRE(cpu.dtype() == other.dtype());
-  if (cpu.numel() == 0) return;
   const double tol = cpu.dtype() == kFloat64   ? 1e-9
                      : cpu.dtype() == kFloat32 ? 2e-4
                      : is_floating(cpu.dtype()) ? 2e-2
                                                 : 0;
-  const std::vector<double> u = cpu.to(kFloat64).to_vector<double>(), v = other.to(kFloat64).to_vector<double>();
-  for (size_t i = 0; i < u.size(); ++i) {
-    const bool same = (std::isnan(u[i]) && std::isnan(v[i])) || u[i] == v[i] ||
-                      std::abs(u[i] - v[i]) <= tol * std::max(1.0, std::abs(u[i]));
-    if (!same) {
-      FAIL_CHECK("element " << i << ": cpu " << u[i] << ", other " << v[i]);
-      return;
-    }
-  }
+  check_values(cpu, other, tol, what);
 }
 
 constexpr int kDraws = 200;  // per op and device
+
+// MUMOE_RANDOM_CALLS_VERBOSE=1 names each draw's seed on stdout before it runs (a crash
+// stops the suite without doctest's context).
+const bool kVerbose = std::getenv("MUMOE_RANDOM_CALLS_VERBOSE") != nullptr;
+
+// body(seed) for each of the kDraws draws of an op: the same seeds in every case.
+template <class Body>
+void for_each_draw(Body&& body) {
+  for (int i = 0; i < kDraws; ++i) {
+    const uint64_t seed = uint64_t(1000 * i + 17);
+    if (kVerbose) std::printf("  draw seed %llu\n", (unsigned long long)seed), std::fflush(stdout);
+    body(seed);
+  }
+}
 
 }  // namespace
 
 // A crash stops the suite without doctest's context, so each op is named on stdout before
 // its draws run (and, with MUMOE_RANDOM_CALLS_VERBOSE=1, each draw's seed).
 TEST_CASE("every random call returns or raises a mu::Error; other devices give the CPU's outcome") {
-  const bool verbose = std::getenv("MUMOE_RANDOM_CALLS_VERBOSE") != nullptr;
   for (const Op& op : ops()) {
     std::printf("%s: %d draws\n", op.name, kDraws);
     std::fflush(stdout);
     int results = 0;
-    for (int i = 0; i < kDraws; ++i) {
-      const uint64_t seed = uint64_t(1000 * i + 17);
-      if (verbose) std::printf("  draw seed %llu\n", (unsigned long long)seed), std::fflush(stdout);
+    for_each_draw([&](uint64_t seed) {
       INFO("op " << op.name << ", draw seed " << seed);
       const Outcome cpu = run(op, seed, Device::cpu());
       results += cpu.ok;
@@ -118,7 +134,7 @@ TEST_CASE("every random call returns or raises a mu::Error; other devices give t
         REQUIRE(cpu.grads.size() == other.grads.size());
         for (size_t g = 0; g < cpu.grads.size(); ++g) check_same(cpu.grads[g], other.grads[g], "gradient");
       }
-    }
+    });
     // The draws reach the op's valid calls too, not only its errors.
     INFO("op " << op.name);
     CHECK(results > 0);
@@ -131,8 +147,7 @@ TEST_CASE("every random call returns or raises a mu::Error; other devices give t
 TEST_CASE("under autocast every random call returns or raises a mu::Error and differentiates") {
   for (const Op& op : ops()) {
     INFO("op " << op.name);
-    for (int i = 0; i < kDraws; ++i) {
-      const uint64_t seed = uint64_t(1000 * i + 17);
+    for_each_draw([&](uint64_t seed) {
       INFO("draw seed " << seed);
       const Outcome cpu = run(op, seed, Device::cpu(), true);
       for (Device dev : test_devices()) {
@@ -149,7 +164,7 @@ TEST_CASE("under autocast every random call returns or raises a mu::Error and di
         REQUIRE(cpu.grads.size() == other.grads.size());
         for (size_t g = 0; g < cpu.grads.size(); ++g) CHECK(cpu.grads[g].defined() == other.grads[g].defined());
       }
-    }
+    });
   }
 }
 
@@ -162,27 +177,18 @@ TEST_CASE("random calls in float32 agree with the same calls in float64") {
     INFO("on " << dev.str());
     for (const Op& op : ops()) {
       INFO("op " << op.name);
-      for (int i = 0; i < kDraws; ++i) {
-        const uint64_t seed = uint64_t(1000 * i + 17);
+      for_each_draw([&](uint64_t seed) {
         INFO("draw seed " << seed);
         const Outcome narrow = run(op, seed, dev), wide = run(op, seed, dev, false, true);
         INFO("float32: " << (narrow.ok ? "a result" : narrow.error) << "; float64: " << (wide.ok ? "a result" : wide.error));
         // (A call that mixes float32 with float64 may be refused where the widened one is not.)
-        if (!narrow.ok) continue;
+        if (!narrow.ok) return;
         REQUIRE(wide.ok);
-        if (!narrow.out.defined()) continue;
+        if (!narrow.out.defined()) return;
         REQUIRE(narrow.out.shape() == wide.out.shape());
-        auto close = [](const Tensor& a, const Tensor& b, const char* what) {
-          if (a.numel() == 0 || !is_floating(a.dtype()) || a.dtype() == kBFloat16 || a.dtype() == DType::Float16) return;
-          const std::vector<double> u = a.to(kFloat64).to_vector<double>(), v = b.to(kFloat64).to_vector<double>();
-          for (size_t j = 0; j < u.size(); ++j) {
-            const bool same = (std::isnan(u[j]) && std::isnan(v[j])) || u[j] == v[j] ||
-                              std::abs(u[j] - v[j]) <= 1e-4 * std::max(1.0, std::abs(v[j]));
-            if (!same) {
-              FAIL_CHECK(what << " element " << j << ": float32 " << u[j] << ", float64 " << v[j]);
-              return;
-            }
-          }
+        // The float64 result is the reference; 16-bit and integer results are not compared.
+        auto close = [](const Tensor& f32, const Tensor& f64, const char* what) {
+          if (f32.dtype() == kFloat32 || f32.dtype() == kFloat64) check_values(f64, f32, 1e-4, what);
         };
         if (!op.random_values) close(narrow.out, wide.out, "output");
         REQUIRE(narrow.grads.size() == wide.grads.size());
@@ -190,16 +196,18 @@ TEST_CASE("random calls in float32 agree with the same calls in float64") {
           REQUIRE(narrow.grads[g].defined() == wide.grads[g].defined());
           if (narrow.grads[g].defined() && !op.random_values) close(narrow.grads[g], wide.grads[g], "gradient");
         }
-      }
+      });
     }
   }
 }
 
 namespace {
 
-// A draw's forward pass in float64 with leaf k moved by shift[k]: the output on the CPU,
-// or an undefined tensor when the call raises.
-Tensor forward64(const Op& op, uint64_t seed, Device dev, const std::vector<Tensor>& shift, Draw* keep = nullptr) {
+// A draw's forward pass in float64 with leaf k moved by shift[k], or an undefined tensor
+// when the call raises. With `leaves`: the output on dev with its graph (the caller runs
+// the backward) and the draw's leaves there; without: the output on the CPU.
+Tensor forward64(const Op& op, uint64_t seed, Device dev, const std::vector<Tensor>& shift,
+                 std::vector<Tensor>* leaves = nullptr) {
   Draw d(seed, dev);
   d.f64 = true;
   d.shift = shift;
@@ -209,9 +217,9 @@ Tensor forward64(const Op& op, uint64_t seed, Device dev, const std::vector<Tens
   } catch (const mu::Error&) {
     return Tensor();
   }
-  if (keep) {
-    keep->leaves = d.leaves;
-    return y;  // on dev, with its graph: the caller runs the backward
+  if (leaves) {
+    *leaves = d.leaves;
+    return y;
   }
   return y.defined() ? y.detach().cpu() : y;
 }
@@ -237,7 +245,6 @@ double weighted(const Tensor& y, const std::vector<double>& w) {
 // disagree at one h; it passes when any of h = 1e-6, 1e-4, 1e-8 agrees, so a wrong gradient
 // must disagree at all three.
 TEST_CASE("the gradients of random calls in float64 match central differences") {
-  const bool verbose = std::getenv("MUMOE_RANDOM_CALLS_VERBOSE") != nullptr;
   for (Device dev : test_devices()) {
     INFO("on " << dev.str());
     int64_t total = 0;
@@ -245,13 +252,11 @@ TEST_CASE("the gradients of random calls in float64 match central differences") 
       std::printf("%s on %s: gradients of %d draws\n", op.name, dev.str().c_str(), kDraws);
       std::fflush(stdout);
       int checked = 0;
-      for (int i = 0; i < kDraws; ++i) {
-        const uint64_t seed = uint64_t(1000 * i + 17);
-        if (verbose) std::printf("  draw seed %llu\n", (unsigned long long)seed), std::fflush(stdout);
+      for_each_draw([&](uint64_t seed) {
         INFO("op " << op.name << ", draw seed " << seed);
-        Draw base(seed, dev);
-        Tensor y = forward64(op, seed, dev, {}, &base);
-        if (!y.defined() || y.dtype() != kFloat64 || !y.requires_grad() || y.numel() == 0) continue;
+        std::vector<Tensor> leaves;
+        Tensor y = forward64(op, seed, dev, {}, &leaves);
+        if (!y.defined() || y.dtype() != kFloat64 || !y.requires_grad() || y.numel() == 0) return;
         // The weights: a normal draw for each finite output, 0 for the others.
         std::mt19937_64 rng(seed ^ 0x9e3779b97f4a7c15ull);
         std::normal_distribution<double> normal;
@@ -263,21 +268,21 @@ TEST_CASE("the gradients of random calls in float64 match central differences") 
           w[j] = std::isfinite(yv[j]) ? normal(rng) : 0.0;
         }
         const double L0 = weighted(y.detach().cpu(), w);
-        if (!std::isfinite(L0)) continue;
+        if (!std::isfinite(L0)) return;
         // Twice over the same graph: a backward that changed what the op saved (or freed it
         // with the graph retained) shows as a second pass that does not add the same again.
         std::vector<Tensor> once;
         try {
           const Tensor seed_grad = from_vector(w, y.shape()).to(dev);
           y.backward(seed_grad, true);
-          for (const Tensor& leaf : base.leaves) once.push_back(leaf.grad().defined() ? leaf.grad().cpu().clone() : Tensor());
+          for (const Tensor& leaf : leaves) once.push_back(leaf.grad().defined() ? leaf.grad().cpu().clone() : Tensor());
           y.backward(seed_grad);
         } catch (const mu::Error& e) {
           FAIL_CHECK("backward raised: " << e.what());
-          continue;
+          return;
         }
-        for (size_t k = 0; k < base.leaves.size(); ++k) {
-          const Tensor& leaf = base.leaves[k];
+        for (size_t k = 0; k < leaves.size(); ++k) {
+          const Tensor& leaf = leaves[k];
           REQUIRE(leaf.grad().defined() == once[k].defined());
           if (!once[k].defined()) continue;
           const std::vector<double> a = once[k].to_vector<double>(), b2 = leaf.grad().cpu().to_vector<double>();
@@ -294,7 +299,7 @@ TEST_CASE("the gradients of random calls in float64 match central differences") 
         // g·u over every leaf, and Σ|g_i u_i|, the scale of its rounding.
         std::vector<Tensor> dir;
         double gu = 0, scale = 0;
-        for (const Tensor& leaf : base.leaves) {
+        for (const Tensor& leaf : leaves) {
           std::vector<double> u(size_t(leaf.numel()));
           for (double& e : u) e = normal(rng);
           if (!leaf.grad().defined()) {
@@ -337,11 +342,11 @@ TEST_CASE("the gradients of random calls in float64 match central differences") 
             break;
           }
         }
-        if (!conclusive) continue;
+        if (!conclusive) return;
         ++checked;
         if (!agree) FAIL_CHECK("backward gives " << gu << ", the central difference " << fd_first);
-      }
-      if (verbose) std::printf("  %d draws checked\n", checked);
+      });
+      if (kVerbose) std::printf("  %d draws checked\n", checked);
       total += checked;
     }
     CHECK(total > 0);
