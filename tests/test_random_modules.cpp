@@ -449,11 +449,11 @@ double norm_of_difference(const std::vector<Tensor>& a, const std::vector<Tensor
 
 }  // namespace
 
-// Each draw runs in float32, under autocast and in float64: autocast must run whatever
-// float32 runs (every op's backward included), give float32 gradients to exactly the
-// parameters float32 does, and stay within bfloat16's precision of float64 as scaled by
-// the draw's conditioning (below). The per-op autocast suites check each op's precision.
-TEST_CASE("random layers and models under autocast: they run, gradients reach float32 weights, and stay near float32") {
+// Each draw runs in float32, under autocast and in float64: float32 must stay within its
+// precision of float64, and autocast must run whatever float32 runs (every op's backward
+// included), give float32 gradients to exactly the parameters float32 does, and stay within
+// bfloat16's precision of float64 as scaled by the draw's conditioning (below). The per-op autocast suites check each op's precision.
+TEST_CASE("random layers and models in float32 and under autocast: near float64; autocast runs what float32 runs, with float32 gradients") {
   for (Device dev : test_devices()) {
     INFO("on " << dev.str());
     for (const Kind& kind : kinds()) {
@@ -519,6 +519,12 @@ TEST_CASE("random layers and models under autocast: they run, gradients reach fl
           return norm_of_difference(a, ref) / (norm_of(ref) + 1e-30);
         };
         const double y32 = rel(outs32, outs64), g32 = rel(grads32, grads64);
+        // float32 itself, whose kernels (SIMD lines, GEMM micro-kernels, fused attention)
+        // float64 does not reach: measured over every draw at most 1.4e-6 (outputs) and
+        // 3.5e-5 (gradients, a Mixer) on the CPU and the emulated CUDA device; a kernel
+        // that is wrong, even by a part in a thousand, lands far above.
+        CHECK(y32 <= 5e-4);
+        CHECK(g32 <= 5e-4);
         CHECK(rel(outs16, outs64) <= 16 * 65536 * std::max(y32, 1e-7));
         CHECK(rel(grads16, grads64) <= 16 * 65536 * std::max(g32, 1e-7));
       }
