@@ -541,3 +541,70 @@ TEST_CASE("bfloat16 beside float32: computed in float32, rounded once, gradients
     for (int i = 0; i < 4; ++i) CHECK(gc[size_t(i)] == 6.0f);
   }
 }
+
+// Contiguous views that start at any element (a slice of a flat tensor) are dense but not
+// 16-byte aligned unless the offset happens to make them so: the device's vector loads and
+// stores (16 bytes at a time) must take them only when every pointer is aligned, or a GPU
+// faults (the emulated device checks each access's alignment). Operands, outputs and
+// in-place targets at each offset 0..8, beside one another at other offsets, in every
+// dtype, element by element against values computed here.
+TEST_CASE("dense views at any element offset: maps, copies, conversions, in-place ops and sums, element by element") {
+  constexpr int64_t kLen = 64, kBase = kLen + 16;
+  for (Device dev : test_devices()) {
+    for (DType dt : {kFloat32, kFloat64, kBFloat16, kInt64}) {
+      INFO(dev.str() << " " << dtype_name(dt));
+      Generator gen(5);
+      // Values that every dtype holds exactly: small integers plus a multiple of 1/4.
+      const Tensor host = (randint(-40, 40, {kBase}, TensorOptions(kInt64), &gen).to(kFloat64) +
+                           (dt == kInt64 ? zeros({kBase}, TensorOptions(kFloat64)) : randint(0, 4, {kBase}, TensorOptions(kInt64), &gen).to(kFloat64) * 0.25))
+                              .to(dt);
+      const std::vector<double> v = host.to(kFloat64).to_vector<double>();
+      // What a float32 computation rounded once to dt gives (dt's own arithmetic otherwise).
+      auto in_dt = [&](double r) {
+        if (dt == kBFloat16) return double(round_bf16(float(r)));
+        if (dt == kFloat32) return double(float(r));
+        return r;
+      };
+      const Tensor base = host.to(dev);
+      for (int64_t off = 0; off <= 8; ++off) {
+        const int64_t off2 = (3 * off + 1) % 9;
+        INFO("offsets " << off << " and " << off2);
+        const Tensor x = base.slice(0, off, off + kLen), y = base.slice(0, off2, off2 + kLen);
+        REQUIRE(x.is_contiguous());
+        auto at = [&](int64_t o, int64_t i) { return v[size_t(o + i)]; };
+
+        const std::vector<double> sum = (x + y).to(kFloat64).cpu().to_vector<double>();
+        const std::vector<double> neg = (-x).to(kFloat64).cpu().to_vector<double>();
+        const std::vector<double> sel = where(x > y, x, y).to(kFloat64).cpu().to_vector<double>();
+        const std::vector<double> same = x.clone().to(kFloat64).cpu().to_vector<double>();
+        const DType other = dt == kFloat32 ? kBFloat16 : kFloat32;
+        const std::vector<double> conv = x.to(other).to(kFloat64).cpu().to_vector<double>();
+        // Into views at an offset: a converting copy_, then an in-place add of another view.
+        Tensor dst = zeros({kBase}, TensorOptions(other).device(dev));
+        dst.slice(0, off2, off2 + kLen).copy_(x);
+        const std::vector<double> copied = dst.to(kFloat64).cpu().to_vector<double>();
+        Tensor acc = base.clone();
+        acc.slice(0, off, off + kLen).add_(y);
+        const std::vector<double> added = acc.to(kFloat64).cpu().to_vector<double>();
+        for (int64_t i = 0; i < kLen; ++i) {
+          INFO("element " << i);
+          CHECK(sum[size_t(i)] == in_dt(at(off, i) + at(off2, i)));
+          CHECK(neg[size_t(i)] == -at(off, i));
+          CHECK(sel[size_t(i)] == std::max(at(off, i), at(off2, i)));
+          CHECK(same[size_t(i)] == at(off, i));
+          CHECK(conv[size_t(i)] == at(off, i));  // every value is exact in the other dtype too
+          CHECK(copied[size_t(off2 + i)] == at(off, i));
+          CHECK(added[size_t(off + i)] == in_dt(at(off, i) + at(off2, i)));
+        }
+        for (int64_t i = 0; i < kBase; ++i)  // nothing outside the views is touched
+          if (i < off2 || i >= off2 + kLen) CHECK(copied[size_t(i)] == 0.0);
+        for (int64_t i = 0; i < kBase; ++i)
+          if (i < off || i >= off + kLen) CHECK(added[size_t(i)] == v[size_t(i)]);
+        double want = 0;
+        for (int64_t i = 0; i < kLen; ++i) want += at(off, i);
+        // Exact in any order (quarters below 2^22 in float32's sums), rounded once to dt.
+        CHECK(x.sum().to(kFloat64).cpu().item<double>() == in_dt(want));
+      }
+    }
+  }
+}
