@@ -38,6 +38,10 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
+# Every access of the kernels checked against its type's alignment, a misaligned one the
+# end of the run with its line: a GPU faults on a 16-byte vector access at an address
+# that is not a multiple of 16, which the host would carry out without a word.
+aligned="-fsanitize=alignment -fno-sanitize-recover=alignment"
 if [ -n "$MUMOE_EMU_BUILD" ]; then
   lib=$MUMOE_EMU_BUILD  # its owner keeps it up to date (ctest passes its own build)
 else
@@ -82,7 +86,7 @@ shim = open(sys.argv[2]).read().rstrip()
 assert shim.endswith(end)
 open(sys.argv[3], 'w').write(shim[:-len(end)] + grid_for + end + '\n')
 PY
-  g++ -std=c++20 -O1 -w -I"$out/lines_src" -I"$out" -I"$here" -I"$root" -I"$cuda_inc" "$here/lines_emulated.cpp" -o "$out/lines" $link
+  g++ -std=c++20 -O1 -w $aligned -I"$out/lines_src" -I"$out" -I"$here" -I"$root" -I"$cuda_inc" "$here/lines_emulated.cpp" -o "$out/lines" $link
   # A stuck barrier stops the emulation with a message; the timeout bounds anything else.
   timeout 600 "$out/lines"
 fi
@@ -96,7 +100,7 @@ fi
 ex="python3 $here/extract.py"
 ns='namespace mu::cuda_kernels {'
 close='}  // namespace mu::cuda_kernels'
-flags="-std=c++20 -O1 -ffp-contract=off -w -I$out -I$here -I$root -I$cuda_inc"
+flags="-std=c++20 -O1 -ffp-contract=off -w $aligned -I$out -I$here -I$root -I$cuda_inc"
 # harness NAME [FLAGS...]: compiles NAME_emulated.cpp with the extracted headers and runs it.
 harness() {
   name=$1
