@@ -30,6 +30,10 @@ void check_positive(const char* what, int64_t v) {
 // int(ratio · d) as Python's int() of a non-negative float: truncation.
 int64_t rank_rule(double ratio, int64_t d) { return int64_t(std::floor(ratio * double(d))); }
 
+// The smallest ratio of six decimals that rank_rule takes to rank 1 or more for dim d
+// (1/d rounded up, so that the printed value itself works).
+double least_ratio(int64_t d) { return std::ceil(1e6 / double(d)) / 1e6; }
+
 }  // namespace
 
 void MixerConfig::validate() const {
@@ -63,13 +67,13 @@ void MixerConfig::validate() const {
       MU_CHECK(std::isfinite(cp_rank_ratio) && cp_rank_ratio > 0, "MixerConfig: cp_rank_ratio must be a positive ",
                "finite number, got ", cp_rank_ratio);
       MU_CHECK(rank_rule(cp_rank_ratio, d) >= 1, "MixerConfig: cp_rank_ratio ", cp_rank_ratio, " gives CP rank 0 for a ",
-               "block of dim ", d);
+               "block of dim ", d, " (the rank is floor(ratio x dim): a ratio of at least ", least_ratio(d), " is needed)");
     }
     if (kind == MixerMlp::TRMuMoE) {
       MU_CHECK(std::isfinite(tr_rank_ratio) && tr_rank_ratio > 0, "MixerConfig: tr_rank_ratio must be a positive ",
                "finite number, got ", tr_rank_ratio);
       MU_CHECK(rank_rule(tr_rank_ratio, d) >= 1, "MixerConfig: tr_rank_ratio ", tr_rank_ratio, " gives TR rank 0 for a ",
-               "block of dim ", d);
+               "block of dim ", d, " (the rank is floor(ratio x dim): a ratio of at least ", least_ratio(d), " is needed)");
     }
   }
 }

@@ -123,6 +123,28 @@ TEST_CASE("MixerConfig refuses bad settings, in the constructor and the static c
   refused(c, "cp_rank_ratio must be a positive finite number");
   c = tiny(MixerMlp::TRMuMoE); c.tr_rank_ratio = 0.01;
   refused(c, "tr_rank_ratio 0.01 gives TR rank 0 for a block of dim");
+  // The ratio an error asks for is taken: the token block's 16 first (1/16), then the
+  // channel block's 12 (1/12, rounded up so that 12 times it reaches 1), then accepted.
+  for (MixerMlp kind : {MixerMlp::CPMuMoE, MixerMlp::TRMuMoE}) {
+    c = tiny(kind);
+    double& ratio = kind == MixerMlp::CPMuMoE ? c.cp_rank_ratio : c.tr_rank_ratio;
+    ratio = 0.01;
+    std::vector<std::string> dims;
+    for (int tries = 0; tries < 3; ++tries) {
+      try {
+        c.validate();
+        break;
+      } catch (const Error& e) {
+        const std::string m = e.what(), at = "a ratio of at least ", dim = "for a block of dim ";
+        REQUIRE(m.find(at) != std::string::npos);
+        dims.push_back(m.substr(m.find(dim) + dim.size(), 2));
+        ratio = std::stod(m.substr(m.find(at) + at.size()));
+      }
+    }
+    CHECK(dims == std::vector<std::string>{"16", "12"});
+    CHECK(ratio == 0.083334);
+    CHECK_NOTHROW(MlpMixer{c});
+  }
   c = tiny(MixerMlp::TRMuMoE); c.gate_norm = static_cast<nn::GateNorm>(7);
   refused(c, "gate_norm 7 is not a GateNorm");
   // Sizes whose products leave int64.
