@@ -26,17 +26,21 @@ cmake --build "$dir" -j"$(nproc)" >/dev/null
 # The deferred run also schedules blocks and threads in reverse order (emu.h), where a
 # kernel relying on an order the GPU does not promise shows; MUMOE_EMULATED_ORDER set by
 # the caller applies to both runs instead.
+# The immediate run also turns the caching allocator off (MUMOE_NO_CACHING=1): every
+# tensor is then a fresh block, which the emulator fills with all-ones bytes (NaN, or -1),
+# so that a kernel reading memory nobody wrote shows; the deferred run keeps the cache (its
+# frees would otherwise wait for the device's work at once and defer nothing).
 # MUMOE_EMULATED_MODES=immediate or =deferred runs one of them.
 for mode in ${MUMOE_EMULATED_MODES:-immediate deferred}; do
   case $mode in
-    immediate) deferred=0 order=${MUMOE_EMULATED_ORDER:-forward} ;;
-    deferred) deferred=1 order=${MUMOE_EMULATED_ORDER:-reverse} ;;
+    immediate) deferred=0 order=${MUMOE_EMULATED_ORDER:-forward} no_caching=1 ;;
+    deferred) deferred=1 order=${MUMOE_EMULATED_ORDER:-reverse} no_caching=0 ;;
     *) echo "device_tests.sh: unknown mode '$mode' in MUMOE_EMULATED_MODES (immediate, deferred)" >&2; exit 2 ;;
   esac
   # Two emulated devices, so that the distributed tests' two ranks each have one and their
   # CUDA collectives (and DDP on CUDA) go through dist/nccl.cu.
-  echo "emulated CUDA device, work run $mode, blocks and threads in $order order:"
-  MUMOE_EMULATED_DEVICES=2 MUMOE_EMULATED_DEFERRED=$deferred MUMOE_EMULATED_ORDER=$order \
+  echo "emulated CUDA device, work run $mode, blocks and threads in $order order, caching allocator $([ $no_caching = 1 ] && echo off || echo on):"
+  MUMOE_EMULATED_DEVICES=2 MUMOE_EMULATED_DEFERRED=$deferred MUMOE_EMULATED_ORDER=$order MUMOE_NO_CACHING=$no_caching \
     sh "$root/scripts/ctest_quiet.sh" "$dir" "$dir/emulated_cuda_$mode.log" "emulated CUDA device ($mode): cuda tests" \
     -L 'cuda|distributed' -j"$(nproc)" --timeout 1800 "$@"
 done

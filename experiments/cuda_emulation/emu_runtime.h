@@ -24,6 +24,10 @@ inline cudaError_t emu_cudaMalloc(void** p, size_t n) {
   ++emu_malloc_calls;
   if (emu_device_used + n > emu_device_budget) return emu_last_error = cudaErrorMemoryAllocation;
   *p = std::malloc(n ? n : 1);
+  // Not zeros: malloc's large blocks are fresh zero pages, on which a kernel that reads
+  // what nobody wrote (a workspace it forgot to clear) would pass. All-ones bytes are NaN
+  // in every floating dtype and -1 in the integers.
+  std::memset(*p, 0xFF, n);
   emu_device_blocks[*p] = n;
   emu_device_used += n;
   return cudaSuccess;
@@ -70,6 +74,7 @@ inline cudaError_t emu_cudaEventElapsedTime(float* ms, cudaEvent_t, cudaEvent_t)
 inline cudaError_t emu_cudaEventDestroy(cudaEvent_t e) { return delete e, cudaSuccess; }
 inline cudaError_t emu_cudaMallocHost(void** p, size_t n) {
   *p = std::malloc(n ? n : 1);
+  std::memset(*p, 0xFF, n);  // as cudaMalloc's
   emu_pinned_add(*p, n);
   return cudaSuccess;
 }
