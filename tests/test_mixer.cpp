@@ -129,7 +129,7 @@ TEST_CASE("MixerConfig refuses bad settings, in the constructor and the static c
     c = tiny(kind);
     double& ratio = kind == MixerMlp::CPMuMoE ? c.cp_rank_ratio : c.tr_rank_ratio;
     ratio = 0.01;
-    std::vector<std::string> dims;
+    std::vector<int64_t> dims;
     for (int tries = 0; tries < 3; ++tries) {
       try {
         c.validate();
@@ -137,11 +137,11 @@ TEST_CASE("MixerConfig refuses bad settings, in the constructor and the static c
       } catch (const Error& e) {
         const std::string m = e.what(), at = "a ratio of at least ", dim = "for a block of dim ";
         REQUIRE(m.find(at) != std::string::npos);
-        dims.push_back(m.substr(m.find(dim) + dim.size(), 2));
+        dims.push_back(std::stoll(m.substr(m.find(dim) + dim.size())));
         ratio = std::stod(m.substr(m.find(at) + at.size()));
       }
     }
-    CHECK(dims == std::vector<std::string>{"16", "12"});
+    CHECK(dims == std::vector<int64_t>{16, 12});
     CHECK(ratio == 0.083334);
     CHECK_NOTHROW(MlpMixer{c});
   }
