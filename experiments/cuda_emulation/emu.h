@@ -29,6 +29,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 #undef __launch_bounds__
 #define __launch_bounds__(x)
@@ -60,6 +61,7 @@ struct BlockCtx {
   // declaration and template instance), allocated by the first thread to reach one.
   std::mutex shared_mu;
   std::map<const void*, std::unique_ptr<double[]>> shared;  // 128 bytes more than asked, for the alignment
+  size_t shared_bytes = 0;  // their sizes summed: the kernel's static shared memory
 };
 // The running fiber's view, set by the scheduler whenever it resumes one.
 inline thread_local BlockCtx* ctx;  // the block the calling thread belongs to
@@ -143,6 +145,7 @@ A& emu_shared(const void* key) {
   auto& slot = ctx->shared[key];
   const size_t words = (sizeof(A) + 7) / 8;
   if (!slot) {
+    ctx->shared_bytes += sizeof(A);
     slot.reset(new double[words + 16]);
     for (size_t i = 0; i < words + 16; ++i) slot[i] = 12345.678;  // garbage, not zeros
   }
@@ -186,6 +189,35 @@ inline bool emu_reverse_order() {
   return on;
 }
 
+// Shared memory per block, as an H100 has it: 48 KiB (static and dynamic together) unless
+// the kernel opts in with cudaFuncSetAttribute(kernel,
+// cudaFuncAttributeMaxDynamicSharedMemorySize, n), which grants up to 227 KiB with its
+// static arrays. The grants by kernel, known by its name as written at the launch and at
+// cudaFuncSetAttribute (a launch names its kernel through emu_next_kernel, set by the
+// rewritten launch just before it; a name, since a template kernel whose arguments the
+// launch deduces has no address to take), so that a launch asking for more than its
+// kernel was granted stops the program as it fails on the GPU.
+inline constexpr size_t kEmuSmemDefault = 48 * 1024;
+inline constexpr int kEmuSmemOptin = 232448;
+inline std::map<std::string, size_t> emu_smem_grants;
+inline const char* emu_next_kernel = nullptr;
+inline cudaError_t emu_func_set_attribute(const char* kernel, cudaFuncAttribute attr, int value) {
+  if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize) {
+    fprintf(stderr, "emu.h: cudaFuncSetAttribute(%d) is not emulated\n", int(attr));
+    std::abort();
+  }
+  if (value < 0 || value > kEmuSmemOptin) return cudaErrorInvalidValue;
+  emu_smem_grants[kernel] = size_t(value);
+  return cudaSuccess;
+}
+#define cudaFuncSetAttribute(fn, attr, v) ((void)(fn), emu_func_set_attribute(#fn, (attr), int(v)))
+// The dynamic shared memory `kernel` may launch with (0 when the launch names none: the
+// hand-written harness launches, checked against the default).
+inline size_t emu_smem_grant(const char* kernel) {
+  auto it = kernel ? emu_smem_grants.find(kernel) : emu_smem_grants.end();
+  return it == emu_smem_grants.end() ? 0 : it->second;
+}
+
 // Fiber stacks, kept from launch to launch (mostly untouched: memory is committed as used).
 inline constexpr size_t kEmuStack = 256 * 1024;
 inline std::vector<std::unique_ptr<char[]>> emu_stacks;
@@ -194,14 +226,27 @@ inline std::vector<std::unique_ptr<EmuFiber>> emu_fibers;  // by thread index, s
 // Runs body() as a grid of `grid` blocks of `block` threads with `smem` bytes of dynamic
 // shared memory; blocks one after another, each block's threads as fibers. Every block
 // starts with shared memory refilled with garbage and no static arrays.
+// `grant`: the dynamic shared memory the kernel was granted when launched (0: none).
 template <class F>
-void emu_launch_now(dim3 grid, dim3 block, size_t smem, F body) {
+void emu_launch_now(dim3 grid, dim3 block, size_t smem, size_t grant, F body) {
   gridDim_ = {grid.x, grid.y, grid.z};
   blockDim_ = {block.x, block.y, block.z};
-  const unsigned threads = block.x * block.y * block.z;
-  if (threads == 0 || threads > 1024 || grid.x == 0 || grid.y == 0 || grid.z == 0) {
-    fprintf(stderr, "emu_launch: invalid configuration grid (%u, %u, %u) block (%u, %u, %u)\n", grid.x, grid.y,
-            grid.z, block.x, block.y, block.z);
+  const uint64_t threads = uint64_t(block.x) * block.y * block.z;
+  // The limits of every GPU since compute capability 3.0.
+  if (threads == 0 || threads > 1024 || block.x > 1024 || block.y > 1024 || block.z > 64 || grid.x == 0 ||
+      grid.x > 2147483647u || grid.y == 0 || grid.y > 65535 || grid.z == 0 || grid.z > 65535) {
+    fflush(stdout);
+    fprintf(stderr,
+            "emu_launch: invalid configuration grid (%u, %u, %u) block (%u, %u, %u): blocks of 1 to 1024 threads "
+            "(z at most 64), a grid of at most (2^31 - 1, 65535, 65535)\n",
+            grid.x, grid.y, grid.z, block.x, block.y, block.z);
+    std::abort();
+  }
+  if (smem > (grant > 0 ? grant : kEmuSmemDefault)) {
+    fflush(stdout);
+    fprintf(stderr, "emu_launch: %zu bytes of dynamic shared memory asked, the kernel may have %zu (%s)\n", smem,
+            grant > 0 ? grant : kEmuSmemDefault,
+            grant > 0 ? "granted by cudaFuncSetAttribute" : "the default: more needs cudaFuncSetAttribute");
     std::abort();
   }
   if (emu_running) {
@@ -248,6 +293,7 @@ void emu_launch_now(dim3 grid, dim3 block, size_t smem, F body) {
         const unsigned bx = nth(kx, grid.x), by = nth(ky, grid.y), bz = nth(kz, grid.z);
         std::copy(garbage.begin(), garbage.end(), mem.begin());  // garbage, not zeros
         c.shared.clear();
+        c.shared_bytes = 0;
         for (unsigned t = 0; t < threads; ++t) {
           EmuFiber& f = *fibers[t];
           f.tid = {t % block.x, t / block.x % block.y, t / (block.x * block.y)};
@@ -291,6 +337,17 @@ void emu_launch_now(dim3 grid, dim3 block, size_t smem, F body) {
                   bx, by, bz, smem);
           std::abort();
         }
+        // Static arrays count against the same budget: with the default, static and dynamic
+        // together at most 48 KiB; with a grant, the grant and the static ones within 227 KiB.
+        const size_t budget = grant > 0 ? size_t(kEmuSmemOptin) - std::min(grant, size_t(kEmuSmemOptin)) : kEmuSmemDefault - smem;
+        if (c.shared_bytes > budget) {
+          fflush(stdout);
+          fprintf(stderr,
+                  "emu_launch: %zu bytes of static shared memory with %zu dynamic (granted %zu) exceed a block's "
+                  "shared memory (48 KiB by default, 227 KiB opted in)\n",
+                  c.shared_bytes, smem, grant);
+          std::abort();
+        }
       }
   emu_body_call = nullptr;
   emu_body_arg = nullptr;
@@ -298,7 +355,11 @@ void emu_launch_now(dim3 grid, dim3 block, size_t smem, F body) {
 // A launch on `stream`: run now, or queued on it (emu_queue.h).
 template <class F>
 void emu_launch(dim3 grid, dim3 block, size_t smem, cudaStream_t stream, F body) {
-  emu_defer_on(stream, [grid, block, smem, body]() mutable { emu_launch_now(grid, block, smem, body); });
+  // The kernel's grant as it stands at the launch (a later cudaFuncSetAttribute does not
+  // change a launch already made).
+  const size_t grant = emu_smem_grant(emu_next_kernel);
+  emu_next_kernel = nullptr;
+  emu_defer_on(stream, [grid, block, smem, grant, body]() mutable { emu_launch_now(grid, block, smem, grant, body); });
 }
 // On the device's stream (stream 0).
 template <class F>

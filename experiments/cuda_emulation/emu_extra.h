@@ -22,9 +22,8 @@
 #define cudaStreamSynchronize(s) emu_stream_synchronize(s)
 #define cudaGetErrorName(e) "emulated"
 #define cudaGetErrorString(e) "emulated"
-// The device is an H100 (as far as the kernels ask): 227 KiB of shared memory per
-// block when a kernel opts in, which cudaFuncSetAttribute grants up to that and no further.
-inline constexpr int kEmuSmemOptin = 232448;
+// The device is an H100 (as far as the kernels ask): 227 KiB of shared memory per block
+// when a kernel opts in (emu.h's kEmuSmemOptin and cudaFuncSetAttribute).
 inline cudaError_t emu_device_attribute(int* value, cudaDeviceAttr attr) {
   if (attr != cudaDevAttrMaxSharedMemoryPerBlockOptin) {
     fprintf(stderr, "emu_extra.h: cudaDeviceGetAttribute(%d) is not emulated\n", int(attr));
@@ -34,9 +33,6 @@ inline cudaError_t emu_device_attribute(int* value, cudaDeviceAttr attr) {
   return cudaSuccess;
 }
 #define cudaDeviceGetAttribute(value, attr, device) emu_device_attribute((value), (attr))
-#define cudaFuncSetAttribute(fn, attr, v)                                                           \
-  ((attr) == cudaFuncAttributeMaxDynamicSharedMemorySize && (v) <= kEmuSmemOptin ? cudaSuccess \
-                                                                                   : cudaErrorInvalidValue)
 
 // Block-wide "any": every thread's predicate ORed, handed to every thread. The three
 // barriers keep one call's flag apart from the next call's (blocks run one at a time).
@@ -105,6 +101,12 @@ void emu_launch_cfg(G grid, B block, S smem, cudaStream_t stream, F body) {
 // a fiber each; only for kernels whose threads never wait on one another).
 template <class F>
 void emu_launch_seq(unsigned blocks, unsigned threads, F body) {
+  emu_next_kernel = nullptr;  // no shared memory here to check a grant against
+  if (blocks == 0 || blocks > 2147483647u || threads == 0 || threads > 1024) {
+    fflush(stdout);
+    fprintf(stderr, "emu_launch: invalid configuration grid %u block %u\n", blocks, threads);
+    std::abort();
+  }
   gridDim_ = {blocks, 1, 1};
   blockDim_ = {threads, 1, 1};
   const bool reverse = emu_reverse_order();  // emu.h: blocks and threads in descending order

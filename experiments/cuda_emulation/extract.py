@@ -46,7 +46,9 @@ def launch(m):
     # The arguments taken at the launch, by value (emu_bind), as CUDA takes them, so that
     # the launch may run later (emu_queue.h's deferred mode).
     bound = '::emu_bind([=](auto&&... emu_p) { %s(emu_p...); }%s%s)' % (name, ', ' if args.strip() else '', args)
-    return 'emu_launch_cfg(%s, %s, %s, %s, %s);' % (c[0], c[1], c[2], c[3], bound)
+    # The kernel named first, so that the launch checks its shared memory grant (emu.h).
+    return '(::emu_next_kernel = "%s", emu_launch_cfg(%s, %s, %s, %s, %s));' % (
+        name, c[0], c[1], c[2], c[3], bound)
 
 
 # The host functions take EmuTensor (emu_host.h) and its lists in place of Tensor.

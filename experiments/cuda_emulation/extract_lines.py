@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Rewrites a CUDA source of ops/cuda/ into C++ that runs under emu.h:
   - `k<T><<<grid, block, smem, stream>>>(args);` becomes
-    `::emu_launch(grid, block, smem, stream, [&] { k<T>(args); });` (for the library,
+    `(::emu_next_kernel = "k<T>",
+      ::emu_launch(grid, block, smem, stream, [&] { k<T>(args); }));` (for the library,
     library_source.py: with the arguments bound by value at the launch, emu_bind, so
     that it may run later, emu_queue.h);
   - `__shared__ [alignas(N)] T name[A][B];` (or a scalar) becomes per-block storage from
@@ -47,11 +48,13 @@ def launches(s, bind=False):
             if depth == 0:
                 break
         out.append(s[pos:k])
+        # The kernel named first, so that the launch checks its shared memory grant (emu.h).
+        out.append('(::emu_next_kernel = "%s", ' % s[k:a])
         if bind:
-            out.append('::emu_launch(%s, ::emu_bind([=](auto&&... emu_p) { %s(emu_p...); }%s%s))'
+            out.append('::emu_launch(%s, ::emu_bind([=](auto&&... emu_p) { %s(emu_p...); }%s%s)))'
                        % (cfg, s[k:a], ', ' if s[p + 1:q - 1].strip() else '', s[p + 1:q - 1]))
         else:
-            out.append('::emu_launch(%s, [&] { %s%s; })' % (cfg, s[k:a], s[p:q]))
+            out.append('::emu_launch(%s, [&] { %s%s; }))' % (cfg, s[k:a], s[p:q]))
         pos = q
 
 

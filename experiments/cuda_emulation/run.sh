@@ -1,5 +1,8 @@
 #!/bin/sh
 # Host checks of the CUDA kernels for machines without a GPU (see emu.h), by part:
+#   checks       the emulator's own checks (a stuck barrier, shared memory overrun or past
+#                its grant, a launch past the hardware's limits, a misaligned access):
+#                each fault made on purpose must stop the run, its legal neighbour not
 #   attention_gemm  the cuBLAS attention path's host side and row kernels
 #   views        the cuBLAS operand mapping (ops/cuda/cublas_view.cuh)
 #   lines        the line-wise and reduction kernels (softmax, cross_entropy, layer_norm,
@@ -29,9 +32,9 @@
 # passes its own, with or without CUDA), else build-emu/ at the root, configured without
 # CUDA the first time (a full build of the library) and brought up to date here.
 set -e
-parts=${*:-attention_gemm views lines elementwise optim index matmul grouped runtime hadamard flash cudnn attention_op entmax nccl}
+parts=${*:-checks attention_gemm views lines elementwise optim index matmul grouped runtime hadamard flash cudnn attention_op entmax nccl}
 for p in $parts; do
-  case $p in attention_gemm|views|lines|elementwise|optim|index|matmul|grouped|runtime|hadamard|flash|cudnn|attention_op|entmax|nccl) ;; *) echo "run.sh: unknown part '$p'" >&2; exit 2 ;; esac
+  case $p in checks|attention_gemm|views|lines|elementwise|optim|index|matmul|grouped|runtime|hadamard|flash|cudnn|attention_op|entmax|nccl) ;; *) echo "run.sh: unknown part '$p'" >&2; exit 2 ;; esac
 done
 wants() { case " $parts " in *" $1 "*) return 0 ;; esac; return 1; }
 here=$(cd "$(dirname "$0")" && pwd)
@@ -54,6 +57,14 @@ fi
 cuda_inc=${CUDA_HOME:-/usr/local/cuda}/include
 # The host sides raise mu::Error (defined in the library).
 link="-L$lib -lmumoe -Wl,-rpath,$lib -lpthread"
+
+if wants checks; then
+  # Alone: emu.h, no library. In both modes, the deferred one running each launch at
+  # the harness's synchronisation.
+  g++ -std=c++20 -O1 -w $aligned -I"$here" -I"$root" -I"$cuda_inc" "$here/checks_emulated.cpp" -o "$out/checks" -lpthread
+  "$out/checks"
+  MUMOE_EMULATED_DEFERRED=1 "$out/checks"
+fi
 
 if wants views; then
   python3 - "$root/ops/cuda/cublas_view.cuh" "$out/view.h" <<'PY'
