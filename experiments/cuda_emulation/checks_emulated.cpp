@@ -66,7 +66,8 @@ static void must_run(const char* what, F f) {
   }
 }
 
-// A launch as extract_lines.py rewrites `kernel<<<grid, block, smem>>>(args...)`.
+// A launch as extract_lines.py rewrites `kernel<<<grid, block, smem>>>(args...)` for the
+// library (the arguments bound at the launch).
 #define LAUNCH(kernel, grid, block, smem, ...)                                              \
   do {                                                                                     \
     emu_next_kernel = #kernel;                                                             \
@@ -97,6 +98,9 @@ static void static_array() {
   big_emu_t& big = ::emu_shared<big_emu_t>(&big_emu_key);
   big[threadIdx.x] = 0.0f;
 }
+// As the scripts rewrite `__global__ void __launch_bounds__(128) bounded() {}`.
+static void bounded() { ::emu_launch_bounds(128); }
+static void read_at(const float* p, int i, float* out) { *out = p[i]; }
 static void vector_load(const float* p, float* out) {
   const float4 v = *reinterpret_cast<const float4*>(p);  // 16-byte access: p must be 16-aligned
   *out = v.x + v.y + v.z + v.w;
@@ -147,6 +151,8 @@ int main() {
   must_stop("a block 65 threads deep", "invalid configuration", [] { LAUNCH(nothing, 1, dim3(1, 1, 65), 0); });
   must_run("a block of 1024 threads, 64 deep", [] { LAUNCH(nothing, 1, dim3(4, 4, 64), 0); });
   must_stop("an empty grid", "invalid configuration", [] { LAUNCH(nothing, dim3(0, 1, 1), 32, 0); });
+  must_stop("256 threads for __launch_bounds__(128)", "__launch_bounds__(128)", [] { LAUNCH(bounded, 1, dim3(64, 4), 0); });
+  must_run("128 threads for __launch_bounds__(128)", [] { LAUNCH(bounded, 2, 128, 0); });
 
   // A 16-byte vector access at an address 4 bytes off (UBSan, -fsanitize=alignment).
   must_stop("a float4 load 4 bytes off its alignment", "misaligned address", [] {
@@ -160,6 +166,30 @@ int main() {
     LAUNCH(vector_load, 1, 1, 0, static_cast<const float*>(data + 4), &out);
     if (out != 26.0f) std::abort();
   });
+
+#if defined(__SANITIZE_ADDRESS__)
+  // Under AddressSanitizer (run.sh builds this harness with and without it): device memory
+  // read past its end or after its free, as a GPU faults on (or reads someone else's data).
+  // The stack switches between fibers are announced to it (emu.h): without that, the legal
+  // launches above print its warning about an unknown stack and fail here.
+  must_stop("a read one float past a buffer", "heap-buffer-overflow", [] {
+    float* buf = static_cast<float*>(std::malloc(64 * sizeof(float)));
+    static float out;
+    LAUNCH(read_at, 1, 1, 0, static_cast<const float*>(buf), 64, &out);
+  });
+  must_run("a read of a buffer's last float", [] {
+    float* buf = static_cast<float*>(std::calloc(64, sizeof(float)));
+    static float out;
+    LAUNCH(read_at, 1, 1, 0, static_cast<const float*>(buf), 63, &out);
+    std::free(buf);
+  });
+  must_stop("a read of a freed buffer", "heap-use-after-free", [] {
+    float* buf = static_cast<float*>(std::calloc(64, sizeof(float)));
+    std::free(buf);
+    static float out;
+    LAUNCH(read_at, 1, 1, 0, static_cast<const float*>(buf), 0, &out);
+  });
+#endif
 
   printf("%s: %d failure(s)\n", failures ? "FAILED" : "passed", failures);
   return failures ? 1 : 0;

@@ -31,8 +31,19 @@
 #include <mutex>
 #include <string>
 #include <vector>
+// Under AddressSanitizer, every switch between the scheduler's stack and a fiber's is
+// announced (its fiber annotations), so that it knows which stack is live: otherwise it
+// takes a fiber's frames for overflows of the thread's stack, or gives up on them.
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/common_interface_defs.h>
+#define EMU_FIBER_SWITCH(save, bottom, size) __sanitizer_start_switch_fiber((save), (bottom), (size))
+#define EMU_FIBER_ARRIVED(saved, bottom_from, size_from) __sanitizer_finish_switch_fiber((saved), (bottom_from), (size_from))
+#else
+#define EMU_FIBER_SWITCH(save, bottom, size) ((void)0)
+#define EMU_FIBER_ARRIVED(saved, bottom_from, size_from) ((void)0)
+#endif
 #undef __launch_bounds__
-#define __launch_bounds__(x)
+#define __launch_bounds__(...)
 struct Dim { unsigned x = 0, y = 0, z = 0; };
 inline thread_local Dim threadIdx_, blockIdx_;
 inline Dim gridDim_, blockDim_;
@@ -82,16 +93,27 @@ struct EmuFiber {
   const EmuBarrier* wait_on = nullptr;  // null: runnable
   uint64_t wait_generation = 0;
   bool done = false;
+  void* asan_fake_stack = nullptr;  // AddressSanitizer's, kept while the fiber is switched out
 };
 inline jmp_buf emu_scheduler;  // where a fiber returns when it waits or ends
+// The scheduler's stack (as a fiber learns it on arriving) and AddressSanitizer's state of
+// it while a fiber runs: for the annotations of EMU_FIBER_SWITCH (no-ops without ASan).
+inline const void* emu_scheduler_stack = nullptr;
+inline size_t emu_scheduler_stack_size = 0;
+inline void* emu_scheduler_fake_stack = nullptr;
 inline EmuFiber* emu_running = nullptr;
 inline void (*emu_body_call)(void*) = nullptr;  // the launch's body, type-erased
 inline void* emu_body_arg = nullptr;
 // Back to the scheduler; returns when the scheduler resumes this fiber.
 inline void emu_yield(EmuFiber* f) {
-  if (_setjmp(f->jb) == 0) _longjmp(emu_scheduler, 1);
+  if (_setjmp(f->jb) == 0) {
+    EMU_FIBER_SWITCH(&f->asan_fake_stack, emu_scheduler_stack, emu_scheduler_stack_size);
+    _longjmp(emu_scheduler, 1);
+  }
+  EMU_FIBER_ARRIVED(f->asan_fake_stack, &emu_scheduler_stack, &emu_scheduler_stack_size);
 }
 [[noreturn]] inline void emu_fiber_entry() {
+  EMU_FIBER_ARRIVED(nullptr, &emu_scheduler_stack, &emu_scheduler_stack_size);  // a fresh fiber
   for (;;) {
     emu_body_call(emu_body_arg);
     emu_running->done = true;
@@ -101,12 +123,14 @@ inline void emu_yield(EmuFiber* f) {
 // From the scheduler: runs f until it waits or finishes.
 inline void emu_resume(EmuFiber& f) {
   if (_setjmp(emu_scheduler) == 0) {
+    EMU_FIBER_SWITCH(&emu_scheduler_fake_stack, f.uc.uc_stack.ss_sp, f.uc.uc_stack.ss_size);
     if (!f.started) {
       f.started = true;
       setcontext(&f.uc);
     }
     _longjmp(f.jb, 1);
   }
+  EMU_FIBER_ARRIVED(emu_scheduler_fake_stack, nullptr, nullptr);
 }
 
 inline void EmuBarrier::arrive_and_wait() {
@@ -187,6 +211,17 @@ inline bool emu_reverse_order() {
     std::abort();
   }();
   return on;
+}
+
+// First in the body of a kernel declared __launch_bounds__(max_threads) (the scripts here
+// put it there): a GPU refuses to launch it with more threads per block.
+inline void emu_launch_bounds(unsigned max_threads) {
+  const unsigned t = blockDim_.x * blockDim_.y * blockDim_.z;
+  if (t > max_threads) {
+    fflush(stdout);
+    fprintf(stderr, "emu_launch: a block of %u threads for a kernel declared __launch_bounds__(%u)\n", t, max_threads);
+    std::abort();
+  }
 }
 
 // Shared memory per block, as an H100 has it: 48 KiB (static and dynamic together) unless

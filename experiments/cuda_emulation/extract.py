@@ -3,10 +3,14 @@
 # `extern __shared__` arrays point at the emulated block's shared memory, `__shared__`
 # variables become function statics (blocks run one after another, so one copy per
 # kernel is one per block), and kernel<<<grid, block, smem, stream>>>(args) becomes an
-# emu_launch_cfg call with the arguments bound at the launch. Usage: extract.py [--keep-tensor] SRC START END OUT [PREFIX [SUFFIX]]
+# emu_launch_cfg call with the arguments bound at the launch; a kernel's
+# __launch_bounds__(N) becomes a check of its block size (extract_lines.py). Usage: extract.py [--keep-tensor] SRC START END OUT [PREFIX [SUFFIX]]
 # (--keep-tensor: the host functions keep mu::Tensor, for code that only reads a tensor's
 # data pointer, size and dtype, run on CPU tensors.)
-import re, sys
+import os, re, sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from extract_lines import launch_bounds  # noqa: E402
 
 keep_tensor = sys.argv[1] == '--keep-tensor'
 if keep_tensor:
@@ -56,6 +60,7 @@ if not keep_tensor:
     body = re.sub(r'\bTensor\b', 'EmuTensor', body)
     body = re.sub(r'kernels::(AdamW|SGD)Tensors', r'Emu\1Tensors', body)
 body = re.sub(r'([\w:]+(?:<[^;{}]*?>)?)<<<(.*?)>>>\((.*?)\);', launch, body, flags=re.S)
+body = launch_bounds(body)
 # PREFIX and SUFFIX: text around the cut (\\n for a newline).
 prefix = sys.argv[5].replace('\\n', '\n') if len(sys.argv) > 5 else ''
 suffix = sys.argv[6].replace('\\n', '\n') if len(sys.argv) > 6 else ''

@@ -7,6 +7,8 @@
     that it may run later, emu_queue.h);
   - `__shared__ [alignas(N)] T name[A][B];` (or a scalar) becomes per-block storage from
     emu_shared (128-byte aligned);
+  - a kernel declared `__launch_bounds__(N)` checks, first thing, that its block has at
+    most N threads (emu_launch_bounds);
   - MU_REGISTER_KERNEL lines are dropped (the emulated functions are called directly;
     the library's CPU kernels keep their tables);
   - `constexpr int64_t kMaxBlocks = ...;` is set to EMU_MAX_BLOCKS, so that grid-stride
@@ -58,6 +60,41 @@ def launches(s, bind=False):
         pos = q
 
 
+def launch_bounds(s):
+    """`__global__ void __launch_bounds__(N) k(params) {` gets `::emu_launch_bounds(N);` as
+    the first statement of its body: a launch of more threads per block than the kernel
+    was compiled for fails on the GPU, and stops the emulation there."""
+    out, pos, count = [], 0, 0
+    while True:
+        a = s.find('__launch_bounds__(', pos)
+        if a < 0:
+            out.append(s[pos:])
+            break
+        p = a + len('__launch_bounds__')
+        depth, q = 0, p
+        while True:  # the bound: balanced parentheses
+            depth += {'(': 1, ')': -1}.get(s[q], 0)
+            q += 1
+            if depth == 0:
+                break
+        bound = s[p + 1:q - 1]
+        r = s.index('(', q)  # the parameter list, then the body's brace
+        depth = 0
+        while True:
+            depth += {'(': 1, ')': -1}.get(s[r], 0)
+            r += 1
+            if depth == 0:
+                break
+        brace = s.index('{', r)
+        assert s[r:brace].strip() == '', 'launch_bounds: no body after the parameters: ' + s[a:brace + 1]
+        out.append(s[pos:brace + 1] + ' ::emu_launch_bounds(%s);' % bound.split(',')[0])
+        pos = brace + 1
+        count += 1
+    out = ''.join(out)
+    assert out.count('::emu_launch_bounds(') == count == s.count('__launch_bounds__('), 'launch_bounds: a kernel missed'
+    return out
+
+
 # `__shared__ [alignas(N) | __align__(N)] T name[A][B];` or a scalar `__shared__ T name;`
 SHARED = re.compile(r'__shared__\s+(?:(?:alignas|__align__)\((\d+)\)\s+)?([\w:<>, ]+?)\s+(\w+)((?:\[[^\]]+\])*);')
 
@@ -71,6 +108,7 @@ def shared(m):
 def main():
     s = open(sys.argv[1]).read()
     s = launches(s)
+    s = launch_bounds(s)
     s = SHARED.sub(shared, s)
     assert '__shared__' not in s.replace('extern __shared__', ''), 'a __shared__ declaration was not rewritten'
     s = re.sub(r'^MU_REGISTER_KERNEL\(.*$', '', s, flags=re.M)

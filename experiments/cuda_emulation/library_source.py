@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Rewrites a whole CUDA source of the library (ops/cuda/*.cu, dist/nccl.cu) into host C++
-for the emulated CUDA device (CMake's MUMOE_CUDA_EMULATED; see emu_library.h): launches
-and __shared__ declarations as extract_lines.py rewrites them, `extern __shared__` arrays
+for the emulated CUDA device (CMake's MUMOE_CUDA_EMULATED; see emu_library.h): launches,
+launch bounds and __shared__ declarations as extract_lines.py rewrites them, `extern __shared__` arrays
 pointing at the block's dynamic shared memory, the includes of <mma.h> and cub dropped
 (emu_library.h stands in for them); everything else, registrations included, as written.
 runtime.cu has no kernels: it is compiled over emu_runtime.h instead.
@@ -14,7 +14,7 @@ import re
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from extract_lines import SHARED, launches, shared  # noqa: E402
+from extract_lines import SHARED, launch_bounds, launches, shared  # noqa: E402
 
 src, dst = sys.argv[1], sys.argv[2]
 s = open(src).read()
@@ -25,6 +25,7 @@ else:
     # lines.cuh launches kernels too: its rewritten copy (made by this script as well).
     s = s.replace('#include "ops/cuda/lines.cuh"', '#include "emulated_headers/lines.cuh"')
     s = launches(s, bind=True)  # arguments taken at the launch: it may run later (emu_queue.h)
+    s = launch_bounds(s)
     s = SHARED.sub(shared, s)
     s = re.sub(r'extern __shared__ (?:__align__\(\d+\) )?([\w:]+(?: [\w:]+)*) (\w+)\[\];',
                r'\1* \2 = reinterpret_cast<\1*>(ctx->smem);', s)

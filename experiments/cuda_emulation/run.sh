@@ -60,10 +60,13 @@ link="-L$lib -lmumoe -Wl,-rpath,$lib -lpthread"
 
 if wants checks; then
   # Alone: emu.h, no library. In both modes, the deferred one running each launch at
-  # the harness's synchronisation.
-  g++ -std=c++20 -O1 -w $aligned -I"$here" -I"$root" -I"$cuda_inc" "$here/checks_emulated.cpp" -o "$out/checks" -lpthread
-  "$out/checks"
-  MUMOE_EMULATED_DEFERRED=1 "$out/checks"
+  # the harness's synchronisation; then again under AddressSanitizer, whose own faults
+  # (a buffer read past its end or after its free) join the list.
+  for asan in "" "-fsanitize=address"; do
+    g++ -std=c++20 -O1 -w $aligned $asan -I"$here" -I"$root" -I"$cuda_inc" "$here/checks_emulated.cpp" -o "$out/checks" -lpthread
+    "$out/checks"
+    MUMOE_EMULATED_DEFERRED=1 "$out/checks"
+  done
 fi
 
 if wants views; then
