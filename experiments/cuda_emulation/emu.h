@@ -15,7 +15,10 @@
 // order the GPU does not promise (a thread reading what a lower one wrote with no barrier
 // between, a block reading another block's output) shows as wrong data in one of the two
 // orders. A barrier or shuffle that some thread of its block or warp never reaches (it returned, or
-// waits at another) stops the program with a message naming the block and the count.
+// waits at another) stops the program with a message naming the block and the count, and so
+// does a launch a GPU would refuse: past the block and grid limits, a kernel's
+// __launch_bounds__, or the shared memory its kernel may have (see emu_func_set_attribute).
+// checks_emulated.cpp makes each of these faults on purpose and requires the stop.
 #pragma once
 #include <cuda_runtime.h>
 #include "emu_queue.h"
@@ -266,9 +269,9 @@ template <class F>
 void emu_launch_now(dim3 grid, dim3 block, size_t smem, size_t grant, F body) {
   gridDim_ = {grid.x, grid.y, grid.z};
   blockDim_ = {block.x, block.y, block.z};
-  const uint64_t threads = uint64_t(block.x) * block.y * block.z;
+  const uint64_t block_threads = uint64_t(block.x) * block.y * block.z;  // no wrap before the check
   // The limits of every GPU since compute capability 3.0.
-  if (threads == 0 || threads > 1024 || block.x > 1024 || block.y > 1024 || block.z > 64 || grid.x == 0 ||
+  if (block_threads == 0 || block_threads > 1024 || block.x > 1024 || block.y > 1024 || block.z > 64 || grid.x == 0 ||
       grid.x > 2147483647u || grid.y == 0 || grid.y > 65535 || grid.z == 0 || grid.z > 65535) {
     fflush(stdout);
     fprintf(stderr,
@@ -277,6 +280,7 @@ void emu_launch_now(dim3 grid, dim3 block, size_t smem, size_t grant, F body) {
             grid.x, grid.y, grid.z, block.x, block.y, block.z);
     std::abort();
   }
+  const unsigned threads = unsigned(block_threads);
   if (smem > (grant > 0 ? grant : kEmuSmemDefault)) {
     fflush(stdout);
     fprintf(stderr, "emu_launch: %zu bytes of dynamic shared memory asked, the kernel may have %zu (%s)\n", smem,

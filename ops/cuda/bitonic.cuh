@@ -4,6 +4,8 @@
 #pragma once
 #include <cstdint>
 
+#include "ops/cuda/runtime.cuh"
+
 namespace mu::cuda {
 
 // The smallest power of two >= n (1 for n <= 1).
@@ -15,9 +17,10 @@ inline int64_t next_pow2(int64_t n) {
 
 // The grid of a block-per-line kernel whose blocks each hold a global work array of
 // `bytes_per_block`: two blocks per SM of an H100 (132 SMs), fewer where the arrays would
-// take more than 256 MiB, at least one; never more than `lines`.
+// take more than 256 MiB, at least one; never more than `lines` (nor the build's
+// MU_CUDA_MAX_BLOCKS).
 inline unsigned work_grid(int64_t lines, int64_t bytes_per_block) {
-  int64_t g = 264;
+  int64_t g = 264 < MU_CUDA_MAX_BLOCKS ? 264 : MU_CUDA_MAX_BLOCKS;
   const int64_t fit = (int64_t(1) << 28) / (bytes_per_block > 0 ? bytes_per_block : 1);
   if (fit < g) g = fit;
   if (lines < g) g = lines;

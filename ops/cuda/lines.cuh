@@ -27,9 +27,8 @@ namespace mu::cuda {
 constexpr unsigned kFullMask = 0xffffffffu;
 // Shared memory a group's reduction needs: 256 partial values of up to 8 bytes.
 constexpr int kScratchBytes = 256 * 8;
-// Blocks a grid-stride loop is given at most: an H100's 132 SMs, 32 blocks each; more
-// only queue.
-constexpr int64_t kMaxBlocks = 132 * 32;
+// Blocks a grid-stride loop is given at most (runtime.cuh).
+constexpr int64_t kMaxBlocks = MU_CUDA_MAX_BLOCKS;
 
 // exp and log of float in float and of double in double, as the CPU's std::exp and
 // std::log overloads compute them.

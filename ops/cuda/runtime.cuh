@@ -48,11 +48,19 @@ inline cudaStream_t stream(const Tensor& t) { return stream(t.device().index); }
 // caching allocator and the math mode of allow_tf32().
 cublasHandle_t cublas(int device);
 
+// The most blocks a grid-stride loop is given: an H100's 132 SMs, 32 blocks each; more
+// only queue. A build may set fewer: the emulated device's sets a few, so that every
+// grid-stride loop of its tests takes several turns, as loops do on the GPU for tensors
+// of more than a million elements or so.
+#ifndef MU_CUDA_MAX_BLOCKS
+#define MU_CUDA_MAX_BLOCKS (132 * 32)
+#endif
+
 // Blocks of `threads` covering n elements in a grid-stride loop: enough to fill every SM
 // several times over, never more than the grid allows.
 inline unsigned grid_for(int64_t n, int threads) {
   const int64_t blocks = (n + threads - 1) / threads;
-  const int64_t cap = 132 * 32;  // an H100's 132 SMs, 32 blocks each; more only queue
+  const int64_t cap = MU_CUDA_MAX_BLOCKS;
   return unsigned(blocks < 1 ? 1 : blocks < cap ? blocks : cap);
 }
 
