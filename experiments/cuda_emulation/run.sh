@@ -64,8 +64,8 @@ if wants checks; then
   # (a buffer read past its end or after its free) join the list.
   for asan in "" "-fsanitize=address"; do
     g++ -std=c++20 -O1 -w $aligned $asan -I"$here" -I"$root" -I"$cuda_inc" "$here/checks_emulated.cpp" -o "$out/checks" -lpthread
-    "$out/checks"
-    MUMOE_EMULATED_DEFERRED=1 "$out/checks"
+    timeout 300 "$out/checks"  # a check that hung instead of stopping ends here
+    MUMOE_EMULATED_DEFERRED=1 timeout 300 "$out/checks"
   done
 fi
 
