@@ -256,6 +256,21 @@ inline size_t emu_smem_grant(const char* kernel) {
   return it == emu_smem_grants.end() ? 0 : it->second;
 }
 
+// Stops the program on a launch configuration a GPU refuses (the limits of every GPU
+// since compute capability 3.0).
+inline void emu_check_config(dim3 grid, dim3 block) {
+  const uint64_t threads = uint64_t(block.x) * block.y * block.z;  // no wrap before the check
+  if (threads == 0 || threads > 1024 || block.x > 1024 || block.y > 1024 || block.z > 64 || grid.x == 0 ||
+      grid.x > 2147483647u || grid.y == 0 || grid.y > 65535 || grid.z == 0 || grid.z > 65535) {
+    fflush(stdout);
+    fprintf(stderr,
+            "emu_launch: invalid configuration grid (%u, %u, %u) block (%u, %u, %u): blocks of 1 to 1024 threads "
+            "(z at most 64), a grid of at most (2^31 - 1, 65535, 65535)\n",
+            grid.x, grid.y, grid.z, block.x, block.y, block.z);
+    std::abort();
+  }
+}
+
 // Fiber stacks, kept from launch to launch (mostly untouched: memory is committed as used).
 inline constexpr size_t kEmuStack = 256 * 1024;
 inline std::vector<std::unique_ptr<char[]>> emu_stacks;
@@ -269,18 +284,8 @@ template <class F>
 void emu_launch_now(dim3 grid, dim3 block, size_t smem, size_t grant, F body) {
   gridDim_ = {grid.x, grid.y, grid.z};
   blockDim_ = {block.x, block.y, block.z};
-  const uint64_t block_threads = uint64_t(block.x) * block.y * block.z;  // no wrap before the check
-  // The limits of every GPU since compute capability 3.0.
-  if (block_threads == 0 || block_threads > 1024 || block.x > 1024 || block.y > 1024 || block.z > 64 || grid.x == 0 ||
-      grid.x > 2147483647u || grid.y == 0 || grid.y > 65535 || grid.z == 0 || grid.z > 65535) {
-    fflush(stdout);
-    fprintf(stderr,
-            "emu_launch: invalid configuration grid (%u, %u, %u) block (%u, %u, %u): blocks of 1 to 1024 threads "
-            "(z at most 64), a grid of at most (2^31 - 1, 65535, 65535)\n",
-            grid.x, grid.y, grid.z, block.x, block.y, block.z);
-    std::abort();
-  }
-  const unsigned threads = unsigned(block_threads);
+  emu_check_config(grid, block);
+  const unsigned threads = block.x * block.y * block.z;
   if (smem > (grant > 0 ? grant : kEmuSmemDefault)) {
     fflush(stdout);
     fprintf(stderr, "emu_launch: %zu bytes of dynamic shared memory asked, the kernel may have %zu (%s)\n", smem,

@@ -102,11 +102,7 @@ void emu_launch_cfg(G grid, B block, S smem, cudaStream_t stream, F body) {
 template <class F>
 void emu_launch_seq(unsigned blocks, unsigned threads, F body) {
   emu_next_kernel = nullptr;  // no shared memory here to check a grant against
-  if (blocks == 0 || blocks > 2147483647u || threads == 0 || threads > 1024) {
-    fflush(stdout);
-    fprintf(stderr, "emu_launch: invalid configuration grid %u block %u\n", blocks, threads);
-    std::abort();
-  }
+  emu_check_config(dim3(blocks), dim3(threads));
   gridDim_ = {blocks, 1, 1};
   blockDim_ = {threads, 1, 1};
   const bool reverse = emu_reverse_order();  // emu.h: blocks and threads in descending order

@@ -18,6 +18,17 @@ import re
 import sys
 
 
+def past_parens(s, i):
+    """The index just past the parenthesis that closes the one at s[i]."""
+    assert s[i] == '(', s[i - 40:i + 40]
+    depth = 0
+    while True:
+        depth += {'(': 1, ')': -1}.get(s[i], 0)
+        i += 1
+        if depth == 0:
+            return i
+
+
 def launches(s, bind=False):
     """bind: the arguments taken at the launch, by value (emu_bind), as CUDA takes them, so
     that the launch may run later (emu_queue.h's deferred mode); else a [&] closure."""
@@ -42,13 +53,7 @@ def launches(s, bind=False):
         cfg = s[a + 3:b]
         # The argument list: balanced parentheses after >>>.
         p = b + 3
-        assert s[p] == '(', s[a - 40:p + 40]
-        depth, q = 0, p
-        while True:
-            depth += {'(': 1, ')': -1}.get(s[q], 0)
-            q += 1
-            if depth == 0:
-                break
+        q = past_parens(s, p)
         out.append(s[pos:k])
         # The kernel named first, so that the launch checks its shared memory grant (emu.h).
         out.append('(::emu_next_kernel = "%s", ' % s[k:a])
@@ -71,20 +76,9 @@ def launch_bounds(s):
             out.append(s[pos:])
             break
         p = a + len('__launch_bounds__')
-        depth, q = 0, p
-        while True:  # the bound: balanced parentheses
-            depth += {'(': 1, ')': -1}.get(s[q], 0)
-            q += 1
-            if depth == 0:
-                break
+        q = past_parens(s, p)  # past the bound
         bound = s[p + 1:q - 1]
-        r = s.index('(', q)  # the parameter list, then the body's brace
-        depth = 0
-        while True:
-            depth += {'(': 1, ')': -1}.get(s[r], 0)
-            r += 1
-            if depth == 0:
-                break
+        r = past_parens(s, s.index('(', q))  # past the parameter list, then the body's brace
         brace = s.index('{', r)
         assert s[r:brace].strip() == '', 'launch_bounds: no body after the parameters: ' + s[a:brace + 1]
         out.append(s[pos:brace + 1] + ' ::emu_launch_bounds(%s);' % bound.split(',')[0])
