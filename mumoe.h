@@ -2,6 +2,7 @@
 #pragma once
 #include "autograd/function.h"
 #include "autograd/autocast.h"
+#include "autograd/activation_checkpoint.h"
 #include "autograd/grad_mode.h"
 #include "autograd/gradcheck.h"
 #include "data/augment.h"

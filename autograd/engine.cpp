@@ -4,6 +4,7 @@
 #include <unordered_set>
 
 #include "autograd/autocast.h"
+#include "autograd/activation_checkpoint.h"
 #include "autograd/grad_mode.h"
 #include "autograd/hooks.h"
 #include "autograd/node.h"
@@ -13,11 +14,13 @@ namespace mu::autograd {
 
 SavedTensor::SavedTensor(const Tensor& t) {
   if (!t.defined()) return;
+  if (checkpoint_save(t, slot_)) return;  // in a checkpointed region: a slot only
   t_ = t.detach();
   version_ = t.version();
 }
 
 Tensor SavedTensor::get() const {
+  if (slot_) return checkpoint_get(*slot_);
   if (!t_.defined()) return t_;
   MU_CHECK(t_.version() == version_,
            "one of the tensors needed for gradient computation has been modified by an in-place "

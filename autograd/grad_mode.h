@@ -18,8 +18,21 @@ class NoGradGuard {
   bool prev_;
 };
 
+// The opposite: grad mode on for a scope, e.g. inside a backward pass (as torch.enable_grad).
+class EnableGradGuard {
+ public:
+  EnableGradGuard() : prev_(is_grad_enabled()) { set_grad_enabled(true); }
+  ~EnableGradGuard() { set_grad_enabled(prev_); }
+  EnableGradGuard(const EnableGradGuard&) = delete;
+  EnableGradGuard& operator=(const EnableGradGuard&) = delete;
+
+ private:
+  bool prev_;
+};
+
 }  // namespace mu::autograd
 
 namespace mu {
+using autograd::EnableGradGuard;
 using autograd::NoGradGuard;
 }

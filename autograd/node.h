@@ -14,6 +14,7 @@ namespace mu::autograd {
 using TensorList = std::vector<Tensor>;
 
 struct Node;
+struct CheckpointSlot;  // autograd/activation_checkpoint.h
 
 struct Edge {
   std::shared_ptr<Node> fn;  // null: that input needs no gradient
@@ -39,18 +40,21 @@ struct Node {
 };
 
 // A tensor kept for backward, with the storage version it had when saved, so that an
-// in-place change made in between is reported rather than silently used.
+// in-place change made in between is reported rather than silently used. Saved inside a
+// checkpointed region (autograd/activation_checkpoint.h), it keeps a slot instead, which the region's
+// second run fills when the backward pass first asks.
 class SavedTensor {
  public:
   SavedTensor() = default;
   explicit SavedTensor(const Tensor& t);
   // The saved tensor; throws if it was modified in place since it was saved.
   Tensor get() const;
-  bool defined() const { return t_.defined(); }
+  bool defined() const { return t_.defined() || slot_ != nullptr; }
 
  private:
   Tensor t_;
   uint64_t version_ = 0;
+  std::shared_ptr<CheckpointSlot> slot_;
 };
 
 inline SavedTensor save(const Tensor& t) { return SavedTensor(t); }

@@ -1,7 +1,9 @@
 #!/bin/sh
 # The trainers under mpirun: train_gpt2 with 2 ranks (each half of every micro-batch), with
-# and without ZeRO-1, and a run resumed on 2 ranks from a 1-rank checkpoint, each against
-# the same run in one process; the final validation losses must agree to 1e-6 (relative).
+# and without ZeRO-1, with activation checkpointing (--recompute: the gradients' all-reduce
+# starts inside a backward pass that recomputes the blocks), and a run resumed on 2 ranks
+# from a 1-rank checkpoint, each against the same run in one process; the final
+# validation losses must agree to 1e-6 (relative).
 #
 #   check_dist_trainer.sh MPIRUN TRAIN_GPT2 DATA_DIR WORK_DIR
 set -eu
@@ -17,6 +19,7 @@ same() {  # same LABEL A B: |a - b| <= 1e-6 |a|
 "$train" $args --max-steps 20 --out-dir "$work/one" > "$work/one.log" 2>&1
 "$mpirun" -np 2 --oversubscribe "$train" $args --max-steps 20 --out-dir "$work/two" > "$work/two.log" 2>&1
 "$mpirun" -np 2 --oversubscribe "$train" $args --max-steps 20 --zero 1 --out-dir "$work/zero" > "$work/zero.log" 2>&1
+"$mpirun" -np 2 --oversubscribe "$train" $args --max-steps 20 --recompute --out-dir "$work/recompute" > "$work/recompute.log" 2>&1
 # Only rank 0 speaks: one "final val_loss" line.
 [ "$(grep -c 'final val_loss' "$work/two.log")" = 1 ] || { echo "FAIL: 2 ranks printed $(grep -c 'final val_loss' "$work/two.log") result lines"; exit 1; }
 "$train" $args --max-steps 10 --out-dir "$work/resumed" > "$work/resumed.log" 2>&1
@@ -25,4 +28,5 @@ same() {  # same LABEL A B: |a - b| <= 1e-6 |a|
 "$mpirun" -np 2 --oversubscribe "$train" $args --max-steps 20 --resume --zero 1 --out-dir "$work/resumed" >> "$work/resumed.log" 2>&1
 same "2 ranks vs 1" "$(last_loss "$work/one")" "$(last_loss "$work/two")"
 same "2 ranks with ZeRO-1 vs 1" "$(last_loss "$work/one")" "$(last_loss "$work/zero")"
+same "2 ranks with --recompute vs 1" "$(last_loss "$work/one")" "$(last_loss "$work/recompute")"
 same "1-rank checkpoint resumed on 2 ranks vs on 1" "$(last_loss "$work/ref")" "$(last_loss "$work/resumed")"

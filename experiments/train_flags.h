@@ -1,7 +1,8 @@
 // The command-line flags train_gpt2 and train_mixer share (CLI11): the run's directory and
 // resume, optimisation (AdamW with nanoGPT's decay split, warm-up + cosine, clipping,
 // accumulation), the evaluation and checkpoint cadence, the seed, and the MLP kind of
-// the model's blocks, the device and the precision. Each program adds its own model and data flags.
+// the model's blocks, the device, the precision and activation checkpointing. Each
+// program adds its own model and data flags.
 #pragma once
 #include <CLI/CLI.hpp>
 
@@ -32,6 +33,7 @@ struct TrainFlags {
   std::string device = "cpu";  // cpu | cuda | cuda:N
   std::string dtype = "fp32";  // fp32 | bf16 (autocast: bfloat16 products, float32 weights)
   int zero = 0;                // 1: AdamW state sharded across the ranks of mpirun (ZeRO-1)
+  bool recompute = false;      // activation checkpointing of every block
 };
 
 // Registers the shared flags on `app`, each with its documentation for --help; the
@@ -77,6 +79,8 @@ inline void add_train_flags(CLI::App& app, TrainFlags& f,
   app.add_option("--dtype", f.dtype, "fp32, or bf16: matmuls, einsum and attention in bfloat16 with float32 sums "
                  "(autocast), weights, norms and losses in float32")->capture_default_str()
       ->check(CLI::IsMember({"fp32", "bf16"}));
+  app.add_flag("--recompute", f.recompute, "Recompute each block's activations in the backward pass instead of keeping "
+               "them (activation checkpointing: less memory, one more forward of the blocks per step, the same steps)");
 }
 
 // The device --device names; an unknown name or a CUDA device this machine lacks is an

@@ -116,6 +116,7 @@ int main(int argc, char** argv) {
     cfg.block_size = block_size;
     cfg.vocab_size = meta.vocab_size;
     cfg.dropout = dropout;
+    cfg.recompute = f.recompute;
     if (f.mlp == "cp") cfg.mlp = models::mlp::cp_mumoe(f.experts, rank);
     if (f.mlp == "tr") cfg.mlp = models::mlp::tr_mumoe(f.experts, rank);
     if (f.mlp == "topk") cfg.mlp = models::mlp::topk_mlp(moe_k);

@@ -177,6 +177,7 @@ int main(int argc, char** argv) {
     cfg.token_mlp = token_mlp;
     cfg.channel_mlp = channel_mlp;
     cfg.stochastic_depth = stochastic_depth;
+    cfg.recompute = f.recompute;
     cfg.experts = f.experts;
     cfg.expert_levels = expert_levels;
     cfg.further_gate_std = further_gate_std;

@@ -6,6 +6,7 @@
 #include <numeric>
 #include <vector>
 
+#include "autograd/activation_checkpoint.h"
 #include "autograd/autocast.h"
 #include "autograd/grad_mode.h"
 #include "nn/init.h"
@@ -385,7 +386,11 @@ Tensor GPT2::features(const Tensor& idx) {
   Tensor pos = arange(T, TensorOptions(kInt64).device(idx.device()));
   // (B, T, C) + (T, C): every sequence gets the same position vectors.
   Tensor x = drop_->forward(wte_->forward(idx) + wpe_->forward(pos));
-  for (size_t l = 0; l < h_->size(); ++l) x = h_->at<Block>(l)->forward(x);
+  for (size_t l = 0; l < h_->size(); ++l) {
+    std::shared_ptr<Block> block = h_->at<Block>(l);
+    x = config_.recompute ? autograd::checkpoint([block](const Tensor& t) { return block->forward(t); }, x)
+                          : block->forward(x);
+  }
   return ln_f_->forward(x);
 }
 

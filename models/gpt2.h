@@ -101,6 +101,10 @@ struct GPT2Config {
   int64_t vocab_size = 50257;
   bool bias = true;           // biases in the Linears and LayerNorms (nanoGPT's `bias`)
   double dropout = 0.0;       // embedding, attention, residual and MLP dropout
+  // Activation checkpointing (autograd/activation_checkpoint.h): while training, each
+  // block keeps only its input and recomputes the rest in the backward pass (less memory,
+  // one more forward of the blocks per step, the same results). Not part of the model.
+  bool recompute = false;
   MlpChoice mlp = mlp::dense();
 
   // GPT-2 small: 12 layers, 12 heads, 768 wide, context 1024, vocabulary 50257, biases.
@@ -152,6 +156,8 @@ class GPT2 : public nn::Module {
   void init_weights(Generator* gen = nullptr);
 
   const GPT2Config& config() const { return config_; }
+  // Turns activation checkpointing of the blocks on or off (GPT2Config::recompute).
+  void set_recompute(bool on) { config_.recompute = on; }
   std::shared_ptr<nn::Embedding> wte() const { return wte_; }
   std::shared_ptr<nn::Embedding> wpe() const { return wpe_; }
   // Block i's MLP module (as built by the config's factory).

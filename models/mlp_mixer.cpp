@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "autograd/activation_checkpoint.h"
 #include "nn/activation.h"
 #include "ops/ops.h"
 #include "tensor/checked.h"
@@ -211,7 +212,11 @@ Tensor MlpMixer::patchify(const Tensor& images) const {
 
 Tensor MlpMixer::features(const Tensor& images) {
   Tensor x = embed->forward(patchify(images));
-  for (size_t i = 0; i < blocks->size(); ++i) x = blocks->at<MixerBlock>(i)->forward(x);
+  for (size_t i = 0; i < blocks->size(); ++i) {
+    std::shared_ptr<MixerBlock> block = blocks->at<MixerBlock>(i);
+    x = config_.recompute ? autograd::checkpoint([block](const Tensor& t) { return block->forward(t); }, x)
+                          : block->forward(x);
+  }
   return x;
 }
 

@@ -75,6 +75,10 @@ struct MixerConfig {
   double ln_eps = 1e-5;  // every LayerNorm (torch's default, as torch_reference.py)
   // The generator of the drop-path draws (null: the global one); not owned.
   Generator* generator = nullptr;
+  // Activation checkpointing (autograd/activation_checkpoint.h): while training, each
+  // block keeps only its input and recomputes the rest in the backward pass (less memory,
+  // one more forward of the blocks per step, the same results). Not part of the model.
+  bool recompute = false;
 
   // Both mixing blocks of one kind.
   MixerConfig& mlp(MixerMlp kind) { token_block = channel_block = kind; return *this; }
@@ -121,6 +125,8 @@ class MlpMixer : public nn::UnaryModule {
   Tensor features(const Tensor& images);
 
   const MixerConfig& config() const { return config_; }
+  // Turns activation checkpointing of the blocks on or off (MixerConfig::recompute).
+  void set_recompute(bool on) { config_.recompute = on; }
   std::shared_ptr<MixerBlock> block(int64_t i) const;
   std::string extra_repr() const override;
 

@@ -1,5 +1,6 @@
 #include "nn/norm.h"
 
+#include "autograd/activation_checkpoint.h"
 #include "autograd/grad_mode.h"
 #include "nn/init.h"
 #include "ops/ops.h"
@@ -91,11 +92,15 @@ Tensor BatchNorm1d::forward(const Tensor& x) {
   const bool tracked = running_mean.defined();
   // Without running statistics the batch statistics normalise in eval mode too (as torch).
   const bool batch_stats = is_training() || !tracked;
-  const bool update = is_training() && tracked;
+  // A checkpointed region run again in the backward pass (autograd/activation_checkpoint.h) counts
+  // its batch once: the second run normalises by the batch statistics and updates nothing.
+  const bool update = is_training() && tracked && !autograd::recomputing();
   // momentum = nullopt: cumulative average, the k-th batch weighted 1/k.
   double factor = 0;
   if (update) factor = options_.momentum() ? *options_.momentum() : 1.0 / (num_batches_tracked.item() + 1);
-  Tensor y = batch_norm(x, running_mean, running_var, weight, bias, batch_stats, factor, options_.eps(),
+  const bool skip_stats = is_training() && tracked && !update;
+  Tensor y = batch_norm(x, skip_stats ? Tensor() : running_mean, skip_stats ? Tensor() : running_var, weight, bias,
+                        batch_stats, factor, options_.eps(),
                         last ? ChannelLayout::Last : ChannelLayout::First);
   if (update) {
     NoGradGuard no_grad;

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "autograd/activation_checkpoint.h"
 #include "autograd/grad_mode.h"
 #include "ops/ops.h"
 
@@ -180,10 +181,18 @@ Routing SparseMoE::route_logits(const Tensor& x, const Tensor& z) {
   return r;
 }
 
-Tensor SparseMoE::forward_routed(const Tensor& x, const Routing& r) {
-  SparseMoEResult res = apply(options_, x, r, {selector, noise_w, w1, w2});
+// The batch's regulariser and mean selection, kept for aux_loss() and the statistics;
+// not from a checkpointed region's second run (autograd/activation_checkpoint.h), whose graph is
+// thrown away: aux_loss() would keep it, and all it saved, alive until the next forward.
+void SparseMoE::keep_batch_results(const SparseMoEResult& res) {
+  if (autograd::recomputing()) return;
   aux_loss_ = res.aux;
   selection_mean_ = res.selection_mean;
+}
+
+Tensor SparseMoE::forward_routed(const Tensor& x, const Routing& r) {
+  SparseMoEResult res = apply(options_, x, r, {selector, noise_w, w1, w2});
+  keep_batch_results(res);
   return res.y;
 }
 
@@ -302,9 +311,9 @@ Tensor SparseMoE::forward(const Tensor& x) {
   const Tensor z = matmul(x2, selector);
   const Routing r = z.dtype() == kFloat32 || z.dtype() == kFloat64 ? route_logits(x2, z.detach().to(kFloat32)) : route(x2);
   SparseMoEResult res = apply_logits(o, x2, z, r, {selector, noise_w, w1, w2});
-  aux_loss_ = res.aux;
-  selection_mean_ = res.selection_mean;
+  keep_batch_results(res);
   const Tensor& y = res.y;
+  if (autograd::recomputing()) return y.reshape(x.shape());
 
   // Statistics of this batch.
   RoutingStats s;

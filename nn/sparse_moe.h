@@ -200,6 +200,7 @@ class SparseMoE : public UnaryModule, public AuxiliaryLoss {
   // apply() on given logits z = x W_s (in the graph).
   static SparseMoEResult apply_logits(const SparseMoEOptions& options, const Tensor& x, const Tensor& z,
                                       const Routing& r, const SparseMoEWeights& weights);
+  void keep_batch_results(const SparseMoEResult& res);
 
   SparseMoEOptions options_;  // its generator cleared after construction
   Generator routing_gen_;

@@ -10,6 +10,10 @@
 
 namespace mu {
 
+namespace detail {
+thread_local void (*draw_observer)(Generator&) = nullptr;
+}  // namespace detail
+
 double Generator::Engine::normal() {
   if (has_spare) {
     has_spare = false;

@@ -17,6 +17,7 @@
 //   }
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <random>
 #include <string>
@@ -32,6 +33,15 @@ inline uint64_t mix_seed(uint64_t seed, uint64_t k) {
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   return z ^ (z >> 31);
 }
+
+class Generator;
+
+namespace detail {
+// While set, called on this thread with each generator before a batch of its draws:
+// autograd's checkpointing notes the generators a region draws from, to replay them
+// (autograd/activation_checkpoint.cpp).
+extern thread_local void (*draw_observer)(Generator&);
+}  // namespace detail
 
 class Generator {
   // The stream itself, with no locking: every access goes through Generator's lock.
@@ -71,7 +81,10 @@ class Generator {
   Generator& operator=(const Generator& other);
 
   // Takes the lock for a batch of draws (see Draws).
-  Draws lock() { return Draws(m_, e_); }
+  Draws lock() {
+    if (detail::draw_observer) detail::draw_observer(*this);
+    return Draws(m_, e_);
+  }
 
   // Also drops a pending Box-Muller value, so a seed alone fixes the next normal draws.
   void manual_seed(uint64_t seed);
@@ -83,10 +96,13 @@ class Generator {
   // The complete state as text, and back: checkpoints resume the exact stream.
   std::string state() const;
   void set_state(const std::string& s);
+  // Expires when this generator is destroyed (copies and assignments have their own).
+  std::weak_ptr<const void> liveness() const { return alive_; }
 
  private:
   mutable std::mutex m_;
   Engine e_;
+  std::shared_ptr<const char> alive_ = std::make_shared<const char>('\0');
 };
 
 Generator& default_generator();

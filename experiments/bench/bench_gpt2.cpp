@@ -3,9 +3,11 @@
 // targets; the MLP dense (gpt2-mini), CPμMoE (gpt2-mini-cpmumoe, N = 64, R = int(0.78 d)) or
 // TRμMoE (gpt2-mini-trmumoe, N = 64, ranks (4, 4, int(0.2 d))). One step = zero grads,
 // loss = model(idx, targets), backward, AdamW(lr 6e-4, weight decay 0.1 on every parameter,
-// as the reference's torch.optim.AdamW(m.parameters(), ...)). Prints one JSON line per workload.
+// as the reference's torch.optim.AdamW(m.parameters(), ...)). Prints one JSON line per workload,
+// with the most bytes the step's tensors held at once. --recompute 1 checkpoints every
+// block (GPT2Config::recompute; the workloads are then named ...-recompute).
 //
-//   bench_gpt2 [--workload gpt2-mini,gpt2-mini-cpmumoe,gpt2-mini-trmumoe] [--reps 10] [--warmup 3]
+//   bench_gpt2 [--workload gpt2-mini,gpt2-mini-cpmumoe,gpt2-mini-trmumoe] [--recompute 0] [--reps 10] [--warmup 3]
 #include <omp.h>
 
 #include <cstdio>
@@ -19,8 +21,9 @@
 using namespace mu;
 
 int main(int argc, char** argv) {
-  bench::Options opt("bench_gpt2", 10, 3, {{"workload", "gpt2-mini,gpt2-mini-cpmumoe,gpt2-mini-trmumoe"}});
+  bench::Options opt("bench_gpt2", 10, 3, {{"workload", "gpt2-mini,gpt2-mini-cpmumoe,gpt2-mini-trmumoe"}, {"recompute", "0"}});
   opt.parse(argc, argv);
+  const bool recompute = opt.integer("recompute", true) != 0;
   std::stringstream list(opt.str("workload"));
   std::string name;
   while (std::getline(list, name, ',')) {
@@ -31,6 +34,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "bench_gpt2: unknown workload %s\n", name.c_str());
       return 2;
     }
+    c.recompute = recompute;
     manual_seed(0);
     models::GPT2 model(c);
     optim::AdamW adamw(model.parameters(), optim::AdamWOptions(6e-4).weight_decay(0.1));
@@ -45,7 +49,9 @@ int main(int argc, char** argv) {
       adamw.step();
     };
     bench::Timing t = bench::time_it(step, opt.reps, opt.warmup);
-    bench::print_step_result(name, t, omp_get_max_threads(), (long long)model.num_parameters());
+    const long long peak = bench::peak_tensor_bytes(step);
+    bench::print_step_result(recompute ? name + "-recompute" : name, t, omp_get_max_threads(),
+                             (long long)model.num_parameters(), peak);
   }
   return 0;
 }

@@ -5,9 +5,11 @@
 // mixer-fmnist-cpmumoe replaces each channel MLP with the reference's GPT-style μMoE block
 // (N = 64, CP rank int(0.75·128) = 96, LayerNorm gating, input LayerNorm). Two workloads
 // the reference lacks, the paper's batch-norm-gated Mixer blocks in both mixing MLPs,
-// run when named: mixer-fmnist-cp-bn and mixer-fmnist-tr-bn. One JSON line per workload.
+// run when named: mixer-fmnist-cp-bn and mixer-fmnist-tr-bn. One JSON line per workload, with
+// the most bytes the step's tensors held at once. --recompute 1 checkpoints every block
+// (MixerConfig::recompute; the workloads are then named ...-recompute).
 //
-//   bench_mixer [--workload mixer-fmnist,mixer-fmnist-cpmumoe] [--reps 10] [--warmup 3]
+//   bench_mixer [--workload mixer-fmnist,mixer-fmnist-cpmumoe] [--recompute 0] [--reps 10] [--warmup 3]
 #include <omp.h>
 
 #include <cstdio>
@@ -22,8 +24,9 @@ using namespace mu;
 using models::MixerMlp;
 
 int main(int argc, char** argv) {
-  bench::Options opt("bench_mixer", 10, 3, {{"workload", "mixer-fmnist,mixer-fmnist-cpmumoe"}});
+  bench::Options opt("bench_mixer", 10, 3, {{"workload", "mixer-fmnist,mixer-fmnist-cpmumoe"}, {"recompute", "0"}});
   opt.parse(argc, argv);
+  const bool recompute = opt.integer("recompute", true) != 0;
   std::stringstream list(opt.str("workload"));
   std::string name;
   while (std::getline(list, name, ',')) {
@@ -41,6 +44,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "bench_mixer: unknown workload %s\n", name.c_str());
       return 2;
     }
+    c.recompute = recompute;
     manual_seed(0);
     models::MlpMixer model(c);
     optim::AdamW adamw(model.parameters(), optim::AdamWOptions(1e-3).weight_decay(1e-4));
@@ -53,7 +57,9 @@ int main(int argc, char** argv) {
       adamw.step();
     };
     bench::Timing t = bench::time_it(step, opt.reps, opt.warmup);
-    bench::print_step_result(name, t, omp_get_max_threads(), (long long)model.num_parameters());
+    const long long peak = bench::peak_tensor_bytes(step);
+    bench::print_step_result(recompute ? name + "-recompute" : name, t, omp_get_max_threads(),
+                             (long long)model.num_parameters(), peak);
   }
   return 0;
 }

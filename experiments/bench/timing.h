@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "ops/profile.h"
+#include "tensor/allocator.h"
 
 namespace mu::bench {
 
@@ -35,7 +36,7 @@ class Options {
     }
   }
   const std::string& str(const std::string& name) const { return own_.at(name); }
-  int64_t integer(const std::string& name) const { return count(name, own_.at(name)); }
+  int64_t integer(const std::string& name, bool zero_ok = false) const { return count(name, own_.at(name), zero_ok); }
 
  private:
   const char* program_;
@@ -82,12 +83,25 @@ Timing time_it(F&& step, int reps, int warmup) {
   return {median, ms.front(), ms.back()};
 }
 
-// One result line of a training-step benchmark, in torch_reference.py's shape.
-inline void print_step_result(const std::string& workload, const Timing& t, int threads, long long params) {
+// One result line of a training-step benchmark, in torch_reference.py's shape; with
+// `peak_bytes` (>= 0) also the most bytes the step's tensors held at once.
+inline void print_step_result(const std::string& workload, const Timing& t, int threads, long long params,
+                              long long peak_bytes = -1) {
   std::printf("{\"workload\": \"%s\", \"impl\": \"mumoe\", \"threads\": %d, \"median_ms\": %.3f, \"min_ms\": %.3f, "
-              "\"max_ms\": %.3f, \"params\": %lld}\n",
+              "\"max_ms\": %.3f, \"params\": %lld",
               workload.c_str(), threads, t.median_ms, t.min_ms, t.max_ms, params);
+  if (peak_bytes >= 0) std::printf(", \"peak_tensor_mib\": %.1f", double(peak_bytes) / (1 << 20));
+  std::printf("}\n");
   std::fflush(stdout);
+}
+
+// The most bytes host tensors held at once during one call of `step` (the allocator's
+// count of live tensors, caches excluded).
+template <class F>
+long long peak_tensor_bytes(F&& step) {
+  cpu_allocator::reset_peak();
+  step();
+  return (long long)cpu_allocator::stats().peak_bytes;
 }
 
 }  // namespace mu::bench
