@@ -1,10 +1,10 @@
-// Activation checkpointing (autograd/activation_checkpoint.h): the first run of a region turns every
-// tensor its ops save into a slot, recording what the tensor was; the first read of a
-// slot runs the region again and refills the slots from what it saves, in the same order.
+// Activation checkpointing (autograd/activation_checkpoint.h): the first run of a region
+// turns every tensor its ops save into a slot, recording what the tensor was; the first
+// read of a slot runs the region again and refills the slots from what it saves, in the
+// same order.
 #include "autograd/activation_checkpoint.h"
 
 #include <memory>
-#include <optional>
 #include <vector>
 
 #include "autograd/autocast.h"
@@ -37,6 +37,7 @@ struct DrawnGenerator {
 struct CheckpointFrame {
   CheckpointFn fn;
   TensorList inputs;
+  std::vector<uint64_t> input_versions;  // at the call: an input changed in place since is refused
   bool autocast = false;
   DType autocast_dtype = kBFloat16;
   std::vector<DrawnGenerator> generators;
@@ -115,6 +116,13 @@ struct ReplayedGenerators {
 }  // namespace
 
 void CheckpointFrame::recompute() {
+  // An input changed in place would be read as it is now; one that some op of the region
+  // saved is caught by the saves' version check, but not one only read (x * 2).
+  for (size_t i = 0; i < inputs.size(); ++i)
+    MU_CHECK(!inputs[i].defined() || inputs[i].version() == input_versions[i], "checkpoint: input ", i,
+             " of the region (", inputs[i].describe(), ") was modified by an in-place operation between the forward "
+             "and the backward (version ", input_versions[i], ", now ", inputs[i].version(),
+             "); the backward pass recomputes the region from it. Use an out-of-place op or clone() it first");
   refilled = 0;
   SecondRunScope second(this);
   EnableGradGuard grad;  // the backward pass runs without; the region's ops must save as before
@@ -176,6 +184,7 @@ TensorList checkpoint(const CheckpointFn& fn, const TensorList& inputs) {
   auto frame = std::make_shared<CheckpointFrame>();
   frame->fn = fn;
   frame->inputs = inputs;
+  for (const Tensor& t : inputs) frame->input_versions.push_back(t.defined() ? t.version() : 0);
   frame->autocast = is_autocast_enabled();
   frame->autocast_dtype = autocast_dtype();
   FirstRunScope first(frame);

@@ -22,15 +22,18 @@
 //    before the region's first draw, and restored afterwards: dropout masks come out the
 //    same, and the generators end where the forward left them. A generator must outlive
 //    the backward pass; one destroyed before it is an error. Draws on another thread do
-//    not belong to the region.
+//    not belong to the region, and a thread drawing from the same generator during the
+//    recomputation would see part of its stream again: give such a thread a generator of
+//    its own (as the data pipelines do).
 //  - modules that change state in their forward leave it alone while recomputing()
 //    (BatchNorm1d's running statistics are updated once per step, as without).
 // What it cannot replay is checked: each tensor saved the second time must have the
-// shape, dtype and device of the one saved the first time, and as many must be saved; a
-// tensor the region read (an input, a parameter) that was changed in place between the
-// forward and the backward is reported as with any saved tensor. Forward hooks of the
-// region's modules run on the second run as well; a hook that records something can skip
-// while recomputing().
+// shape, dtype and device of the one saved the first time, and as many must be saved; an
+// input of the region, or a tensor an op of the region saved (a weight of a product),
+// changed in place between the forward and the backward is reported. (A tensor the
+// region only reads, such as a bias that is added, cannot be checked: change none while
+// a region waits for its backward.) Forward hooks of the region's modules run on the
+// second run as well; a hook that records something can skip while recomputing().
 //
 // Without grad mode (NoGradGuard, evaluation) the function simply runs. A checkpoint
 // inside another's region is part of the outer region (its function simply runs).

@@ -19,7 +19,8 @@ same() {  # same LABEL A B: |a - b| <= 1e-6 |a|
 "$train" $args --max-steps 20 --out-dir "$work/one" > "$work/one.log" 2>&1
 "$mpirun" -np 2 --oversubscribe "$train" $args --max-steps 20 --out-dir "$work/two" > "$work/two.log" 2>&1
 "$mpirun" -np 2 --oversubscribe "$train" $args --max-steps 20 --zero 1 --out-dir "$work/zero" > "$work/zero.log" 2>&1
-"$mpirun" -np 2 --oversubscribe "$train" $args --max-steps 20 --recompute --out-dir "$work/recompute" > "$work/recompute.log" 2>&1
+"$mpirun" -np 2 --oversubscribe "$train" $args --max-steps 20 --recompute --out-dir "$work/recompute" \
+  > "$work/recompute.log" 2>&1
 # Only rank 0 speaks: one "final val_loss" line.
 [ "$(grep -c 'final val_loss' "$work/two.log")" = 1 ] || { echo "FAIL: 2 ranks printed $(grep -c 'final val_loss' "$work/two.log") result lines"; exit 1; }
 "$train" $args --max-steps 10 --out-dir "$work/resumed" > "$work/resumed.log" 2>&1

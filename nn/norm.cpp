@@ -92,8 +92,9 @@ Tensor BatchNorm1d::forward(const Tensor& x) {
   const bool tracked = running_mean.defined();
   // Without running statistics the batch statistics normalise in eval mode too (as torch).
   const bool batch_stats = is_training() || !tracked;
-  // A checkpointed region run again in the backward pass (autograd/activation_checkpoint.h) counts
-  // its batch once: the second run normalises by the batch statistics and updates nothing.
+  // A checkpointed region run again in the backward pass (autograd/activation_checkpoint.h)
+  // counts its batch once: the second run normalises by the batch statistics and updates
+  // nothing.
   const bool update = is_training() && tracked && !autograd::recomputing();
   // momentum = nullopt: cumulative average, the k-th batch weighted 1/k.
   double factor = 0;

@@ -182,8 +182,9 @@ Routing SparseMoE::route_logits(const Tensor& x, const Tensor& z) {
 }
 
 // The batch's regulariser and mean selection, kept for aux_loss() and the statistics;
-// not from a checkpointed region's second run (autograd/activation_checkpoint.h), whose graph is
-// thrown away: aux_loss() would keep it, and all it saved, alive until the next forward.
+// not from a checkpointed region's second run (autograd/activation_checkpoint.h), whose
+// graph is thrown away: aux_loss() would keep it, and all it saved, alive until the next
+// forward.
 void SparseMoE::keep_batch_results(const SparseMoEResult& res) {
   if (autograd::recomputing()) return;
   aux_loss_ = res.aux;

@@ -198,6 +198,17 @@ TEST_CASE("a parameter changed in place between the forward and the backward is 
   CHECK(msg.find("version") != std::string::npos);
 }
 
+TEST_CASE("an input changed in place that no op of the region saved is reported") {
+  Tensor x = rnd({4, 3}, 7);  // no gradient wanted for x itself: a plain tensor the region reads
+  Tensor w = rnd({4, 3}, 8).requires_grad_();
+  Tensor y = checkpoint([](const TensorList& in) { return TensorList{tanh(in[0] * 2.0 + in[1])}; }, {x, w})[0];
+  x.add_(1.0);  // x * 2.0 saves nothing; the recomputation would read the new x
+  const std::string msg = message_of([&] { sum(y).backward(); });
+  INFO(msg);
+  CHECK(msg.find("input 0 of the region") != std::string::npos);
+  CHECK(msg.find("version 0, now 1") != std::string::npos);
+}
+
 TEST_CASE("a function that does not repeat itself is refused") {
   Tensor x = rnd({5, 3}, 6).requires_grad_();
   SUBCASE("another shape the second time") {
