@@ -214,8 +214,18 @@ Tensor MlpMixer::features(const Tensor& images) {
   Tensor x = embed->forward(patchify(images));
   for (size_t i = 0; i < blocks->size(); ++i) {
     std::shared_ptr<MixerBlock> block = blocks->at<MixerBlock>(i);
-    x = config_.recompute ? autograd::checkpoint([block](const Tensor& t) { return block->forward(t); }, x)
-                          : block->forward(x);
+    if (!config_.recompute) {
+      x = block->forward(x);
+      continue;
+    }
+    // Held weakly, as GPT2's blocks (models/gpt2.cpp).
+    x = autograd::checkpoint(
+        [weak = std::weak_ptr<MixerBlock>(block), i](const Tensor& t) {
+          std::shared_ptr<MixerBlock> b = weak.lock();
+          MU_CHECK(b != nullptr, "MlpMixer: block ", i, " was destroyed before the backward pass could recompute it");
+          return b->forward(t);
+        },
+        x);
   }
   return x;
 }

@@ -450,3 +450,32 @@ TEST_CASE("an MLP-Mixer with recompute takes the plain model's step: batch-norm 
       if (name.find("num_batches_tracked") != std::string::npos) CHECK(t.item() == 1.0);
   }
 }
+
+TEST_CASE("a recomputing model holds its blocks weakly: no cycle through a sparse MoE's aux_loss()") {
+  models::GPT2Config c;
+  c.n_layer = 2;
+  c.n_head = 2;
+  c.n_embd = 16;
+  c.block_size = 8;
+  c.vocab_size = 13;
+  c.mlp = models::mlp::sigma_moe(8, 4, 2);
+  c.recompute = true;
+  Generator data(5);
+  const Tensor idx = randint(0, 13, {2, 8}, TensorOptions(kInt64), &data);
+  const Tensor tgt = randint(0, 13, {2, 8}, TensorOptions(kInt64), &data);
+  SUBCASE("a forward whose backward never runs: the model and its graph are freed with the model") {
+    auto model = std::make_shared<models::GPT2>(c);
+    std::weak_ptr<nn::UnaryModule> mlp = model->mlp(1);
+    model->forward(idx, tgt);  // the MLP's aux_loss() now holds the region's graph
+    model.reset();
+    CHECK(mlp.expired());
+  }
+  SUBCASE("a model destroyed before the backward: the recomputation says so") {
+    auto model = std::make_shared<models::GPT2>(c);
+    Tensor loss = model->forward(idx, tgt).loss;
+    model.reset();
+    const std::string msg = message_of([&] { loss.backward(); });
+    INFO(msg);
+    CHECK(msg.find("GPT2: block 1 was destroyed before the backward pass could recompute it") != std::string::npos);
+  }
+}
