@@ -39,6 +39,8 @@
 // inside another's region is part of the outer region (its function simply runs).
 #pragma once
 #include <functional>
+#include <memory>
+#include <string>
 
 #include "autograd/node.h"
 
@@ -48,10 +50,24 @@ using CheckpointFn = std::function<TensorList(const TensorList&)>;
 
 // fn(inputs), with the tensors its ops save for backward recomputed in the backward
 // pass rather than kept. fn and what it refers to (modules, generators) must live until
-// the backward pass has passed the region.
+// the backward pass has passed the region. The region's graph holds fn: let fn refer to a
+// module by reference or weak_ptr, not shared_ptr, if the module may keep a tensor of that
+// graph (a sparse MoE's aux_loss()), or the two keep each other alive (checkpoint_module).
 TensorList checkpoint(const CheckpointFn& fn, const TensorList& inputs);
 // The same for a function of one tensor to one tensor.
 Tensor checkpoint(const std::function<Tensor(const Tensor&)>& fn, const Tensor& input);
+// module->forward(input) as a region that holds the module weakly (see above); `what`
+// names the module in the error raised if it is gone when the backward pass gets there.
+template <class M>
+Tensor checkpoint_module(const std::shared_ptr<M>& module, const Tensor& input, std::string what) {
+  return checkpoint(
+      [weak = std::weak_ptr<M>(module), what = std::move(what)](const Tensor& t) {
+        std::shared_ptr<M> m = weak.lock();
+        MU_CHECK(m != nullptr, what, " was destroyed before the backward pass could recompute it");
+        return m->forward(t);
+      },
+      input);
+}
 
 // True on this thread while a checkpointed region runs the second time.
 bool recomputing();

@@ -388,19 +388,7 @@ Tensor GPT2::features(const Tensor& idx) {
   Tensor x = drop_->forward(wte_->forward(idx) + wpe_->forward(pos));
   for (size_t l = 0; l < h_->size(); ++l) {
     std::shared_ptr<Block> block = h_->at<Block>(l);
-    if (!config_.recompute) {
-      x = block->forward(x);
-      continue;
-    }
-    // The region holds the block weakly: a block holding the region's graph (a sparse MoE's
-    // aux_loss()) must not keep itself alive through it.
-    x = autograd::checkpoint(
-        [weak = std::weak_ptr<Block>(block), l](const Tensor& t) {
-          std::shared_ptr<Block> b = weak.lock();
-          MU_CHECK(b != nullptr, "GPT2: block ", l, " was destroyed before the backward pass could recompute it");
-          return b->forward(t);
-        },
-        x);
+    x = config_.recompute ? autograd::checkpoint_module(block, x, detail::str("GPT2: block ", l)) : block->forward(x);
   }
   return ln_f_->forward(x);
 }

@@ -214,18 +214,8 @@ Tensor MlpMixer::features(const Tensor& images) {
   Tensor x = embed->forward(patchify(images));
   for (size_t i = 0; i < blocks->size(); ++i) {
     std::shared_ptr<MixerBlock> block = blocks->at<MixerBlock>(i);
-    if (!config_.recompute) {
-      x = block->forward(x);
-      continue;
-    }
-    // Held weakly, as GPT2's blocks (models/gpt2.cpp).
-    x = autograd::checkpoint(
-        [weak = std::weak_ptr<MixerBlock>(block), i](const Tensor& t) {
-          std::shared_ptr<MixerBlock> b = weak.lock();
-          MU_CHECK(b != nullptr, "MlpMixer: block ", i, " was destroyed before the backward pass could recompute it");
-          return b->forward(t);
-        },
-        x);
+    x = config_.recompute ? autograd::checkpoint_module(block, x, detail::str("MlpMixer: block ", i))
+                          : block->forward(x);
   }
   return x;
 }

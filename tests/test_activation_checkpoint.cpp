@@ -50,6 +50,15 @@ struct MlpBlock {
   }
 };
 
+// n blocks d -> h -> d with dropout p, drawn after manual_seed(seed), on `dev`.
+std::vector<MlpBlock> make_blocks(int n, int64_t d, int64_t h, double p, Device dev, uint64_t seed) {
+  manual_seed(seed);
+  std::vector<MlpBlock> blocks;
+  for (int i = 0; i < n; ++i) blocks.emplace_back(d, h, p);
+  for (MlpBlock& b : blocks) b.to(dev);
+  return blocks;
+}
+
 // The gradients of x and of every parameter after one backward of sum(out * w), where
 // out is the stack of `blocks` applied to x, each block checkpointed or not.
 struct Grads {
@@ -95,10 +104,7 @@ std::string message_of(const std::function<void()>& f) {
 TEST_CASE("a checkpointed stack has the plain stack's output and gradients, dropout included") {
   for (Device dev : test_devices()) {
     INFO(dev.str());
-    manual_seed(11);
-    std::vector<MlpBlock> blocks;
-    for (int i = 0; i < 3; ++i) blocks.emplace_back(16, 48, 0.25);
-    for (MlpBlock& b : blocks) b.to(dev);
+    std::vector<MlpBlock> blocks = make_blocks(3, 16, 48, 0.25, dev, 11);
     const Tensor x = randn({4, 5, 16}).to(dev), w = randn({4, 5, 16}).to(dev);
 
     manual_seed(5);
@@ -120,9 +126,7 @@ TEST_CASE("a checkpointed stack has the plain stack's output and gradients, drop
 TEST_CASE("a region's saved activations are freed after the forward and recomputed in the backward") {
   // CPU: the host allocator counts the bytes live tensors hold.
   const int64_t B = 64, d = 128, h = 512, depth = 4;
-  manual_seed(3);
-  std::vector<MlpBlock> blocks;
-  for (int64_t i = 0; i < depth; ++i) blocks.emplace_back(d, h, 0.0);
+  std::vector<MlpBlock> blocks = make_blocks(int(depth), d, h, 0.0, Device::cpu(), 3);
   const Tensor x0 = randn({B, d});
   auto held_after_forward = [&](bool checkpointed) {
     Tensor x = x0.detach().requires_grad_();
@@ -238,9 +242,7 @@ TEST_CASE("a function that does not repeat itself is refused") {
 
 TEST_CASE("nested regions, batch norm's running statistics, retain_graph and no-grad mode") {
   SUBCASE("a region inside a region is part of it") {
-    manual_seed(8);
-    std::vector<MlpBlock> blocks;
-    for (int i = 0; i < 2; ++i) blocks.emplace_back(8, 16, 0.3);
+    std::vector<MlpBlock> blocks = make_blocks(2, 8, 16, 0.3, Device::cpu(), 8);
     const Tensor x = randn({5, 8}), w = randn({5, 8});
     manual_seed(1);
     const Grads plain = run_stack(blocks, x, w, false);
@@ -295,10 +297,7 @@ TEST_CASE("nested regions, batch norm's running statistics, retain_graph and no-
 TEST_CASE("a region recorded under autocast is recomputed under it") {
   for (Device dev : test_devices()) {
     INFO(dev.str());
-    manual_seed(12);
-    std::vector<MlpBlock> blocks;
-    for (int i = 0; i < 2; ++i) blocks.emplace_back(16, 32, 0.1);
-    for (MlpBlock& b : blocks) b.to(dev);
+    std::vector<MlpBlock> blocks = make_blocks(2, 16, 32, 0.1, dev, 12);
     const Tensor x = randn({3, 7, 16}).to(dev), w = randn({3, 7, 16}).to(dev);
     auto run = [&](bool checkpointed) {
       manual_seed(21);
