@@ -384,6 +384,18 @@ void check_same_step(const Step& ckpt, const Step& plain, Device dev) {
   }
 }
 
+// A 2-layer GPT-2, 16 wide, context 8, vocabulary 13, with the given MLP.
+models::GPT2Config small_gpt2(const models::MlpChoice& mlp) {
+  models::GPT2Config c;
+  c.n_layer = 2;
+  c.n_head = 2;
+  c.n_embd = 16;
+  c.block_size = 8;
+  c.vocab_size = 13;
+  c.mlp = mlp;
+  return c;
+}
+
 }  // namespace
 
 TEST_CASE("GPT-2 with recompute takes the plain model's step: dense, CPμMoE and σ-MoE MLPs, with dropout") {
@@ -391,14 +403,8 @@ TEST_CASE("GPT-2 with recompute takes the plain model's step: dense, CPμMoE and
     for (const models::MlpChoice& mlp : {models::mlp::dense(), models::mlp::cp_mumoe(8, 12),
                                          models::mlp::sigma_moe(8, 4, 2, 0.25)}) {
       INFO(dev.str() << " " << mlp.name);
-      models::GPT2Config c;
-      c.n_layer = 2;
-      c.n_head = 2;
-      c.n_embd = 16;
-      c.block_size = 8;
-      c.vocab_size = 13;
+      models::GPT2Config c = small_gpt2(mlp);
       c.dropout = 0.2;
-      c.mlp = mlp;
       Generator g1(40), g2(40);
       models::GPT2 plain(c, &g1);
       c.recompute = true;
@@ -451,13 +457,7 @@ TEST_CASE("an MLP-Mixer with recompute takes the plain model's step: batch-norm 
 }
 
 TEST_CASE("a recomputing model holds its blocks weakly: no cycle through a sparse MoE's aux_loss()") {
-  models::GPT2Config c;
-  c.n_layer = 2;
-  c.n_head = 2;
-  c.n_embd = 16;
-  c.block_size = 8;
-  c.vocab_size = 13;
-  c.mlp = models::mlp::sigma_moe(8, 4, 2);
+  models::GPT2Config c = small_gpt2(models::mlp::sigma_moe(8, 4, 2));
   c.recompute = true;
   Generator data(5);
   const Tensor idx = randint(0, 13, {2, 8}, TensorOptions(kInt64), &data);
