@@ -3,9 +3,11 @@
 // targets; the MLP dense (gpt2-mini), CPμMoE (gpt2-mini-cpmumoe, N = 64, R = int(0.78 d)) or
 // TRμMoE (gpt2-mini-trmumoe, N = 64, ranks (4, 4, int(0.2 d))). One step = zero grads,
 // loss = model(idx, targets), backward, AdamW(lr 6e-4, weight decay 0.1 on every parameter,
-// as the reference's torch.optim.AdamW(m.parameters(), ...)). Prints one JSON line per workload,
-// with the most bytes the step's tensors held at once. --recompute 1 checkpoints every
-// block (GPT2Config::recompute; the workloads are then named ...-recompute).
+// as the reference's torch.optim.AdamW(m.parameters(), ...)). One workload the reference
+// lacks, run when named: gpt2-124m-b1, GPT-2 small (GPT2Config::gpt2_124m) on one sequence
+// of 1024 tokens, the shape of a paper-scale step per sequence. Prints one JSON line per
+// workload, with the most bytes the step's tensors held at once. --recompute 1 checkpoints
+// every block (GPT2Config::recompute; the workloads are then named ...-recompute).
 //
 //   bench_gpt2 [--workload gpt2-mini,gpt2-mini-cpmumoe,gpt2-mini-trmumoe] [--recompute 0] [--reps 10] [--warmup 3]
 #include <omp.h>
@@ -29,9 +31,11 @@ int main(int argc, char** argv) {
   std::string name;
   while (std::getline(list, name, ',')) {
     models::GPT2Config c = models::GPT2Config::gpt2_mini();
+    int64_t B = 8;
+    if (name == "gpt2-124m-b1") c = models::GPT2Config::gpt2_124m(), B = 1;
     if (name == "gpt2-mini-cpmumoe") c.mlp = models::mlp::cp_mumoe(64);
     else if (name == "gpt2-mini-trmumoe") c.mlp = models::mlp::tr_mumoe(64);
-    else if (name != "gpt2-mini") {
+    else if (name != "gpt2-mini" && name != "gpt2-124m-b1") {
       std::fprintf(stderr, "bench_gpt2: unknown workload %s\n", name.c_str());
       return 2;
     }
@@ -39,7 +43,7 @@ int main(int argc, char** argv) {
     manual_seed(0);
     models::GPT2 model(c);
     optim::AdamW adamw(model.parameters(), optim::AdamWOptions(6e-4).weight_decay(0.1));
-    const int64_t B = 8, T = c.block_size;
+    const int64_t T = c.block_size;
     Tensor idx = randint(0, c.vocab_size, {B, T}), tgt = randint(0, c.vocab_size, {B, T});
     auto step = [&] {
       adamw.zero_grad();
