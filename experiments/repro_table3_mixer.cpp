@@ -14,6 +14,7 @@
 //
 //   repro_table3_mixer [--scale smoke|local] [--out-dir DIR] [--seeds N] [--epochs E]
 //   repro_table3_mixer --scale paper --data IMAGENET_ARRAYS [--device cuda] [--micro-batch 256 --grad-accum 16]
+//                      [--recompute]
 //
 // Each run is the train_mixer program next to this one, in <out-dir>/runs/<mlp>-seed<k>;
 // its accuracy is the last evaluation in that run's metrics.jsonl. A run whose metrics
@@ -60,6 +61,7 @@ struct PaperFlags {
   int64_t micro_batch = 256, grad_accum = 16;
   double epochs = 300;
   int64_t eval_every = 5000, checkpoint_every = 1000;
+  bool recompute = false;  // train_mixer --recompute
 };
 
 constexpr int kMissing = 2;  // the exit status when the data or the GPU is missing
@@ -74,8 +76,8 @@ void print_paper_needs() {
       "               DIR/train.labels, DIR/val.images, DIR/val.labels, uint8 squares of at least 224 pixels;\n"
       "               scripts/image_folder_to_arrays.py --src <imagenet>/train --split train --out DIR --size 256\n"
       "               (and the same for val, its images sorted into class folders) writes them (about 250 GB)\n"
-      "  a CUDA GPU   (--device cuda, the default; lower --micro-batch and raise --grad-accum together to keep\n"
-      "               4096 images per step where 256 do not fit)\n");
+      "  a CUDA GPU   (--device cuda, the default; where 256 images do not fit, add --recompute, or lower\n"
+      "               --micro-batch and raise --grad-accum together to keep 4096 images per step)\n");
 }
 
 int run_paper_scale(const repro::Common& common, const PaperFlags& f) {
@@ -125,7 +127,7 @@ int run_paper_scale(const repro::Common& common, const PaperFlags& f) {
       manual_seed(0);
       const int64_t params = models::MlpMixer(c).num_parameters();
       const std::string dir = common.out_dir + "/runs/paper-" + m.flag;
-      const std::vector<std::string> args = {
+      std::vector<std::string> args = {
           trainer, "--image-arrays", f.data, "--image-size", "224", "--patch", "16", "--width", "512", "--depth", "8",
           "--token-mlp", "256", "--channel-mlp", "2048", "--mlp", m.flag, "--experts", "64", "--stochastic-depth",
           "0.1", "--randaugment-ops", "2", "--randaugment-magnitude", "15", "--mixup", "0.5", "--batch-size",
@@ -134,6 +136,7 @@ int run_paper_scale(const repro::Common& common, const PaperFlags& f) {
           std::to_string(std::min<int64_t>(10000, steps / 2)), "--weight-decay", "1e-4", "--beta1", "0.9", "--beta2",
           "0.999", "--clip", "1.0", "--eval-every", std::to_string(f.eval_every), "--checkpoint-every",
           std::to_string(f.checkpoint_every), "--seed", "0", "--device", f.device, "--dtype", "bf16", "--no-progress"};
+      if (f.recompute) args.push_back("--recompute");
       const auto [acc, step] = repro::run_resumable(args, dir, "test_acc", steps, m.name);
       if (step < 0) {
         std::printf("interrupted: %s's checkpoint is in %s; run the same command again to continue\n", m.name,
@@ -183,6 +186,8 @@ int main(int argc, char** argv) {
   p->add_option("--paper-epochs", paper.epochs, "Epochs per model")->capture_default_str()->check(CLI::PositiveNumber);
   p->add_option("--eval-every", paper.eval_every, "Validation every k steps (0: at the end only)")
       ->capture_default_str()->check(CLI::NonNegativeNumber);
+  p->add_flag("--recompute", paper.recompute, "Activation checkpointing in the runs (train_mixer --recompute: less "
+              "memory, about a third more compute, the same steps)");
   p->add_option("--checkpoint-every", paper.checkpoint_every, "Checkpoint every k steps (and on Ctrl-C)")
       ->capture_default_str()->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
