@@ -86,6 +86,10 @@ if [[ $what == bench || $what == all ]]; then
   timeout "${FUSED_TIMEOUT:-150}" "$bin/experiments/bench_gpu_fused_mumoe" >"$out/bench_fused.txt" 2>&1
   echo "bench_gpu_fused_mumoe rc=$?"
   cat "$out/bench_fused.txt" >>"$out/bench.txt" && rm "$out/bench_fused.txt"
+  # GPT-2 124M with every block recomputed (activation checkpointing): its peak memory and
+  # step time beside the plain line of compare_gpu.sh above.
+  timeout 60 "$bin/experiments/bench_gpu_gpt2" --workload gpt2-124m --dtype bf16 --reps 3 --warmup 2 --recompute 1 \
+    2>&1 | sed "s/^/recompute: /" >>"$out/bench.txt"
   # Attention through each of the framework's own paths, beside the default choice above
   # (float32: the tiled kernels' vector variant by default; bfloat16: cuDNN).
   for path in gemm flash; do
@@ -107,8 +111,8 @@ if [[ $what == bench || $what == all ]]; then
       --profile 1 >/dev/null 2>>"$out/profile.txt"
     head -45 "$out/profile.txt"
   fi
-  grep -v "^{\|^gemm\|^flash\|^\[mumoe\]" "$out/bench.txt" | tail -18
-  grep "^gemm\|^flash\|einsum_over_fused" "$out/bench.txt" | sed 's/"impl".*"median_ms"/.../'
+  grep -v "^{\|^gemm\|^flash\|^recompute\|^\[mumoe\]" "$out/bench.txt" | tail -18
+  grep "^gemm\|^flash\|^recompute\|einsum_over_fused" "$out/bench.txt" | sed 's/"impl".*"median_ms"/.../'
   grep "cuDNN" "$out/bench.txt" | sort | uniq -c
 fi
 
