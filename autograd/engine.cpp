@@ -3,8 +3,8 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "autograd/autocast.h"
 #include "autograd/activation_checkpoint.h"
+#include "autograd/autocast.h"
 #include "autograd/grad_mode.h"
 #include "autograd/hooks.h"
 #include "autograd/node.h"

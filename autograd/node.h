@@ -41,8 +41,8 @@ struct Node {
 
 // A tensor kept for backward, with the storage version it had when saved, so that an
 // in-place change made in between is reported rather than silently used. Saved inside a
-// checkpointed region (autograd/activation_checkpoint.h), it keeps a slot instead, which the region's
-// second run fills when the backward pass first asks.
+// checkpointed region (autograd/activation_checkpoint.h), it keeps a slot instead, which
+// the region's second run fills when the backward pass first asks.
 class SavedTensor {
  public:
   SavedTensor() = default;

@@ -101,9 +101,10 @@ struct GPT2Config {
   int64_t vocab_size = 50257;
   bool bias = true;           // biases in the Linears and LayerNorms (nanoGPT's `bias`)
   double dropout = 0.0;       // embedding, attention, residual and MLP dropout
-  // Activation checkpointing (autograd/activation_checkpoint.h): while training, each
-  // block keeps only its input and recomputes the rest in the backward pass (less memory,
-  // one more forward of the blocks per step, the same results). Not part of the model.
+  // Activation checkpointing (autograd/activation_checkpoint.h): where a graph is recorded,
+  // each block keeps only its input and recomputes the rest in the backward pass (less
+  // memory, one more forward of the blocks per step, the same results). Not part of the
+  // model (no count or checkpoint depends on it).
   bool recompute = false;
   MlpChoice mlp = mlp::dense();
 

@@ -75,9 +75,10 @@ struct MixerConfig {
   double ln_eps = 1e-5;  // every LayerNorm (torch's default, as torch_reference.py)
   // The generator of the drop-path draws (null: the global one); not owned.
   Generator* generator = nullptr;
-  // Activation checkpointing (autograd/activation_checkpoint.h): while training, each
-  // block keeps only its input and recomputes the rest in the backward pass (less memory,
-  // one more forward of the blocks per step, the same results). Not part of the model.
+  // Activation checkpointing (autograd/activation_checkpoint.h): where a graph is recorded,
+  // each block keeps only its input and recomputes the rest in the backward pass (less
+  // memory, one more forward of the blocks per step, the same results). Not part of the
+  // model (no count or checkpoint depends on it).
   bool recompute = false;
 
   // Both mixing blocks of one kind.

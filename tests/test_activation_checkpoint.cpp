@@ -1,7 +1,7 @@
-// Activation checkpointing (autograd/activation_checkpoint.h): a checkpointed region's gradients are
-// those of the same region run plainly (the reference is the plain run), its saved
-// activations are freed after the forward (counted from the shapes), random draws are
-// replayed, and what cannot be replayed is refused with a message.
+// Activation checkpointing (autograd/activation_checkpoint.h): a checkpointed region's
+// gradients are those of the same region run plainly (the reference is the plain run), its
+// saved activations are freed after the forward (counted from the shapes), random draws
+// are replayed, and what cannot be replayed is refused with a message.
 #include "autograd/activation_checkpoint.h"
 
 #include <memory>

@@ -26,7 +26,7 @@ int main(int argc, char** argv) {
   bench::Options opt("bench_gpt2", 10, 3,
                      {{"workload", "gpt2-mini,gpt2-mini-cpmumoe,gpt2-mini-trmumoe"}, {"recompute", "0"}});
   opt.parse(argc, argv);
-  const bool recompute = opt.integer("recompute", true) != 0;
+  const bool recompute = opt.flag("recompute");
   std::stringstream list(opt.str("workload"));
   std::string name;
   while (std::getline(list, name, ',')) {

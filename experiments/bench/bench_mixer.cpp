@@ -26,7 +26,7 @@ using models::MixerMlp;
 int main(int argc, char** argv) {
   bench::Options opt("bench_mixer", 10, 3, {{"workload", "mixer-fmnist,mixer-fmnist-cpmumoe"}, {"recompute", "0"}});
   opt.parse(argc, argv);
-  const bool recompute = opt.integer("recompute", true) != 0;
+  const bool recompute = opt.flag("recompute");
   std::stringstream list(opt.str("workload"));
   std::string name;
   while (std::getline(list, name, ',')) {

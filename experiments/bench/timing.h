@@ -17,8 +17,9 @@
 namespace mu::bench {
 
 // "--name value" pairs. --reps and --warmup always; the program's own options are
-// declared with their defaults. An unknown option, a missing value or a count that is not
-// a positive integer ends the program with a usage line (exit status 2).
+// declared with their defaults. An unknown option, a missing value, a count that is not
+// a positive integer or a flag that is not 0 or 1 ends the program with a usage line (exit
+// status 2).
 class Options {
  public:
   Options(const char* program, int reps, int warmup, std::vector<std::pair<std::string, std::string>> own = {})
@@ -36,7 +37,13 @@ class Options {
     }
   }
   const std::string& str(const std::string& name) const { return own_.at(name); }
-  int64_t integer(const std::string& name, bool zero_ok = false) const { return count(name, own_.at(name), zero_ok); }
+  int64_t integer(const std::string& name) const { return count(name, own_.at(name)); }
+  // An option that is 0 or 1.
+  bool flag(const std::string& name) const {
+    const std::string& v = own_.at(name);
+    if (v != "0" && v != "1") usage(("--" + name + " " + v + " is not 0 or 1").c_str());
+    return v == "1";
+  }
 
  private:
   const char* program_;
