@@ -161,14 +161,17 @@ Built gpt2(Rng& r, Generator& g) {
     case 4: c.mlp = models::mlp::topk_mlp(r.ri(1, int(4 * c.n_embd))); mlp = "top-K"; break;
     default: c.mlp = models::mlp::pkm(r.ri(1, 3), 1, 1); mlp = "PKM"; break;
   }
+  c.recompute = r.coin();  // every block checkpointed (autograd/activation_checkpoint.h)
   const std::string what = "GPT-2 " + std::to_string(c.n_layer) + " layers, " + std::to_string(c.n_head) +
                            " heads, n_embd " + std::to_string(c.n_embd) + ", vocab " + std::to_string(c.vocab_size) +
-                           ", bias " + std::to_string(c.bias) + ", MLP " + mlp;
+                           ", bias " + std::to_string(c.bias) + ", MLP " + mlp + (c.recompute ? ", recompute" : "");
   auto m = std::make_shared<models::GPT2>(c, &g);
   const int64_t b = r.ri(1, 2), t = r.ri(1, 8);
   Tensor idx = randint(0, c.vocab_size, {b, t}, TensorOptions(kInt64), &g);
-  // Targets with now and then an ignored position (-1).
+  // Targets with now and then an ignored position (-1), but never all of them: the mean
+  // over no position is NaN (as in PyTorch), which no difference quotient can check.
   Tensor targets = randint(r.coin() ? -1 : 0, c.vocab_size, {b, t}, TensorOptions(kInt64), &g);
+  targets.set({0, 0}, double(r.ri(0, int(c.vocab_size) - 1)));
   return {what, m, idx, [m, targets](const Tensor& x) {
             models::GPT2::Output o = m->forward(x, targets.to(x.device()));
             return std::vector<Tensor>{o.logits, o.loss};
@@ -193,11 +196,12 @@ Built mixer(Rng& r, Generator& g) {
   c.further_gate_std = 0.3;
   c.moe_input_norm = r.coin();
   c.cp_rank_ratio = c.tr_rank_ratio = 1.0;  // the paper's ratios give rank 0 at these widths
+  c.recompute = r.coin();
   const std::string what = "Mixer " + std::to_string(c.image_size) + "², patch " + std::to_string(c.patch_size) +
                            ", " + std::to_string(c.channels) + " channels, width " + std::to_string(c.width) +
                            ", depth " + std::to_string(c.depth) + ", token " + models::to_string(c.token_block) +
                            ", channel " + models::to_string(c.channel_block) + ", " + std::to_string(c.experts) +
-                           " experts";
+                           " experts" + (c.recompute ? ", recompute" : "");
   // The model draws from the global generator: seed it from this draw.
   manual_seed(uint64_t(r.ri(0, 1 << 30)));
   auto m = std::make_shared<models::MlpMixer>(c);
