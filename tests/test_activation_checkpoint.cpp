@@ -224,12 +224,20 @@ TEST_CASE("a function that does not repeat itself is refused") {
     CHECK(msg.find("[2, 3]") != std::string::npos);
     CHECK(msg.find("[5, 3]") != std::string::npos);
   }
-  SUBCASE("fewer saves the second time") {
+  SUBCASE("fewer saves the second time, with a draw: the failed recomputation leaves nothing behind") {
     int calls = 0;
-    Tensor y = checkpoint([&](const Tensor& t) { return ++calls == 1 ? tanh(tanh(t)) : tanh(t); }, x);
+    Tensor y = checkpoint(
+        [&](const Tensor& t) { return dropout(++calls == 1 ? tanh(tanh(t)) : tanh(t), 0.5, true); }, x);
+    const std::string drawn = default_generator().state();
     const std::string msg = message_of([&] { sum(y).backward(); });
     INFO(msg);
-    CHECK(msg.find("saved 1 tensors for backward, its forward saved 2") != std::string::npos);
+    // tanh saves its output, dropout's product x · mask both operands: 1 + 1 + 2, then 1 + 2.
+    CHECK(msg.find("saved 3 tensors for backward, its forward saved 4") != std::string::npos);
+    // The generator, grad mode, autocast and the recomputing flag are as they were.
+    CHECK(default_generator().state() == drawn);
+    CHECK(autograd::is_grad_enabled());
+    CHECK_FALSE(autograd::is_autocast_enabled());
+    CHECK_FALSE(autograd::recomputing());
   }
   SUBCASE("more saves the second time") {
     int calls = 0;
