@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "mumoe.h"
+#include "tensor/allocator.h"
+#include "tensor/cuda.h"
 #include "train/loop.h"
 
 namespace mu::experiments {
@@ -100,6 +102,13 @@ inline Device parse_device(const std::string& s) {
   MU_CHECK(index < n, "--device ", s, ": this machine has ", n, " CUDA device", n == 1 ? "" : "s",
            cuda::is_available() ? "" : " (no GPU found, or a build without CUDA)");
   return Device::cuda(index);
+}
+
+// The most bytes the run's tensors held at once on `dev` (the allocator's count of live
+// tensors, its cache excluded), as one line: what --recompute and --batch-size trade.
+inline void print_peak_memory(Device dev) {
+  const MemoryStats s = dev.is_cpu() ? cpu_allocator::stats() : cuda::memory_stats(dev.index);
+  std::printf("peak tensor memory %.1f MiB on %s\n", double(s.peak_bytes) / (1 << 20), dev.str().c_str());
 }
 
 // The loop options the flags describe; units_per_step and unit are the program's.

@@ -231,6 +231,7 @@ int main(int argc, char** argv) {
     std::printf("final val_loss %.4f after %lld steps", final_loss, (long long)r.steps_done);
     if (!std::isnan(initial)) std::printf(" (%.4f before training)", initial);
     std::printf("\n");
+    experiments::print_peak_memory(dev);
     if (expect_drop > 0 && !(initial - final_loss >= expect_drop)) {
       std::fprintf(stderr, "train_gpt2: the validation loss fell by %.4f nats (%.4f -> %.4f), less than the %.4f "
                    "expected\n", initial - final_loss, initial, final_loss, expect_drop);

@@ -275,6 +275,7 @@ int main(int argc, char** argv) {
     std::printf("final test accuracy %.2f%% after %lld steps (%.2f epochs)\n",
                 100.0 * (r.last_eval.empty() ? NAN : r.last_eval[0].second), (long long)r.steps_done,
                 double(r.steps_done * f.grad_accum) / double(per_epoch));
+    experiments::print_peak_memory(dev);
     const double acc = r.last_eval.empty() ? NAN : r.last_eval[0].second;
     if (expect_accuracy > 0 && !(acc >= expect_accuracy)) {
       std::fprintf(stderr, "train_mixer: test accuracy %.4f is below the %.4f expected\n", acc, expect_accuracy);
