@@ -7,6 +7,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <thread>
 
 #include "helpers.h"
 #include "models/gpt2.h"
@@ -200,6 +201,37 @@ TEST_CASE("a parameter changed in place between the forward and the backward is 
   INFO(msg);
   CHECK(msg.find("modified by an in-place operation between the forward and the backward") != std::string::npos);
   CHECK(msg.find("version") != std::string::npos);
+}
+
+TEST_CASE("regions on two threads at once: each thread's regions and draws are its own") {
+  // Each thread trains its own stack with its own dropout generator, checkpointed, while
+  // the other does the same; each must get what it gets alone and plainly.
+  auto stack = [](Generator* gen) {
+    manual_seed(6);  // the same weights on both threads (manual_seed is global: drawn before they start)
+    std::vector<MlpBlock> blocks;
+    for (int i = 0; i < 2; ++i) blocks.emplace_back(12, 24, 0.3, gen);
+    return blocks;
+  };
+  Generator g1(1), g2(2);
+  std::vector<MlpBlock> s1 = stack(&g1), s2 = stack(&g2);
+  manual_seed(7);
+  const Tensor x = randn({5, 12}), w = randn({5, 12});
+  auto run = [&](std::vector<MlpBlock>& s, Generator& g, uint64_t seed, bool checkpointed) {
+    g.manual_seed(seed);
+    return run_stack(s, x, w, checkpointed);
+  };
+  const Grads plain1 = run(s1, g1, 11, false), plain2 = run(s2, g2, 22, false);
+  Grads c1, c2;
+  for (int round = 0; round < 20; ++round) {
+    std::thread t1([&] { c1 = run(s1, g1, 11, true); });
+    std::thread t2([&] { c2 = run(s2, g2, 22, true); });
+    t1.join();
+    t2.join();
+    for (size_t i = 0; i < plain1.grads.size(); ++i) {
+      check_same(c1.grads[i], plain1.grads[i], Device::cpu());
+      check_same(c2.grads[i], plain2.grads[i], Device::cpu());
+    }
+  }
 }
 
 TEST_CASE("an input changed in place that no op of the region saved is reported") {
