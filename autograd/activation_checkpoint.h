@@ -7,7 +7,8 @@
 //   // y = block(x), with block's saved activations recomputed in the backward
 //   Tensor y = autograd::checkpoint([&](const Tensor& x) { return block->forward(x); }, x);
 //   // several inputs and outputs
-//   TensorList out = autograd::checkpoint([&](const TensorList& in) { return TensorList{f(in[0], in[1])}; }, {a, b});
+//   TensorList out =
+//       autograd::checkpoint([&](const TensorList& in) { return TensorList{f(in[0], in[1])}; }, {a, b});
 //
 // The region's graph is recorded as usual (its outputs, its parameters and every hook of
 // them are as without checkpointing); only what its ops save for backward is replaced by
