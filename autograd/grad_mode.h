@@ -7,27 +7,27 @@ namespace mu::autograd {
 bool is_grad_enabled();
 void set_grad_enabled(bool enabled);
 
-class NoGradGuard {
+// Grad mode set for a scope, the previous one put back at its end.
+class GradModeGuard {
  public:
-  NoGradGuard() : prev_(is_grad_enabled()) { set_grad_enabled(false); }
-  ~NoGradGuard() { set_grad_enabled(prev_); }
-  NoGradGuard(const NoGradGuard&) = delete;
-  NoGradGuard& operator=(const NoGradGuard&) = delete;
+  explicit GradModeGuard(bool enabled) : prev_(is_grad_enabled()) { set_grad_enabled(enabled); }
+  ~GradModeGuard() { set_grad_enabled(prev_); }
+  GradModeGuard(const GradModeGuard&) = delete;
+  GradModeGuard& operator=(const GradModeGuard&) = delete;
 
  private:
   bool prev_;
 };
 
-// The opposite: grad mode on for a scope, e.g. inside a backward pass (as torch.enable_grad).
-class EnableGradGuard {
- public:
-  EnableGradGuard() : prev_(is_grad_enabled()) { set_grad_enabled(true); }
-  ~EnableGradGuard() { set_grad_enabled(prev_); }
-  EnableGradGuard(const EnableGradGuard&) = delete;
-  EnableGradGuard& operator=(const EnableGradGuard&) = delete;
+// Off for a scope (as torch.no_grad).
+struct NoGradGuard : GradModeGuard {
+  NoGradGuard() : GradModeGuard(false) {}
+};
 
- private:
-  bool prev_;
+// On for a scope, e.g. a checkpointed region recomputed inside a backward pass (as
+// torch.enable_grad).
+struct EnableGradGuard : GradModeGuard {
+  EnableGradGuard() : GradModeGuard(true) {}
 };
 
 }  // namespace mu::autograd

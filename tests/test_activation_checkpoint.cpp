@@ -13,6 +13,7 @@
 #include "models/gpt2.h"
 #include "models/mlp_mixer.h"
 #include "tensor/allocator.h"
+#include "tiny_models.h"
 
 using namespace mu;
 using autograd::checkpoint;
@@ -424,14 +425,9 @@ void check_same_step(const Step& ckpt, const Step& plain, Device dev) {
   }
 }
 
-// A 2-layer GPT-2, 16 wide, context 8, vocabulary 13, with the given MLP.
+// tiny_gpt2 (tiny_models.h) with the given MLP.
 models::GPT2Config small_gpt2(const models::MlpChoice& mlp) {
-  models::GPT2Config c;
-  c.n_layer = 2;
-  c.n_head = 2;
-  c.n_embd = 16;
-  c.block_size = 8;
-  c.vocab_size = 13;
+  models::GPT2Config c = tiny_gpt2();
   c.mlp = mlp;
   return c;
 }
@@ -452,8 +448,8 @@ TEST_CASE("GPT-2 with recompute takes the plain model's step: dense, CPμMoE and
       plain.to(dev);
       ckpt.to(dev);
       Generator data(3);
-      const Tensor idx = randint(0, 13, {3, 8}, TensorOptions(kInt64), &data).to(dev);
-      const Tensor tgt = randint(0, 13, {3, 8}, TensorOptions(kInt64), &data).to(dev);
+      const Tensor idx = randint(0, 11, {3, 8}, TensorOptions(kInt64), &data).to(dev);
+      const Tensor tgt = randint(0, 11, {3, 8}, TensorOptions(kInt64), &data).to(dev);
       const Step a = step_of(plain, [&] { return plain.forward(idx, tgt).loss; });
       const Step b = step_of(ckpt, [&] { return ckpt.forward(idx, tgt).loss; });
       check_same_step(b, a, dev);
@@ -464,18 +460,9 @@ TEST_CASE("GPT-2 with recompute takes the plain model's step: dense, CPμMoE and
 TEST_CASE("an MLP-Mixer with recompute takes the plain model's step: batch-norm gated CPμMoE, stochastic depth") {
   for (Device dev : test_devices()) {
     INFO(dev.str());
-    models::MixerConfig c;
-    c.image_size = 8;
-    c.channels = 2;
-    c.patch_size = 2;
-    c.width = 12;
-    c.token_mlp = 10;
-    c.channel_mlp = 20;
+    models::MixerConfig c = tiny_mixer();
     c.depth = 3;
-    c.num_classes = 5;
-    c.experts = 6;
     c.stochastic_depth = 0.4;
-    c.token_block = models::MixerMlp::MLP;
     c.channel_block = models::MixerMlp::CPMuMoE;
     manual_seed(17);
     models::MlpMixer plain(c);
@@ -500,8 +487,8 @@ TEST_CASE("a recomputing model holds its blocks weakly: no cycle through a spars
   models::GPT2Config c = small_gpt2(models::mlp::sigma_moe(8, 4, 2));
   c.recompute = true;
   Generator data(5);
-  const Tensor idx = randint(0, 13, {2, 8}, TensorOptions(kInt64), &data);
-  const Tensor tgt = randint(0, 13, {2, 8}, TensorOptions(kInt64), &data);
+  const Tensor idx = randint(0, 11, {2, 8}, TensorOptions(kInt64), &data);
+  const Tensor tgt = randint(0, 11, {2, 8}, TensorOptions(kInt64), &data);
   SUBCASE("a forward whose backward never runs: the model and its graph are freed with the model") {
     auto model = std::make_shared<models::GPT2>(c);
     std::weak_ptr<nn::UnaryModule> mlp = model->mlp(1);

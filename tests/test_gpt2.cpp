@@ -8,6 +8,7 @@
 
 #include "helpers.h"
 #include "models/gpt2.h"
+#include "tiny_models.h"
 
 using namespace mu;
 using models::GPT2;
@@ -16,16 +17,6 @@ namespace mlp = models::mlp;
 namespace fs = std::filesystem;
 
 namespace {
-
-GPT2Config tiny(int64_t layers = 2) {
-  GPT2Config c;
-  c.n_layer = layers;
-  c.n_head = 2;
-  c.n_embd = 8;
-  c.block_size = 8;
-  c.vocab_size = 11;
-  return c;
-}
 
 Tensor tokens(int64_t B, int64_t T, int64_t V, uint64_t seed) {
   Generator g(seed);
@@ -73,49 +64,49 @@ TEST_CASE("GPT2Config: every field validated at construction and in the static c
     CHECK_THROWS_MU(GPT2(c), needle);
     CHECK_THROWS_MU(GPT2::count_parameters(c), needle);
   };
-  GPT2Config c = tiny();
+  GPT2Config c = tiny_gpt2();
   c.n_embd = 9;
   refused(c, "n_embd (9) must be divisible by n_head (2)");
-  c = tiny();
+  c = tiny_gpt2();
   c.n_layer = 0;
   refused(c, "n_layer must be positive, got 0");
-  c = tiny();
+  c = tiny_gpt2();
   c.n_head = -2;
   refused(c, "n_head must be positive, got -2");
-  c = tiny();
+  c = tiny_gpt2();
   c.n_embd = 0;
   refused(c, "n_embd must be positive, got 0");
-  c = tiny();
+  c = tiny_gpt2();
   c.block_size = -1;
   refused(c, "block_size must be positive, got -1");
-  c = tiny();
+  c = tiny_gpt2();
   c.vocab_size = 0;
   refused(c, "vocab_size must be positive, got 0");
-  c = tiny();
+  c = tiny_gpt2();
   c.dropout = 1.5;
   refused(c, "dropout must lie in [0, 1], got 1.5");
-  c = tiny();
+  c = tiny_gpt2();
   c.dropout = std::nan("");
   refused(c, "dropout must lie in [0, 1], got nan");
-  c = tiny();
+  c = tiny_gpt2();
   c.dropout = -0.1;
   refused(c, "dropout must lie in [0, 1]");
-  c = tiny();
+  c = tiny_gpt2();
   c.mlp.make = nullptr;
   refused(c, "has no factory");
-  c = tiny();
+  c = tiny_gpt2();
   c.vocab_size = int64_t(1) << 40;
   c.n_embd = int64_t(1) << 30;
   c.n_head = 1;
   refused(c, "vocab_size * n_embd");
   // The μMoE rules exist for 64 and 256 experts only.
-  c = tiny();
+  c = tiny_gpt2();
   c.mlp = mlp::cp_mumoe(32);
   refused(c, "for 64 or 256 experts only, got 32");
   c.mlp = mlp::tr_mumoe(100);
   refused(c, "for 64 or 256 experts only, got 100");
   // 0.78 * 1 truncates to rank 0.
-  c = tiny();
+  c = tiny_gpt2();
   c.n_embd = 1;
   c.n_head = 1;
   c.mlp = mlp::cp_mumoe(64);
@@ -174,7 +165,7 @@ TEST_CASE("gpt2-mini counts equal PyTorch's for torch_reference.py's three MLPs"
 TEST_CASE("static counts equal built models' num_parameters") {
   for (bool bias : {true, false}) {
     for (int which = 0; which < 3; ++which) {
-      GPT2Config c = tiny(3);
+      GPT2Config c = tiny_gpt2(3);
       c.bias = bias;
       if (which == 1) c.mlp = mlp::cp_mumoe(64);
       if (which == 2) c.mlp = mlp::tr_mumoe(6, 3);
@@ -189,7 +180,7 @@ TEST_CASE("static counts equal built models' num_parameters") {
 }
 
 TEST_CASE("state-dict names follow nanoGPT's") {
-  GPT2 model(tiny(2));
+  GPT2 model(tiny_gpt2(2));
   std::vector<std::string> names;
   for (auto& [name, t] : model.state_dict()) names.push_back(name);
   std::vector<std::string> want = {"transformer.wte.weight", "transformer.wpe.weight"};
@@ -211,7 +202,7 @@ TEST_CASE("state-dict names follow nanoGPT's") {
   CHECK(pnames == want);
 
   // Without biases: no .bias entries at all; μMoE blocks: no ln_2, nn::MuMoE's names under mlp.
-  GPT2Config c = tiny(1);
+  GPT2Config c = tiny_gpt2(1);
   c.bias = false;
   c.mlp = mlp::cp_mumoe(64);
   GPT2 moe(c);
@@ -228,7 +219,7 @@ TEST_CASE("state-dict names follow nanoGPT's") {
 
 TEST_CASE("μMoE MLPs draw their factors from the model's generator too") {
   for (models::MlpChoice choice : {mlp::cp_mumoe(4, 3), mlp::tr_mumoe(4, 3)}) {
-    GPT2Config c = tiny();
+    GPT2Config c = tiny_gpt2();
     c.mlp = choice;
     // The global stream differs between the two builds; the model's generator does not.
     manual_seed(1);
@@ -293,7 +284,7 @@ TEST_CASE("nanoGPT initialisation, drawn from the given generator") {
 }
 
 TEST_CASE("forward: shapes, the loss and T > block_size") {
-  GPT2Config c = tiny();
+  GPT2Config c = tiny_gpt2();
   manual_seed(3);
   GPT2 model(c);
   Tensor idx = tokens(3, 5, c.vocab_size, 1), tgt = tokens(3, 5, c.vocab_size, 2);
@@ -320,7 +311,7 @@ TEST_CASE("forward: shapes, the loss and T > block_size") {
 }
 
 TEST_CASE("dropout: active in training mode only") {
-  GPT2Config c = tiny();
+  GPT2Config c = tiny_gpt2();
   GPT2Config d = c;
   d.dropout = 0.3;
   Generator g1(12), g2(12);
@@ -336,7 +327,7 @@ TEST_CASE("dropout: active in training mode only") {
 
 TEST_CASE("causal: later tokens do not change earlier logits") {
   for (int which = 0; which < 2; ++which) {
-    GPT2Config c = tiny();
+    GPT2Config c = tiny_gpt2();
     if (which == 1) c.mlp = mlp::cp_mumoe(64);
     INFO(c.mlp.name);
     manual_seed(4);
@@ -362,7 +353,7 @@ TEST_CASE("causal: later tokens do not change earlier logits") {
 }
 
 TEST_CASE("the tied lm_head shares storage and gets the summed gradient") {
-  GPT2Config c = tiny();
+  GPT2Config c = tiny_gpt2();
   manual_seed(5);
   GPT2 model(c);
   CHECK(model.lm_head_weight().is_same(model.wte()->weight));
@@ -387,7 +378,7 @@ TEST_CASE("the tied lm_head shares storage and gets the summed gradient") {
 }
 
 TEST_CASE("any UnaryModule plugs in through the MLP factory") {
-  GPT2Config c = tiny();
+  GPT2Config c = tiny_gpt2();
   int64_t calls = 0;
   c.mlp = mlp::custom(
       "relu-mlp",
@@ -417,7 +408,7 @@ TEST_CASE("any UnaryModule plugs in through the MLP factory") {
 }
 
 TEST_CASE("generate: nanoGPT's loop, deterministic for a seed") {
-  GPT2Config c = tiny();
+  GPT2Config c = tiny_gpt2();
   manual_seed(8);
   GPT2 model(c);
   model.eval();
@@ -460,7 +451,7 @@ TEST_CASE("generate: nanoGPT's loop, deterministic for a seed") {
 }
 
 TEST_CASE("Hugging Face layout loader: files written here") {
-  GPT2Config c = tiny(2);
+  GPT2Config c = tiny_gpt2(2);
   manual_seed(10);
   GPT2 src(c);
   fs::path dir = fs::temp_directory_path() / ("mumoe_gpt2_" + std::to_string(::getpid()));

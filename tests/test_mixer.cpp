@@ -9,6 +9,7 @@
 #include "helpers.h"
 #include "models/mlp_mixer.h"
 #include "nn/drop_path.h"
+#include "tiny_models.h"
 
 using namespace mu;
 using models::MixerConfig;
@@ -21,22 +22,6 @@ std::string rounded(int64_t n, double unit, int decimals, const char* suffix) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.*f%s", decimals, double(n) / unit, suffix);
   return buf;
-}
-
-// A small config: 8×8×2 images, patch 2 (16 tokens), width 12.
-MixerConfig tiny(MixerMlp kind = MixerMlp::MLP) {
-  MixerConfig c;
-  c.image_size = 8;
-  c.channels = 2;
-  c.patch_size = 2;
-  c.width = 12;
-  c.token_mlp = 10;
-  c.channel_mlp = 20;
-  c.depth = 2;
-  c.num_classes = 5;
-  c.experts = 6;
-  c.mlp(kind);
-  return c;
 }
 
 // ---- independent counts: the shapes of the paper's blocks written out.
@@ -92,41 +77,41 @@ TEST_CASE("MixerConfig refuses bad settings, in the constructor and the static c
     CHECK_THROWS_MU(MlpMixer::count_parameters(c), needle);
     CHECK_THROWS_MU(MlpMixer::count_mlp_parameters(c), needle);
   };
-  MixerConfig c = tiny();
+  MixerConfig c = tiny_mixer();
   c.patch_size = 3;
   refused(c, "image_size 8 is not divisible by patch_size 3");
-  c = tiny(); c.width = 0;
+  c = tiny_mixer(); c.width = 0;
   refused(c, "width must be positive, got 0");
-  c = tiny(); c.channels = -1;
+  c = tiny_mixer(); c.channels = -1;
   refused(c, "channels must be positive, got -1");
-  c = tiny(); c.depth = 0;
+  c = tiny_mixer(); c.depth = 0;
   refused(c, "depth must be positive");
-  c = tiny(); c.num_classes = 0;
+  c = tiny_mixer(); c.num_classes = 0;
   refused(c, "num_classes must be positive");
-  c = tiny(); c.image_size = 0;
+  c = tiny_mixer(); c.image_size = 0;
   refused(c, "image_size must be positive");
-  c = tiny(); c.token_mlp = -5;
+  c = tiny_mixer(); c.token_mlp = -5;
   refused(c, "token_mlp must be positive, got -5");
-  c = tiny(); c.stochastic_depth = 1.5;
+  c = tiny_mixer(); c.stochastic_depth = 1.5;
   refused(c, "stochastic_depth must lie in [0, 1], got 1.5");
-  c = tiny(); c.stochastic_depth = std::nan("");
+  c = tiny_mixer(); c.stochastic_depth = std::nan("");
   refused(c, "stochastic_depth must lie in [0, 1]");
-  c = tiny(); c.ln_eps = -1;
+  c = tiny_mixer(); c.ln_eps = -1;
   refused(c, "eps must be a finite non-negative number");
-  c = tiny(); c.token_block = static_cast<MixerMlp>(9);
+  c = tiny_mixer(); c.token_block = static_cast<MixerMlp>(9);
   refused(c, "token_block 9 is not a MixerMlp");
-  c = tiny(MixerMlp::CPMuMoE); c.experts = 0;
+  c = tiny_mixer(MixerMlp::CPMuMoE); c.experts = 0;
   refused(c, "experts must be positive, got 0");
-  c = tiny(MixerMlp::CPMuMoE); c.expert_levels = {2, 0};
+  c = tiny_mixer(MixerMlp::CPMuMoE); c.expert_levels = {2, 0};
   refused(c, "expert_levels[1] must be positive, got 0");
-  c = tiny(MixerMlp::CPMuMoE); c.cp_rank_ratio = std::nan("");
+  c = tiny_mixer(MixerMlp::CPMuMoE); c.cp_rank_ratio = std::nan("");
   refused(c, "cp_rank_ratio must be a positive finite number");
-  c = tiny(MixerMlp::TRMuMoE); c.tr_rank_ratio = 0.01;
+  c = tiny_mixer(MixerMlp::TRMuMoE); c.tr_rank_ratio = 0.01;
   refused(c, "tr_rank_ratio 0.01 gives TR rank 0 for a block of dim");
   // The ratio an error asks for is taken: the token block's 16 first (1/16), then the
   // channel block's 12 (1/12, rounded up so that 12 times it reaches 1), then accepted.
   for (MixerMlp kind : {MixerMlp::CPMuMoE, MixerMlp::TRMuMoE}) {
-    c = tiny(kind);
+    c = tiny_mixer(kind);
     double& ratio = kind == MixerMlp::CPMuMoE ? c.cp_rank_ratio : c.tr_rank_ratio;
     ratio = 0.01;
     std::vector<int64_t> dims;
@@ -145,15 +130,15 @@ TEST_CASE("MixerConfig refuses bad settings, in the constructor and the static c
     CHECK(ratio == 0.083334);
     CHECK_NOTHROW(MlpMixer{c});
   }
-  c = tiny(MixerMlp::TRMuMoE); c.gate_norm = static_cast<nn::GateNorm>(7);
+  c = tiny_mixer(MixerMlp::TRMuMoE); c.gate_norm = static_cast<nn::GateNorm>(7);
   refused(c, "gate_norm 7 is not a GateNorm");
   // Sizes whose products leave int64.
-  c = tiny(); c.channels = int64_t(1) << 40; c.patch_size = 1 << 20; c.image_size = 1 << 20;
+  c = tiny_mixer(); c.channels = int64_t(1) << 40; c.patch_size = 1 << 20; c.image_size = 1 << 20;
   refused(c, "does not fit in int64");
-  c = tiny(); c.width = int64_t(1) << 40; c.channel_mlp = int64_t(1) << 40;
+  c = tiny_mixer(); c.width = int64_t(1) << 40; c.channel_mlp = int64_t(1) << 40;
   CHECK_THROWS_MU(MlpMixer::count_parameters(c), "does not fit in int64");
   // Unused ratios do not matter for MLP blocks.
-  c = tiny(); c.cp_rank_ratio = std::nan("");
+  c = tiny_mixer(); c.cp_rank_ratio = std::nan("");
   CHECK_NOTHROW(MlpMixer::count_parameters(c));
 }
 
@@ -161,7 +146,7 @@ TEST_CASE("static counts equal the built models' num_parameters()") {
   for (MixerMlp kind : {MixerMlp::MLP, MixerMlp::CPMuMoE, MixerMlp::TRMuMoE, MixerMlp::DenseMoE}) {
     const std::string kind_name = models::to_string(kind);
     CAPTURE(kind_name);
-    MixerConfig c = tiny(kind);
+    MixerConfig c = tiny_mixer(kind);
     MlpMixer m(c);
     CHECK(m.num_parameters() == MlpMixer::count_parameters(c));
     // Written out: embed, 2 LNs per block, mixing MLPs, final LN, head.
@@ -204,7 +189,7 @@ TEST_CASE("hierarchical μMoE blocks (expert_levels): counts written out, and th
   for (MixerMlp kind : {MixerMlp::CPMuMoE, MixerMlp::TRMuMoE}) {
     const std::string kind_name = models::to_string(kind);
     CAPTURE(kind_name);
-    MixerConfig c = tiny(kind);
+    MixerConfig c = tiny_mixer(kind);
     c.expert_levels = {2};
     const int64_t T = c.tokens(), D = c.width, N1 = c.experts, N2 = 2;
     // Gating per level (d N_1 + d N_2), then two layers with both expert factors.
@@ -292,7 +277,7 @@ TEST_CASE("Mixer-S/16 models build with the counted number of parameters") {
 
 TEST_CASE("patch embedding is the stride-p convolution") {
   manual_seed(3);
-  MixerConfig c = tiny();
+  MixerConfig c = tiny_mixer();
   MlpMixer m(c);
   const int64_t B = 2, C = 2, S = 8, p = 2, g = 4, D = 12;
   Tensor img = randn({B, C, S, S});
@@ -333,7 +318,7 @@ TEST_CASE("forward: image layouts, shapes and input errors") {
   CHECK_THROWS_MU(m.forward(zeros({3, 1, 28, 28}, kInt64)), "images must be floating point, got int64");
   CHECK_THROWS_MU(m.forward(rand({1, 3, 1, 28, 28})), "expected images (B, 1, 28, 28)");
   CHECK_THROWS_MU(m.forward(Tensor()), "undefined");
-  MixerConfig rgb = tiny();
+  MixerConfig rgb = tiny_mixer();
   MlpMixer m2(rgb);
   CHECK_THROWS_MU(m2.forward(rand({2, 8, 8})), "(B, H, W) images need channels = 1, the model has 2 channels");
   // Float64 models run on float64 images.
@@ -346,7 +331,7 @@ TEST_CASE("token mixing acts along the patch axis, channel mixing along the chan
   // patches: with the token-mixing branch zeroed (its last Linear 0) the logits do not
   // change when two patches of the image swap places. With token mixing they do.
   manual_seed(5);
-  MixerConfig c = tiny();
+  MixerConfig c = tiny_mixer();
   c.depth = 1;
   MlpMixer m(c);
   m.eval();
@@ -411,7 +396,7 @@ TEST_CASE("DropPath: per-sample masks, expectation, eval identity, options") {
 }
 
 TEST_CASE("stochastic depth in the model: linear rates, eval deterministic, training random") {
-  MixerConfig c = tiny();
+  MixerConfig c = tiny_mixer();
   c.depth = 3;
   c.stochastic_depth = 0.5;
   CHECK(c.drop_path_rate(0) == 0.0);
@@ -437,7 +422,7 @@ TEST_CASE("short training runs lower the loss on a fixed batch (every block kind
     const std::string kind_name = models::to_string(kind);
     CAPTURE(kind_name);
     manual_seed(7);
-    MixerConfig c = tiny(kind);
+    MixerConfig c = tiny_mixer(kind);
     c.stochastic_depth = 0.1;
     MlpMixer m(c);
     Tensor img = randn({16, 2, 8, 8});
