@@ -11,6 +11,7 @@
 #include "autograd/grad_mode.h"
 #include "autograd/node.h"
 #include "ops/kernels/loss.h"
+#include "ops/loss_common.h"
 #include "ops/ops.h"
 #include "tensor/option_checks.h"
 
@@ -20,7 +21,7 @@ using autograd::record;
 using autograd::save;
 using autograd::TensorList;
 
-namespace {
+namespace loss_detail {
 
 // "at position 3" for (N) targets, "at position [1, 0, 2]" for (N, d1, ...), nothing
 // for a single () target.
@@ -35,24 +36,26 @@ std::string position(const Shape& shape, int64_t flat) {
   return " (at position " + shape_str(idx) + ")";
 }
 
-// What the class-index losses share: input (C), (N, C) or (N, C, d1, ...) seen as
-// (outer, C, inner) lines along the class dim, the loss shape, and the Mean denominator.
-struct ClassTargets {
-  int64_t outer = 1, classes = 0, inner = 1;
-  Shape loss_shape;         // the target's: (), (N) or (N, d1, ...)
-  double weight_sum = 0;    // sum of w[t] over the targets not ignored
-  std::vector<int64_t> t;   // the targets, read to the host once
-  std::vector<double> w;    // the class weights (empty: all ones)
-};
-
-void check_weight(const char* op, const Tensor& input, const Tensor& weight, int64_t classes) {
+void check_weight(const char* op, DType dtype, Device device, const Tensor& weight, int64_t classes) {
   if (!weight.defined()) return;
   MU_CHECK(weight.dim() == 1 && weight.numel() == classes, op, ": weight must hold one value per class, shape [",
            classes, "], got shape ", shape_str(weight.shape()));
-  MU_CHECK(weight.dtype() == input.dtype(), op, ": weight is ", dtype_name(weight.dtype()), " but the input is ",
-           dtype_name(input.dtype()), "; convert it with .to(", dtype_name(input.dtype()), ")");
-  MU_CHECK(weight.device() == input.device(), op, ": weight on ", weight.device().str(), ", input on ",
-           input.device().str());
+  MU_CHECK(weight.dtype() == dtype, op, ": weight is ", dtype_name(weight.dtype()), " but the input is ",
+           dtype_name(dtype), "; convert it with .to(", dtype_name(dtype), ")");
+  MU_CHECK(weight.device() == device, op, ": weight on ", weight.device().str(), ", input on ", device.str());
+}
+
+void read_class_targets(const char* op, const Tensor& target, const Tensor& weight, int64_t ignore_index,
+                        ClassTargets& ct) {
+  if (weight.defined()) ct.w = weight.to_vector<double>();
+  ct.t = target.to_vector<int64_t>();
+  for (size_t i = 0; i < ct.t.size(); ++i) {
+    int64_t v = ct.t[i];
+    if (v == ignore_index) continue;
+    MU_CHECK(v >= 0 && v < ct.classes, op, ": target ", v, " is out of bounds for ", ct.classes, " classes",
+             position(ct.loss_shape, int64_t(i)));
+    ct.weight_sum += ct.w.empty() ? 1.0 : ct.w[size_t(v)];
+  }
 }
 
 // Checks input against an int64 class-index target and reads the targets: each must lie
@@ -79,27 +82,16 @@ ClassTargets check_class_targets(const char* op, const Tensor& input, const Tens
   }
   MU_CHECK(target.shape() == ct.loss_shape, op, ": target of shape ", shape_str(target.shape()),
            " does not match input of shape ", shape_str(s), " (expected ", shape_str(ct.loss_shape), ")");
-  check_weight(op, input, weight, ct.classes);
-  if (weight.defined()) ct.w = weight.to_vector<double>();
-  ct.t = target.to_vector<int64_t>();
-  for (size_t i = 0; i < ct.t.size(); ++i) {
-    int64_t v = ct.t[i];
-    if (v == ignore_index) continue;
-    MU_CHECK(v >= 0 && v < ct.classes, op, ": target ", v, " is out of bounds for ", ct.classes, " classes",
-             position(ct.loss_shape, int64_t(i)));
-    ct.weight_sum += ct.w.empty() ? 1.0 : ct.w[size_t(v)];
-  }
+  check_weight(op, input.dtype(), input.device(), weight, ct.classes);
+  read_class_targets(op, target, weight, ignore_index, ct);
   return ct;
 }
 
-// Class weights of a class-index loss are constants (PyTorch implements no gradient
-// for them): refuse one that asks for a gradient rather than leave it silently at none.
 void refuse_weight_grad(const char* op, const Tensor& weight) {
   MU_CHECK(!(weight.defined() && weight.requires_grad() && autograd::is_grad_enabled()), op,
            ": weight requires grad, but its gradient is not implemented (as in PyTorch); pass weight.detach()");
 }
 
-// Every loss checks its reduction on entry, before reading any operand.
 void check_reduction(const char* op, Reduction r) {
   check_enum(op, "reduction", r, Reduction::Sum, "Reduction", "None, Mean, Sum");
 }
@@ -113,6 +105,12 @@ Tensor reduce(const Tensor& per, Reduction r, double mean_denominator) {
   // 0 / 0 = NaN when nothing counts (every target ignored, an empty batch), as in PyTorch.
   return per.sum() / mean_denominator;
 }
+
+}  // namespace loss_detail
+
+namespace {
+
+using namespace loss_detail;
 
 // The weight reshaped to broadcast along the class dim `cdim` of an input of rank `rank`.
 Tensor along_class_dim(const Tensor& weight, int64_t cdim, int64_t rank) {
@@ -170,7 +168,7 @@ Tensor cross_entropy_probabilities(const Tensor& logits, const Tensor& target, c
   MU_CHECK(o.ignore_index() < 0, op, ": ignore_index (", o.ignore_index(),
            ") is not supported with class-probability targets, as in PyTorch");
   int64_t cdim = logits.dim() == 1 ? 0 : 1, classes = logits.shape()[size_t(cdim)];
-  check_weight(op, logits, o.weight(), classes);
+  check_weight(op, logits.dtype(), logits.device(), o.weight(), classes);
   double s = o.label_smoothing();
   Tensor q = s > 0 ? target * (1 - s) + s / double(classes) : target;
   Tensor prod = log_softmax(logits, cdim) * q;
@@ -181,6 +179,8 @@ Tensor cross_entropy_probabilities(const Tensor& logits, const Tensor& target, c
 }
 
 }  // namespace
+
+using namespace loss_detail;
 
 Tensor cross_entropy(const Tensor& logits_in, const Tensor& target_in, const CrossEntropyOptions& options) {
   // In float32 under autocast (a probability target too). With class indices and no

@@ -56,6 +56,23 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntr
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduction = Reduction::Mean,
                      int64_t ignore_index = -100);
 
+// A language model's head and loss, cross_entropy(linear(input, weight, bias).reshape({-1,
+// classes}), target.reshape({-1}), options), without ever holding the (N, classes) logits:
+// they are computed chunk_rows rows at a time (0: as many as make 2^22 logits), each
+// chunk's losses and gradients taken before the next. input (..., K), weight (classes, K),
+// bias (classes) or undefined, target (...) int64 class indices: the classes are along the
+// last dim, as linear gives them. options as cross_entropy's (class weights, ignore_index,
+// label smoothing, reduction); None returns the target's shape. Under autocast the products run in bfloat16 as linear's
+// would, the losses in float32, and dweight is summed in float32 across the chunks.
+//
+// With Mean or Sum the gradients are computed in the forward pass (three GEMMs in all, as
+// unfused) and held until the backward: dinput (..., K) and dweight (classes, K) in place of
+// the (N, classes) logits and their gradient. With None the backward computes the logits
+// again (one GEMM more). GPT-2's loss at 50257 classes, 8 x 1024 positions: 1.6 GB of
+// float32 logits, twice (GPT2Config::chunked_loss).
+Tensor linear_cross_entropy(const Tensor& input, const Tensor& weight, const Tensor& bias, const Tensor& target,
+                            const CrossEntropyOptions& options = CrossEntropyOptions(), int64_t chunk_rows = 0);
+
 // torch.nn.functional.nll_loss: log_probs (C), (N, C) or (N, C, d1, ...), int64 target
 // (), (N) or (N, d1, ...); loss -w[t] log_probs[t], 0 where t == ignore_index; Mean
 // divides by the sum of w[t] over the targets not ignored. weight (C) may be undefined.

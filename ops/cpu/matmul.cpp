@@ -56,7 +56,33 @@ static void matmul_bias(const Tensor& out, const Tensor& a, const Tensor& b, con
   product(out, a, b, bias, Tensor(), "matmul_bias");
 }
 
+static void matmul_accumulate(const Tensor& out, const Tensor& a, const Tensor& b) {
+  MU_CHECK(a.dim() == 2 && b.dim() == 2 && out.dim() == 2, "matmul_accumulate: rank-2 operands expected, got ",
+           shape_str(a.shape()), " x ", shape_str(b.shape()), " into ", shape_str(out.shape()));
+  if (a.dtype() == kBFloat16) {
+    // bfloat16 operands are widened (exactly); a float32 out takes the float32 sum as it
+    // is, a bfloat16 out is widened, summed into and rounded once.
+    MU_CHECK(out.dtype() == kFloat32 || out.dtype() == kBFloat16, "matmul_accumulate: bfloat16 operands into ",
+             dtype_name(out.dtype()), " (float32 or bfloat16 expected)");
+    if (out.dtype() == kFloat32) return matmul_accumulate(out, widened(a), widened(b));
+    Tensor wide = widened(out);
+    matmul_accumulate(wide, widened(a), widened(b));
+    narrow_into(out, wide);
+    return;
+  }
+  MU_CHECK(out.dtype() == a.dtype() && b.dtype() == a.dtype(), "matmul_accumulate: dtypes ", dtype_name(a.dtype()),
+           " x ", dtype_name(b.dtype()), " into ", dtype_name(out.dtype()));
+  const int64_t M = a.size(0), K = a.size(1), N = b.size(1);
+  MU_DISPATCH_FLOAT(a.dtype(), "matmul_accumulate", [&] {
+    MatrixRef<const scalar_t> A{a.data_ptr<scalar_t>(), 0, a.stride(0), a.stride(1)};
+    MatrixRef<const scalar_t> B{b.data_ptr<scalar_t>(), 0, b.stride(0), b.stride(1)};
+    MatrixRef<scalar_t> C{out.data_ptr<scalar_t>(), 0, out.stride(0), out.stride(1)};
+    gemm<scalar_t>(1, M, N, K, A, B, C, /*accumulate=*/true);
+  });
+}
+
 MU_REGISTER_KERNEL(kernels::matmul, DeviceType::CPU, matmul);
+MU_REGISTER_KERNEL(kernels::matmul_accumulate, DeviceType::CPU, matmul_accumulate);
 MU_REGISTER_KERNEL(kernels::matmul_batch_sum, DeviceType::CPU, matmul_batch_sum);
 MU_REGISTER_KERNEL(kernels::matmul_bias, DeviceType::CPU, matmul_bias);
 MU_REGISTER_KERNEL(kernels::matmul_row_bias, DeviceType::CPU, matmul_row_bias);

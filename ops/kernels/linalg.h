@@ -26,4 +26,12 @@ MU_DECLARE_KERNEL(matmul_bias, void(const Tensor& out, const Tensor& a, const Te
 // where it is missing.
 MU_DECLARE_KERNEL(matmul_row_bias, void(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias));
 
+// out (M x N, dense) += a · b for rank-2 operands with matmul's layouts: one GEMM that adds
+// its product to what out holds (beta = 1), for a sum of products taken in pieces (the
+// chunks of linear_cross_entropy). out has a's dtype, or float32 beside bfloat16 operands:
+// the products then stay in float32 across the pieces instead of being rounded to
+// bfloat16 at each. Not every device has it: linear_cross_entropy composes matmul and add
+// where it is missing.
+MU_DECLARE_KERNEL(matmul_accumulate, void(const Tensor& out, const Tensor& a, const Tensor& b));
+
 }  // namespace mu::kernels
