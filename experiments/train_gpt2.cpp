@@ -47,6 +47,7 @@ int main(int argc, char** argv) {
   int64_t n_layer = 4, n_head = 4, n_embd = 256, block_size = 128, eval_batches = 8, sample_tokens = 200, top_k = 40;
   int64_t rank = 0;
   double dropout = 0.0, temperature = 0.8, expect_drop = 0;
+  bool chunked_loss = false;
   app.add_option("--data", data_dir, "Directory with train.bin, val.bin and meta.json (from prepare_text)")->required();
   app.add_option("--n-layer", n_layer, "Transformer blocks")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--n-head", n_head, "Attention heads")->capture_default_str()->check(CLI::PositiveNumber);
@@ -93,6 +94,8 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_option("--top-k", top_k, "Sample among the k likeliest tokens (0: all)")->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  app.add_flag("--chunked-loss", chunked_loss, "Take the lm_head and the loss a chunk of positions at a time, never "
+               "holding the (batch x context x vocabulary) logits (linear_cross_entropy: less memory, the same steps)");
   app.add_option("--expect-drop", expect_drop, "Exit with status 3 unless the validation loss falls by at least this "
                  "many nats from its value before training (a check for tests; not with --resume)")
       ->check(CLI::NonNegativeNumber);
@@ -117,6 +120,7 @@ int main(int argc, char** argv) {
     cfg.vocab_size = meta.vocab_size;
     cfg.dropout = dropout;
     cfg.recompute = f.recompute;
+    cfg.chunked_loss = chunked_loss;
     if (f.mlp == "cp") cfg.mlp = models::mlp::cp_mumoe(f.experts, rank);
     if (f.mlp == "tr") cfg.mlp = models::mlp::tr_mumoe(f.experts, rank);
     if (f.mlp == "topk") cfg.mlp = models::mlp::topk_mlp(moe_k);

@@ -403,10 +403,16 @@ GPT2::Output GPT2::forward(const Tensor& idx, const Tensor& targets) {
            "GPT2: targets must be int64 of idx's shape ", idx.defined() ? shape_str(idx.shape()) : "?", ", got ",
            targets.defined() ? targets.describe() : std::string("an undefined tensor"));
   Output out;
-  out.logits = forward(idx);
   const int64_t V = config_.vocab_size;
-  // nanoGPT: F.cross_entropy(logits.view(-1, V), targets.view(-1), ignore_index=-1).
-  out.loss = cross_entropy(out.logits.reshape({-1, V}), targets.reshape({-1}), Reduction::Mean, -1);
+  const CrossEntropyOptions ignore_padding = CrossEntropyOptions().ignore_index(-1);
+  if (config_.chunked_loss) {
+    // The same loss without the logits (ops/loss.h).
+    out.loss = linear_cross_entropy(features(idx), lm_head_weight_, Tensor(), targets, ignore_padding);
+  } else {
+    out.logits = forward(idx);
+    // nanoGPT: F.cross_entropy(logits.view(-1, V), targets.view(-1), ignore_index=-1).
+    out.loss = cross_entropy(out.logits.reshape({-1, V}), targets.reshape({-1}), ignore_padding);
+  }
   // Sparse MoE MLPs (load balancing, entropy) regularise the loss they are trained with.
   for (int64_t i = 0; i < config_.n_layer; ++i)
     if (auto reg = std::dynamic_pointer_cast<nn::AuxiliaryLoss>(mlp(i)))

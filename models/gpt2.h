@@ -106,6 +106,11 @@ struct GPT2Config {
   // memory, one more forward of the blocks per step, the same results). Not part of the
   // model (no count or checkpoint depends on it).
   bool recompute = false;
+  // forward(idx, targets) takes the lm_head and the loss as one chunked op (ops/loss.h,
+  // linear_cross_entropy): the (B, T, vocab_size) logits and their gradient are never
+  // held, and Output::logits is left undefined (forward(idx) still gives them). The same
+  // loss and gradients up to float rounding. Not part of the model either.
+  bool chunked_loss = false;
   MlpChoice mlp = mlp::dense();
 
   // GPT-2 small: 12 layers, 12 heads, 768 wide, context 1024, vocabulary 50257, biases.
@@ -129,7 +134,7 @@ class GPT2 : public nn::Module {
   // The final LayerNorm's output (B, T, n_embd), what the lm_head reads.
   Tensor features(const Tensor& idx);
   struct Output {
-    Tensor logits;  // (B, T, vocab_size)
+    Tensor logits;  // (B, T, vocab_size); undefined with chunked_loss
     Tensor loss;    // mean cross-entropy over the B*T positions (targets of -1 ignored, as nanoGPT),
                     // plus aux_loss when defined
     Tensor aux_loss;  // the sum of the MLPs' regularisers (nn::AuxiliaryLoss); undefined when none
@@ -159,6 +164,8 @@ class GPT2 : public nn::Module {
   const GPT2Config& config() const { return config_; }
   // Turns activation checkpointing of the blocks on or off (GPT2Config::recompute).
   void set_recompute(bool on) { config_.recompute = on; }
+  // Turns the chunked lm_head and loss on or off (GPT2Config::chunked_loss).
+  void set_chunked_loss(bool on) { config_.chunked_loss = on; }
   std::shared_ptr<nn::Embedding> wte() const { return wte_; }
   std::shared_ptr<nn::Embedding> wpe() const { return wpe_; }
   // Block i's MLP module (as built by the config's factory).

@@ -58,8 +58,9 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduc
 
 // A language model's head and loss, cross_entropy(linear(input, weight, bias).reshape({-1,
 // classes}), target.reshape({-1}), options), without ever holding the (N, classes) logits:
-// they are computed chunk_rows rows at a time (0: as many as make 2^22 logits), each
-// chunk's losses and gradients taken before the next. input (..., K), weight (classes, K),
+// they are computed chunk_rows rows at a time (0: the default, K rows and at least 128,
+// whose logits take the weight's memory), each chunk's losses and gradients taken before
+// the next. input (..., K), weight (classes, K),
 // bias (classes) or undefined, target (...) int64 class indices: the classes are along the
 // last dim, as linear gives them. options as cross_entropy's (class weights, ignore_index,
 // label smoothing, reduction); None returns the target's shape. Under autocast the products run in bfloat16 as linear's

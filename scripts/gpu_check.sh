@@ -90,6 +90,9 @@ if [[ $what == bench || $what == all ]]; then
   # step time beside the plain line of compare_gpu.sh above.
   timeout 60 "$bin/experiments/bench_gpu_gpt2" --workload gpt2-124m --dtype bf16 --reps 3 --warmup 2 --recompute 1 \
     2>&1 | sed "s/^/recompute: /" >>"$out/bench.txt"
+  # The same with the lm_head and loss in chunks (linear_cross_entropy): peak and time.
+  timeout 60 "$bin/experiments/bench_gpu_gpt2" --workload gpt2-124m --dtype bf16 --reps 3 --warmup 2 --chunked-loss 1 \
+    2>&1 | sed "s/^/chunked: /" >>"$out/bench.txt"
   # Attention through each of the framework's own paths, beside the default choice above
   # (float32: the tiled kernels' vector variant by default; bfloat16: cuDNN).
   for path in gemm flash; do
@@ -111,8 +114,8 @@ if [[ $what == bench || $what == all ]]; then
       --profile 1 >/dev/null 2>>"$out/profile.txt"
     head -45 "$out/profile.txt"
   fi
-  grep -v "^{\|^gemm\|^flash\|^recompute\|^\[mumoe\]" "$out/bench.txt" | tail -18
-  grep "^gemm\|^flash\|^recompute\|einsum_over_fused" "$out/bench.txt" | sed 's/"impl".*"median_ms"/.../'
+  grep -v "^{\|^gemm\|^flash\|^recompute\|^chunked\|^\[mumoe\]" "$out/bench.txt" | tail -18
+  grep "^gemm\|^flash\|^recompute\|^chunked\|einsum_over_fused" "$out/bench.txt" | sed 's/"impl".*"median_ms"/.../'
   grep "cuDNN" "$out/bench.txt" | sort | uniq -c
 fi
 

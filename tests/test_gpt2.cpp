@@ -377,6 +377,35 @@ TEST_CASE("the tied lm_head shares storage and gets the summed gradient") {
   CHECK(max_abs_diff(total, head + emb) < 1e-6);
 }
 
+TEST_CASE("chunked_loss: the loss and every gradient of the logits' path, without the logits") {
+  for (bool cp : {false, true}) {
+    GPT2Config c = tiny_gpt2();
+    if (cp) c.mlp = mlp::cp_mumoe(64);
+    INFO(c.mlp.name);
+    GPT2Config chunked_config = c;
+    chunked_config.chunked_loss = true;
+    Generator g1(21), g2(21);
+    GPT2 plain(c, &g1), chunked(chunked_config, &g2);
+    Tensor idx = tokens(3, 7, c.vocab_size, 22), tgt = tokens(3, 7, c.vocab_size, 23);
+    tgt.set({1, 3}, -1);  // ignored, as nanoGPT's -1
+    auto a = plain.forward(idx, tgt), b = chunked.forward(idx, tgt);
+    CHECK(!b.logits.defined());
+    CHECK(std::abs(a.loss.item() - b.loss.item()) < 1e-6);
+    a.loss.backward();
+    b.loss.backward();
+    // The tied token table among them: its gradient sums the head's and the embedding's.
+    auto pa = plain.named_parameters(), pb = chunked.named_parameters();
+    REQUIRE(pa.size() == pb.size());
+    for (size_t i = 0; i < pa.size(); ++i) {
+      INFO(pa[i].first);
+      CHECK(max_abs_diff(pa[i].second.grad(), pb[i].second.grad()) < 1e-6);
+    }
+    // Evaluation (no graph) gives the same loss too.
+    NoGradGuard no_grad;
+    CHECK(std::abs(plain.forward(idx, tgt).loss.item() - chunked.forward(idx, tgt).loss.item()) < 1e-6);
+  }
+}
+
 TEST_CASE("any UnaryModule plugs in through the MLP factory") {
   GPT2Config c = tiny_gpt2();
   int64_t calls = 0;

@@ -7,9 +7,12 @@
 // lacks, run when named: gpt2-124m-b1, GPT-2 small (GPT2Config::gpt2_124m) on one sequence
 // of 1024 tokens, the shape of a paper-scale step per sequence. Prints one JSON line per
 // workload, with the most bytes the step's tensors held at once. --recompute 1 checkpoints
-// every block (GPT2Config::recompute; the workloads are then named ...-recompute).
+// every block (GPT2Config::recompute; the workloads are then named ...-recompute);
+// --chunked-loss 1 takes the lm_head and loss in chunks of rows (GPT2Config::chunked_loss,
+// ...-chunked).
 //
-//   bench_gpt2 [--workload gpt2-mini,gpt2-mini-cpmumoe,gpt2-mini-trmumoe] [--recompute 0] [--reps 10] [--warmup 3]
+//   bench_gpt2 [--workload gpt2-mini,gpt2-mini-cpmumoe,gpt2-mini-trmumoe] [--recompute 0] [--chunked-loss 0]
+//              [--reps 10] [--warmup 3]
 #include <omp.h>
 
 #include <cstdio>
@@ -24,9 +27,9 @@ using namespace mu;
 
 int main(int argc, char** argv) {
   bench::Options opt("bench_gpt2", 10, 3,
-                     {{"workload", "gpt2-mini,gpt2-mini-cpmumoe,gpt2-mini-trmumoe"}, {"recompute", "0"}});
+                     {{"workload", "gpt2-mini,gpt2-mini-cpmumoe,gpt2-mini-trmumoe"}, {"recompute", "0"}, {"chunked-loss", "0"}});
   opt.parse(argc, argv);
-  const bool recompute = opt.flag("recompute");
+  const bool recompute = opt.flag("recompute"), chunked = opt.flag("chunked-loss");
   std::stringstream list(opt.str("workload"));
   std::string name;
   while (std::getline(list, name, ',')) {
@@ -40,6 +43,7 @@ int main(int argc, char** argv) {
       return 2;
     }
     c.recompute = recompute;
+    c.chunked_loss = chunked;
     manual_seed(0);
     models::GPT2 model(c);
     optim::AdamW adamw(model.parameters(), optim::AdamWOptions(6e-4).weight_decay(0.1));
@@ -55,7 +59,7 @@ int main(int argc, char** argv) {
     };
     bench::Timing t = bench::time_it(step, opt.reps, opt.warmup);
     const long long peak = bench::peak_tensor_bytes(step);
-    bench::print_step_result(recompute ? name + "-recompute" : name, t, omp_get_max_threads(),
+    bench::print_step_result(name + (recompute ? "-recompute" : "") + (chunked ? "-chunked" : ""), t, omp_get_max_threads(),
                              (long long)model.num_parameters(), peak);
   }
   return 0;
