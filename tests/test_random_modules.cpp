@@ -162,9 +162,11 @@ Built gpt2(Rng& r, Generator& g) {
     default: c.mlp = models::mlp::pkm(r.ri(1, 3), 1, 1); mlp = "PKM"; break;
   }
   c.recompute = r.coin();  // every block checkpointed (autograd/activation_checkpoint.h)
+  c.chunked_loss = r.coin();  // the head and loss through linear_cross_entropy (ops/loss.h)
   const std::string what = "GPT-2 " + std::to_string(c.n_layer) + " layers, " + std::to_string(c.n_head) +
                            " heads, n_embd " + std::to_string(c.n_embd) + ", vocab " + std::to_string(c.vocab_size) +
-                           ", bias " + std::to_string(c.bias) + ", MLP " + mlp + (c.recompute ? ", recompute" : "");
+                           ", bias " + std::to_string(c.bias) + ", MLP " + mlp + (c.recompute ? ", recompute" : "") +
+                           (c.chunked_loss ? ", chunked loss" : "");
   auto m = std::make_shared<models::GPT2>(c, &g);
   const int64_t b = r.ri(1, 2), t = r.ri(1, 8);
   Tensor idx = randint(0, c.vocab_size, {b, t}, TensorOptions(kInt64), &g);
@@ -174,7 +176,8 @@ Built gpt2(Rng& r, Generator& g) {
   targets.set({0, 0}, double(r.ri(0, int(c.vocab_size) - 1)));
   return {what, m, idx, [m, targets](const Tensor& x) {
             models::GPT2::Output o = m->forward(x, targets.to(x.device()));
-            return std::vector<Tensor>{o.logits, o.loss};
+            // A chunked loss leaves the logits out: they come from a forward of their own.
+            return std::vector<Tensor>{o.logits.defined() ? o.logits : m->forward(x), o.loss};
           }};
 }
 
