@@ -80,9 +80,6 @@ void run_chunks(const Operands& o, const Tensor& per, const Tensor& lse, const T
   const Device dev = o.x.device();
   const int64_t rows = std::min(o.rows, N);
   Tensor logits_buffer = empty({rows, V}, TensorOptions(o.x.dtype()).device(dev));
-  // The CPU kernel reads each logit before it writes that logit's gradient, so the
-  // gradient may go over the logits; the CUDA kernel gets a buffer of its own.
-  Tensor grad_buffer = grad.defined() && !dev.is_cpu() ? empty_like(logits_buffer) : logits_buffer;
   const bool per_row_grad = grad.defined() && grad.numel() != 1;
   for (int64_t r0 = 0; r0 < N; r0 += rows) {
     const int64_t n = std::min(rows, N - r0);
@@ -93,7 +90,8 @@ void run_chunks(const Operands& o, const Tensor& per, const Tensor& lse, const T
     const kernels::CrossEntropyLines lines{n, V, 1, o.ignore_index, o.label_smoothing};
     if (per.defined()) kernels::cross_entropy_forward(dev, logits, t, o.class_weight, per.narrow(0, r0, n), lse_c, lines);
     if (!grad.defined()) continue;
-    Tensor dlogits = grad_buffer.narrow(0, 0, n);
+    // The gradient goes over the logits (the kernels allow it: ops/kernels/loss.h).
+    Tensor dlogits = logits;
     kernels::cross_entropy_backward(dev, per_row_grad ? grad.narrow(0, r0, n) : grad, scale, logits, t,
                                     o.class_weight, lse_c, dlogits, lines);
     if (out.dx.defined()) accumulate_product(out.dx.narrow(0, r0, n), dlogits, o.w);  // dx_c = dl W

@@ -143,10 +143,9 @@ Tensor cross_entropy_indices(const Tensor& logits, const Tensor& target, const C
     // The gradient goes over the logits when they are this node's alone (no handle, view
     // or saved copy elsewhere: the forward's logits were a temporary) and the node runs
     // for the last time: GPT-2's (tokens, 50257) logits and their gradient are then never
-    // both held. The CPU kernel reads each logit before writing its gradient; the CUDA
-    // kernel has not been checked in place, so it always gets a new buffer.
-    const bool reuse = autograd::last_use() && xv.device().is_cpu() && xv.storage().use_count() == 1 &&
-                       xv.impl_ptr().use_count() == 2;
+    // both held. Both kernels, CPU and CUDA, read each logit before writing its gradient,
+    // in the same thread, and read no other logit after that (ops/kernels/loss.h).
+    const bool reuse = autograd::last_use() && xv.storage().use_count() == 1 && xv.impl_ptr().use_count() == 2;
     Tensor dx = reuse ? xv : empty_like(xv);
     kernels::cross_entropy_backward(xv.device(), g.contiguous(), scale, xv, ts.get(), ws.get(), ls.get(), dx, L);
     return {dx};

@@ -30,7 +30,9 @@ MU_DECLARE_KERNEL(cross_entropy_forward, void(const Tensor& logits, const Tensor
 // dlogits of line l = g_l (a_l softmax(x) - (s / C) w - (1 - s) w[t] onehot(t)), with
 // a_l = (1 - s) w[t] + (s / C) sum_c w[c] and g_l = scale * grad[l] (grad holds one value
 // per line) or scale * grad[0] (grad has one element: a reduced loss); softmax is
-// exp(x - lse[l]) from the saved lse. Zero on ignored lines.
+// exp(x - lse[l]) from the saved lse. Zero on ignored lines. dlogits may be logits itself:
+// every kernel reads each logit once, before it writes that logit's gradient, and reads
+// no other logit after it.
 MU_DECLARE_KERNEL(cross_entropy_backward, void(const Tensor& grad, double scale, const Tensor& logits,
                                                const Tensor& target, const Tensor& weight, const Tensor& lse,
                                                const Tensor& dlogits, const CrossEntropyLines& lines));
