@@ -176,11 +176,12 @@ Tensor linear_cross_entropy(const Tensor& input, const Tensor& weight, const Ten
   ct.classes = V;
   ct.outer = N;
   ct.loss_shape = target.shape();
-  // The kernels read the class weights in the losses' dtype (float32 beside bfloat16 logits).
-  check_weight(op, loss_dtype, input.device(), options.weight(), V);
+  // Class weights in the input's dtype, as cross_entropy's are in the logits'; the kernels
+  // read them in the losses' (float32 beside bfloat16 logits).
+  check_weight(op, input.dtype(), input.device(), options.weight(), V);
   read_class_targets(op, target, options.weight(), options.ignore_index(), ct);
   o.target = target.reshape({N}).contiguous();
-  if (options.weight().defined()) o.class_weight = options.weight().detach().contiguous();
+  if (options.weight().defined()) o.class_weight = options.weight().detach().to(loss_dtype).contiguous();
   o.ignore_index = options.ignore_index();
   o.label_smoothing = s;
   o.rows = chunk_rows > 0 ? chunk_rows : default_chunk_rows(K);

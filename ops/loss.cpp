@@ -128,9 +128,12 @@ Tensor cross_entropy_indices(const Tensor& logits, const Tensor& target, const C
   ClassTargets ct = check_class_targets(op, logits, target, o.weight(), o.ignore_index());
   kernels::CrossEntropyLines L{ct.outer, ct.classes, ct.inner, o.ignore_index(), o.label_smoothing()};
   Tensor x = logits.detach().contiguous(), t = target.contiguous();
-  Tensor w = o.weight().defined() ? o.weight().detach().contiguous() : Tensor();
-  // bfloat16 logits (autocast's) are computed in float32: the per-line losses are float32.
-  TensorOptions opts = TensorOptions(compute_dtype(x.dtype())).device(x.device());
+  // bfloat16 logits are computed in float32: the per-line losses are float32, and the
+  // kernels read the class weights in float32 too (a bfloat16 weight, beside bfloat16
+  // logits outside autocast, is widened here).
+  const DType loss_dtype = compute_dtype(x.dtype());
+  Tensor w = o.weight().defined() ? o.weight().detach().to(loss_dtype).contiguous() : Tensor();
+  TensorOptions opts = TensorOptions(loss_dtype).device(x.device());
   Tensor per = empty({ct.outer * ct.inner}, opts), lse = empty({ct.outer * ct.inner}, opts.dtype(kFloat64));
   kernels::cross_entropy_forward(x.device(), x, t, w, per, lse, L);
   Tensor out = reduce(per.reshape(ct.loss_shape), o.reduction(), ct.weight_sum);

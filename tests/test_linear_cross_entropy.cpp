@@ -201,6 +201,24 @@ TEST_CASE("linear_cross_entropy under autocast: bfloat16 products, float32 losse
   }
 }
 
+TEST_CASE("linear_cross_entropy on bfloat16 tensors, without autocast: bfloat16 gradients, float32 loss") {
+  const int64_t V = 30, K = 16, N = 24;
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    const Tensor x = on(randn({N, K}).to(kBFloat16), dev), w = on((randn({V, K}) * 0.3).to(kBFloat16), dev);
+    const Tensor t = on(targets({N}, V), dev), up = on(full({}, 1.0), dev);
+    const Run f = run(true, x, w, Tensor(), t, CrossEntropyOptions(), 7, up);
+    const Run c = run(false, x, w, Tensor(), t, CrossEntropyOptions(), 7, up);
+    CHECK(f.loss.dtype() == kFloat32);
+    CHECK(f.dx.dtype() == kBFloat16);
+    CHECK(f.dw.dtype() == kBFloat16);
+    CHECK(diff(f.loss, c.loss) < 1e-5 * std::abs(c.loss.item()));
+    // Both round dx and dW to bfloat16 once; the fused dW sums its chunks in float32 first.
+    CHECK(diff(f.dx, c.dx) < 1e-2 * max_abs(c.dx));
+    CHECK(diff(f.dw, c.dw) < 1e-2 * max_abs(c.dw));
+  }
+}
+
 TEST_CASE("linear_cross_entropy holds one chunk of logits, not all of them") {
   // 512 rows, 4096 classes: 8 MiB of float32 logits; chunks of 32 rows hold 512 KiB.
   const int64_t N = 512, K = 16, V = 4096, rows = 32;

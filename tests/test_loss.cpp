@@ -253,8 +253,32 @@ TEST_CASE("cross_entropy with class indices: every option combination and layout
               }
 }
 
+// bfloat16 logits and class weights outside autocast: the kernels compute in float32, so
+// the loss is the float32 loss of the same (bfloat16-exact) values, and the gradient that
+// one rounded to bfloat16.
+TEST_CASE("cross_entropy on bfloat16 logits with bfloat16 class weights equals float32 on the same values") {
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    manual_seed(77);
+    const Tensor x = (randn({6, 9}) * 2.0).to(kBFloat16), w = (rand({9}) + 0.5).to(kBFloat16);
+    const Tensor t = from_vector(std::vector<int64_t>{0, 8, 3, 3, 5, 1}, {6});
+    for (double eps : {0.0, 0.2}) {
+      INFO("smoothing " << eps);
+      Tensor xb = on(x, dev).requires_grad_(), xf = on(x.to(kFloat32), dev).requires_grad_();
+      Tensor lb = cross_entropy(xb, on(t, dev), CrossEntropyOptions().weight(on(w, dev)).label_smoothing(eps));
+      Tensor lf = cross_entropy(xf, on(t, dev), CrossEntropyOptions().weight(on(w.to(kFloat32), dev)).label_smoothing(eps));
+      CHECK(lb.dtype() == kFloat32);
+      CHECK(std::abs(lb.item() - lf.item()) <= 1e-6 * std::abs(lf.item()));
+      lb.backward();
+      lf.backward();
+      CHECK(xb.grad().dtype() == kBFloat16);
+      CHECK(max_abs_diff(xb.grad(), xf.grad().to(kBFloat16)) == 0);
+    }
+  }
+}
+
 // When the logits are a temporary that only the loss keeps (a model's head output), the
-// CPU writes their gradient over them instead of into a new tensor; retaining the graph
+// CPU and CUDA kernels write their gradient over them instead of into a new tensor; retaining the graph
 // keeps them. The gradient must be the same bits either way, on every layout and option,
 // for float32, float64 and autocast's bfloat16, and a retained graph run twice gives
 // twice the gradient.
