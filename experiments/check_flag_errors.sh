@@ -30,6 +30,7 @@ expect "--tr-rank-ratio applies to --mlp tr only, got --mlp dense" \
 expect "--device applies to --scale paper only" "$repro_gpt2" --scale local --device cuda --out-dir "$dir/repro"
 expect "--data applies to --scale paper only" "$repro_mixer" --scale smoke --data "$dir" --out-dir "$dir/repro"
 expect "--recompute applies to --scale paper only" "$repro_mixer" --scale local --recompute --out-dir "$dir/repro"
+expect "--chunked-loss applies to --scale paper only" "$repro_gpt2" --scale smoke --chunked-loss --out-dir "$dir/repro"
 expect "--epochs applies to --scale smoke and local only" "$repro_mixer" --scale paper --epochs 2 --out-dir "$dir/repro"
 expect "--steps applies to --scale smoke and local only" "$repro_gpt2" --scale paper --steps 2 --out-dir "$dir/repro"
 [ $fails -eq 0 ]

@@ -14,6 +14,7 @@
 //
 //   repro_table3_gpt2 [--scale smoke|local] [--out-dir DIR] [--seeds N] [--steps S]
 //   repro_table3_gpt2 --scale paper --data OWT_DIR [--device cuda] [--micro-batch 24 --grad-accum 20] [--recompute]
+//                     [--chunked-loss]
 //
 // The corpus is tokenized once (prepare_text, beside this program) into <out-dir>/data;
 // each run goes to <out-dir>/runs/<mlp>-seed<k>, and a finished run is not run again.
@@ -53,7 +54,8 @@ struct PaperFlags {
   std::string device = "cuda";
   int64_t micro_batch = 24, grad_accum = 20, steps = 100000;
   int64_t eval_every = 2000, eval_batches = 100, checkpoint_every = 1000;
-  bool recompute = false;  // train_gpt2 --recompute
+  bool recompute = false;     // train_gpt2 --recompute
+  bool chunked_loss = false;  // train_gpt2 --chunked-loss
 };
 
 constexpr int kMissing = 2;  // the exit status when the data or the GPU is missing
@@ -67,8 +69,9 @@ void print_paper_needs() {
       "  --data DIR   OpenWebText as GPT-2 tokens: DIR/train.bin and DIR/val.bin, uint16 token ids in nanoGPT's\n"
       "               layout (data/openwebtext/prepare.py) or llm.c's (1024-byte header); prepare_text --corpus\n"
       "               file --input <text dump> --tokenizer gpt2 --out DIR writes them from text\n"
-      "  a CUDA GPU   (--device cuda, the default; where 24 windows of 1024 do not fit, add --recompute, or\n"
-      "               lower --micro-batch and raise --grad-accum together to keep 491,520 tokens per step)\n");
+      "  a CUDA GPU   (--device cuda, the default; where 24 windows of 1024 do not fit, add --recompute and\n"
+      "               --chunked-loss, or lower --micro-batch and raise --grad-accum together to keep 491,520\n"
+      "               tokens per step)\n");
 }
 
 // The data directory train_gpt2 reads: `dir` itself when it has a meta.json (which must
@@ -144,6 +147,7 @@ int run_paper_scale(const repro::Common& common, const PaperFlags& f) {
           "--eval-batches", std::to_string(f.eval_batches), "--checkpoint-every", std::to_string(f.checkpoint_every),
           "--seed", "0", "--device", f.device, "--dtype", "bf16", "--sample-tokens", "0", "--no-progress"};
       if (f.recompute) args.push_back("--recompute");
+      if (f.chunked_loss) args.push_back("--chunked-loss");
       const auto [loss, step] = repro::run_resumable(args, dir, "val_loss", f.steps, m.name);
       if (step < 0) {
         std::printf("interrupted: %s's checkpoint is in %s; run the same command again to continue\n", m.name,
@@ -199,6 +203,8 @@ int main(int argc, char** argv) {
                 "windows)")->capture_default_str()->check(CLI::PositiveNumber);
   p->add_flag("--recompute", paper.recompute, "Activation checkpointing in the runs (train_gpt2 --recompute: less "
               "memory, about a third more compute, the same steps)");
+  p->add_flag("--chunked-loss", paper.chunked_loss, "The lm_head and loss a chunk of positions at a time in the runs "
+              "(train_gpt2 --chunked-loss: the 24 x 1024 x 50257 logits never held, the same steps)");
   p->add_option("--checkpoint-every", paper.checkpoint_every, "Checkpoint every k steps (and on Ctrl-C)")
       ->capture_default_str()->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
