@@ -56,21 +56,23 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntr
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduction = Reduction::Mean,
                      int64_t ignore_index = -100);
 
-// A language model's head and loss, cross_entropy(linear(input, weight, bias).reshape({-1,
-// classes}), target.reshape({-1}), options), without ever holding the (N, classes) logits:
-// they are computed chunk_rows rows at a time (0: the default, K rows and at least 128,
-// whose logits take the weight's memory), each chunk's losses and gradients taken before
-// the next. input (..., K), weight (classes, K),
-// bias (classes) or undefined, target (...) int64 class indices: the classes are along the
-// last dim, as linear gives them. options as cross_entropy's (class weights, ignore_index,
-// label smoothing, reduction); None returns the target's shape. Under autocast the products run in bfloat16 as linear's
-// would, the losses in float32, and dweight is summed in float32 across the chunks.
+// A language model's head and loss, cross_entropy(linear(input, weight, bias).reshape(
+// {-1, classes}), target.reshape({-1}), options), without ever holding the (N, classes)
+// logits: they are computed chunk_rows rows at a time (0: the default, K rows and at least
+// 128, whose logits take the weight's memory), each chunk's losses and gradients taken
+// before the next.
+//   input (..., K), weight (classes, K), bias (classes) or undefined; target (...) int64
+//   class indices: the classes are along the last dim, as linear gives them.
+//   options as cross_entropy's: class weights (in the input's dtype), ignore_index, label
+//   smoothing, reduction; None returns the target's shape.
+// Under autocast the products run in bfloat16 as linear's would, the losses in float32,
+// and dweight is summed in float32 across the chunks.
 //
 // With Mean or Sum the gradients are computed in the forward pass (three GEMMs in all, as
-// unfused) and held until the backward: dinput (..., K) and dweight (classes, K) in place of
-// the (N, classes) logits and their gradient. With None the backward computes the logits
-// again (one GEMM more). GPT-2's loss at 50257 classes, 8 x 1024 positions: 1.6 GB of
-// float32 logits, twice (GPT2Config::chunked_loss).
+// unfused) and held until the backward: dinput (..., K) and dweight (classes, K) in place
+// of the (N, classes) logits and their gradient. With None the backward computes the
+// logits again (one GEMM more). GPT-2's loss at 50257 classes and 8 x 1024 positions has
+// 1.6 GB of float32 logits (GPT2Config::chunked_loss).
 Tensor linear_cross_entropy(const Tensor& input, const Tensor& weight, const Tensor& bias, const Tensor& target,
                             const CrossEntropyOptions& options = CrossEntropyOptions(), int64_t chunk_rows = 0);
 
