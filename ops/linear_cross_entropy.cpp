@@ -33,14 +33,14 @@ using namespace loss_detail;
 
 namespace {
 
-// Rows per chunk by default: as many as the weight has columns (K), at least 128. A
-// chunk's logits (rows x V) then take as much memory as the weight (V x K), which the step
-// holds anyway, with its gradient; fewer rows would save little more and slow the weight's
-// gradient, which every chunk adds to: its product sums over the chunk's rows only and
-// reads and writes all of dW (V x K) again. bench_lm_head at gpt2-mini's head (1024 rows,
-// K 256, V 50257, 2 threads): 443 ms unfused; chunks of 512, 256, 128, 32 rows: 449, 496,
-// 532, 755 ms.
-int64_t default_chunk_rows(int64_t K) { return std::max<int64_t>(K, 128); }
+// Rows per chunk by default: as many as the weight has columns (K), at least 512. A
+// chunk's logits (rows x V) then take at least the weight's memory (V x K), which the step
+// holds anyway, with its gradient. Fewer rows would save little more and cost time: every
+// chunk packs W again for its two products with it, and adds its share to all of dW (V x K),
+// a product that sums over the chunk's rows only. bench_lm_head at gpt2-mini's head (1024
+// rows, K 256, V 50257, 2 threads): 442 ms unfused; chunks of 512, 256, 128, 32 rows: 425,
+// 480, 515, 715 ms.
+int64_t default_chunk_rows(int64_t K) { return std::max<int64_t>(K, 512); }
 
 // The operands as the chunks read them: x (N, K) and w (V, K) dense in the product dtype
 // (bfloat16 under autocast), b (V) or undefined, the targets (N) and class weights.

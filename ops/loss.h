@@ -59,8 +59,8 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduc
 // A language model's head and loss, cross_entropy(linear(input, weight, bias).reshape(
 // {-1, classes}), target.reshape({-1}), options), without ever holding the (N, classes)
 // logits: they are computed chunk_rows rows at a time (0: the default, K rows and at least
-// 128, whose logits take the weight's memory), each chunk's losses and gradients taken
-// before the next.
+// 512, whose logits take at least the weight's memory), each chunk's losses and gradients
+// taken before the next.
 //   input (..., K), weight (classes, K), bias (classes) or undefined; target (...) int64
 //   class indices: the classes are along the last dim, as linear gives them.
 //   options as cross_entropy's: class weights (in the input's dtype), ignore_index, label

@@ -4,7 +4,7 @@
 // positions, K = 256, V = 50257; torch_lm_head.py runs the same in PyTorch) by two impls:
 //   unfused       cross_entropy(linear(x, W), t): the (N, V) logits and their gradient;
 //   chunked-R     linear_cross_entropy(x, W, {}, t, {}, R): R rows of logits at a time
-//                 (R = 0: the op's default, K rows and at least 128).
+//                 (R = 0: the op's default, K rows and at least 512).
 // FLOPs: three products of 2 N K V each (logits, dx, dW), 6 N K V in a step (79 GFLOP at
 // this shape); the line's "gflops" is that over the median. The floor beside them is the
 // products at the GEMM rate of bench_sgemm. Each line has the most bytes the step's tensors
