@@ -18,6 +18,8 @@ mkdir -p "$dir"
 expect "--rank 0 takes the paper's rule, which is defined for --experts 64 or 256 only; got --experts 3" \
   "$gpt2" --data "$dir/no_data" --out-dir "$dir/gpt2" --mlp cp --experts 3
 expect "pass the TR last rank with --rank" "$gpt2" --data "$dir/no_data" --out-dir "$dir/gpt2" --mlp tr --experts 8
+expect "--gelu-recompute applies to --mlp dense only, got --mlp cp" \
+  "$gpt2" --data "$dir/no_data" --out-dir "$dir/gpt2" --mlp cp --gelu-recompute
 # (--max-steps 0: were a flag ignored, the run would end at once, exit 0, and fail here)
 for flag in --mixup --image-size --randaugment-ops --randaugment-magnitude; do
   expect "$flag applies to --image-arrays datasets only" "$mixer" --out-dir "$dir/mixer" --max-steps 0 $flag 1

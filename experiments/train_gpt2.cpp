@@ -47,7 +47,7 @@ int main(int argc, char** argv) {
   int64_t n_layer = 4, n_head = 4, n_embd = 256, block_size = 128, eval_batches = 8, sample_tokens = 200, top_k = 40;
   int64_t rank = 0;
   double dropout = 0.0, temperature = 0.8, expect_drop = 0;
-  bool chunked_loss = false;
+  bool chunked_loss = false, gelu_recompute = false;
   app.add_option("--data", data_dir, "Directory with train.bin, val.bin and meta.json (from prepare_text)")->required();
   app.add_option("--n-layer", n_layer, "Transformer blocks")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--n-head", n_head, "Attention heads")->capture_default_str()->check(CLI::PositiveNumber);
@@ -96,6 +96,9 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   app.add_flag("--chunked-loss", chunked_loss, "Take the lm_head and the loss a chunk of positions at a time, never "
                "holding the (batch x context x vocabulary) logits (linear_cross_entropy: less memory, the same steps)");
+  app.add_flag("--gelu-recompute", gelu_recompute, "The dense MLPs keep c_fc's output and compute the GELU again in "
+               "the backward pass (llm.c's recompute: one (batch x context x 4 n_embd) activation less per block, "
+               "the same steps); --mlp dense only");
   app.add_option("--expect-drop", expect_drop, "Exit with status 3 unless the validation loss falls by at least this "
                  "many nats from its value before training (a check for tests; not with --resume)")
       ->check(CLI::NonNegativeNumber);
@@ -107,6 +110,7 @@ int main(int argc, char** argv) {
     MU_CHECK(!(f.mlp == "cp" || f.mlp == "tr") || rank > 0 || f.experts == 64 || f.experts == 256, "--rank 0 takes ",
              "the paper's rule, which is defined for --experts 64 or 256 only; got --experts ", f.experts,
              ": pass the ", f.mlp == "cp" ? "CP rank" : "TR last rank", " with --rank");
+    MU_CHECK(!gelu_recompute || f.mlp == "dense", "--gelu-recompute applies to --mlp dense only, got --mlp ", f.mlp);
     const data::TextMeta meta = data::load_text_meta((fs::path(data_dir) / "meta.json").string());
     const data::TokenFileOptions file_opts = data::TokenFileOptions().vocab_size(meta.vocab_size);
     const data::TokenFile train_file((fs::path(data_dir) / "train.bin").string(), file_opts);
@@ -121,6 +125,7 @@ int main(int argc, char** argv) {
     cfg.dropout = dropout;
     cfg.recompute = f.recompute;
     cfg.chunked_loss = chunked_loss;
+    cfg.gelu_recompute = gelu_recompute;
     if (f.mlp == "cp") cfg.mlp = models::mlp::cp_mumoe(f.experts, rank);
     if (f.mlp == "tr") cfg.mlp = models::mlp::tr_mumoe(f.experts, rank);
     if (f.mlp == "topk") cfg.mlp = models::mlp::topk_mlp(moe_k);

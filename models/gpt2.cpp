@@ -64,14 +64,20 @@ class DenseMLP : public nn::UnaryModule {
     gelu = register_module("gelu", std::make_shared<nn::GELU>("tanh"));
     c_proj = register_module("c_proj", std::make_shared<nn::Linear>(4 * c.n_embd, c.n_embd, c.bias));
     dropout = register_module("dropout", std::make_shared<nn::Dropout>(c.dropout));
+    gelu_recompute = c.gelu_recompute;
   }
   Tensor forward(const Tensor& x) override {
+    // With gelu_recompute, c_proj keeps c_fc's output rather than the GELU's, and its
+    // backward computes the GELU again (ops/linalg.h, gelu_linear): the same numbers.
+    if (gelu_recompute)
+      return dropout->forward(gelu_linear(c_fc->forward(x), c_proj->weight, c_proj->bias, "tanh"));
     return dropout->forward(c_proj->forward(gelu->forward(c_fc->forward(x))));
   }
 
   std::shared_ptr<nn::Linear> c_fc, c_proj;
   std::shared_ptr<nn::GELU> gelu;
   std::shared_ptr<nn::Dropout> dropout;
+  bool gelu_recompute = false;  // GPT2Config::gelu_recompute, and GPT2::set_gelu_recompute
 };
 
 // x + attn(ln_1(x)), then x + mlp(ln_2(x)), or x + mlp(x) for an MLP that normalises its
@@ -391,6 +397,12 @@ Tensor GPT2::features(const Tensor& idx) {
     x = config_.recompute ? autograd::checkpoint_module(block, x, detail::str("GPT2: block ", l)) : block->forward(x);
   }
   return ln_f_->forward(x);
+}
+
+void GPT2::set_gelu_recompute(bool on) {
+  config_.gelu_recompute = on;
+  for (int64_t i = 0; i < config_.n_layer; ++i)
+    if (auto dense = std::dynamic_pointer_cast<DenseMLP>(mlp(i))) dense->gelu_recompute = on;
 }
 
 // Under autocast the tied weight is cast before it is transposed: a dense copy.

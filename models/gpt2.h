@@ -111,6 +111,11 @@ struct GPT2Config {
   // held, and Output::logits is left undefined (forward(idx) still gives them). The same
   // loss and gradients up to float rounding. Not part of the model either.
   bool chunked_loss = false;
+  // The dense MLP keeps c_fc's output and not the GELU's for c_proj's backward, which
+  // computes the GELU again (ops/linalg.h, gelu_linear; llm.c's recompute of GELU): one
+  // (B, T, 4 n_embd) activation less per block for one more GELU pass, the same numbers.
+  // Other MLP choices ignore it. Not part of the model either.
+  bool gelu_recompute = false;
   MlpChoice mlp = mlp::dense();
 
   // GPT-2 small: 12 layers, 12 heads, 768 wide, context 1024, vocabulary 50257, biases.
@@ -166,6 +171,8 @@ class GPT2 : public nn::Module {
   void set_recompute(bool on) { config_.recompute = on; }
   // Turns the chunked lm_head and loss on or off (GPT2Config::chunked_loss).
   void set_chunked_loss(bool on) { config_.chunked_loss = on; }
+  // Turns the dense MLPs' GELU recompute on or off (GPT2Config::gelu_recompute).
+  void set_gelu_recompute(bool on);
   std::shared_ptr<nn::Embedding> wte() const { return wte_; }
   std::shared_ptr<nn::Embedding> wpe() const { return wpe_; }
   // Block i's MLP module (as built by the config's factory).

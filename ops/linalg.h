@@ -1,6 +1,8 @@
 // Matrix products. matmul follows torch.matmul: 1-D operands are promoted and the
 // added dim removed; batch dims broadcast.
 #pragma once
+#include <string>
+
 #include "tensor/tensor.h"
 
 namespace mu {
@@ -14,6 +16,13 @@ Tensor bmm(const Tensor& a, const Tensor& b);  // (B,M,K) @ (B,K,N)
 // stored (one pass over the output, not two) and one node computes all three gradients;
 // elsewhere (a CUDA tensor, autocast's bfloat16) it is matmul(x, wᵀ) + b.
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b = Tensor());
+
+// linear(gelu(h, approximate), w, b), keeping h and not gelu(h) for the backward, which
+// computes gelu(h) again (one elementwise pass, no product): an MLP's second layer without
+// its widest activation held, llm.c's GELU recompute. h (..., in); approximate "none" or
+// "tanh" as gelu's. Under autocast the product runs in bfloat16 as linear's does.
+Tensor gelu_linear(const Tensor& h, const Tensor& w, const Tensor& b = Tensor(),
+                   const std::string& approximate = "none");
 
 // [x, 1] · w for x (..., K) and w (K + 1, N): a product whose last row of w is a bias, as
 // a factorised layer's input factor stores it, without appending the 1 to x. On the CPU

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "helpers.h"
+#include "tensor/allocator.h"
 #include "models/gpt2.h"
 #include "tiny_models.h"
 
@@ -404,6 +405,42 @@ TEST_CASE("chunked_loss: the loss and every gradient of the logits' path, withou
     NoGradGuard no_grad;
     CHECK(std::abs(plain.forward(idx, tgt).loss.item() - chunked.forward(idx, tgt).loss.item()) < 1e-6);
   }
+}
+
+TEST_CASE("gelu_recompute: the dense MLP's numbers bit for bit, one activation less held") {
+  GPT2Config c = tiny_gpt2();
+  c.dropout = 0.1;  // the dropout after c_proj draws the same masks either way
+  GPT2Config r = c;
+  r.gelu_recompute = true;
+  Generator g1(31), g2(31);
+  GPT2 plain(c, &g1), recomputing(r, &g2);
+  // 4 x 8 tokens: the GELU's output is 4096 bytes a block, a size the allocator does not round.
+  Tensor idx = tokens(4, 8, c.vocab_size, 32), tgt = tokens(4, 8, c.vocab_size, 33);
+  manual_seed(34);
+  const int64_t base = cpu_allocator::stats().allocated_bytes;
+  auto a = plain.forward(idx, tgt);
+  const int64_t held_plain = cpu_allocator::stats().allocated_bytes - base;
+  manual_seed(34);
+  const int64_t base2 = cpu_allocator::stats().allocated_bytes;
+  auto b = recomputing.forward(idx, tgt);
+  const int64_t held_recomputing = cpu_allocator::stats().allocated_bytes - base2;
+  // One GELU output per block: (4 x 8 tokens, 4 n_embd) float32.
+  CHECK(held_plain - held_recomputing == c.n_layer * 4 * 8 * 4 * c.n_embd * 4);
+  CHECK(a.loss.item() == b.loss.item());
+  a.loss.backward();
+  b.loss.backward();
+  auto pa = plain.named_parameters(), pb = recomputing.named_parameters();
+  REQUIRE(pa.size() == pb.size());
+  for (size_t i = 0; i < pa.size(); ++i) {
+    INFO(pa[i].first);
+    CHECK(max_abs_diff(pa[i].second.grad(), pb[i].second.grad()) == 0.0);
+  }
+  // Turned off again at run time: the GELU's output is held once more.
+  recomputing.set_gelu_recompute(false);
+  const int64_t base3 = cpu_allocator::stats().allocated_bytes;
+  manual_seed(34);
+  auto d = recomputing.forward(idx, tgt);
+  CHECK(cpu_allocator::stats().allocated_bytes - base3 == held_plain);
 }
 
 TEST_CASE("any UnaryModule plugs in through the MLP factory") {

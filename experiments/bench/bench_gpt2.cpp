@@ -9,9 +9,11 @@
 // workload, with the most bytes the step's tensors held at once. --recompute 1 checkpoints
 // every block (GPT2Config::recompute; the workloads are then named ...-recompute);
 // --chunked-loss 1 takes the lm_head and loss in chunks of rows (GPT2Config::chunked_loss,
-// ...-chunked).
+// ...-chunked); --gelu-recompute 1 has the dense MLPs compute their GELU again in the
+// backward (GPT2Config::gelu_recompute, ...-gelu-recompute).
 //
 //   bench_gpt2 [--workload gpt2-mini,gpt2-mini-cpmumoe,gpt2-mini-trmumoe] [--recompute 0] [--chunked-loss 0]
+//              [--gelu-recompute 0]
 //              [--reps 10] [--warmup 3]
 #include <omp.h>
 
@@ -27,9 +29,10 @@ using namespace mu;
 
 int main(int argc, char** argv) {
   bench::Options opt("bench_gpt2", 10, 3,
-                     {{"workload", "gpt2-mini,gpt2-mini-cpmumoe,gpt2-mini-trmumoe"}, {"recompute", "0"}, {"chunked-loss", "0"}});
+                     {{"workload", "gpt2-mini,gpt2-mini-cpmumoe,gpt2-mini-trmumoe"}, {"recompute", "0"}, {"chunked-loss", "0"}, {"gelu-recompute", "0"}});
   opt.parse(argc, argv);
   const bool recompute = opt.flag("recompute"), chunked = opt.flag("chunked-loss");
+  const bool gelu_recompute = opt.flag("gelu-recompute");
   std::stringstream list(opt.str("workload"));
   std::string name;
   while (std::getline(list, name, ',')) {
@@ -44,6 +47,7 @@ int main(int argc, char** argv) {
     }
     c.recompute = recompute;
     c.chunked_loss = chunked;
+    c.gelu_recompute = gelu_recompute;
     manual_seed(0);
     models::GPT2 model(c);
     optim::AdamW adamw(model.parameters(), optim::AdamWOptions(6e-4).weight_decay(0.1));
@@ -59,7 +63,8 @@ int main(int argc, char** argv) {
     };
     bench::Timing t = bench::time_it(step, opt.reps, opt.warmup);
     const long long peak = bench::peak_tensor_bytes(step);
-    bench::print_step_result(name + (recompute ? "-recompute" : "") + (chunked ? "-chunked" : ""), t, omp_get_max_threads(),
+    bench::print_step_result(name + (recompute ? "-recompute" : "") + (chunked ? "-chunked" : "") +
+                                 (gelu_recompute ? "-gelu-recompute" : ""), t, omp_get_max_threads(),
                              (long long)model.num_parameters(), peak);
   }
   return 0;
