@@ -90,9 +90,10 @@ if [[ $what == bench || $what == all ]]; then
   # step time beside the plain line of compare_gpu.sh above.
   timeout 60 "$bin/experiments/bench_gpu_gpt2" --workload gpt2-124m --dtype bf16 --reps 3 --warmup 2 --recompute 1 \
     2>&1 | sed "s/^/recompute: /" >>"$out/bench.txt"
-  # The same with the lm_head and loss in chunks (linear_cross_entropy): peak and time.
+  # The same with the lm_head and loss in chunks (linear_cross_entropy) and the GELU
+  # recomputed (gelu_linear), the two cheap memory savers together: peak and time.
   timeout 60 "$bin/experiments/bench_gpu_gpt2" --workload gpt2-124m --dtype bf16 --reps 3 --warmup 2 --chunked-loss 1 \
-    2>&1 | sed "s/^/chunked: /" >>"$out/bench.txt"
+    --gelu-recompute 1 2>&1 | sed "s/^/chunked: /" >>"$out/bench.txt"
   # Attention through each of the framework's own paths, beside the default choice above
   # (float32: the tiled kernels' vector variant by default; bfloat16: cuDNN).
   for path in gemm flash; do

@@ -22,12 +22,15 @@
 //   bench_gpu_gpt2 [--workload gpt2-124m,gpt2-124m-cpmumoe] [--dtype bf16|fp32|bf16,fp32]
 //                  [--tf32 0] [--batch 8] [--seq 1024] [--peak-tflops 0] [--reps 10] [--warmup 3]
 //                  [--device cuda] [--profile 0|1|shapes] [--recompute 0] [--chunked-loss 0]
+//                  [--gelu-recompute 0]
 //
 // --recompute 1: every block checkpointed (GPT2Config::recompute; lines named
 // ...-recompute-<dtype>): the peak memory it saves and the time it costs. The FLOPs per
 // token stay the model's (the recomputed forward is not counted, as nanoGPT's MFU).
 // --chunked-loss 1: the lm_head and loss in chunks of rows (GPT2Config::chunked_loss; lines
-// named ...-chunked-<dtype>): the (B T, 50257) logits never held.
+// named ...-chunked-<dtype>): the (B T, 50257) logits never held. --gelu-recompute 1: the
+// dense MLPs compute their GELU again in the backward (GPT2Config::gelu_recompute;
+// ...-gelu-recompute-<dtype>).
 // --profile 1: after the timed steps, one more step under the kernel profiler
 // (ops/profile.h), its per-kernel table on stderr (stdout keeps the JSON lines);
 // --profile shapes: the same, one row per kernel and argument signature.
@@ -76,7 +79,8 @@ int main(int argc, char** argv) {
                       {"device", "cuda"},
                       {"profile", "0"},
                       {"recompute", "0"},
-                      {"chunked-loss", "0"}});
+                      {"chunked-loss", "0"},
+                      {"gelu-recompute", "0"}});
   opt.parse(argc, argv);
   const Device dev = bench::parse_device(prog, opt.str("device"));
   const bool tf32 = bench::parse_flag(prog, "tf32", opt.str("tf32"));
@@ -84,6 +88,7 @@ int main(int argc, char** argv) {
   const bool profile = by_shape || bench::parse_flag(prog, "profile", opt.str("profile"));
   const bool recompute = bench::parse_flag(prog, "recompute", opt.str("recompute"));
   const bool chunked = bench::parse_flag(prog, "chunked-loss", opt.str("chunked-loss"));
+  const bool gelu_recompute = bench::parse_flag(prog, "gelu-recompute", opt.str("gelu-recompute"));
   const double peak_override = std::strtod(opt.str("peak-tflops").c_str(), nullptr);
   cuda::set_allow_tf32(tf32);
   const int64_t B = opt.integer("batch"), T = opt.integer("seq");
@@ -107,6 +112,7 @@ int main(int argc, char** argv) {
       }
       c.recompute = recompute;
       c.chunked_loss = chunked;
+      c.gelu_recompute = gelu_recompute;
       bench::reset_peak(dev);  // the peak then counts this workload's weights, states and activations
       manual_seed(0);
       models::GPT2 model(c);
@@ -139,7 +145,8 @@ int main(int argc, char** argv) {
       const double tokens_per_s = double(B * T) / (t.median_ms * 1e-3);
       const double tflops = flops_per_token * tokens_per_s / 1e12;
       const double peak = bench::peak_tflops(bf16, tf32, peak_override);
-      bench::begin_line(dev, name + (recompute ? "-recompute" : "") + (chunked ? "-chunked" : "") + "-" + dtype, dtype,
+      bench::begin_line(dev, name + (recompute ? "-recompute" : "") + (chunked ? "-chunked" : "") +
+                            (gelu_recompute ? "-gelu-recompute" : "") + "-" + dtype, dtype,
                         tf32, t);
       std::printf(", \"params\": %lld, \"batch\": %lld, \"seq\": %lld, \"tokens_per_s\": %.0f, "
                   "\"flops_per_token\": %.0f, \"tflops\": %.2f, \"peak_tflops\": %.1f, \"mfu\": %.4f, "
