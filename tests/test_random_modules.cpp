@@ -163,10 +163,11 @@ Built gpt2(Rng& r, Generator& g) {
   }
   c.recompute = r.coin();  // every block checkpointed (autograd/activation_checkpoint.h)
   c.chunked_loss = r.coin();  // the head and loss through linear_cross_entropy (ops/loss.h)
+  c.gelu_recompute = r.coin();  // a dense MLP's c_proj through gelu_linear (ops/linalg.h)
   const std::string what = "GPT-2 " + std::to_string(c.n_layer) + " layers, " + std::to_string(c.n_head) +
                            " heads, n_embd " + std::to_string(c.n_embd) + ", vocab " + std::to_string(c.vocab_size) +
                            ", bias " + std::to_string(c.bias) + ", MLP " + mlp + (c.recompute ? ", recompute" : "") +
-                           (c.chunked_loss ? ", chunked loss" : "");
+                           (c.chunked_loss ? ", chunked loss" : "") + (c.gelu_recompute ? ", GELU recompute" : "");
   auto m = std::make_shared<models::GPT2>(c, &g);
   const int64_t b = r.ri(1, 2), t = r.ri(1, 8);
   Tensor idx = randint(0, c.vocab_size, {b, t}, TensorOptions(kInt64), &g);
