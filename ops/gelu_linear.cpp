@@ -59,11 +59,10 @@ Tensor gelu_linear(const Tensor& h, const Tensor& w, const Tensor& b, const std:
     const int64_t in = hv.size(-1), out = g.size(-1);
     const Tensor g2 = g.reshape({-1, out});
     TensorList r(3);
-    if (gw || gb) {
-      // The weight's gradient reads a = gelu(h): computed again here, freed on return.
-      if (gw) r[1] = matmul(g2.t(), gelu_of(hv, tanh_form).to(product).reshape({-1, in})).to(w_dtype);
-      if (gb) r[2] = sum(g2, {0}).to(b_dtype);
-    }
+    // The weight's gradient reads a = gelu(h), in the product's dtype as the forward had it:
+    // computed again here, freed on return.
+    if (gw) r[1] = matmul(g2.t(), gelu_of(hv, tanh_form).to(product).reshape({-1, in})).to(w_dtype);
+    if (gb) r[2] = sum(g2, {0}).to(b_dtype);
     if (gh) {
       const Tensor da = matmul(g2, ws.get()).reshape(hv.shape());
       r[0] = tanh_form ? map(fn::GeluTanhGrad{}, {da, hv}) : map(fn::GeluGrad{}, {da, hv});
