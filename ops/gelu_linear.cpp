@@ -30,20 +30,15 @@ Tensor gelu_of(const Tensor& h, bool tanh_form) {
 Tensor gelu_linear(const Tensor& h, const Tensor& w, const Tensor& b, const std::string& approximate) {
   MU_CHECK(approximate == "none" || approximate == "tanh",
            "gelu_linear: approximate must be \"none\" or \"tanh\", got \"", approximate, "\"");
-  MU_CHECK(h.defined() && w.defined(), "gelu_linear: input and weight must be defined");
-  MU_CHECK(w.dim() == 2, "gelu_linear: weight must be 2-D (out_features, in_features), got shape ",
-           shape_str(w.shape()));
-  MU_CHECK(h.dim() >= 1 && h.size(-1) == w.size(1), "gelu_linear: input of shape ", shape_str(h.shape()),
-           " does not end in the weight's in_features ", w.size(1), " (weight shape ", shape_str(w.shape()), ")");
-  MU_CHECK(!b.defined() || (b.dim() == 1 && b.size(0) == w.size(0)), "gelu_linear: bias must have shape (", w.size(0),
-           "), got ", shape_str(b.shape()));
-  MU_CHECK(h.is_floating_point(), "gelu_linear: input must be floating point, got ", dtype_name(h.dtype()));
+  MU_CHECK(!h.defined() || h.is_floating_point(), "gelu_linear: input must be floating point, got ",
+           dtype_name(h.dtype()));
+  check_linear_operands("gelu_linear", h, w, b);
   const bool tanh_form = approximate == "tanh";
   Tensor y, wl;
   {
     NoGradGuard no_grad;
-    // linear checks dtypes and devices, and under autocast casts w (and b) to bfloat16;
-    // that cast is kept for the backward, as linear's own node keeps it.
+    // Under autocast linear casts w (and b) to bfloat16; that cast is kept for the
+    // backward, as linear's own node keeps it.
     y = linear(gelu_of(h.detach(), tanh_form), w.detach(), b.defined() ? b.detach() : b);
     wl = autograd::autocast::to_low(w.detach());
   }

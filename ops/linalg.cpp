@@ -210,19 +210,23 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   return y.reshape(out);
 }
 
-Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
-  MU_CHECK(x.defined() && w.defined(), "linear: input and weight must be defined");
-  MU_CHECK(w.dim() == 2, "linear: weight must be 2-D (out_features, in_features), got shape ", shape_str(w.shape()));
-  MU_CHECK(x.dim() >= 1 && x.size(-1) == w.size(1), "linear: input of shape ", shape_str(x.shape()),
+void check_linear_operands(const char* op, const Tensor& x, const Tensor& w, const Tensor& b) {
+  MU_CHECK(x.defined() && w.defined(), op, ": input and weight must be defined");
+  MU_CHECK(w.dim() == 2, op, ": weight must be 2-D (out_features, in_features), got shape ", shape_str(w.shape()));
+  MU_CHECK(x.dim() >= 1 && x.size(-1) == w.size(1), op, ": input of shape ", shape_str(x.shape()),
            " does not end in the weight's in_features ", w.size(1), " (weight shape ", shape_str(w.shape()), ")");
-  MU_CHECK(!b.defined() || (b.dim() == 1 && b.size(0) == w.size(0)), "linear: bias must have shape (", w.size(0),
+  MU_CHECK(!b.defined() || (b.dim() == 1 && b.size(0) == w.size(0)), op, ": bias must have shape (", w.size(0),
            "), got ", shape_str(b.shape()));
   using autograd::autocast::low_dtype;
-  MU_CHECK(low_dtype(w) == low_dtype(x) && (!b.defined() || low_dtype(b) == low_dtype(x)), "linear: dtype mismatch: input ",
-           dtype_name(x.dtype()), ", weight ", dtype_name(w.dtype()), b.defined() ? ", bias " : "",
-           b.defined() ? dtype_name(b.dtype()) : "", "; convert with .to(dtype)");
-  MU_CHECK(w.device() == x.device() && (!b.defined() || b.device() == x.device()), "linear: device mismatch: input on ",
+  MU_CHECK(low_dtype(w) == low_dtype(x) && (!b.defined() || low_dtype(b) == low_dtype(x)), op,
+           ": dtype mismatch: input ", dtype_name(x.dtype()), ", weight ", dtype_name(w.dtype()),
+           b.defined() ? ", bias " : "", b.defined() ? dtype_name(b.dtype()) : "", "; convert with .to(dtype)");
+  MU_CHECK(w.device() == x.device() && (!b.defined() || b.device() == x.device()), op, ": device mismatch: input on ",
            x.device().str(), ", weight on ", w.device().str(), b.defined() ? ", bias on " + b.device().str() : "");
+}
+
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
+  check_linear_operands("linear", x, w, b);
   // Under autocast the weight is cast before it is transposed (a dense copy rather than
   // a transposing one), and the bias is added in bfloat16 too, as torch's F.linear does.
   const Tensor wl = autograd::autocast::to_low(w), bl = b.defined() ? autograd::autocast::to_low(b) : b;

@@ -17,6 +17,11 @@ Tensor bmm(const Tensor& a, const Tensor& b);  // (B,M,K) @ (B,K,N)
 // elsewhere (a CUDA tensor, autocast's bfloat16) it is matmul(x, wᵀ) + b.
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b = Tensor());
 
+// linear's operand checks, its messages opened by `op`: x (..., in), w (out, in), b (out)
+// or undefined, one dtype (as autocast would multiply them) and one device. For the ops
+// built around a linear layer (gelu_linear, linear_cross_entropy).
+void check_linear_operands(const char* op, const Tensor& x, const Tensor& w, const Tensor& b);
+
 // linear(gelu(h, approximate), w, b), keeping h and not gelu(h) for the backward, which
 // computes gelu(h) again (one elementwise pass, no product): an MLP's second layer without
 // its widest activation held, llm.c's GELU recompute. h (..., in); approximate "none" or

@@ -124,23 +124,11 @@ TensorList finish(const Grads& g, const GradTypes& types) {
 
 void check_operands(const char* op, const Tensor& input, const Tensor& weight, const Tensor& bias,
                     const Tensor& target, int64_t chunk_rows) {
-  MU_CHECK(input.defined() && weight.defined() && target.defined(), op, ": input, weight and target must be defined");
-  MU_CHECK(weight.dim() == 2, op, ": weight must be 2-D (classes, in_features), got shape ", shape_str(weight.shape()));
-  MU_CHECK(input.dim() >= 1 && input.size(-1) == weight.size(1), op, ": input of shape ", shape_str(input.shape()),
-           " does not end in the weight's in_features ", weight.size(1), " (weight shape ", shape_str(weight.shape()),
-           ")");
-  MU_CHECK(!bias.defined() || (bias.dim() == 1 && bias.size(0) == weight.size(0)), op, ": bias must have shape (",
-           weight.size(0), "), got ", shape_str(bias.shape()));
-  using autograd::autocast::low_dtype;
-  const DType dt = low_dtype(input);
+  MU_CHECK(target.defined(), op, ": target must be defined");
+  check_linear_operands(op, input, weight, bias);
+  const DType dt = autograd::autocast::low_dtype(input);
   MU_CHECK(dt == kFloat32 || dt == kFloat64 || dt == kBFloat16, op, ": input must be float32, float64 or bfloat16, got ",
            dtype_name(input.dtype()));
-  MU_CHECK(low_dtype(weight) == dt && (!bias.defined() || low_dtype(bias) == dt), op, ": dtype mismatch: input ",
-           dtype_name(input.dtype()), ", weight ", dtype_name(weight.dtype()), bias.defined() ? ", bias " : "",
-           bias.defined() ? dtype_name(bias.dtype()) : "", "; convert with .to(dtype)");
-  MU_CHECK(weight.device() == input.device() && (!bias.defined() || bias.device() == input.device()), op,
-           ": device mismatch: input on ", input.device().str(), ", weight on ", weight.device().str(),
-           bias.defined() ? ", bias on " + bias.device().str() : "");
   MU_CHECK(target.dtype() == kInt64, op, ": target must hold int64 class indices, got ", dtype_name(target.dtype()));
   MU_CHECK(target.device() == input.device(), op, ": target on ", target.device().str(), ", input on ",
            input.device().str());

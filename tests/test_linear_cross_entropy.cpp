@@ -303,7 +303,7 @@ TEST_CASE("linear_cross_entropy: bad input is refused by name") {
   const CrossEntropyOptions o;
   CHECK_THROWS_MU(linear_cross_entropy(x, randn({5, 2}), Tensor(), t),
                   "linear_cross_entropy: input of shape [4, 3] does not end in the weight's in_features 2");
-  CHECK_THROWS_MU(linear_cross_entropy(x, randn({5}), Tensor(), t), "weight must be 2-D (classes, in_features), got shape [5]");
+  CHECK_THROWS_MU(linear_cross_entropy(x, randn({5}), Tensor(), t), "linear_cross_entropy: weight must be 2-D (out_features, in_features), got shape [5]");
   CHECK_THROWS_MU(linear_cross_entropy(x, w, randn({4}), t), "bias must have shape (5), got [4]");
   CHECK_THROWS_MU(linear_cross_entropy(x, w, Tensor(), from_vector(std::vector<int64_t>{0, 1, 2}, {3})),
                   "target of shape [3] does not match input of shape [4, 3] (expected [4])");
