@@ -26,11 +26,19 @@ std::shared_ptr<nn::LayerNorm> gpt2_layer_norm(const GPT2Config& c) {
   return std::make_shared<nn::LayerNorm>(nn::LayerNormOptions({c.n_embd}).eps(kLayerNormEps).bias(c.bias));
 }
 
+// The keys and values one block's attention has seen, for generate(): (B, n_head,
+// block_size, head size) each, allocated on first use in k's dtype and device, positions
+// [0, len) filled.
+struct KVCache {
+  Tensor k, v;
+  int64_t len = 0;
+};
+
 // One c_attn Linear gives q, k and v; heads attend causally through the fused kernel.
 class CausalSelfAttention : public nn::UnaryModule {
  public:
   explicit CausalSelfAttention(const GPT2Config& c)
-      : UnaryModule("CausalSelfAttention"), n_head_(c.n_head), dropout_(c.dropout) {
+      : UnaryModule("CausalSelfAttention"), n_head_(c.n_head), block_size_(c.block_size), dropout_(c.dropout) {
     c_attn = register_module("c_attn", std::make_shared<nn::Linear>(c.n_embd, 3 * c.n_embd, c.bias));
     c_proj = register_module("c_proj", std::make_shared<nn::Linear>(c.n_embd, c.n_embd, c.bias));
     resid_dropout = register_module("resid_dropout", std::make_shared<nn::Dropout>(c.dropout));
@@ -48,11 +56,38 @@ class CausalSelfAttention : public nn::UnaryModule {
     return resid_dropout->forward(c_proj->forward(y));
   }
 
+  // forward() for generate(), at positions [cache.len, cache.len + T) of x (B, T, C), in
+  // eval mode: the new keys and values go into the cache, and the queries attend to every
+  // key so far. Two cases only: the whole prompt into an empty cache (causal, the same
+  // call as forward()), or one new position, whose query sees every cached key (no mask).
+  Tensor forward_cached(const Tensor& x, KVCache& cache) {
+    const int64_t B = x.size(0), T = x.size(1), C = x.size(2), hs = C / n_head_;
+    MU_CHECK(cache.len == 0 || T == 1, "GPT2: a cached attention step takes one position, got ", T);
+    MU_CHECK(cache.len + T <= block_size_, "GPT2: the key-value cache holds block_size = ", block_size_,
+             " positions, asked for ", cache.len + T);
+    std::vector<Tensor> qkv = split(c_attn->forward(x), C, 2);
+    auto heads = [&](const Tensor& t) { return t.reshape({B, T, n_head_, hs}).transpose(1, 2); };
+    const Tensor q = heads(qkv[0]), k = heads(qkv[1]), v = heads(qkv[2]);
+    if (!cache.k.defined()) {
+      const TensorOptions o = TensorOptions(k.dtype()).device(k.device());
+      cache.k = empty({B, n_head_, block_size_, hs}, o);
+      cache.v = empty({B, n_head_, block_size_, hs}, o);
+    }
+    cache.k.narrow(2, cache.len, T).copy_(k);
+    cache.v.narrow(2, cache.len, T).copy_(v);
+    const int64_t seen = cache.len + T;
+    Tensor y = cache.len == 0 ? scaled_dot_product_attention(q, k, v, /*causal=*/true, 0.0, false)
+                              : scaled_dot_product_attention(q, cache.k.narrow(2, 0, seen),
+                                                             cache.v.narrow(2, 0, seen), /*causal=*/false, 0.0, false);
+    cache.len = seen;
+    return resid_dropout->forward(c_proj->forward(y.transpose(1, 2).reshape({B, T, C})));
+  }
+
   std::shared_ptr<nn::Linear> c_attn, c_proj;
   std::shared_ptr<nn::Dropout> resid_dropout;
 
  private:
-  int64_t n_head_;
+  int64_t n_head_, block_size_;
   double dropout_;
 };
 
@@ -92,17 +127,24 @@ class Block : public nn::UnaryModule {
     MU_CHECK(m != nullptr, "GPT2: the MLP factory \"", c.mlp.name, "\" returned no module for layer ", layer);
     mlp = register_module("mlp", std::move(m));
   }
-  Tensor forward(const Tensor& x) override {
-    Tensor h = x + attn->forward(ln_1->forward(x));
-    Tensor y = mlp->forward(ln_2 ? ln_2->forward(h) : h);
-    MU_CHECK(y.defined() && y.shape() == h.shape(), "GPT2: the MLP \"", mlp->type_name(), "\" must map ",
-             shape_str(h.shape()), " to the same shape, got ", y.defined() ? shape_str(y.shape()) : "undefined");
-    return h + y;
+  Tensor forward(const Tensor& x) override { return with_mlp(x + attn->forward(ln_1->forward(x))); }
+  // forward() for generate(), attention through the block's key-value cache.
+  Tensor forward_cached(const Tensor& x, KVCache& cache) {
+    return with_mlp(x + attn->forward_cached(ln_1->forward(x), cache));
   }
 
   std::shared_ptr<nn::LayerNorm> ln_1, ln_2;  // ln_2 null without pre_norm
   std::shared_ptr<CausalSelfAttention> attn;
   std::shared_ptr<nn::UnaryModule> mlp;
+
+ private:
+  // h + mlp(ln_2(h)), or h + mlp(h).
+  Tensor with_mlp(const Tensor& h) {
+    Tensor y = mlp->forward(ln_2 ? ln_2->forward(h) : h);
+    MU_CHECK(y.defined() && y.shape() == h.shape(), "GPT2: the MLP \"", mlp->type_name(), "\" must map ",
+             shape_str(h.shape()), " to the same shape, got ", y.defined() ? shape_str(y.shape()) : "undefined");
+    return h + y;
+  }
 };
 
 // The lm_head: logits = x · Wᵀ with W registered as the token embedding's own tensor, so
@@ -147,6 +189,7 @@ MlpChoice dense() {
     return k.add(k.linear(c.n_embd, h, c.bias), k.linear(h, c.n_embd, c.bias));
   };
   m.pre_norm = true;
+  m.position_wise = true;
   return m;
 }
 
@@ -210,6 +253,7 @@ static MlpChoice mumoe_choice(nn::MoEKind kind, int64_t experts, int64_t rank) {
     return nn::MuMoE::count_parameters(mumoe_options(c, kind, experts, rank));
   };
   m.pre_norm = false;
+  m.position_wise = true;  // LayerNorms and entmax gating, each per token
   return m;
 }
 
@@ -233,6 +277,8 @@ MlpChoice sparse_moe(std::string name, std::function<nn::SparseMoEOptions(const 
   };
   m.count = [resolved](const GPT2Config& c) { return nn::SparseMoE::count_parameters(resolved(c, nullptr)); };
   m.pre_norm = true;
+  // Per token in eval mode, except Switch's capacity (GPT2::position_wise_mlps checks it).
+  m.position_wise = true;
   return m;
 }
 
@@ -254,6 +300,7 @@ MlpChoice topk_mlp(int64_t k) {
   };
   m.count = [options](const GPT2Config& c) { return nn::TopKMLP::count_parameters(options(c, nullptr)); };
   m.pre_norm = true;
+  m.position_wise = true;
   return m;
 }
 
@@ -268,15 +315,17 @@ MlpChoice pkm(int64_t n_sub, int64_t heads, int64_t k, nn::PKMActivation activat
   };
   m.count = [options](const GPT2Config& c) { return nn::PKM::count_parameters(options(c, nullptr)); };
   m.pre_norm = true;
+  m.position_wise = true;
   return m;
 }
 
-MlpChoice custom(std::string name, MlpFactory make, bool pre_norm, MlpCounter count) {
+MlpChoice custom(std::string name, MlpFactory make, bool pre_norm, MlpCounter count, bool position_wise) {
   MlpChoice m;
   m.name = std::move(name);
   m.make = std::move(make);
   m.count = std::move(count);
   m.pre_norm = pre_norm;
+  m.position_wise = position_wise;
   return m;
 }
 
@@ -433,8 +482,55 @@ GPT2::Output GPT2::forward(const Tensor& idx, const Tensor& targets) {
   return out;
 }
 
+bool GPT2::position_wise_mlps() const {
+  if (!config_.mlp.position_wise) return false;
+  // Switch's capacity drops a token by its rank among the batch's tokens of its expert.
+  for (int64_t i = 0; i < config_.n_layer; ++i)
+    if (auto moe = std::dynamic_pointer_cast<nn::SparseMoE>(mlp(i)); moe && moe->options().capacity_factor() > 0)
+      return false;
+  return true;
+}
+
+namespace {
+
+// nanoGPT's choice of the next token from one sequence's last logits: divided by the
+// temperature, those below the k-th largest set to -inf (ties with it stay), softmax, one
+// draw by inverse CDF (torch.multinomial with one sample).
+int64_t sample_token(std::vector<double> row, double temperature, int64_t k, Generator& g, int64_t b) {
+  const int64_t V = int64_t(row.size());
+  for (double& v : row) v /= temperature;
+  if (k < V) {
+    std::vector<double> sorted = row;
+    std::nth_element(sorted.begin(), sorted.begin() + (k - 1), sorted.end(), std::greater<double>());
+    const double kth = sorted[size_t(k - 1)];
+    for (double& v : row)
+      if (v < kth) v = -std::numeric_limits<double>::infinity();
+  }
+  const double mx = *std::max_element(row.begin(), row.end());
+  MU_CHECK(std::isfinite(mx), "GPT2::generate: the logits of sequence ", b, " are not finite (max ", mx, ")");
+  double total = 0;
+  for (double& v : row) total += (v = std::exp(v - mx));
+  const double u = g.uniform() * total;
+  double acc = 0;
+  int64_t pick = V - 1;
+  for (int64_t j = 0; j < V; ++j) {
+    acc += row[size_t(j)];
+    // The first token whose cumulative mass passes u; zero-mass tokens are never picked.
+    if (u < acc && row[size_t(j)] > 0) {
+      pick = j;
+      break;
+    }
+  }
+  // Rounding can leave u at the very top: take the last token with mass.
+  if (pick == V - 1)
+    while (pick > 0 && row[size_t(pick)] == 0) --pick;
+  return pick;
+}
+
+}  // namespace
+
 Tensor GPT2::generate(const Tensor& idx, int64_t max_new_tokens, double temperature, int64_t top_k,
-                      Generator* gen) {
+                      Generator* gen, bool kv_cache) {
   MU_CHECK(idx.defined() && idx.dim() == 2 && idx.dtype() == kInt64 && idx.size(1) >= 1,
            "GPT2::generate: expected idx of shape (B, T) with T >= 1, int64, got ",
            idx.defined() ? idx.describe() : std::string("an undefined tensor"));
@@ -444,48 +540,40 @@ Tensor GPT2::generate(const Tensor& idx, int64_t max_new_tokens, double temperat
   MU_CHECK(top_k >= 0, "GPT2::generate: top_k must be >= 0 (0 keeps every token), got ", top_k);
   Generator& g = gen ? *gen : default_generator();
   NoGradGuard no_grad;
-  const int64_t B = idx.size(0), V = config_.vocab_size;
+  const int64_t B = idx.size(0), V = config_.vocab_size, block = config_.block_size;
   const int64_t k = top_k == 0 ? V : std::min(top_k, V);
+  // The cache gives the logits of the whole context's forward pass only where each
+  // position's output depends on the positions up to it alone: in eval mode (no dropout,
+  // no routing noise), with position-wise MLPs, and while the context fits the block (past
+  // it, the window slides, every position's embedding changes, and the whole window is
+  // forwarded again, as nanoGPT does every step).
+  const bool use_cache = kv_cache && !is_training() && position_wise_mlps();
+  std::vector<KVCache> caches;  // one per block; empty while not in use
   Tensor seq = idx;
   for (int64_t step = 0; step < max_new_tokens; ++step) {
     const int64_t T = seq.size(1);
-    Tensor cond = T <= config_.block_size ? seq : seq.narrow(1, T - config_.block_size, config_.block_size);
-    // Only the last position's logits are needed: (B, V).
-    Tensor logits = features(cond).select(1, cond.size(1) - 1).matmul(lm_head_weight_.t());
-    std::vector<double> lv = logits.to_vector<double>();
-    std::vector<int64_t> next(static_cast<size_t>(B));
-    for (int64_t b = 0; b < B; ++b) {
-      std::vector<double> row(lv.begin() + b * V, lv.begin() + (b + 1) * V);
-      for (double& v : row) v /= temperature;
-      // nanoGPT's top-k: logits below the k-th largest become -inf (ties with it stay).
-      if (k < V) {
-        std::vector<double> sorted = row;
-        std::nth_element(sorted.begin(), sorted.begin() + (k - 1), sorted.end(), std::greater<double>());
-        const double kth = sorted[size_t(k - 1)];
-        for (double& v : row)
-          if (v < kth) v = -std::numeric_limits<double>::infinity();
-      }
-      // softmax, then one draw by inverse CDF (torch.multinomial with one sample).
-      const double mx = *std::max_element(row.begin(), row.end());
-      MU_CHECK(std::isfinite(mx), "GPT2::generate: the logits of sequence ", b, " are not finite (max ", mx, ")");
-      double total = 0;
-      for (double& v : row) total += (v = std::exp(v - mx));
-      const double u = g.uniform() * total;
-      double acc = 0;
-      int64_t pick = V - 1;
-      for (int64_t j = 0; j < V; ++j) {
-        acc += row[size_t(j)];
-        // The first token whose cumulative mass passes u; zero-mass tokens are never picked.
-        if (u < acc && row[size_t(j)] > 0) {
-          pick = j;
-          break;
-        }
-      }
-      // Rounding can leave u at the very top: take the last token with mass.
-      if (pick == V - 1)
-        while (pick > 0 && row[size_t(pick)] == 0) --pick;
-      next[size_t(b)] = pick;
+    Tensor last;  // (B, C): the final LayerNorm's output at the last position
+    if (use_cache && T <= block) {
+      // The whole prompt first, then one new position a step.
+      const int64_t from = caches.empty() ? 0 : T - 1;
+      if (caches.empty()) caches.resize(h_->size());
+      MU_CHECK(caches[0].len == from, "GPT2::generate: the cache holds ", caches[0].len, " positions, expected ", from);
+      const Tensor pos = arange(double(from), double(T), 1.0, TensorOptions(kInt64).device(seq.device()));
+      Tensor x = drop_->forward(wte_->forward(seq.narrow(1, from, T - from)) + wpe_->forward(pos));
+      for (size_t l = 0; l < h_->size(); ++l) x = h_->at<Block>(l)->forward_cached(x, caches[l]);
+      last = ln_f_->forward(x.select(1, x.size(1) - 1));
+    } else {
+      caches.clear();
+      // nanoGPT: the context cropped to its last block_size tokens.
+      Tensor cond = T <= block ? seq : seq.narrow(1, T - block, block);
+      last = features(cond).select(1, cond.size(1) - 1);
     }
+    // Only the last position's logits are needed: (B, V).
+    const std::vector<double> lv = last.matmul(lm_head_weight_.t()).to_vector<double>();
+    std::vector<int64_t> next(static_cast<size_t>(B));
+    for (int64_t b = 0; b < B; ++b)
+      next[size_t(b)] = sample_token(std::vector<double>(lv.begin() + b * V, lv.begin() + (b + 1) * V),
+                                     temperature, k, g, b);
     seq = cat({seq, from_vector(next, {B, 1}).to(seq.device())}, 1);
   }
   return seq;

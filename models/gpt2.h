@@ -54,6 +54,11 @@ struct MlpChoice {
   // True: the block feeds ln_2(x) to the MLP (GPT-2). False: the block has no ln_2 and
   // the MLP receives the residual stream x itself, because it normalises its own input.
   bool pre_norm = true;
+  // True: in eval mode the MLP maps each position on its own (no batch statistics, no
+  // capacity shared by the tokens), so generate() may run it on the newest position alone
+  // (GPT2::generate's key-value cache). False, the default for a custom module: generate()
+  // forwards the whole context every step.
+  bool position_wise = false;
 };
 
 namespace mlp {
@@ -80,8 +85,10 @@ MlpChoice sigma_moe(int64_t experts, int64_t expert_size, int64_t k = 4, double 
 MlpChoice topk_mlp(int64_t k);
 // A product-key memory (nn/pkm.h) of n_sub² values, `heads` heads, K kept per head.
 MlpChoice pkm(int64_t n_sub, int64_t heads, int64_t k, nn::PKMActivation activation = nn::PKMActivation::ReLU);
-// Any module through the same factory; `count` may be null (see MlpChoice::count).
-MlpChoice custom(std::string name, MlpFactory make, bool pre_norm = true, MlpCounter count = nullptr);
+// Any module through the same factory; `count` may be null (see MlpChoice::count);
+// `position_wise` as MlpChoice::position_wise says.
+MlpChoice custom(std::string name, MlpFactory make, bool pre_norm = true, MlpCounter count = nullptr,
+                 bool position_wise = false);
 
 // The paper's ranks for the GPT-2 μMoE blocks (PAPERS.md, "Blocks used in the models"):
 // CP int(0.78 d) for N = 64, int(0.725 d) for N = 256; TR last rank int(0.2 d) for N = 64,
@@ -151,8 +158,14 @@ class GPT2 : public nn::Module {
   // sample from the softmax with `gen` (global when null) and append. Runs without
   // recording a graph; the caller picks the mode (eval() for no dropout), as in nanoGPT.
   // idx (B, T) int64, T >= 1 -> (B, T + max_new_tokens).
+  // kv_cache: in eval mode, with position-wise MLPs (MlpChoice::position_wise), each block
+  // keeps the keys and values of the positions so far, and a step forwards the newest token
+  // alone (a (1, T) attention row and one position's MLPs instead of the whole context):
+  // the same logits to rounding, while the context fits block_size. Past it the window
+  // slides, every position's embedding changes, and each step forwards the whole window
+  // again, as without the cache. The cache costs 2 n_layer B block_size n_embd values.
   Tensor generate(const Tensor& idx, int64_t max_new_tokens, double temperature = 1.0, int64_t top_k = 0,
-                  Generator* gen = nullptr);
+                  Generator* gen = nullptr, bool kv_cache = true);
 
   // num_parameters() of a model built from `config`, from shapes alone (nothing allocated);
   // the tied lm_head counted once, position embeddings included (as nanoGPT's
@@ -183,6 +196,9 @@ class GPT2 : public nn::Module {
   std::string extra_repr() const override;
 
  private:
+  // MlpChoice::position_wise, and no Switch capacity among the built MLPs.
+  bool position_wise_mlps() const;
+
   GPT2Config config_;
   std::shared_ptr<nn::Embedding> wte_, wpe_;
   std::shared_ptr<nn::Dropout> drop_;

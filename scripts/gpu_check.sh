@@ -94,6 +94,9 @@ if [[ $what == bench || $what == all ]]; then
   # recomputed (gelu_linear), the two cheap memory savers together: peak and time.
   timeout 60 "$bin/experiments/bench_gpu_gpt2" --workload gpt2-124m --dtype bf16 --reps 3 --warmup 2 --chunked-loss 1 \
     --gelu-recompute 1 2>&1 | sed "s/^/chunked: /" >>"$out/bench.txt"
+  # Sampling from GPT-2 124M (float32, greedy) with and without generate's key-value cache.
+  timeout 60 "$bin/experiments/bench_generate" --model 124m --device cuda --prompt 256 --new 256 --reps 3 \
+    --warmup 1 2>&1 | sed "s/^/generate: /" >>"$out/bench.txt"
   # Attention through each of the framework's own paths, beside the default choice above
   # (float32: the tiled kernels' vector variant by default; bfloat16: cuDNN).
   for path in gemm flash; do

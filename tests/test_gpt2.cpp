@@ -1,7 +1,7 @@
 // GPT-2 (models/gpt2.h): configuration checks, parameter counts (by hand-written formulas
 // and against PyTorch's counts of torch_reference.py's models), nanoGPT's names and
-// initialisation, the tied lm_head, causality, the loss, the MLP factory, generate, and
-// the Hugging Face safetensors loader on files written here.
+// initialisation, the tied lm_head, causality, the loss, the MLP factory, and the Hugging
+// Face safetensors loader on files written here (generate: test_gpt2_generate.cpp).
 #include <filesystem>
 #include <set>
 #include <unistd.h>
@@ -471,49 +471,6 @@ TEST_CASE("any UnaryModule plugs in through the MLP factory") {
   });
   GPT2 bad(c);
   CHECK_THROWS_MU(bad.forward(tokens(1, 2, 11, 1)), "\"Linear\" must map [1, 2, 8] to the same shape");
-}
-
-TEST_CASE("generate: nanoGPT's loop, deterministic for a seed") {
-  GPT2Config c = tiny_gpt2();
-  manual_seed(8);
-  GPT2 model(c);
-  model.eval();
-  Tensor idx = tokens(2, 3, c.vocab_size, 9);
-  Generator g1(42), g2(42), g3(43);
-  Tensor a = model.generate(idx, 12, 1.0, 0, &g1);  // 15 tokens: the context is cropped to 8
-  Tensor b = model.generate(idx, 12, 1.0, 0, &g2);
-  Tensor d = model.generate(idx, 12, 1.0, 0, &g3);
-  CHECK(a.shape() == Shape{2, 15});
-  CHECK(a.to_vector<int64_t>() == b.to_vector<int64_t>());
-  CHECK(a.to_vector<int64_t>() != d.to_vector<int64_t>());
-  CHECK(max_abs_diff(a.narrow(1, 0, 3), idx) == 0.0);
-  for (int64_t v : a.to_vector<int64_t>()) CHECK((v >= 0 && v < c.vocab_size));
-  // top_k = 1 is greedy decoding: each new token is the argmax of the (cropped) context's last logits.
-  Tensor greedy = model.generate(idx, 10, 0.7, 1, &g1);
-  for (int64_t t = 3; t < 13; ++t) {
-    const int64_t start = std::max<int64_t>(0, t - c.block_size);
-    Tensor last = model.forward(greedy.narrow(1, start, t - start)).select(1, t - start - 1);
-    CHECK(argmax(last, 1).to_vector<int64_t>() == greedy.select(1, t).to_vector<int64_t>());
-  }
-  // top_k = 3: every sampled token is among the 3 largest logits.
-  Tensor topk3 = model.generate(idx, 6, 2.0, 3, &g1);
-  for (int64_t t = 3; t < 9; ++t) {
-    const int64_t start = std::max<int64_t>(0, t - c.block_size);
-    Tensor last = model.forward(topk3.narrow(1, start, t - start)).select(1, t - start - 1);
-    for (int64_t bi = 0; bi < 2; ++bi) {
-      std::vector<double> row = last.select(0, bi).to_vector<double>();
-      const double chosen = row[size_t(topk3.at({bi, t}))];
-      int64_t larger = 0;
-      for (double v : row) larger += v > chosen;
-      CHECK(larger < 3);
-    }
-  }
-  CHECK(model.generate(idx, 0, 1.0).shape() == idx.shape());
-  CHECK_THROWS_MU(model.generate(idx, 2, 0.0), "temperature must be a finite number > 0, got 0");
-  CHECK_THROWS_MU(model.generate(idx, 2, -1.0), "temperature must be a finite number > 0, got -1");
-  CHECK_THROWS_MU(model.generate(idx, 2, std::nan("")), "temperature must be a finite number > 0, got nan");
-  CHECK_THROWS_MU(model.generate(idx, 2, 1.0, -1), "top_k must be >= 0");
-  CHECK_THROWS_MU(model.generate(idx, -1, 1.0), "max_new_tokens must be >= 0, got -1");
 }
 
 TEST_CASE("Hugging Face layout loader: files written here") {

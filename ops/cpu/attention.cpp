@@ -298,6 +298,10 @@ void forward_block(const Geometry& g, const T* q, const Rows<T>& k, const Rows<T
   using A = acc_t<T>;
   const T inf = std::numeric_limits<T>::infinity();
   const int64_t qv = std::min(Bq, g.Tq - q0), Mq = round_up(qv, MR);
+  // The tile's columns in use: the block's queries in whole vectors (Bq unless this is a
+  // short last block, e.g. the one query of a decoding step, 16 columns instead of 64).
+  // Every column is computed on its own, so the queries' results do not depend on it.
+  const int64_t Nq = std::min(Bq, round_up(qv, Vec<T>::width));
   const T* kh = k.data + bh * k.head_stride;
   const T* vh = v.data + bh * v.head_stride;
   T *Qt = sc.qt, *St = sc.st, *O = sc.o;
@@ -305,27 +309,27 @@ void forward_block(const Geometry& g, const T* q, const Rows<T>& k, const Rows<T
   A* l = sc.l;
   transpose_rows(q + bh * g.Tq * g.D, q0, qv, Bq, g, T(g.scale), Qt);
   std::fill(O, O + Mq * g.Dp, T(0));
-  std::fill(m, m + Bq, -inf);
-  std::fill(l, l + Bq, A(0));
+  std::fill(m, m + Nq, -inf);
+  std::fill(l, l + Nq, A(0));
 
   // Causal: keys past this block's last query are masked for every query in it.
   const int64_t kend = g.causal ? std::min(g.Tk, q0 + qv) : g.Tk;
   for (int64_t k0 = 0; k0 < kend; k0 += Bk) {
     const int64_t kv = std::min(Bk, kend - k0);
     // St = K_blk (scale Q_blk)ᵀ: the scaled scores, keys down, queries across.
-    tile_gemm<T>(round_up(kv, MR), Bq, g.D, kh + k0 * g.Dp, g.Dp, 1, Qt, Bq, St, Bq, false);
+    tile_gemm<T>(round_up(kv, MR), Nq, g.D, kh + k0 * g.Dp, g.Dp, 1, Qt, Bq, St, Bq, false);
     // Causal: -inf where key k0 + j comes after query q0 + i (only tiles on the diagonal).
     if (g.causal && k0 + kv - 1 > q0)
       for (int64_t j = 0; j < kv; ++j)
-        for (int64_t i = 0; i < Bq; ++i) St[j * Bq + i] = k0 + j > q0 + i ? -inf : St[j * Bq + i];
+        for (int64_t i = 0; i < Nq; ++i) St[j * Bq + i] = k0 + j > q0 + i ? -inf : St[j * Bq + i];
 
     // New running max per query; the old sums are worth exp(m_old - m_new) now (0 for the
     // first block, where m_old = -inf). A query that has seen only masked keys keeps
     // m = -inf; its exps are taken against 0 so that no -inf - -inf appears.
-    for (int64_t i = 0; i < Bq; ++i) colsum[i] = m[i];
+    for (int64_t i = 0; i < Nq; ++i) colsum[i] = m[i];
     for (int64_t j = 0; j < kv; ++j)
-      for (int64_t i = 0; i < Bq; ++i) colsum[i] = St[j * Bq + i] > colsum[i] ? St[j * Bq + i] : colsum[i];
-    for (int64_t i = 0; i < Bq; ++i) {
+      for (int64_t i = 0; i < Nq; ++i) colsum[i] = St[j * Bq + i] > colsum[i] ? St[j * Bq + i] : colsum[i];
+    for (int64_t i = 0; i < Nq; ++i) {
       shift[i] = colsum[i] == -inf ? T(0) : colsum[i];
       alpha[i] = exp_of(m[i] - shift[i]);
       m[i] = colsum[i];
@@ -333,11 +337,11 @@ void forward_block(const Geometry& g, const T* q, const Rows<T>& k, const Rows<T
     }
     // P = exp(S - m), and its sum per query over this block.
     for (int64_t j = 0; j < kv; ++j)
-      for (int64_t i = 0; i < Bq; ++i) {
+      for (int64_t i = 0; i < Nq; ++i) {
         St[j * Bq + i] = exp_of(St[j * Bq + i] - shift[i]);
         colsum[i] += St[j * Bq + i];
       }
-    for (int64_t i = 0; i < Bq; ++i) l[i] = l[i] * A(alpha[i]) + A(colsum[i]);
+    for (int64_t i = 0; i < Nq; ++i) l[i] = l[i] * A(alpha[i]) + A(colsum[i]);
     for (int64_t i = 0; i < qv; ++i)
       if (alpha[i] != T(1))
         for (int64_t d = 0; d < g.Dp; ++d) O[i * g.Dp + d] *= alpha[i];
