@@ -50,14 +50,8 @@ int main(int argc, char** argv) {
                  (long long)P, (long long)N, (long long)c.block_size);
     return 2;
   }
-  // The CPU is a real target here, so no smoke-run warning: cpu or cuda.
   const std::string device = opt.str("device");
-  if (device != "cpu" && device != "cuda") {
-    std::fprintf(stderr, "%s: --device %s is not cpu or cuda\n", prog, device.c_str());
-    return 2;
-  }
-  if (device == "cuda") bench::require_cuda(prog);
-  const Device dev = device == "cuda" ? Device::cuda(0) : Device::cpu();
+  const Device dev = bench::parse_target_device(prog, device);
 
   Generator init(0);
   GPT2 model(c, &init);

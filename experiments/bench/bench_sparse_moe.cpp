@@ -37,12 +37,7 @@ int main(int argc, char** argv) {
                       {"profile", "0"}});
   opt.parse(argc, argv);
   const std::string device = opt.str("device");
-  if (device != "cpu" && device != "cuda") {
-    std::fprintf(stderr, "%s: --device %s is not cpu or cuda\n", prog, device.c_str());
-    return 2;
-  }
-  if (device == "cuda") bench::require_cuda(prog);
-  const Device dev = device == "cuda" ? Device::cuda(0) : Device::cpu();
+  const Device dev = bench::parse_target_device(prog, device);
   const bool profile = bench::parse_flag(prog, "profile", opt.str("profile"));
   const int64_t K = opt.integer("k"), G = opt.integer("expert-size"), d = opt.integer("d-model");
   const int64_t T = opt.integer("tokens");

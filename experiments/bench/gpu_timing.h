@@ -49,6 +49,18 @@ inline Device parse_device(const char* program, const std::string& s) {
   std::exit(2);
 }
 
+// The device of --device for a benchmark whose CPU line is as real as its GPU line:
+// "cpu", or "cuda" (cuda:0; require_cuda first); anything else ends the program (status 2).
+inline Device parse_target_device(const char* program, const std::string& s) {
+  if (s == "cuda") {
+    require_cuda(program);
+    return Device::cuda(0);
+  }
+  if (s == "cpu") return Device::cpu();
+  std::fprintf(stderr, "%s: --device %s is not cpu or cuda\n", program, s.c_str());
+  std::exit(2);
+}
+
 // Waits for the device's queued kernels (nothing to wait for on the CPU), so that the
 // clock is read after the step's work, not after its launches.
 inline void sync(Device dev) {
