@@ -1,9 +1,11 @@
 // GPT2::generate with and without its key-value cache: B sequences of a P-token prompt
 // grown by N new tokens (greedy, top_k 1, so that both runs must give the same tokens,
 // which is checked before the timing), in eval mode, random nanoGPT-initialised weights.
-// Without the cache, step s forwards the whole context of P + s tokens (nanoGPT's loop);
-// with it, the prompt once and then one position a step. Each line has the median time
-// of the whole call and the new tokens per second; the cached line also the speed-up.
+// Without the cache, step s forwards the whole context of P + s tokens (nanoGPT's loop):
+// workload generate-<model>-whole-context; with it, the prompt once and then one position
+// a step: generate-<model>-kv-cache. Each line has the median time of the whole call and
+// the new tokens per second; the cached line also the speed-up. torch_generate.py runs
+// both loops in PyTorch (compare.sh generate).
 //
 // The model's work per call, in multiply-adds of the weights (the attention rows aside):
 // without the cache about Σ_s (P + s) · 12 n_layer d² (+ the head's d V on one position a
@@ -74,7 +76,7 @@ int main(int argc, char** argv) {
         },
         opt.reps, opt.warmup);
     if (!cache) base_ms = t.median_ms;
-    std::printf("{\"workload\": \"generate-%s\", \"impl\": \"%s\", \"device\": \"%s\", \"threads\": %d, "
+    std::printf("{\"workload\": \"generate-%s-%s\", \"impl\": \"mumoe\", \"device\": \"%s\", \"threads\": %d, "
                 "\"batch\": %lld, \"prompt\": %lld, \"new\": %lld, \"median_ms\": %.3f, \"min_ms\": %.3f, "
                 "\"max_ms\": %.3f, \"new_tokens_per_s\": %.1f",
                 which.c_str(), cache ? "kv-cache" : "whole-context", device.c_str(), omp_get_max_threads(),

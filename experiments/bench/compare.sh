@@ -14,6 +14,9 @@
 #   experiments/bench/compare.sh lm_head [BUILD_DIR]   lm-head-loss: gpt2-mini's head and loss
 #                         (1024 x 256 by 50257), unfused and linear_cross_entropy in chunks, against
 #                         F.cross_entropy(F.linear(x, W), t) of experiments/bench/torch_lm_head.py
+#   experiments/bench/compare.sh generate [BUILD_DIR]  generate-mini-{whole-context,kv-cache}: 64
+#                         greedy tokens after a 64-token prompt from gpt2-mini, nanoGPT's loop and
+#                         a key-value cache, against the same two loops of torch_generate.py
 #   experiments/bench/compare.sh attention [BUILD_DIR]
 #                         causal attention forward+backward at (8, 4, 128, 64) and (1, 12, 1024, 64),
 #                         against the composed softmax(q kᵀ/√D + mask) v of torch_attention.py
@@ -35,7 +38,7 @@
 # BUILD_DIR defaults to build. THREADS and REPS may be set in the environment.
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-which="${1:?usage: compare.sh all|sgemm|layers|layer_norm|cross_entropy|lm_head|attention|mixer|gpt2 [BUILD_DIR]}"
+which="${1:?usage: compare.sh all|sgemm|layers|layer_norm|cross_entropy|lm_head|generate|attention|mixer|gpt2 [BUILD_DIR]}"
 build="${2:-build}"
 case "$build" in /*) ;; *) build="$repo/$build" ;; esac
 threads="${THREADS:-2}"
@@ -172,9 +175,10 @@ case "$which" in
   cross_entropy) bench=bench_cross_entropy; torch_script="$repo/experiments/bench/torch_cross_entropy.py"; reps="${REPS:-20}" ;;
   gpt2) bench=bench_gpt2; workloads=gpt2-mini,gpt2-mini-cpmumoe,gpt2-mini-trmumoe; reps="${REPS:-10}" ;;
   lm_head) bench=bench_lm_head; torch_script="$repo/experiments/bench/torch_lm_head.py"; reps="${REPS:-5}" ;;
+  generate) bench=bench_generate; torch_script="$repo/experiments/bench/torch_generate.py"; reps="${REPS:-3}" ;;
   attention) bench=bench_attention; torch_script="$repo/experiments/bench/torch_attention.py"; reps="${REPS:-20}" ;;
   mixer) bench=bench_mixer; workloads=mixer-fmnist,mixer-fmnist-cpmumoe; reps="${REPS:-10}" ;;
-  *) echo "compare.sh: unknown benchmark '$which' (sgemm, layers, layer_norm, cross_entropy, lm_head, attention, mixer or gpt2)" >&2; exit 2 ;;
+  *) echo "compare.sh: unknown benchmark '$which' (sgemm, layers, layer_norm, cross_entropy, lm_head, generate, attention, mixer or gpt2)" >&2; exit 2 ;;
 esac
 reference="${reference:-$repo/../shared/reference/torch_reference.py}"
 [ -x "$build/experiments/$bench" ] || { echo "compare.sh: $build/experiments/$bench not built" >&2; exit 1; }

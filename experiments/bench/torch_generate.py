@@ -1,0 +1,105 @@
+#!/usr/bin/python3
+"""PyTorch side of bench_generate: the same sampling loops, in the same JSON shape.
+
+    /usr/bin/python3 experiments/bench/torch_generate.py [--threads 2] [--reps 3] [--model mini|124m]
+
+The model is torch_reference.py's GPT (nanoGPT layout, dense MLP) at gpt2-mini's or GPT-2
+124M's size, in eval mode without autograd; B sequences of a P-token prompt grown by N
+greedy tokens. Two loops, each timed as a whole call:
+  generate-<model>-whole-context   nanoGPT's generate: the whole context forwarded every step;
+  generate-<model>-kv-cache        the prompt forwarded once, then one position a step, each
+                                   block's keys and values appended to a cache (torch.cat).
+"""
+import argparse
+import importlib.util
+import json
+import math
+import os
+import statistics
+
+import torch
+import torch.nn.functional as F
+
+from torch_cross_entropy import timed  # the same warm-up and timing loop, beside this file
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def load_reference():
+    for p in [os.environ.get('MUMOE_TORCH_REFERENCE'), os.path.join(HERE, '../../../shared/reference/torch_reference.py')]:
+        if p and os.path.isfile(p):
+            spec = importlib.util.spec_from_file_location('torch_reference', p)
+            ref = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(ref)
+            return ref
+    raise SystemExit('torch_generate.py: torch_reference.py not found (set MUMOE_TORCH_REFERENCE)')
+
+
+def attend(attn, x, cache):
+    """attn's forward on the new positions x (B, T, C); cache: [k, v] of the positions before (or None)."""
+    B, T, C = x.shape
+    q, k, v = attn.c_attn(x).split(C, dim=2)
+    q, k, v = [t.view(B, T, attn.h, C // attn.h).transpose(1, 2) for t in (q, k, v)]
+    if cache[0] is not None:
+        k, v = torch.cat([cache[0], k], 2), torch.cat([cache[1], v], 2)
+    cache[0], cache[1] = k, v
+    att = (q @ k.transpose(-2, -1)) / math.sqrt(C // attn.h)
+    if T > 1:  # the prompt: causal; one new position sees every key
+        att = att.masked_fill(torch.triu(torch.ones(T, T, dtype=torch.bool), 1), float('-inf'))
+    y = F.softmax(att, dim=-1) @ v
+    return attn.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))
+
+
+def last_logits(m, idx, pos0, caches):
+    """The logits of idx's last position; idx holds positions pos0.. (caches: None for no cache)."""
+    T = idx.shape[1]
+    x = m.wte(idx) + m.wpe(torch.arange(pos0, pos0 + T))
+    for i, b in enumerate(m.h):
+        x = x + (b.attn(b.ln_1(x)) if caches is None else attend(b.attn, b.ln_1(x), caches[i]))
+        x = x + b.mlp(b.ln_2(x))
+    return m.lm_head(m.ln_f(x[:, -1, :]))
+
+
+def generate(m, idx, n, cached):
+    caches = [[None, None] for _ in m.h] if cached else None
+    seq = idx
+    for s in range(n):
+        if cached:
+            logits = last_logits(m, seq if s == 0 else seq[:, -1:], 0 if s == 0 else seq.shape[1] - 1, caches)
+        else:
+            logits = last_logits(m, seq, 0, None)
+        seq = torch.cat([seq, logits.argmax(-1, keepdim=True)], 1)
+    return seq
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument('--threads', type=int, default=2)
+    ap.add_argument('--reps', type=int, default=3)
+    ap.add_argument('--warmup', type=int, default=1)
+    ap.add_argument('--model', choices=['mini', '124m'], default='mini')
+    ap.add_argument('--batch', type=int, default=1)
+    ap.add_argument('--prompt', type=int, default=64)
+    ap.add_argument('--new', type=int, default=64)
+    a = ap.parse_args()
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(0)
+    ref = load_reference()
+    layers, heads, d, block = (4, 4, 256, 128) if a.model == 'mini' else (12, 12, 768, 1024)
+    m = ref.GPT(50257, block, layers, heads, d).eval()
+    idx = torch.randint(0, 50257, (a.batch, a.prompt))
+    with torch.no_grad():
+        if not torch.equal(generate(m, idx, a.new, True), generate(m, idx, a.new, False)):
+            raise SystemExit('torch_generate.py: the cached loop\'s greedy tokens differ from the whole-context loop\'s')
+        for cached in (False, True):
+            ts = timed(lambda: generate(m, idx, a.new, cached), a.reps, a.warmup)
+            med = statistics.median(ts)
+            print(json.dumps({'workload': f"generate-{a.model}-{'kv-cache' if cached else 'whole-context'}",
+                              'impl': 'pytorch', 'threads': a.threads, 'batch': a.batch, 'prompt': a.prompt,
+                              'new': a.new, 'median_ms': round(med, 3), 'min_ms': round(min(ts), 3),
+                              'max_ms': round(max(ts), 3), 'new_tokens_per_s': round(a.batch * a.new / (med * 1e-3), 1)}),
+                  flush=True)
+
+
+if __name__ == '__main__':
+    main()
