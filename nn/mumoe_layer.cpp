@@ -11,7 +11,7 @@ namespace mu::nn {
 
 int64_t MoEShape::total_experts() const {
   int64_t n = 1;
-  for (int64_t e : experts) n = checked_mul(n, e, "MoEShape: the number of experts ", shape_str(experts));
+  for (int64_t e : experts) n = checked_mul(n, e, "MoEShape: the number of experts ", ShapeText{experts});
   return n;
 }
 

@@ -32,7 +32,7 @@ static Shape infer_shape(const Shape& req, int64_t numel, const char* op, const 
       infer = int64_t(i);
     } else {
       MU_CHECK(s[i] >= 0, op, ": invalid size ", s[i], " in shape ", shape_str(req));
-      known = checked_mul(known, s[i], op, ": shape ", shape_str(req), " has too many elements");
+      known = checked_mul(known, s[i], op, ": shape ", ShapeText{req}, " has too many elements");
     }
   }
   if (infer >= 0) {

@@ -1,5 +1,7 @@
 #include "tensor/shape.h"
 
+#include <ostream>
+
 #include "tensor/checked.h"
 #include "tensor/error.h"
 
@@ -11,7 +13,7 @@ int64_t numel_of(const Shape& shape, const char* op) {
   int64_t n = 1, strides = 1;
   for (int64_t s : shape) {
     MU_CHECK(s >= 0, op, ": negative dimension ", s, " in shape ", shape_str(shape));
-    strides = checked_mul(strides, s > 0 ? s : 1, op, ": shape ", shape_str(shape), " has too many elements");
+    strides = checked_mul(strides, s > 0 ? s : 1, op, ": shape ", ShapeText{shape}, " has too many elements");
     n *= s;  // cannot overflow: n <= strides, checked just above
   }
   return n;
@@ -22,7 +24,7 @@ Shape contiguous_strides(const Shape& shape) {
   int64_t acc = 1;
   for (size_t i = shape.size(); i-- > 0;) {
     st[i] = acc;
-    acc = checked_mul(acc, shape[i] > 0 ? shape[i] : 1, "shape ", shape_str(shape), " has too many elements");
+    acc = checked_mul(acc, shape[i] > 0 ? shape[i] : 1, "shape ", ShapeText{shape}, " has too many elements");
   }
   return st;
 }
@@ -35,6 +37,8 @@ std::string shape_str(const Shape& shape) {
   }
   return s + "]";
 }
+
+std::ostream& operator<<(std::ostream& os, ShapeText s) { return os << shape_str(s.shape); }
 
 int64_t wrap_dim(int64_t dim, int64_t ndim, const char* op) {
   int64_t n = ndim == 0 ? 1 : ndim;  // a scalar accepts dim 0 and -1, as in PyTorch

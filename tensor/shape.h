@@ -2,6 +2,7 @@
 #pragma once
 #include <array>
 #include <cstdint>
+#include <iosfwd>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,13 @@ int64_t numel_of(const Shape& shape, const char* op = "shape");
 Shape contiguous_strides(const Shape& shape);
 // "[2, 3, 4]"
 std::string shape_str(const Shape& shape);
+// A shape as a part of a message that is built only when something fails (the context of
+// checked_mul and checked_add): streamed as shape_str would write it, so that the common
+// case, nothing wrong, costs no string. Holds a reference: use it within the expression.
+struct ShapeText {
+  const Shape& shape;
+};
+std::ostream& operator<<(std::ostream& os, ShapeText s);
 // Maps a possibly negative dim into [0, ndim); throws naming `op`, the dim and the rank.
 int64_t wrap_dim(int64_t dim, int64_t ndim, const char* op);
 // wrap_dim for ops that read or cut a dimension (size, select, narrow, cat, split...): a

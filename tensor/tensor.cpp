@@ -172,7 +172,7 @@ void check_inplace(const Tensor& t, const char* op) {
 Tensor empty(const Shape& shape, TensorOptions opts) {
   check_dtype(opts.dtype(), "empty");
   const int64_t n = numel_of(shape, "empty");
-  const int64_t nbytes = checked_mul(n, int64_t(element_size(opts.dtype())), "empty: shape ", shape_str(shape), " of ",
+  const int64_t nbytes = checked_mul(n, int64_t(element_size(opts.dtype())), "empty: shape ", ShapeText{shape}, " of ",
                                      dtype_name(opts.dtype()), " needs too many bytes");
   MU_CHECK(nbytes <= kMaxAllocationBytes, "empty: shape ", shape_str(shape), " of ", dtype_name(opts.dtype()),
            " needs ", nbytes, " bytes, more than any machine can address (", kMaxAllocationBytes, ")");
