@@ -79,15 +79,17 @@ void BatchNorm1d::reset_parameters() {
 Tensor BatchNorm1d::forward(const Tensor& x) {
   const int64_t c = options_.num_features();
   const bool last = options_.channels_last();
-  // The layouts this module takes, for the errors.
-  const std::string expected = last ? detail::str("(N, ", c, ") or (B, T, ", c, ") (channels_last)")
-                                    : detail::str("(N, ", c, ") or (N, ", c, ", L)");
-  const std::string hint = last ? "; for (N, C, L) input leave BatchNormOptions::channels_last off"
-                                : "; for token-major (B, T, C) input set BatchNormOptions::channels_last(true)";
-  MU_CHECK(x.defined() && (x.dim() == 2 || x.dim() == 3), "BatchNorm1d: expected input ", expected, ", got ",
+  // The layouts this module takes, for the errors (built only for one).
+  auto expected = [&] {
+    return last ? detail::str("(N, ", c, ") or (B, T, ", c, ") (channels_last)")
+                : detail::str("(N, ", c, ") or (N, ", c, ", L)");
+  };
+  const char* hint = last ? "; for (N, C, L) input leave BatchNormOptions::channels_last off"
+                          : "; for token-major (B, T, C) input set BatchNormOptions::channels_last(true)";
+  MU_CHECK(x.defined() && (x.dim() == 2 || x.dim() == 3), "BatchNorm1d: expected input ", expected(), ", got ",
            x.defined() ? x.describe() : std::string("an undefined tensor"));
   const int64_t cdim = last ? x.dim() - 1 : 1;
-  MU_CHECK(x.size(cdim) == c, "BatchNorm1d: expected input ", expected, ", got ", x.describe(),
+  MU_CHECK(x.size(cdim) == c, "BatchNorm1d: expected input ", expected(), ", got ", x.describe(),
            " whose dim ", cdim, " is not ", c, hint);
   const bool tracked = running_mean.defined();
   // Without running statistics the batch statistics normalise in eval mode too (as torch).

@@ -202,7 +202,8 @@ Problem build_problem(const std::string& spec, const std::vector<Shape>& shapes)
 
   // One label per dim, and each label's size (1 broadcasts against any size).
   p.sizes.assign(p.names.size(), -1);
-  std::vector<std::string> where_set(p.names.size());
+  // Where each letter's size was set, (operand, dim), for the error naming both places.
+  std::vector<std::pair<size_t, size_t>> where_set(p.names.size());
   for (size_t k = 0; k < shapes.size(); ++k) {
     Labels dims;
     std::vector<size_t> pos;
@@ -227,12 +228,13 @@ Problem build_problem(const std::string& spec, const std::vector<Shape>& shapes)
       int64_t& have = p.sizes[size_t(l)];
       if (have == -1 || (have == 1 && s != 1)) {  // first sighting, or a real size after broadcasts
         have = s;
-        where_set[size_t(l)] = detail::str("operand ", k, " dim ", d);
+        where_set[size_t(l)] = {k, d};
       } else if (s != have && s != 1) {  // size 1 broadcasts; any other disagreement is an error
         std::string all;
         for (const Shape& sh : shapes) all += (all.empty() ? "" : ", ") + shape_str(sh);
+        const auto [k0, d0] = where_set[size_t(l)];
         MU_FAIL("einsum: ", l >= n_named ? "ellipsis dim" : "letter", " '", p.names[size_t(l)], "' (position ", pos[d],
-                ") has size ", s, " in operand ", k, " dim ", d, " but size ", have, " in ", where_set[size_t(l)],
+                ") has size ", s, " in operand ", k, " dim ", d, " but size ", have, " in operand ", k0, " dim ", d0,
                 " (\"", spec, "\", shapes ", all, ")");
       }
     }
