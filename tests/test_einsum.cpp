@@ -361,6 +361,9 @@ TEST_CASE("bad specs raise mu::Error naming the problem") {
   CHECK_THROWS_MU(einsum("ij,jk->iz", {a, b}), "output letter 'z' (position 8)");
   CHECK_THROWS_MU(einsum("ij,jk->ik", {a, ones({4, 4})}), "letter 'j'");
   CHECK_THROWS_MU(einsum("ij,jk->ik", {a, ones({4, 4})}), "size 4");
+  // Both places of a size conflict: where the letter got its size, and where it disagrees.
+  CHECK_THROWS_MU(einsum("ij,jk->ik", {a, ones({4, 4})}),
+                  "letter 'j' (position 3) has size 4 in operand 1 dim 0 but size 3 in operand 0 dim 1");
   CHECK_THROWS_MU(einsum("ij,jk->ik", {a}), "2 operand terms but 1 operand was given");
   CHECK_THROWS_MU(einsum("ij->ik", {a, b}), "1 operand term but 2 operands were given");
   CHECK_THROWS_MU(einsum("i..j,jk->ik", {a, b}), "not part of an ellipsis");
