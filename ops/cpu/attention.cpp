@@ -218,15 +218,14 @@ Rows<T> make_rows(const T* src, const Geometry& g, int64_t t, Slot slot) {
   if (g.Dp == g.D && rows == t) return {src, t * g.D};
   const int64_t stride = rows * g.Dp;
   T* dst = workspace<T>(slot, BH * stride);
-#pragma omp parallel for if (BH * t * g.D >= kParallelGrain && !omp_in_parallel())
-  for (int64_t bh = 0; bh < BH; ++bh) {
+  parallel_for_if(BH, BH * t * g.D >= kParallelGrain && !omp_in_parallel(), [&](int64_t bh) {
     T* head = dst + bh * stride;
     for (int64_t r = 0; r < t; ++r) {
       std::memcpy(head + r * g.Dp, src + (bh * t + r) * g.D, size_t(g.D) * sizeof(T));
       std::fill(head + r * g.Dp + g.D, head + (r + 1) * g.Dp, T(0));
     }
     std::fill(head + t * g.Dp, head + stride, T(0));
-  }
+  });
   return {dst, stride};
 }
 
@@ -374,17 +373,15 @@ void forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
   const int64_t BH = g.B * g.H, nq = (g.Tq + Bq - 1) / Bq, items = BH * nq;
   // One thread when the whole call is small (about Tq Tk D multiply-adds per head).
   const bool par = items > 1 && double(BH) * double(g.Tq) * double(g.Tk) * double(g.D) >= 1e6 && !omp_in_parallel();
-#pragma omp parallel if (par)
-  {
-    ForwardScratch<T> sc(g);
-    // Dynamic: causal blocks further down cost more. The last query blocks of every head
-    // come first, so the long items are not left to the end.
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t it = 0; it < items; ++it) {
-      const int64_t qb = nq - 1 - it / BH, bh = it % BH;
-      forward_block(g, qd, kr, vr, od, ld, bh, qb * Bq, sc);
-    }
-  }
+  // Dynamic: causal blocks further down cost more. The last query blocks of every head
+  // come first, so the long items are not left to the end.
+  parallel_for_with(
+      items, par ? omp_get_max_threads() : 1, [&] { return ForwardScratch<T>(g); },
+      [&](ForwardScratch<T>& sc, int64_t it) {
+        const int64_t qb = nq - 1 - it / BH, bh = it % BH;
+        forward_block(g, qd, kr, vr, od, ld, bh, qb * Bq, sc);
+      },
+      Schedule::Dynamic);
 }
 
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
@@ -519,8 +516,7 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
   in.dot = workspace<T>(kDOt, BH * g.D * g.Tq_pad);
   in.lse = workspace<T>(kLse, BH * g.Tq_pad);
   in.di = workspace<T>(kDi, BH * g.Tq_pad);
-#pragma omp parallel for if (par) schedule(static)
-  for (int64_t bh = 0; bh < BH; ++bh) {
+  parallel_for_if(BH, par, [&](int64_t bh) {
     const int64_t off = bh * g.Tq * g.D;
     for (int64_t q0 = 0; q0 < g.Tq; q0 += Bq) {  // block q0 / Bq starts at (bh Tq_pad + q0) D
       const int64_t qv = std::min(Bq, g.Tq - q0), at = (bh * g.Tq_pad + q0) * g.D;
@@ -538,7 +534,7 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
       L[i] = ld[bh * g.Tq + i];
       Di[i] = dot(gd + off + i * g.D, od + off + i * g.D, g.D);  // dO_i · O_i
     }
-  }
+  });
 
   // Heads run whole on one thread each when there are enough of them; else each head's
   // key blocks are dealt round-robin to `split` work items (even causal loads), each with
@@ -547,27 +543,24 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
   const int64_t split = std::clamp<int64_t>((threads + BH - 1) / BH, 1, nk);
   const int64_t per_head = g.Tq * g.D, items = BH * split;
   T* partial = split > 1 ? workspace<T>(kPartial, items * per_head) : nullptr;
-#pragma omp parallel if (par)
-  {
-    BackwardScratch<T> sc(g);
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t it = 0; it < items; ++it) {
-      const int64_t bh = it / split, part = it % split;
-      backward_keys(g, in, dkd, dvd, bh, part, split, sc);
-      // The head's dQ (scaled), or this item's share of it.
-      T* dst = split == 1 ? dqd + bh * per_head : partial + it * per_head;
-      for (int64_t i = 0; i < g.Tq; ++i)
-        for (int64_t d = 0; d < g.D; ++d) dst[i * g.D + d] = sc.dq[i * g.Dp + d] * T(g.scale);
-    }
-  }
+  parallel_for_with(
+      items, threads, [&] { return BackwardScratch<T>(g); },
+      [&](BackwardScratch<T>& sc, int64_t it) {
+        const int64_t bh = it / split, part = it % split;
+        backward_keys(g, in, dkd, dvd, bh, part, split, sc);
+        // The head's dQ (scaled), or this item's share of it.
+        T* dst = split == 1 ? dqd + bh * per_head : partial + it * per_head;
+        for (int64_t i = 0; i < g.Tq; ++i)
+          for (int64_t d = 0; d < g.D; ++d) dst[i * g.D + d] = sc.dq[i * g.Dp + d] * T(g.scale);
+      },
+      Schedule::Dynamic);
   if (split > 1) {
-#pragma omp parallel for if (par) schedule(static)
-    for (int64_t e = 0; e < BH * per_head; ++e) {
+    parallel_for_if(BH * per_head, par, [&](int64_t e) {
       const int64_t bh = e / per_head, r = e % per_head;
       T s = 0;
       for (int64_t part = 0; part < split; ++part) s += partial[(bh * split + part) * per_head + r];
       dqd[e] = s;
-    }
+    });
   }
 }
 

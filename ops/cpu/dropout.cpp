@@ -7,8 +7,9 @@ namespace mu::cpu {
 
 template <class T>
 static void fill_mask(T* m, int64_t n, uint64_t key, uint64_t threshold, T kept) {
-#pragma omp parallel for schedule(static) if (n > 32768)
-  for (int64_t i = 0; i < n; ++i) m[i] = kernels::attention_dropout_bits(key, uint64_t(i)) >= threshold ? kept : T(0);
+  parallel_for_if(n, n > kParallelGrain && !omp_in_parallel(), [&](int64_t i) {
+    m[i] = kernels::attention_dropout_bits(key, uint64_t(i)) >= threshold ? kept : T(0);
+  });
 }
 
 static void dropout_mask(const Tensor& mask, uint64_t seed, uint64_t threshold, double scale) {

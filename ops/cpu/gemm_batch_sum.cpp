@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "ops/cpu/gemm.h"
+#include "ops/cpu/parallel.h"
 #include "ops/cpu/simd.h"
 #include "tensor/error.h"
 
@@ -204,9 +205,12 @@ void gemm_batch_sum(int64_t batch, int64_t M, int64_t N, int64_t K, MatrixRef<co
     thread_local std::vector<T> partial_buffer;  // of the calling thread: the workers only write into it
     partial_buffer.resize(size_t(kSlabs * M * N));
     T* partial = partial_buffer.data();
-#pragma omp parallel for num_threads(nt) schedule(dynamic, 1) if (nt > 1)
-    for (int64_t sl = 0; sl < kSlabs; ++sl)
-      dot_rectangle<T>(op, batch * sl / kSlabs, batch * (sl + 1) / kSlabs, 0, M, 0, N, partial + sl * M * N, N, 1);
+    parallel_for(
+        kSlabs, nt,
+        [&](int64_t sl) {
+          dot_rectangle<T>(op, batch * sl / kSlabs, batch * (sl + 1) / kSlabs, 0, M, 0, N, partial + sl * M * N, N, 1);
+        },
+        Schedule::Dynamic);
     for (int64_t i = 0; i < M; ++i)
       for (int64_t j = 0; j < N; ++j) {
         T sum = partial[i * N + j];
@@ -219,14 +223,14 @@ void gemm_batch_sum(int64_t batch, int64_t M, int64_t N, int64_t K, MatrixRef<co
   const bool by_rows = M >= N;
   const int64_t blocks = by_rows ? (M + kR - 1) / kR : (N + kS - 1) / kS;
   nt = int(std::min<int64_t>(nt, blocks));
-#pragma omp parallel for num_threads(nt) schedule(static, 1) if (nt > 1)
-  for (int t = 0; t < nt; ++t) {
+  // One band per thread (n == nt: the static schedule gives each thread one).
+  parallel_for(nt, nt, [&](int64_t t) {
     const int64_t lo = blocks * t / nt, hi = blocks * (t + 1) / nt;
     if (by_rows)
       dot_rectangle<T>(op, 0, batch, lo * kR, std::min(M, hi * kR), 0, N, C.data, C.row_stride, C.col_stride);
     else
       dot_rectangle<T>(op, 0, batch, 0, M, lo * kS, std::min(N, hi * kS), C.data, C.row_stride, C.col_stride);
-  }
+  });
 }
 
 template void gemm_batch_sum<float>(int64_t, int64_t, int64_t, int64_t, MatrixRef<const float>,

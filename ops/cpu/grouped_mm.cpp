@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "ops/cpu/gemm.h"
+#include "ops/cpu/parallel.h"
 #include "ops/cpu/widen.h"
 #include "ops/kernels/grouped_mm.h"
 
@@ -44,8 +45,8 @@ void run_groups(const std::vector<int64_t>& groups, const std::vector<double>& f
   // Largest first, so that a late large group does not leave the other threads idle.
   std::sort(small.begin(), small.end(), [&](int64_t a, int64_t b) { return flops[size_t(a)] > flops[size_t(b)]; });
   const int64_t n = int64_t(small.size());
-#pragma omp parallel for num_threads(nt) schedule(dynamic, 1) if (nt > 1 && n > 1 && small_flops >= kParallelFlops)
-  for (int64_t i = 0; i < n; ++i) one_group(small[size_t(i)]);
+  parallel_for(
+      n, small_flops >= kParallelFlops ? nt : 1, [&](int64_t i) { one_group(small[size_t(i)]); }, Schedule::Dynamic);
 }
 
 template <class T>

@@ -23,29 +23,31 @@ void hadamard_gemm_rows(T* out, const std::vector<const T*>& a, const std::vecto
   // double for float32 (long sums); float for bfloat16, as a tensor-core kernel sums it.
   using A = std::conditional_t<std::is_same_v<T, bfloat16_t>, float, acc_t<W>>;
   const size_t n = a.size();
-#pragma omp parallel if (M * R > 4096)
-  {
-    // Per thread: one factor's row of sums and the running product of the factors.
-    std::vector<A> acc(static_cast<size_t>(R)), prod(static_cast<size_t>(R));
-#pragma omp for schedule(static)
-    for (int64_t m = 0; m < M; ++m) {
-      for (size_t k = 0; k < n; ++k) {
-        std::fill(acc.begin(), acc.end(), A(0));
-        const T* ar = a[k] + m * K[k];
-        for (int64_t j = 0; j < K[k]; ++j) {
-          const A x = A(widen_value(ar[j]));
-          const T* br = b[k] + j * R;
-          for (int64_t r = 0; r < R; ++r) acc[size_t(r)] += x * A(widen_value(br[r]));
+  // Per thread: one factor's row of sums and the running product of the factors.
+  struct RowState {
+    std::vector<A> acc, prod;
+  };
+  parallel_for_with(
+      M, M * R > 4096 ? omp_get_max_threads() : 1,
+      [&] { return RowState{std::vector<A>(size_t(R)), std::vector<A>(size_t(R))}; },
+      [&](RowState& st, int64_t m) {
+        auto& [acc, prod] = st;
+        for (size_t k = 0; k < n; ++k) {
+          std::fill(acc.begin(), acc.end(), A(0));
+          const T* ar = a[k] + m * K[k];
+          for (int64_t j = 0; j < K[k]; ++j) {
+            const A x = A(widen_value(ar[j]));
+            const T* br = b[k] + j * R;
+            for (int64_t r = 0; r < R; ++r) acc[size_t(r)] += x * A(widen_value(br[r]));
+          }
+          // The first factor starts the product; later ones multiply into it.
+          for (int64_t r = 0; r < R; ++r) prod[size_t(r)] = k == 0 ? acc[size_t(r)] : prod[size_t(r)] * acc[size_t(r)];
         }
-        // The first factor starts the product; later ones multiply into it.
-        for (int64_t r = 0; r < R; ++r) prod[size_t(r)] = k == 0 ? acc[size_t(r)] : prod[size_t(r)] * acc[size_t(r)];
-      }
-      T* orow = out + m * R;
-      const T* srow = scale ? scale + m * R : nullptr;
-      for (int64_t r = 0; r < R; ++r)
-        orow[r] = narrow_value<T>(srow ? prod[size_t(r)] * A(widen_value(srow[r])) : prod[size_t(r)]);
-    }
-  }
+        T* orow = out + m * R;
+        const T* srow = scale ? scale + m * R : nullptr;
+        for (int64_t r = 0; r < R; ++r)
+          orow[r] = narrow_value<T>(srow ? prod[size_t(r)] * A(widen_value(srow[r])) : prod[size_t(r)]);
+      });
 }
 
 void hadamard_gemm(const Tensor& out, const std::vector<Tensor>& a, const std::vector<Tensor>& b,

@@ -20,8 +20,7 @@ static void for_each_line(const Shape& shape, int64_t dim, const std::array<Shap
   if (total == 0) return;
   int64_t lines = total / len, nd = int64_t(shape.size());
   bool par = total >= kParallelGrain && lines > 1 && !omp_in_parallel();
-#pragma omp parallel for if (par) schedule(static)
-  for (int64_t l = 0; l < lines; ++l) {
+  parallel_for_if(lines, par, [&](int64_t l) {
     std::array<int64_t, N> off{};
     // Decompose the line number into the multi-index of every dim but `dim`.
     int64_t r = l;
@@ -32,7 +31,7 @@ static void for_each_line(const Shape& shape, int64_t dim, const std::array<Shap
       for (size_t k = 0; k < N; ++k) off[k] += i * strides[k][size_t(d)];
     }
     body(off);
-  }
+  });
 }
 
 // out[..j..] = x[..index[..j..]..] along dim; out has index's shape. No bounds checks.
@@ -72,13 +71,12 @@ static void scatter_add(const Tensor& out, int64_t dim, const Tensor& index, con
 template <class T>
 static void select_rows(const T* x, T* out, const int64_t* idx, int64_t outer, int64_t n, int64_t m, int64_t inner) {
   bool par = outer * m * inner >= kParallelGrain && outer * m > 1 && !omp_in_parallel();
-#pragma omp parallel for if (par) schedule(static)
-  for (int64_t r = 0; r < outer * m; ++r) {
+  parallel_for_if(outer * m, par, [&](int64_t r) {
     int64_t o = r / m, j = r % m;
     const T* src = x + (o * n + idx[j]) * inner;
     T* dst = out + r * inner;
     for (int64_t i = 0; i < inner; ++i) dst[i] = src[i];
-  }
+  });
 }
 
 // The reverse: grad (outer, n, inner) zeroed, grad[o, idx[j], :] += g[o, j, :]. Each
@@ -89,15 +87,14 @@ static void add_rows(const T* g, T* grad, const int64_t* idx, int64_t outer, int
   constexpr int64_t kBlock = 256;  // columns per task: long enough to vectorise
   int64_t col_blocks = (inner + kBlock - 1) / kBlock, tasks = outer * col_blocks;
   bool par = outer * m * inner >= kParallelGrain && tasks > 1 && !omp_in_parallel();
-#pragma omp parallel for if (par) schedule(static)
-  for (int64_t t = 0; t < tasks; ++t) {
+  parallel_for_if(tasks, par, [&](int64_t t) {
     int64_t o = t / col_blocks, c0 = (t % col_blocks) * kBlock, c1 = std::min(inner, c0 + kBlock);
     for (int64_t j = 0; j < m; ++j) {
       const T* src = g + (o * m + j) * inner;
       T* dst = grad + (o * n + idx[j]) * inner;
       for (int64_t i = c0; i < c1; ++i) dst[i] += src[i];
     }
-  }
+  });
 }
 
 // Running sums along the middle axis of x viewed as (outer, n, inner), dense; from the
@@ -108,8 +105,7 @@ static void cumsum_lines(const T* x, T* out, int64_t outer, int64_t n, int64_t i
   constexpr int64_t kBlock = 256;
   int64_t col_blocks = (inner + kBlock - 1) / kBlock, tasks = outer * col_blocks;
   bool par = outer * n * inner >= kParallelGrain && tasks > 1 && !omp_in_parallel();
-#pragma omp parallel for if (par) schedule(static)
-  for (int64_t t = 0; t < tasks; ++t) {
+  parallel_for_if(tasks, par, [&](int64_t t) {
     int64_t o = t / col_blocks, c0 = (t % col_blocks) * kBlock, c1 = std::min(inner, c0 + kBlock);
     A acc[kBlock] = {};
     for (int64_t s = 0; s < n; ++s) {
@@ -121,7 +117,7 @@ static void cumsum_lines(const T* x, T* out, int64_t outer, int64_t n, int64_t i
         dst[i] = T(acc[i - c0]);
       }
     }
-  }
+  });
 }
 
 // Strict order of (value, position) pairs: by value (NaN above every number, as in
@@ -149,22 +145,20 @@ template <class T>
 static void order_lines(const T* x, int64_t* idx, int64_t outer, int64_t n, int64_t inner, int64_t k, bool descending) {
   int64_t lines = outer * inner;
   bool par = lines * n >= kParallelGrain && lines > 1 && !omp_in_parallel();
-#pragma omp parallel if (par)
-  {
-    std::vector<int64_t> perm(static_cast<size_t>(n));  // one scratch line per thread
-#pragma omp for schedule(static)
-    for (int64_t l = 0; l < lines; ++l) {
-      int64_t o = l / inner, i = l % inner;
-      LineOrder<T> less{x + o * n * inner + i, inner, descending};
-      for (int64_t j = 0; j < n; ++j) perm[size_t(j)] = j;
-      if (k == n)
-        std::sort(perm.begin(), perm.end(), less);
-      else
-        std::partial_sort(perm.begin(), perm.begin() + k, perm.end(), less);
-      int64_t* dst = idx + o * k * inner + i;
-      for (int64_t j = 0; j < k; ++j) dst[j * inner] = perm[size_t(j)];
-    }
-  }
+  parallel_for_with(
+      lines, par ? omp_get_max_threads() : 1,
+      [&] { return std::vector<int64_t>(static_cast<size_t>(n)); },  // one scratch line per thread
+      [&](std::vector<int64_t>& perm, int64_t l) {
+        int64_t o = l / inner, i = l % inner;
+        LineOrder<T> less{x + o * n * inner + i, inner, descending};
+        for (int64_t j = 0; j < n; ++j) perm[size_t(j)] = j;
+        if (k == n)
+          std::sort(perm.begin(), perm.end(), less);
+        else
+          std::partial_sort(perm.begin(), perm.begin() + k, perm.end(), less);
+        int64_t* dst = idx + o * k * inner + i;
+        for (int64_t j = 0; j < k; ++j) dst[j * inner] = perm[size_t(j)];
+      });
 }
 
 static void index_select(const Tensor& out, const Tensor& x, const Tensor& index, int64_t outer, int64_t n, int64_t m,

@@ -20,8 +20,7 @@ template <class F>
 void for_each_line(int64_t outer, int64_t n, int64_t inner, F f, int64_t cost = 1) {
   int64_t lines = outer * inner;
   bool par = lines * n * cost >= kParallelGrain && lines > 1 && !omp_in_parallel();
-#pragma omp parallel for if (par) schedule(static)
-  for (int64_t l = 0; l < lines; ++l) f((l / inner) * n * inner + l % inner, inner);
+  parallel_for_if(lines, par, [&](int64_t l) { f((l / inner) * n * inner + l % inner, inner); });
 }
 
 }  // namespace mu::cpu

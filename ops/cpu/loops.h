@@ -2,7 +2,7 @@
 // operands that share a (broadcast) shape, each with its own strides, handing the
 // kernel one innermost run at a time so that its loop is a plain, vectorisable
 // for-loop. Dimensions are coalesced first, and OpenMP splits the runs over threads
-// when the tensor is large enough to pay for it.
+// when the tensor is large enough to pay for it (ops/cpu/parallel.h).
 #pragma once
 #include <omp.h>
 
@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "ops/cpu/parallel.h"
 #include "tensor/shape.h"
 
 namespace mu::cpu {
@@ -114,8 +115,7 @@ void for_each_tile_run(const StridedLayout<N>& L, int64_t j, Run&& run) {
   int nthreads = total >= kParallelGrain ? omp_get_max_threads() : 1;
   if (omp_in_parallel()) nthreads = 1;
 
-#pragma omp parallel for num_threads(nthreads) if (nthreads > 1) schedule(static)
-  for (int64_t item = 0; item < items; ++item) {
+  parallel_for(items, nthreads, [&](int64_t item) {
     // The item's base offsets: its tile of rows, then its index over the other dims.
     const int64_t r0 = (item % row_tiles) * kTile;
     const std::array<int64_t, N> base = offsets_at(L, item / row_tiles, nd - 1, j);
@@ -128,7 +128,7 @@ void for_each_tile_run(const StridedLayout<N>& L, int64_t j, Run&& run) {
         run(off, n, inner_st);
       }
     }
-  }
+  });
 }
 
 // A short innermost dim (under kMinSide) walked as an outer one when an operand is dense
@@ -178,8 +178,7 @@ void for_each_short_dim_run(const StridedLayout<N>& L, Run& run) {
   const int64_t block = std::max<int64_t>(1, kParallelGrain / (s * inner)), items = (outer + block - 1) / block;
   int nthreads = outer * s * inner >= kParallelGrain ? omp_get_max_threads() : 1;
   if (omp_in_parallel()) nthreads = 1;
-#pragma omp parallel for num_threads(nthreads) if (nthreads > 1) schedule(static)
-  for (int64_t item = 0; item < items; ++item) {
+  parallel_for(items, nthreads, [&](int64_t item) {
     const int64_t o1 = std::min(outer, (item + 1) * block);
     for (int64_t c = 0; c < s; ++c)
       for (int64_t o = item * block; o < o1; ++o) {
@@ -188,7 +187,7 @@ void for_each_short_dim_run(const StridedLayout<N>& L, Run& run) {
         for (size_t k = 0; k < N; ++k) off[k] += c * s_st[k];
         run(off, inner, inner_st);
       }
-  }
+  });
 }
 
 // Calls run(offsets, n, inner_strides) for every innermost run of the iteration space:
@@ -220,9 +219,7 @@ void for_each_run(const Shape& shape, const std::array<Shape, N>& strides, Run&&
   int nthreads = total >= kParallelGrain ? omp_get_max_threads() : 1;
   if (omp_in_parallel()) nthreads = 1;
 
-#pragma omp parallel num_threads(nthreads) if (nthreads > 1)
-  {
-    int tid = omp_get_thread_num(), nt = omp_get_num_threads();
+  parallel_team(nthreads, [&](int tid, int nt) {
     int64_t begin = total * tid / nt, end = total * (tid + 1) / nt;
     int64_t pos = begin;
     while (pos < end) {
@@ -233,7 +230,7 @@ void for_each_run(const Shape& shape, const std::array<Shape, N>& strides, Run&&
       run(off, n, inner_st);
       pos += n;
     }
-  }
+  });
 }
 
 }  // namespace mu::cpu

@@ -41,8 +41,7 @@ template <class F>
 void for_lines(const CrossEntropyLines& L, F f) {
   int64_t lines = L.outer * L.inner;
   bool par = lines > 1 && lines * L.classes >= kParallelGrain && !omp_in_parallel();
-#pragma omp parallel for if (par) schedule(static)
-  for (int64_t l = 0; l < lines; ++l) f(l);
+  parallel_for_if(lines, par, f);
 }
 
 // sum_c w[c] in double: what the smoothing term's lse is multiplied by (C without weights).

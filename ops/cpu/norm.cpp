@@ -159,8 +159,7 @@ static void layer_norm_forward_rows(const T* x, const T* w, const T* b, T* y, T*
                                     int64_t n, double eps) {
   using A = acc_t<T>;
   const bool par = threads_for(rows * n) > 1 && rows > 1;
-#pragma omp parallel for if (par) schedule(static)
-  for (int64_t r = 0; r < rows; ++r) {
+  parallel_for_if(rows, par, [&](int64_t r) {
     const T* xr = x + r * n;
     T* yr = y + r * n;
     A m, var;  // the mean and the biased variance, as torch's
@@ -194,7 +193,7 @@ static void layer_norm_forward_rows(const T* x, const T* w, const T* b, T* y, T*
       for (int64_t j = 0; j < n; ++j) yr[j] = (xr[j] - mt) * rt + b[j];
     else
       for (int64_t j = 0; j < n; ++j) yr[j] = (xr[j] - mt) * rt;
-  }
+  });
 }
 
 // With xh = (x - mean) rstd and gw = g w (g without weight), per row:
@@ -207,11 +206,9 @@ static void layer_norm_backward_rows(const T* g, const T* x, const T* mean, cons
   const int nt = rows > 1 ? threads_for(rows * n) : 1;
   // Per-thread column sums for dweight and dbias: [thread][n] each.
   std::vector<A> part_w(dw ? size_t(nt) * size_t(n) : 0, A(0)), part_b(db ? size_t(nt) * size_t(n) : 0, A(0));
-#pragma omp parallel num_threads(nt) if (nt > 1)
-  {
+  parallel_team(nt, [&](int t, int tn) {
     // A static block of rows per thread: which rows a partial sum holds depends on the
     // thread count only.
-    const int t = omp_get_thread_num(), tn = omp_get_num_threads();
     const int64_t r0 = rows * t / tn, r1 = rows * (t + 1) / tn;
     A* pw = dw ? part_w.data() + size_t(t) * size_t(n) : nullptr;
     A* pb = db ? part_b.data() + size_t(t) * size_t(n) : nullptr;
@@ -258,7 +255,7 @@ static void layer_norm_backward_rows(const T* g, const T* x, const T* mean, cons
       if ((r - r0) % kBlock == kBlock - 1) flush();
     }
     flush();
-  }
+  });
   if (dw) {
     std::vector<A> s = sum_partials(part_w, nt, size_t(n));
     for (int64_t j = 0; j < n; ++j) dw[j] = T(s[size_t(j)]);
@@ -310,17 +307,14 @@ static void for_each_channel_element(int64_t outer, int64_t c, int64_t inner, F 
   const int64_t total = outer * c * inner;
   if (inner == 1) {
     const bool par = threads_for(total) > 1 && outer > 1;
-#pragma omp parallel for if (par) schedule(static)
-    for (int64_t o = 0; o < outer; ++o)
-      for (int64_t k = 0; k < c; ++k) f(o * c + k, k);
+    parallel_for_if(outer, par, [&](int64_t o) { for (int64_t k = 0; k < c; ++k) f(o * c + k, k); });
   } else {
     const int64_t lines = outer * c;
     const bool par = threads_for(total) > 1 && lines > 1;
-#pragma omp parallel for if (par) schedule(static)
-    for (int64_t l = 0; l < lines; ++l) {
+    parallel_for_if(lines, par, [&](int64_t l) {
       const int64_t k = l % c, base = l * inner;
       for (int64_t i = 0; i < inner; ++i) f(base + i, k);
-    }
+    });
   }
 }
 
@@ -332,9 +326,7 @@ static std::vector<A> channel_sums(int64_t outer, int64_t c, int64_t inner, Term
   const size_t len = size_t(S) * size_t(c);
   const int nt = threads_for(outer * c * inner);
   std::vector<A> part(size_t(nt) * len, A(0));
-#pragma omp parallel num_threads(nt) if (nt > 1)
-  {
-    const int t = omp_get_thread_num(), tn = omp_get_num_threads();
+  parallel_team(nt, [&](int t, int tn) {
     A* p = part.data() + size_t(t) * len;
     if (inner == 1) {
       // A row adds one term to every channel: p[k] with stride c between the S sums,
@@ -351,7 +343,7 @@ static std::vector<A> channel_sums(int64_t outer, int64_t c, int64_t inner, Term
         for (int s = 0; s < S; ++s) p[size_t(s) * size_t(c) + size_t(k)] += acc[s];
       }
     }
-  }
+  });
   return sum_partials(part, nt, len);
 }
 

@@ -177,11 +177,10 @@ double reduce_grad(const T* x, int64_t n, double p) {
   const int64_t chunks = (n + kChunk - 1) / kChunk;
   std::vector<double> part(size_t(chunks), 0.0);
   const bool par = n >= kParallelGrain && !omp_in_parallel();
-#pragma omp parallel for if (par) schedule(static)
-  for (int64_t c = 0; c < chunks; ++c) {
+  parallel_for_if(chunks, par, [&](int64_t c) {
     const int64_t begin = c * kChunk;
     part[size_t(c)] = reduce_chunk(x + begin, std::min(n, begin + kChunk) - begin, p);
-  }
+  });
   double total = 0.0;
   for (double v : part) total = kernels::combine_norm_parts(total, v, inf);
   return total;

@@ -86,8 +86,7 @@ void column_sums(const T* x, const ColumnSumLayout& L, O* out) {
   std::vector<A> part(size_t(nm * nrb * L.cols));
   const int64_t tasks = nm * nrb * ncs;
   const bool par = nm * L.rows * L.cols >= kParallelGrain && tasks > 1 && !omp_in_parallel();
-#pragma omp parallel for if (par) schedule(static)
-  for (int64_t t = 0; t < tasks; ++t) {
+  parallel_for_if(tasks, par, [&](int64_t t) {
     const int64_t m = t / (nrb * ncs), rb = (t / ncs) % nrb, cs = t % ncs;
     const int64_t r0 = rb * kRowBlock, r1 = std::min(L.rows, r0 + kRowBlock);
     const int64_t c0 = cs * kColStrip, w = std::min(L.cols, c0 + kColStrip) - c0;
@@ -103,16 +102,15 @@ void column_sums(const T* x, const ColumnSumLayout& L, O* out) {
       const T* a = src + r * L.row_stride;
       for (int64_t j = 0; j < w; ++j) acc[j] += A(a[j]);
     }
-  }
+  });
   // Combine the row blocks of each matrix in order.
   const int64_t total = nm * L.cols;
-#pragma omp parallel for if (par && total >= 1024) schedule(static)
-  for (int64_t i = 0; i < total; ++i) {
+  parallel_for_if(total, par && total >= 1024, [&](int64_t i) {
     const int64_t m = i / L.cols, c = i % L.cols;
     A s = part[size_t(m * nrb * L.cols + c)];
     for (int64_t rb = 1; rb < nrb; ++rb) s += part[size_t((m * nrb + rb) * L.cols + c)];
     out[i] = O(s);
-  }
+  });
 }
 
 static void sum(const Tensor& out, const Tensor& x, const ReducePlan& p);
@@ -140,8 +138,9 @@ static bool sum_trailing_first(const Tensor& out, const Tensor& x, const ReduceP
   const T* src = x.data_ptr<T>();
   A* dst = partial.data_ptr<A>();
   const int64_t rows = partial.numel();
-#pragma omp parallel for if (x.numel() >= kParallelGrain && !omp_in_parallel()) schedule(static)
-  for (int64_t r = 0; r < rows; ++r) dst[r] = sum_contiguous<T, A>(src + r * run, run);
+  parallel_for_if(rows, x.numel() >= kParallelGrain && !omp_in_parallel(), [&](int64_t r) {
+    dst[r] = sum_contiguous<T, A>(src + r * run, run);
+  });
   Shape dims;
   for (int64_t d = 0; d < first; ++d)
     if (p.reduced[size_t(d)]) dims.push_back(d);

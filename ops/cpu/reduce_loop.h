@@ -51,8 +51,7 @@ void reduce_runs(const Tensor& x, const ReducePlan& p, R* out, Run run) {
   auto L = coalesce<1>(ks, {kst});
   int64_t kstride = L.strides[0].back();  // a single run after reduce_layout
   bool par = p.outer * p.inner >= kParallelGrain && p.outer > 1 && !omp_in_parallel();
-#pragma omp parallel for if (par) schedule(static)
-  for (int64_t o = 0; o < p.outer; ++o) out[o] = run(base + o * kstride, p.inner, stride);
+  parallel_for_if(p.outer, par, [&](int64_t o) { out[o] = run(base + o * kstride, p.inner, stride); });
 }
 
 }  // namespace mu::cpu

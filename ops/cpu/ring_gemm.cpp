@@ -41,32 +41,29 @@ void ring_gemm_blocks(W* out, const T* c, const T* h, const W* w, int64_t M, int
   W* const a = a_buf.data_ptr<W>();
   for (int64_t m0 = 0; m0 < M; m0 += block) {
     const int64_t rows = std::min(block, M - m0);
-#pragma omp parallel if (rows * K * R > 32768)
-    {
-      // Per thread: one row's product c[m] · h[m] (P x S), summed along h's rows (unit
-      // stride, vectorisable), then stored transposed into A's s-major row.
-      std::vector<A> q(size_t(P * S));
-#pragma omp for schedule(static)
-      for (int64_t i = 0; i < rows; ++i) {
-        const T* cm = c + (m0 + i) * P * R;
-        const T* hm = h + (m0 + i) * R * S;
-        std::fill(q.begin(), q.end(), A(0));
-        for (int64_t p = 0; p < P; ++p)
-          for (int64_t r = 0; r < R; ++r) {
-            const A cv = A(widen_value(cm[p * R + r]));
-            const T* hr = hm + r * S;
-            A* qp = q.data() + p * S;
-            for (int64_t s = 0; s < S; ++s) qp[s] += cv * A(widen_value(hr[s]));
-          }
-        W* ar = a + i * K;
-        for (int64_t s = 0; s < S; ++s)
-          for (int64_t p = 0; p < P; ++p) {
-            const A v = q[size_t(p * S + s)];
-            // bfloat16: the entry as the tensor cores read it.
-            ar[s * P + p] = kBf16 ? W(float(bfloat16_t(float(v)))) : W(v);
-          }
-      }
-    }
+    // Per thread: one row's product c[m] · h[m] (P x S), summed along h's rows (unit
+    // stride, vectorisable), then stored transposed into A's s-major row.
+    parallel_for_with(
+        rows, rows * K * R > 32768 ? omp_get_max_threads() : 1, [&] { return std::vector<A>(size_t(P * S)); },
+        [&](std::vector<A>& q, int64_t i) {
+          const T* cm = c + (m0 + i) * P * R;
+          const T* hm = h + (m0 + i) * R * S;
+          std::fill(q.begin(), q.end(), A(0));
+          for (int64_t p = 0; p < P; ++p)
+            for (int64_t r = 0; r < R; ++r) {
+              const A cv = A(widen_value(cm[p * R + r]));
+              const T* hr = hm + r * S;
+              A* qp = q.data() + p * S;
+              for (int64_t s = 0; s < S; ++s) qp[s] += cv * A(widen_value(hr[s]));
+            }
+          W* ar = a + i * K;
+          for (int64_t s = 0; s < S; ++s)
+            for (int64_t p = 0; p < P; ++p) {
+              const A v = q[size_t(p * S + s)];
+              // bfloat16: the entry as the tensor cores read it.
+              ar[s * P + p] = kBf16 ? W(float(bfloat16_t(float(v)))) : W(v);
+            }
+        });
     gemm<W>(1, rows, N, K, MatrixRef<const W>{a, 0, K, 1}, MatrixRef<const W>{w, 0, N, 1},
             MatrixRef<W>{out + m0 * N, 0, N, 1});
   }
