@@ -28,6 +28,8 @@ expect "--cp-rank-ratio applies to --mlp cp only, got --mlp tr" \
   "$mixer" --out-dir "$dir/mixer" --max-steps 0 --mlp tr --cp-rank-ratio 1
 expect "--tr-rank-ratio applies to --mlp tr only, got --mlp dense" \
   "$mixer" --out-dir "$dir/mixer" --max-steps 0 --tr-rank-ratio 1
+expect "--gelu-recompute applies to --mlp dense only (plain channel MLPs), got --mlp cp" \
+  "$mixer" --out-dir "$dir/mixer" --max-steps 0 --mlp cp --gelu-recompute
 # (were one ignored, a local or paper run would start: the test's timeout ends it)
 expect "--device applies to --scale paper only" "$repro_gpt2" --scale local --device cuda --out-dir "$dir/repro"
 expect "--data applies to --scale paper only" "$repro_mixer" --scale smoke --data "$dir" --out-dir "$dir/repro"

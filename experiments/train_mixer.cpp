@@ -110,6 +110,10 @@ int main(int argc, char** argv) {
                  "(0: zeros, the paper's; those levels then never learn)")->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   app.add_flag("--channel-only", channel_only, "μMoE in the channel-mixing blocks only (token mixing stays dense)");
+  bool gelu_recompute = false;
+  app.add_flag("--gelu-recompute", gelu_recompute, "The channel MLPs keep their first Linear's output and compute the "
+               "GELU again in the backward pass (the same numbers; one activation of width --channel-mlp less held per "
+               "block). --mlp dense only");
   // The rank rules of the μMoE blocks (models/mlp_mixer.h): rank = int(ratio · d), d the
   // block's input dim; small models need larger ratios than the paper's.
   const models::MixerConfig defaults;
@@ -149,6 +153,8 @@ int main(int argc, char** argv) {
                "takes --crop-padding)");
     MU_CHECK(f.mlp == "cp" || cp_ratio_opt->count() == 0, "--cp-rank-ratio applies to --mlp cp only, got --mlp ", f.mlp);
     MU_CHECK(f.mlp == "tr" || tr_ratio_opt->count() == 0, "--tr-rank-ratio applies to --mlp tr only, got --mlp ", f.mlp);
+    MU_CHECK(!gelu_recompute || f.mlp == "dense", "--gelu-recompute applies to --mlp dense only (plain channel MLPs), "
+             "got --mlp ", f.mlp);
     // Either Fashion-MNIST or an image-array dataset's train and val splits.
     std::optional<data::FashionMnist> fmnist;
     std::optional<data::ImageArrays> train_images, val_images;
@@ -178,6 +184,7 @@ int main(int argc, char** argv) {
     cfg.channel_mlp = channel_mlp;
     cfg.stochastic_depth = stochastic_depth;
     cfg.recompute = f.recompute;
+    cfg.gelu_recompute = gelu_recompute;
     cfg.experts = f.experts;
     cfg.expert_levels = expert_levels;
     cfg.further_gate_std = further_gate_std;

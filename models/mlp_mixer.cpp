@@ -140,6 +140,17 @@ MixerBlock::MixerBlock(const MixerConfig& c, int64_t index) : UnaryModule("Mixer
   // One module serves both branches: each call draws its own per-sample mask.
   drop_path = register_module(
       "drop_path", std::make_shared<nn::DropPath>(nn::DropPathOptions(c.drop_path_rate(index)).generator(c.generator)));
+  gelu_recompute = c.gelu_recompute;
+}
+
+// A mixing block's Sequential of (Linear, activation, Linear), or null for anything else
+// (a μMoE block, or a module a user put in its place).
+static const nn::Sequential* plain_mlp(const std::shared_ptr<nn::UnaryModule>& m) {
+  const auto* seq = dynamic_cast<const nn::Sequential*>(m.get());
+  if (seq == nullptr || seq->size() != 3 || !std::dynamic_pointer_cast<nn::Linear>((*seq)[0]) ||
+      !std::dynamic_pointer_cast<nn::Linear>((*seq)[2]))
+    return nullptr;
+  return seq;
 }
 
 // The token MLP of a plain block applied along dim 1 of x (B, T, D): W1 x_b, GELU, W2 h_b
@@ -161,14 +172,22 @@ Tensor MixerBlock::forward(const Tensor& x) {
   // Token mixing: each channel's column of T patch values is one "token" of the MLP.
   // A plain block's Sequential (Linear, activation, Linear) takes the left products; a
   // μMoE block, or a token_mix a user replaced with something else, the transposes.
-  const auto* plain = dynamic_cast<const nn::Sequential*>(token_mix.get());
-  if (plain != nullptr && (plain->size() != 3 || !std::dynamic_pointer_cast<nn::Linear>((*plain)[0]) ||
-                           !std::dynamic_pointer_cast<nn::Linear>((*plain)[2])))
-    plain = nullptr;
+  const nn::Sequential* plain = plain_mlp(token_mix);
   Tensor t = plain != nullptr ? token_mlp_left(*plain, ln1->forward(x))
                               : token_mix->forward(ln1->forward(x).transpose(1, 2)).transpose(1, 2);
   Tensor h = x + drop_path->forward(t);
-  return h + drop_path->forward(channel_mix->forward(ln2->forward(h)));
+  // Channel mixing; with gelu_recompute a plain MLP's second Linear keeps the first one's
+  // output instead of the GELU's (gelu_linear: the same numbers).
+  const nn::Sequential* channel = gelu_recompute ? plain_mlp(channel_mix) : nullptr;
+  const auto gelu = channel != nullptr ? std::dynamic_pointer_cast<nn::GELU>((*channel)[1]) : nullptr;
+  Tensor c;
+  if (gelu != nullptr) {
+    const auto fc1 = channel->at<nn::Linear>(0), fc2 = channel->at<nn::Linear>(2);
+    c = gelu_linear(fc1->forward(ln2->forward(h)), fc2->weight, fc2->bias, gelu->options().approximate());
+  } else {
+    c = channel_mix->forward(ln2->forward(h));
+  }
+  return h + drop_path->forward(c);
 }
 
 // ---------------------------------------------------------------- the model
@@ -223,6 +242,11 @@ Tensor MlpMixer::features(const Tensor& images) {
 Tensor MlpMixer::forward(const Tensor& images) {
   // Global average pooling over the patches, then the classifier.
   return head->forward(ln->forward(features(images)).mean({1}));
+}
+
+void MlpMixer::set_gelu_recompute(bool on) {
+  config_.gelu_recompute = on;
+  for (size_t i = 0; i < blocks->size(); ++i) blocks->at<MixerBlock>(i)->gelu_recompute = on;
 }
 
 std::shared_ptr<MixerBlock> MlpMixer::block(int64_t i) const {

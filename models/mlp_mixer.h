@@ -80,6 +80,12 @@ struct MixerConfig {
   // memory, one more forward of the blocks per step, the same results). Not part of the
   // model (no count or checkpoint depends on it).
   bool recompute = false;
+  // A plain channel-mixing MLP (Linear, GELU, Linear) keeps its first Linear's output
+  // rather than the GELU's, and its second Linear's backward computes the GELU again
+  // (ops/linalg.h, gelu_linear): the same numbers, one (B, T, channel_mlp) activation less
+  // held per block, the widest of a block, for one more GELU forward per block in the
+  // backward. μMoE and token-mixing blocks are not affected. Not part of the model.
+  bool gelu_recompute = false;
 
   // Both mixing blocks of one kind.
   MixerConfig& mlp(MixerMlp kind) { token_block = channel_block = kind; return *this; }
@@ -111,6 +117,7 @@ class MixerBlock : public nn::UnaryModule {
   std::shared_ptr<nn::LayerNorm> ln1, ln2;
   std::shared_ptr<nn::UnaryModule> token_mix, channel_mix;  // nn::Sequential or nn::MuMoE
   std::shared_ptr<nn::DropPath> drop_path;
+  bool gelu_recompute = false;  // MixerConfig::gelu_recompute, and MlpMixer::set_gelu_recompute
 };
 
 class MlpMixer : public nn::UnaryModule {
@@ -128,6 +135,8 @@ class MlpMixer : public nn::UnaryModule {
   const MixerConfig& config() const { return config_; }
   // Turns activation checkpointing of the blocks on or off (MixerConfig::recompute).
   void set_recompute(bool on) { config_.recompute = on; }
+  // Turns the plain channel MLPs' GELU recompute on or off (MixerConfig::gelu_recompute).
+  void set_gelu_recompute(bool on);
   std::shared_ptr<MixerBlock> block(int64_t i) const;
   std::string extra_repr() const override;
 

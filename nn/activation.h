@@ -28,6 +28,7 @@ class GELU : public UnaryModule {
   explicit GELU(const std::string& approximate) : GELU(GELUOptions().approximate(approximate)) {}
   Tensor forward(const Tensor& x) override;
   std::string extra_repr() const override;
+  const GELUOptions& options() const { return options_; }
 
  private:
   GELUOptions options_;

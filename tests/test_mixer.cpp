@@ -9,6 +9,7 @@
 #include "helpers.h"
 #include "models/mlp_mixer.h"
 #include "nn/drop_path.h"
+#include "tensor/allocator.h"
 #include "tiny_models.h"
 
 using namespace mu;
@@ -415,6 +416,56 @@ TEST_CASE("stochastic depth in the model: linear rates, eval deterministic, trai
   CHECK(max_abs_diff(m.forward(img), t1) == 0);  // the same masks again
   m.eval();
   CHECK(max_abs_diff(m.forward(img), m.forward(img)) == 0);
+}
+
+TEST_CASE("gelu_recompute: the plain channel MLPs' numbers bit for bit, one activation less held per block") {
+  MixerConfig c = tiny_mixer();
+  c.stochastic_depth = 0.3;  // the drop-path draws must come out the same either way
+  MixerConfig r = c;
+  r.gelu_recompute = true;
+  Generator g1(5), g2(5);
+  c.generator = &g1;
+  r.generator = &g2;
+  manual_seed(12);
+  MlpMixer plain(c);
+  manual_seed(12);
+  MlpMixer recomputing(r);
+  // 4 images of 16 patches: a channel MLP's GELU output is 4 x 16 x 20 floats, 5120 bytes,
+  // a size the allocator does not round.
+  Tensor img = randn({4, 2, 8, 8});
+  Tensor y = tensor({0, 1, 2, 3}).to(kInt64);
+  auto held = [&](MlpMixer& m, Tensor& loss) {
+    const int64_t base = cpu_allocator::stats().allocated_bytes;
+    loss = cross_entropy(m.forward(img), y);
+    return cpu_allocator::stats().allocated_bytes - base;
+  };
+  Tensor a, b;
+  const int64_t held_plain = held(plain, a), held_recomputing = held(recomputing, b);
+  CHECK(held_plain - held_recomputing == c.depth * 4 * c.tokens() * c.channel_mlp * 4);
+  CHECK(a.item() == b.item());
+  a.backward();
+  b.backward();
+  auto pa = plain.named_parameters(), pb = recomputing.named_parameters();
+  REQUIRE(pa.size() == pb.size());
+  for (size_t i = 0; i < pa.size(); ++i) {
+    INFO(pa[i].first);
+    CHECK(max_abs_diff(pa[i].second.grad(), pb[i].second.grad()) == 0.0);
+  }
+  // Turned off at run time: the GELU's output is held again.
+  recomputing.set_gelu_recompute(false);
+  Tensor d;
+  CHECK(held(recomputing, d) == held_plain);
+  // μMoE channel blocks are not plain MLPs: the flag changes nothing there.
+  MixerConfig m = tiny_mixer(MixerMlp::CPMuMoE);
+  MixerConfig mr = m;
+  mr.gelu_recompute = true;
+  manual_seed(13);
+  MlpMixer moe(m);
+  manual_seed(13);
+  MlpMixer moe_r(mr);
+  moe.eval();
+  moe_r.eval();
+  CHECK(max_abs_diff(moe.forward(img), moe_r.forward(img)) == 0.0);
 }
 
 TEST_CASE("short training runs lower the loss on a fixed batch (every block kind)") {

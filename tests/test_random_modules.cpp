@@ -201,11 +201,12 @@ Built mixer(Rng& r, Generator& g) {
   c.moe_input_norm = r.coin();
   c.cp_rank_ratio = c.tr_rank_ratio = 1.0;  // the paper's ratios give rank 0 at these widths
   c.recompute = r.coin();
+  c.gelu_recompute = r.coin();  // a plain channel MLP's second Linear through gelu_linear
   const std::string what = "Mixer " + std::to_string(c.image_size) + "², patch " + std::to_string(c.patch_size) +
                            ", " + std::to_string(c.channels) + " channels, width " + std::to_string(c.width) +
                            ", depth " + std::to_string(c.depth) + ", token " + models::to_string(c.token_block) +
                            ", channel " + models::to_string(c.channel_block) + ", " + std::to_string(c.experts) +
-                           " experts" + (c.recompute ? ", recompute" : "");
+                           " experts" + (c.recompute ? ", recompute" : "") + (c.gelu_recompute ? ", GELU recompute" : "");
   // The model draws from the global generator: seed it from this draw.
   manual_seed(uint64_t(r.ri(0, 1 << 30)));
   auto m = std::make_shared<models::MlpMixer>(c);

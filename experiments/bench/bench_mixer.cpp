@@ -7,9 +7,12 @@
 // the reference lacks, the paper's batch-norm-gated Mixer blocks in both mixing MLPs,
 // run when named: mixer-fmnist-cp-bn and mixer-fmnist-tr-bn. One JSON line per workload, with
 // the most bytes the step's tensors held at once. --recompute 1 checkpoints every block
-// (MixerConfig::recompute; the workloads are then named ...-recompute).
+// (MixerConfig::recompute; the workloads are then named ...-recompute); --gelu-recompute 1
+// has the plain channel MLPs compute their GELU again in the backward
+// (MixerConfig::gelu_recompute, ...-gelu-recompute).
 //
-//   bench_mixer [--workload mixer-fmnist,mixer-fmnist-cpmumoe] [--recompute 0] [--reps 10] [--warmup 3]
+//   bench_mixer [--workload mixer-fmnist,mixer-fmnist-cpmumoe] [--recompute 0] [--gelu-recompute 0]
+//               [--reps 10] [--warmup 3]
 #include <omp.h>
 
 #include <cstdio>
@@ -24,9 +27,9 @@ using namespace mu;
 using models::MixerMlp;
 
 int main(int argc, char** argv) {
-  bench::Options opt("bench_mixer", 10, 3, {{"workload", "mixer-fmnist,mixer-fmnist-cpmumoe"}, {"recompute", "0"}});
+  bench::Options opt("bench_mixer", 10, 3, {{"workload", "mixer-fmnist,mixer-fmnist-cpmumoe"}, {"recompute", "0"}, {"gelu-recompute", "0"}});
   opt.parse(argc, argv);
-  const bool recompute = opt.flag("recompute");
+  const bool recompute = opt.flag("recompute"), gelu_recompute = opt.flag("gelu-recompute");
   std::stringstream list(opt.str("workload"));
   std::string name;
   while (std::getline(list, name, ',')) {
@@ -45,6 +48,7 @@ int main(int argc, char** argv) {
       return 2;
     }
     c.recompute = recompute;
+    c.gelu_recompute = gelu_recompute;
     manual_seed(0);
     models::MlpMixer model(c);
     optim::AdamW adamw(model.parameters(), optim::AdamWOptions(1e-3).weight_decay(1e-4));
@@ -58,7 +62,8 @@ int main(int argc, char** argv) {
     };
     bench::Timing t = bench::time_it(step, opt.reps, opt.warmup);
     const long long peak = bench::peak_tensor_bytes(step);
-    bench::print_step_result(recompute ? name + "-recompute" : name, t, omp_get_max_threads(),
+    bench::print_step_result(name + (recompute ? "-recompute" : "") + (gelu_recompute ? "-gelu-recompute" : ""), t,
+                             omp_get_max_threads(),
                              (long long)model.num_parameters(), peak);
   }
   return 0;
