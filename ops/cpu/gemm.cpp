@@ -22,6 +22,7 @@
 #include <string>
 #include <utility>
 
+#include "ops/cpu/parallel.h"
 #include "ops/cpu/simd.h"
 #include "tensor/error.h"
 
@@ -473,21 +474,22 @@ void gemm_deep(int64_t M, int64_t N, int64_t K, const T* A, int64_t a_rs, int64_
   const int64_t slabs = std::min(kMaxSlabs, ((K + kSlabDepth - 1) / kSlabDepth + 3) / 4 * 4), mn = M * N;
   thread_local Scratch<T> partial_buffer;  // of the calling thread: the workers only write into it
   T* partial = partial_buffer.get(slabs * mn);
-#pragma omp parallel for num_threads(nt) schedule(dynamic, 1) if (nt > 1)
-  for (int64_t s = 0; s < slabs; ++s) {
-    const int64_t k0 = K * s / slabs, k1 = K * (s + 1) / slabs;
-    gemm_serial<T>(M, N, k1 - k0, A + k0 * a_cs, a_rs, a_cs, B + k0 * b_rs, b_rs, b_cs, partial + s * mn, N, 1,
-                   false);
-  }
-#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1 && mn >= 4096)
-  for (int64_t i = 0; i < M; ++i) {
+  parallel_for(
+      slabs, nt,
+      [&](int64_t s) {
+        const int64_t k0 = K * s / slabs, k1 = K * (s + 1) / slabs;
+        gemm_serial<T>(M, N, k1 - k0, A + k0 * a_cs, a_rs, a_cs, B + k0 * b_rs, b_rs, b_cs, partial + s * mn, N, 1,
+                       false);
+      },
+      Schedule::Dynamic);
+  parallel_for(M, mn >= 4096 ? nt : 1, [&](int64_t i) {
     for (int64_t j = 0; j < N; ++j) {
       T sum = partial[i * N + j];
       for (int64_t s = 1; s < slabs; ++s) sum += partial[s * mn + i * N + j];
       T& dst = C[i * c_rs + j * c_cs];
       dst = accumulate ? dst + sum : sum;
     }
-  }
+  });
 }
 
 // ---------------------------------------------------------------- matrix-vector
