@@ -95,7 +95,9 @@ if [[ $what == bench || $what == all ]]; then
   timeout 60 "$bin/experiments/bench_gpu_gpt2" --workload gpt2-124m --dtype bf16 --reps 3 --warmup 2 --chunked-loss 1 \
     --gelu-recompute 1 2>&1 | sed "s/^/chunked: /" >>"$out/bench.txt"
   # Sampling from GPT-2 124M (float32, greedy) with and without generate's key-value cache.
-  timeout 60 "$bin/experiments/bench_generate" --model 124m --device cuda --prompt 256 --new 256 --reps 3 \
+  timeout 60 "$bin/experiments/bench_generate" --model 124m --device cuda --prompt 128 --new 128 --reps 3 \
+    --warmup 1 2>&1 | sed "s/^/generate: /" >>"$out/bench.txt"
+  timeout 90 python3 experiments/bench/torch_generate.py --model 124m --device cuda --prompt 128 --new 128 --reps 3 \
     --warmup 1 2>&1 | sed "s/^/generate: /" >>"$out/bench.txt"
   # Attention through each of the framework's own paths, beside the default choice above
   # (float32: the tiled kernels' vector variant by default; bfloat16: cuDNN).
