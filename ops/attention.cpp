@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "autograd/autocast.h"
+#include "autograd/grad_mode.h"
 #include "autograd/node.h"
 #include "ops/kernels/attention.h"
 #include "tensor/random.h"
@@ -64,7 +65,15 @@ Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, cons
   // stream is left as it is.
   if (p.dropout_p > 0) p.seed = dropout_seed ? *dropout_seed : default_generator().next_u64();
 
-  Tensor qc = q.detach().contiguous(), kc = k.detach().contiguous(), vc = v.detach().contiguous();
+  // Where no graph is recorded, the CPU forward kernel takes k and v as they are when their
+  // rows are dense (ops/kernels/attention.h): a key-value cache's first Tk rows per head
+  // are then not copied out first. The CUDA kernels and the backward read dense copies.
+  const bool views = q.device().is_cpu() && !(autograd::is_grad_enabled() &&
+                                               (q.requires_grad() || k.requires_grad() || v.requires_grad()));
+  auto as_read = [views](const Tensor& t) {
+    return views && kernels::attention_rows_view(t) ? t.detach() : t.detach().contiguous();
+  };
+  Tensor qc = q.detach().contiguous(), kc = as_read(k), vc = as_read(v);
   const Shape& qs = q.shape();
   Tensor out = empty(qs, TensorOptions(q.dtype()).device(q.device()));
   // The log-sum-exps in float32 for bfloat16 inputs: the backward's probabilities are

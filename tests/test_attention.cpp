@@ -202,6 +202,39 @@ TEST_CASE("attention on inputs starting one element into their storage gives the
   }
 }
 
+TEST_CASE("attention without a graph reads k and v as views of a longer buffer, as a key-value cache holds them") {
+  // (B, H, L, D) buffers of which the first Tk rows per head are the keys and values: the
+  // CPU forward reads them in place (rows past Tk included, where the buffer has them) or
+  // copies what it needs; either way the result is that of dense copies, bit for bit.
+  manual_seed(7);
+  for (Device dev : test_devices()) {
+    for (int64_t D : {int64_t(64), int64_t(5)}) {
+      for (int64_t Tk : {int64_t(1), int64_t(9), int64_t(12), int64_t(70)}) {
+        for (int64_t L : {Tk, Tk + 1, int64_t(80)}) {
+          INFO(dev.str(), " D ", D, " Tk ", Tk, " buffer rows ", L);
+          const Tensor kbuf = on(randn({2, 3, L, D}), dev), vbuf = on(randn({2, 3, L, D}), dev);
+          const Tensor k = kbuf.narrow(2, 0, Tk), v = vbuf.narrow(2, 0, Tk);
+          for (int64_t Tq : {int64_t(1), int64_t(3)}) {
+            const Tensor q = on(randn({2, 3, Tq, D}), dev);
+            NoGradGuard no_grad;
+            const Tensor a = scaled_dot_product_attention(q, k, v, false, 0.0, false);
+            const Tensor b = scaled_dot_product_attention(q, k.contiguous(), v.contiguous(), false, 0.0, false);
+            CHECK(max_abs_diff(a.cpu(), b.cpu()) == 0.0);
+          }
+        }
+      }
+    }
+    // Views whose heads are not evenly spaced (a transposed buffer) are read as dense copies.
+    const Tensor kt = on(randn({3, 2, 9, 8}), dev).transpose(0, 1), vt = on(randn({3, 2, 9, 8}), dev).transpose(0, 1);
+    const Tensor q = on(randn({2, 3, 2, 8}), dev);
+    CHECK(kernels::attention_head_stride(kt) == -1);
+    NoGradGuard no_grad;
+    CHECK(max_abs_diff(scaled_dot_product_attention(q, kt, vt, false, 0.0, false).cpu(),
+                       scaled_dot_product_attention(q, kt.contiguous(), vt.contiguous(), false, 0.0, false).cpu()) ==
+          0.0);
+  }
+}
+
 TEST_CASE("attention with no keys gives zeros; with no queries an empty output") {
   for (Device dev : test_devices()) {
     Tensor q = on(randn({1, 2, 3, 4}), dev).requires_grad_(), k = on(zeros({1, 2, 0, 4}), dev).requires_grad_();

@@ -212,21 +212,40 @@ struct Rows {
   int64_t head_stride = 0;  // elements from one head to the next
 };
 
+//
+// The source's heads are src_stride apart (t D when dense; more for a view of a longer
+// buffer, a key-value cache). Read in place, rows past t up to round_up(t, MR) are read
+// too, by products whose results for them are never used (the forward's score rows past
+// the block's keys): their values do not matter, but they must lie in memory the tensor
+// owns, which `readable` (elements from src to the end of its storage) says.
 template <class T>
-Rows<T> make_rows(const T* src, const Geometry& g, int64_t t, Slot slot) {
+Rows<T> make_rows(const T* src, const Geometry& g, int64_t t, Slot slot, int64_t src_stride = -1,
+                  int64_t readable = -1) {
   const int64_t BH = g.B * g.H, rows = round_up(t, MR);
-  if (g.Dp == g.D && rows == t) return {src, t * g.D};
+  if (src_stride < 0) src_stride = t * g.D;
+  if (readable < 0) readable = BH * t * g.D;
+  const bool in_place = g.Dp == g.D && src_stride >= rows * g.D && (BH - 1) * src_stride + rows * g.D <= readable;
+  if (in_place || BH == 0) return {src, src_stride};
   const int64_t stride = rows * g.Dp;
   T* dst = workspace<T>(slot, BH * stride);
   parallel_for_if(BH, BH * t * g.D >= kParallelGrain && !omp_in_parallel(), [&](int64_t bh) {
     T* head = dst + bh * stride;
     for (int64_t r = 0; r < t; ++r) {
-      std::memcpy(head + r * g.Dp, src + (bh * t + r) * g.D, size_t(g.D) * sizeof(T));
+      std::memcpy(head + r * g.Dp, src + bh * src_stride + r * g.D, size_t(g.D) * sizeof(T));
       std::fill(head + r * g.Dp + g.D, head + (r + 1) * g.Dp, T(0));
     }
     std::fill(head + t * g.Dp, head + stride, T(0));
   });
   return {dst, stride};
+}
+
+// The forward's key or value rows: a dense tensor, or a view whose rows are dense (stride
+// D, then 1) and whose heads are one stride apart (kernels::attention_rows_view).
+template <class T>
+Rows<T> key_rows(const Tensor& x, const Geometry& g, Slot slot) {
+  const int64_t hs = kernels::attention_head_stride(x);
+  const int64_t readable = int64_t(x.storage()->nbytes / sizeof(T)) - x.storage_offset();
+  return make_rows(x.data_ptr<T>(), g, g.Tk, slot, hs, readable);
 }
 
 // dst[d * ld + i] = scale * src[(i0 + i) * D + d] for i < n, and 0 for n <= i < ld: rows
@@ -367,7 +386,7 @@ template <class T>
 void forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
                    const kernels::AttentionParams& p) {
   const Geometry g = geometry<T>(q, k, p);
-  const Rows<T> kr = make_rows(k.data_ptr<T>(), g, g.Tk, kKRows), vr = make_rows(v.data_ptr<T>(), g, g.Tk, kVRows);
+  const Rows<T> kr = key_rows<T>(k, g, kKRows), vr = key_rows<T>(v, g, kVRows);
   const T* qd = q.data_ptr<T>();
   T *od = out.data_ptr<T>(), *ld = lse.data_ptr<T>();
   const int64_t BH = g.B * g.H, nq = (g.Tq + Bq - 1) / Bq, items = BH * nq;
@@ -392,7 +411,7 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
                        const kernels::AttentionParams& p) {
   if (q.dtype() == kBFloat16) {  // autocast's attention: in float32 (ops/cpu/widen.h); lse is float32
     Tensor wide = wide_like(out);
-    attention_forward(widened(q), widened(k), widened(v), wide, lse, p);
+    attention_forward(widened(q), widened(k.contiguous()), widened(v.contiguous()), wide, lse, p);
     narrow_into(out, wide);
     return;
   }
