@@ -1,6 +1,7 @@
 #include "models/gpt2.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <numeric>
@@ -45,15 +46,8 @@ class CausalSelfAttention : public nn::UnaryModule {
   }
 
   Tensor forward(const Tensor& x) override {
-    const int64_t B = x.size(0), T = x.size(1), C = x.size(2), hs = C / n_head_;
-    std::vector<Tensor> qkv = split(c_attn->forward(x), C, 2);
-    // (B, T, C) -> (B, n_head, T, hs): each head a contiguous slice of the channels.
-    auto heads = [&](const Tensor& t) { return t.reshape({B, T, n_head_, hs}).transpose(1, 2); };
-    Tensor y = scaled_dot_product_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]), /*causal=*/true,
-                                            dropout_, is_training());
-    // Heads side by side again: (B, n_head, T, hs) -> (B, T, C).
-    y = y.transpose(1, 2).reshape({B, T, C});
-    return resid_dropout->forward(c_proj->forward(y));
+    const auto [q, k, v] = heads_of(x);
+    return merged(scaled_dot_product_attention(q, k, v, /*causal=*/true, dropout_, is_training()));
   }
 
   // forward() for generate(), at positions [cache.len, cache.len + T) of x (B, T, C), in
@@ -61,13 +55,11 @@ class CausalSelfAttention : public nn::UnaryModule {
   // key so far. Two cases only: the whole prompt into an empty cache (causal, the same
   // call as forward()), or one new position, whose query sees every cached key (no mask).
   Tensor forward_cached(const Tensor& x, KVCache& cache) {
-    const int64_t B = x.size(0), T = x.size(1), C = x.size(2), hs = C / n_head_;
+    const int64_t B = x.size(0), T = x.size(1), hs = x.size(2) / n_head_;
     MU_CHECK(cache.len == 0 || T == 1, "GPT2: a cached attention step takes one position, got ", T);
     MU_CHECK(cache.len + T <= block_size_, "GPT2: the key-value cache holds block_size = ", block_size_,
              " positions, asked for ", cache.len + T);
-    std::vector<Tensor> qkv = split(c_attn->forward(x), C, 2);
-    auto heads = [&](const Tensor& t) { return t.reshape({B, T, n_head_, hs}).transpose(1, 2); };
-    const Tensor q = heads(qkv[0]), k = heads(qkv[1]), v = heads(qkv[2]);
+    const auto [q, k, v] = heads_of(x);
     if (!cache.k.defined()) {
       const TensorOptions o = TensorOptions(k.dtype()).device(k.device());
       cache.k = empty({B, n_head_, block_size_, hs}, o);
@@ -80,13 +72,27 @@ class CausalSelfAttention : public nn::UnaryModule {
                               : scaled_dot_product_attention(q, cache.k.narrow(2, 0, seen),
                                                              cache.v.narrow(2, 0, seen), /*causal=*/false, 0.0, false);
     cache.len = seen;
-    return resid_dropout->forward(c_proj->forward(y.transpose(1, 2).reshape({B, T, C})));
+    return merged(y);
   }
 
   std::shared_ptr<nn::Linear> c_attn, c_proj;
   std::shared_ptr<nn::Dropout> resid_dropout;
 
  private:
+  // q, k and v of x (B, T, C), each (B, n_head, T, head size): one c_attn product, each
+  // head a contiguous slice of the channels.
+  std::array<Tensor, 3> heads_of(const Tensor& x) {
+    const int64_t B = x.size(0), T = x.size(1), C = x.size(2);
+    std::vector<Tensor> qkv = split(c_attn->forward(x), C, 2);
+    auto heads = [&](const Tensor& t) { return t.reshape({B, T, n_head_, C / n_head_}).transpose(1, 2); };
+    return {heads(qkv[0]), heads(qkv[1]), heads(qkv[2])};
+  }
+  // The heads side by side again, (B, n_head, T, hs) -> (B, T, C), then c_proj and dropout.
+  Tensor merged(const Tensor& y) {
+    const int64_t B = y.size(0), T = y.size(2), C = y.size(1) * y.size(3);
+    return resid_dropout->forward(c_proj->forward(y.transpose(1, 2).reshape({B, T, C})));
+  }
+
   int64_t n_head_, block_size_;
   double dropout_;
 };
@@ -431,6 +437,14 @@ std::shared_ptr<nn::UnaryModule> GPT2::mlp(int64_t layer) const {
   return h_->at<Block>(size_t(layer))->mlp;
 }
 
+Tensor GPT2::embed(const Tensor& tokens, int64_t first_position) {
+  const int64_t T = tokens.size(1);
+  const Tensor pos =
+      arange(double(first_position), double(first_position + T), 1.0, TensorOptions(kInt64).device(tokens.device()));
+  // (B, T, C) + (T, C): every sequence gets the same position vectors.
+  return drop_->forward(wte_->forward(tokens) + wpe_->forward(pos));
+}
+
 Tensor GPT2::features(const Tensor& idx) {
   MU_CHECK(idx.defined() && idx.dim() == 2 && idx.dtype() == kInt64, "GPT2: expected idx of shape (B, T), int64, got ",
            idx.defined() ? idx.describe() : std::string("an undefined tensor"));
@@ -438,9 +452,7 @@ Tensor GPT2::features(const Tensor& idx) {
   MU_CHECK(T >= 1, "GPT2: the sequence is empty (T = 0)");
   MU_CHECK(T <= config_.block_size, "GPT2: cannot forward a sequence of length T = ", T,
            ", the block size (context) is only block_size = ", config_.block_size);
-  Tensor pos = arange(T, TensorOptions(kInt64).device(idx.device()));
-  // (B, T, C) + (T, C): every sequence gets the same position vectors.
-  Tensor x = drop_->forward(wte_->forward(idx) + wpe_->forward(pos));
+  Tensor x = embed(idx, 0);
   for (size_t l = 0; l < h_->size(); ++l) {
     std::shared_ptr<Block> block = h_->at<Block>(l);
     x = config_.recompute ? autograd::checkpoint_module(block, x, detail::str("GPT2: block ", l)) : block->forward(x);
@@ -558,8 +570,7 @@ Tensor GPT2::generate(const Tensor& idx, int64_t max_new_tokens, double temperat
       const int64_t from = caches.empty() ? 0 : T - 1;
       if (caches.empty()) caches.resize(h_->size());
       MU_CHECK(caches[0].len == from, "GPT2::generate: the cache holds ", caches[0].len, " positions, expected ", from);
-      const Tensor pos = arange(double(from), double(T), 1.0, TensorOptions(kInt64).device(seq.device()));
-      Tensor x = drop_->forward(wte_->forward(seq.narrow(1, from, T - from)) + wpe_->forward(pos));
+      Tensor x = embed(seq.narrow(1, from, T - from), from);
       for (size_t l = 0; l < h_->size(); ++l) x = h_->at<Block>(l)->forward_cached(x, caches[l]);
       last = ln_f_->forward(x.select(1, x.size(1) - 1));
     } else {

@@ -198,6 +198,9 @@ class GPT2 : public nn::Module {
  private:
   // MlpChoice::position_wise, and no Switch capacity among the built MLPs.
   bool position_wise_mlps() const;
+  // Token plus position embeddings (and the embedding dropout) of tokens (B, T) standing
+  // at positions [first_position, first_position + T).
+  Tensor embed(const Tensor& tokens, int64_t first_position);
 
   GPT2Config config_;
   std::shared_ptr<nn::Embedding> wte_, wpe_;

@@ -204,20 +204,20 @@ T* workspace(Slot slot, int64_t n) {
 }
 
 // One (T x D) operand per head as the tile products read it: rows of stride Dp, at least
-// round_up(T, MR) of them, zeros in the padding. The tensor itself when it already has
-// that layout, else a padded copy in the calling thread's workspace `slot`.
+// round_up(T, MR) of them.
 template <class T>
 struct Rows {
   const T* data = nullptr;
   int64_t head_stride = 0;  // elements from one head to the next
 };
 
-//
-// The source's heads are src_stride apart (t D when dense; more for a view of a longer
-// buffer, a key-value cache). Read in place, rows past t up to round_up(t, MR) are read
-// too, by products whose results for them are never used (the forward's score rows past
-// the block's keys): their values do not matter, but they must lie in memory the tensor
-// owns, which `readable` (elements from src to the end of its storage) says.
+// The source itself when it already has that layout, else a copy in the calling thread's
+// workspace `slot` with zeros in the padding. The source's heads are src_stride apart (t D
+// when dense; more for a view of a longer buffer, a key-value cache). Read in place, rows
+// past t up to round_up(t, MR) are read too, by products whose results for them are never
+// used (the forward's score rows past the block's keys): their values do not matter, but
+// they must lie in memory the tensor owns, which `readable` (elements from src to the end
+// of its storage) says.
 template <class T>
 Rows<T> make_rows(const T* src, const Geometry& g, int64_t t, Slot slot, int64_t src_stride = -1,
                   int64_t readable = -1) {

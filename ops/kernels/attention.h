@@ -37,8 +37,8 @@ inline int64_t attention_head_stride(const Tensor& x) {
   if (B == 1 || x.stride(0) == H * x.stride(1)) return x.stride(1);
   return -1;
 }
-// Whether the forward kernels take x as it is (a dense tensor, or a view with dense rows
-// and evenly spaced heads, of which every head's T rows do not overlap the next head's).
+// Whether the CPU forward kernel takes x as it is (a dense tensor, or a view with dense
+// rows and evenly spaced heads, of which every head's T rows do not overlap the next head's).
 inline bool attention_rows_view(const Tensor& x) {
   const int64_t s = attention_head_stride(x);
   return s >= x.size(2) * x.size(3);
