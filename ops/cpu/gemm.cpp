@@ -170,30 +170,6 @@ void pack_a(int64_t m, int64_t kc, const T* a, int64_t rs, int64_t cs, T* dst) {
   }
 }
 
-// r[i][l] <-> r[l][i]: the W x W block held in W vectors, transposed in registers. Each
-// stage swaps the off-diagonal H x H sub-blocks of every 2H x 2H block: rows i and i + H
-// (i with bit H clear) exchange the lanes with bit H set in row i for those with it clear
-// in row i + H. log2(W) stages of W shuffles (64 for 16 x 16 floats).
-template <int H, class V, size_t... L>
-inline void swap_blocks(V& lo, V& hi, std::index_sequence<L...>) {
-  constexpr int W = int(sizeof...(L));
-  const V a = lo, b = hi;
-  lo = __builtin_shufflevector(a, b, ((int(L) & H) == 0 ? int(L) : W + int(L) - H)...);
-  hi = __builtin_shufflevector(a, b, ((int(L) & H) == 0 ? int(L) + H : W + int(L))...);
-}
-template <int H, class V, int W>
-inline void transpose_stage(V (&r)[W]) {
-  if constexpr (H >= 1) {
-    for (int i = 0; i < W; ++i)
-      if ((i & H) == 0) swap_blocks<H>(r[i], r[i + H], std::make_index_sequence<W>{});
-    transpose_stage<H / 2>(r);
-  }
-}
-template <class V, int W>
-inline void transpose_block(V (&r)[W]) {
-  transpose_stage<W / 2>(r);
-}
-
 // Copies depth [0, kc) x columns [j0, j0 + NR) of B (element (p, j) at b[p * rs + j * cs])
 // into one NR-column panel, row p of the panel being NR consecutive values; columns at or
 // past n are zero.

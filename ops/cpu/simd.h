@@ -1,7 +1,9 @@
 // The target's vector registers as GCC vector types, for the CPU kernels that tile their
-// work by hand (ops/cpu/gemm.cpp, ops/cpu/attention.cpp).
+// work by hand (ops/cpu/gemm.cpp, ops/cpu/attention.cpp), and a W x W block transposed in them.
 #pragma once
+#include <cstddef>
 #include <cstring>
+#include <utility>
 
 namespace mu::cpu {
 
@@ -35,6 +37,30 @@ inline typename Vec<T>::type load(const T* p) {
 template <class T>
 inline void store(T* p, typename Vec<T>::type v) {
   std::memcpy(p, &v, sizeof(v));
+}
+
+// r[i][l] <-> r[l][i]: the W x W block held in W vectors, transposed in registers. Each
+// stage swaps the off-diagonal H x H sub-blocks of every 2H x 2H block: rows i and i + H
+// (i with bit H clear) exchange the lanes with bit H set in row i for those with it clear
+// in row i + H. log2(W) stages of W shuffles (64 for 16 x 16 floats).
+template <int H, class V, std::size_t... L>
+inline void swap_blocks(V& lo, V& hi, std::index_sequence<L...>) {
+  constexpr int W = int(sizeof...(L));
+  const V a = lo, b = hi;
+  lo = __builtin_shufflevector(a, b, ((int(L) & H) == 0 ? int(L) : W + int(L) - H)...);
+  hi = __builtin_shufflevector(a, b, ((int(L) & H) == 0 ? int(L) + H : W + int(L))...);
+}
+template <int H, class V, int W>
+inline void transpose_stage(V (&r)[W]) {
+  if constexpr (H >= 1) {
+    for (int i = 0; i < W; ++i)
+      if ((i & H) == 0) swap_blocks<H>(r[i], r[i + H], std::make_index_sequence<W>{});
+    transpose_stage<H / 2>(r);
+  }
+}
+template <class V, int W>
+inline void transpose_block(V (&r)[W]) {
+  transpose_stage<W / 2>(r);
 }
 
 }  // namespace mu::cpu
