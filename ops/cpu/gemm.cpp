@@ -138,7 +138,7 @@ T* packed_b_buffer(int64_t n) {
 // in a local array and stored as one constant-size copy (a vector store or two). A line
 // of one AVX-512 vector is one masked load instead: GCC makes the local array's loop a
 // call to memcpy, whose narrow stores the vector load of the line must wait out (store
-// forwarding fails), which was half the time of a batch of 4 x 4 by 4 x 4 products.
+// forwarding fails), a fifth of the time of a batch of 4 x 4 by 4 x 4 products.
 template <int W, class T>
 inline void copy_padded(T* dst, const T* src, int64_t n) {
 #if defined(__AVX512F__) && defined(__x86_64__)
