@@ -185,6 +185,20 @@ void gemm_sweep() {
       }
     check_gemm<T>(9, 4, 4, 149, Layout::RowMajor, Layout::Transposed, false, false, false, rng);
     check_gemm<T>(2, 4, 7, 8, Layout::RowMajor, Layout::Transposed, false, true, false, rng);
+    // Two to eight rows against a transposed B (x · Wᵀ at a few rows, W's rows read in
+    // place, W columns at a time): every row count; a partial last vector of columns; a
+    // partial last vector of depth, with short rows (prefetched) and rows of 1100 (not);
+    // one vector of columns over a depth of 2100; every layout of A, accumulating, with
+    // a bias per column and per row; a batch with B broadcast; and nine rows, past the
+    // path's limit (packed).
+    for (int64_t M = 2; M <= 9; ++M)
+      for (Dims d : {Dims{M, 300, 257}, Dims{M, 37, 1100}, Dims{M, 16, 2100}})
+        for (Layout la : {Layout::RowMajor, Layout::Transposed, Layout::Strided}) {
+          check_gemm<T>(1, d.M, d.N, d.K, la, Layout::Transposed, false, false, la == Layout::Strided, rng);
+          for (bool per_row : {false, true})
+            check_gemm<T>(1, d.M, d.N, d.K, la, Layout::Transposed, false, false, false, rng, true, per_row);
+        }
+    check_gemm<T>(5, 8, 70, 300, Layout::RowMajor, Layout::Transposed, false, true, false, rng, true, false);
     // Matrix-vector shapes, each operand layout.
     for (Dims d : {Dims{300, 1, 257}, Dims{1, 300, 257}, Dims{1, 1, 1000}, Dims{700, 1, 3}, Dims{1, 700, 3}})
       for (Layout la : {Layout::RowMajor, Layout::Transposed, Layout::Strided})
@@ -226,15 +240,16 @@ TEST_CASE("gemm float32 matches a brute-force product over sizes, layouts and ba
 TEST_CASE("gemm float64 matches a brute-force product over sizes, layouts and backends") { gemm_sweep<double>(); }
 
 // The sums of every path depend on the shape alone, never on the thread count: a deep
-// product (depth slabs), a blocked one (row and column blocks) and a small one give the
-// same bits on one thread and on four.
+// product (depth slabs), a blocked one (row and column blocks), a small one and one of
+// few rows against a transposed B give the same bits on one thread and on four.
 TEST_CASE("gemm results are bit-identical on 1 and 4 threads") {
   std::mt19937 rng(7);
-  struct Dims { int64_t M, N, K; };
-  for (Dims d : {Dims{64, 49, 4100}, Dims{200, 150, 400}, Dims{33, 65, 47}, Dims{3000, 37, 6}}) {
-    INFO("M " << d.M << " N " << d.N << " K " << d.K);
+  struct Dims { int64_t M, N, K; Layout lb = Layout::RowMajor; };
+  for (Dims d : {Dims{64, 49, 4100}, Dims{200, 150, 400}, Dims{33, 65, 47}, Dims{3000, 37, 6},
+                 Dims{8, 300, 257, Layout::Transposed}}) {
+    INFO("M " << d.M << " N " << d.N << " K " << d.K << " B " << layout_name(d.lb));
     Operand<float> A = make_operand<float>(1, d.M, d.K, Layout::Transposed, false, rng);
-    Operand<float> B = make_operand<float>(1, d.K, d.N, Layout::RowMajor, false, rng);
+    Operand<float> B = make_operand<float>(1, d.K, d.N, d.lb, false, rng);
     std::vector<std::vector<float>> results;
     for (int threads : {1, 4}) {
       const int saved = omp_get_max_threads();
