@@ -2,6 +2,9 @@
 // the logits of model.forward on the same context), and its key-value cache, which must
 // give the tokens of the cache-free loop and forward only the newest position while the
 // context fits the block.
+#include <algorithm>
+#include <cmath>
+#include <string>
 #include <vector>
 
 #include "helpers.h"
@@ -93,6 +96,75 @@ TEST_CASE("generate: nanoGPT's loop, deterministic for a seed") {
     CHECK_THROWS_MU(model.generate(idx, 2, std::nan("")), "temperature must be a finite number > 0, got nan");
     CHECK_THROWS_MU(model.generate(idx, 2, 1.0, -1), "top_k must be >= 0");
     CHECK_THROWS_MU(model.generate(idx, -1, 1.0), "max_new_tokens must be >= 0, got -1");
+  }
+}
+
+// 4000 rows of one context give 4000 independent draws of the next token: their
+// frequencies must follow softmax(logits / temperature) from model.forward (in float64),
+// over the whole vocabulary and over the top 3 renormalised (none outside them), each
+// within 4.5 standard deviations of a binomial count (plus one draw).
+TEST_CASE("generate: the drawn tokens follow the softmax of the logits, with and without top-k") {
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    GPT2Config c = tiny_gpt2();
+    manual_seed(5);
+    GPT2 model(c);
+    model.to(dev);
+    model.eval();
+    const int64_t n = 4000, V = c.vocab_size;
+    const Tensor context = tokens(1, 4, V, 3);
+    // Sharpen the logits so that the probabilities are far from uniform.
+    const double temperature = 0.05;
+    const std::vector<double> logits =
+        model.forward(context.to(dev)).select(1, 3).select(0, 0).to_vector<double>();
+    for (int64_t k : {int64_t(0), int64_t(3)}) {
+      INFO("top_k " << k);
+      std::vector<double> p(static_cast<size_t>(V), 0.0);
+      std::vector<int64_t> order(static_cast<size_t>(V));
+      for (int64_t j = 0; j < V; ++j) order[size_t(j)] = j;
+      std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return logits[size_t(a)] > logits[size_t(b)]; });
+      const int64_t kept = k == 0 ? V : k;
+      double total = 0;
+      for (int64_t r = 0; r < kept; ++r) {
+        const int64_t j = order[size_t(r)];
+        total += p[size_t(j)] = std::exp((logits[size_t(j)] - logits[size_t(order[0])]) / temperature);
+      }
+      for (double& v : p) v /= total;
+      Generator g(11);
+      const std::vector<int64_t> drawn =
+          model.generate(context.expand({n, 4}).contiguous().to(dev), 1, temperature, k, &g).select(1, 4).to_vector<int64_t>();
+      std::vector<int64_t> count(static_cast<size_t>(V), 0);
+      for (int64_t t : drawn) ++count[size_t(t)];
+      int64_t spread = 0;  // tokens drawn with a probability of at least 5%
+      for (int64_t j = 0; j < V; ++j) {
+        const double pj = p[size_t(j)], sd = std::sqrt(n * pj * (1 - pj));
+        INFO("token " << j << ": " << count[size_t(j)] << " draws, probability " << pj);
+        CHECK(std::abs(double(count[size_t(j)]) - n * pj) <= 4.5 * sd + 1);
+        spread += pj >= 0.05;
+      }
+      CHECK(spread >= 2);  // the check says something: more than one likely token
+    }
+  }
+}
+
+// Logits that are not numbers stop generate with the sequence named, rather than a draw
+// from a distribution that is not one.
+TEST_CASE("generate: NaN logits are an error naming the sequence") {
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    GPT2Config c = tiny_gpt2();
+    manual_seed(6);
+    GPT2 model(c);
+    model.to(dev);
+    model.eval();
+    for (auto& [name, t] : model.named_parameters())
+      if (name.find("ln_f.weight") != std::string::npos) {
+        NoGradGuard no_grad;
+        t.fill_(std::nan(""));
+      }
+    for (bool cache : {false, true})
+      CHECK_THROWS_MU(model.generate(tokens(2, 3, c.vocab_size, 1).to(dev), 2, 1.0, 0, nullptr, cache),
+                      "the logits of sequence 0 are not finite (11 NaN and 0 infinite of 11)");
   }
 }
 
