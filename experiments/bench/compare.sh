@@ -16,7 +16,8 @@
 #                         F.cross_entropy(F.linear(x, W), t) of experiments/bench/torch_lm_head.py
 #   experiments/bench/compare.sh generate [BUILD_DIR]  generate-mini-{whole-context,kv-cache}: 64
 #                         greedy tokens after a 64-token prompt from gpt2-mini, nanoGPT's loop and
-#                         a key-value cache, against the same two loops of torch_generate.py
+#                         a key-value cache, against the same two loops of torch_generate.py;
+#                         BATCH=8 in the environment samples 8 sequences side by side
 #   experiments/bench/compare.sh attention [BUILD_DIR]
 #                         causal attention forward+backward at (8, 4, 128, 64) and (1, 12, 1024, 64),
 #                         against the composed softmax(q kᵀ/√D + mask) v of torch_attention.py
@@ -175,7 +176,8 @@ case "$which" in
   cross_entropy) bench=bench_cross_entropy; torch_script="$repo/experiments/bench/torch_cross_entropy.py"; reps="${REPS:-20}" ;;
   gpt2) bench=bench_gpt2; workloads=gpt2-mini,gpt2-mini-cpmumoe,gpt2-mini-trmumoe; reps="${REPS:-10}" ;;
   lm_head) bench=bench_lm_head; torch_script="$repo/experiments/bench/torch_lm_head.py"; reps="${REPS:-5}" ;;
-  generate) bench=bench_generate; torch_script="$repo/experiments/bench/torch_generate.py"; reps="${REPS:-3}" ;;
+  generate) bench=bench_generate; torch_script="$repo/experiments/bench/torch_generate.py"; reps="${REPS:-3}"
+    extra=(--batch "${BATCH:-1}") ;;
   attention) bench=bench_attention; torch_script="$repo/experiments/bench/torch_attention.py"; reps="${REPS:-20}" ;;
   mixer) bench=bench_mixer; workloads=mixer-fmnist,mixer-fmnist-cpmumoe; reps="${REPS:-10}" ;;
   *) echo "compare.sh: unknown benchmark '$which' (sgemm, layers, layer_norm, cross_entropy, lm_head, generate, attention, mixer or gpt2)" >&2; exit 2 ;;
@@ -185,12 +187,12 @@ reference="${reference:-$repo/../shared/reference/torch_reference.py}"
 
 # Debian's interpreter has torch; a python3 earlier on PATH may not.
 if [ -n "${torch_script:-}" ]; then
-  torch_lines="$(/usr/bin/python3 "$torch_script" --threads "$threads" --reps "$reps")"
+  torch_lines="$(/usr/bin/python3 "$torch_script" --threads "$threads" --reps "$reps" ${extra[@]+"${extra[@]}"})"
 else
   [ -f "$reference" ] || { echo "compare.sh: reference script not found at $reference" >&2; exit 1; }
   torch_lines="$(/usr/bin/python3 "$reference" bench --workload "$workloads" --threads "$threads" --reps "$reps")"
 fi
-mumoe_lines="$(OMP_NUM_THREADS="$threads" "$build/experiments/$bench" --reps "$reps")"
+mumoe_lines="$(OMP_NUM_THREADS="$threads" "$build/experiments/$bench" --reps "$reps" ${extra[@]+"${extra[@]}"})"
 echo "$torch_lines"
 echo "$mumoe_lines"
 /usr/bin/python3 - "$torch_lines" "$mumoe_lines" <<'PY'
