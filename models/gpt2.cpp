@@ -514,7 +514,13 @@ namespace {
 // in double.
 std::vector<int64_t> sample_tokens(const Tensor& logits, double temperature, int64_t k, Generator& g) {
   const int64_t B = logits.size(0), V = logits.size(1);
-  Tensor scaled = logits.to(kFloat32) / temperature;
+  // Each row less its largest logit, then times 1 / temperature capped at float32's
+  // largest value, so that a small temperature cannot make a NaN (softmax is unchanged by
+  // the shift): every value is <= 0 and the largest 0, where a float32 1 / 1e-300 would be
+  // inf (and the logits over it inf). 1e-300 is greedy decoding, as it was in double.
+  const Tensor x = logits.to(kFloat32);
+  const double inverse = std::min(1 / temperature, double(std::numeric_limits<float>::max()));
+  Tensor scaled = (x - x.max(1).values.unsqueeze(1)) * inverse;
   if (k < V) scaled = masked_fill(scaled, lt(scaled, topk(scaled, k, 1).values.narrow(1, k - 1, 1)), -INFINITY);
   const std::vector<float> probs = softmax(scaled, 1).to_vector<float>();
   std::vector<int64_t> next(static_cast<size_t>(B));

@@ -77,6 +77,9 @@ TEST_CASE("generate: nanoGPT's loop, deterministic for a seed") {
       Tensor last = model.forward(greedy.narrow(1, start, t - start)).select(1, t - start - 1);
       CHECK(argmax(last, 1).to_vector<int64_t>() == greedy.select(1, t).to_vector<int64_t>());
     }
+    // A temperature of 1e-300 (logits divided by it overflow float32) decodes greedily.
+    Generator g4(44);
+    CHECK(model.generate(idx, 10, 1e-300, 0, &g4).to_vector<int64_t>() == greedy.to_vector<int64_t>());
     // top_k = 3: every sampled token is among the 3 largest logits.
     Tensor topk3 = model.generate(idx, 6, 2.0, 3, &g1);
     for (int64_t t = 3; t < 9; ++t) {

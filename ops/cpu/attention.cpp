@@ -365,9 +365,8 @@ void weighted_rows(const T* v, int64_t ld, const T* p, int64_t n, T* o) {
   V acc[2][NV] = {};
   int64_t j = 0;
   for (; j + 2 <= n; j += 2) {
-    for (int u = 0; u < 2; ++u) {
+    for (int u = 0; u < 2; ++u)
       for (int c = 0; c < NV; ++c) acc[u][c] += p[j + u] * load(v + (j + u) * ld + c * W);
-    }
   }
   for (; j < n; ++j)
     for (int c = 0; c < NV; ++c) acc[0][c] += p[j] * load(v + j * ld + c * W);
@@ -407,8 +406,9 @@ void forward_rows(const Geometry& g, const T* q, const Rows<T>& k, const Rows<T>
     for (; j < kend; ++j) part[0] += A(s[j]);
     const A l = ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
     // O = Σ_j p_j V_j, up to four vectors of columns at a time: V's rows are read in order,
-    // as they lie in memory (a vector of columns at a time over all keys read each row in
-    // D / W passes, which ran 1.6x slower from a cache in main memory).
+    // as they lie in memory. A vector of columns at a time over all keys read each row in
+    // D / W passes: one query against 960 keys from main memory took 280-310 µs a call
+    // that way, 215-240 µs this way (before the keys were prefetched).
     for (int64_t d0 = 0; d0 < g.Dp; d0 += 4 * W) {
       switch (std::min<int64_t>(4, (g.Dp - d0) / W)) {
         case 4: weighted_rows<T, 4>(vh + d0, g.Dp, s, kend, O + d0); break;
