@@ -10,7 +10,7 @@
 //  - no engine at all: both directions decline and leave the outputs alone, and the shape
 //    is remembered (no graph built again); a shape seen before reuses its plan;
 //  - the calls the path must decline: dropout, a head dim not a multiple of 8 or above
-//    128, float32, MUMOE_ATTENTION naming another path;
+//    128, float32, MUMOE_ATTENTION naming another path, a decoding step (unless forced);
 //  - nothing against the API's rules (emu_cudnn::violations), every variant pack and
 //    every plan that did not finalize destroyed.
 #include "cudnn_cuda.h"
@@ -159,6 +159,19 @@ int main() {
   report("MUMOE_ATTENTION=tiled declined", declines<bf16>(64, 0));
   setenv("MUMOE_ATTENTION", "cudnn", 1);
   report("MUMOE_ATTENTION=cudnn taken", good(run(1, 1, 16, 16, 64, false, 11, true)));
+  plans += 2;
+  // A decoding step (one query, or 8, against a longer cache) is declined, with no graph
+  // built for it; 9 queries, or as many as keys, are not decoding steps; =cudnn takes one.
+  const int graphs_before_decode = emu_cudnn::graphs_finalized;
+  unsetenv("MUMOE_ATTENTION");
+  const Run step = run(1, 2, 1, 70, 64, false, 12, true), eight = run(1, 2, 8, 70, 64, false, 12, true);
+  report("a decoding step declined, no graph built",
+         !step.fwd_took && !step.bwd_took && step.untouched && !eight.fwd_took && !eight.bwd_took &&
+             emu_cudnn::graphs_finalized == graphs_before_decode);
+  report("9 queries against 70 keys taken", good(run(1, 2, 9, 70, 64, false, 12, true)));
+  plans += 2;
+  setenv("MUMOE_ATTENTION", "cudnn", 1);
+  report("MUMOE_ATTENTION=cudnn takes a decoding step", good(run(1, 2, 1, 70, 64, false, 12, true)));
   plans += 2;
   unsetenv("MUMOE_ATTENTION");
 
