@@ -594,8 +594,9 @@ Tensor GPT2::generate(const Tensor& idx, int64_t max_new_tokens, double temperat
       Tensor cond = T <= block ? seq : seq.narrow(1, T - block, block);
       last = features(cond).select(1, cond.size(1) - 1);
     }
-    // Only the last position's logits are needed: (B, V).
-    const std::vector<int64_t> next = sample_tokens(last.matmul(lm_head_weight_.t()), temperature, k, g);
+    // Only the last position's logits are needed: (B, V). Through linear, so that under
+    // autocast the table itself is cast (and that cast kept for the next steps).
+    const std::vector<int64_t> next = sample_tokens(linear(last, lm_head_weight_), temperature, k, g);
     seq = cat({seq, from_vector(next, {B, 1}).to(seq.device())}, 1);
   }
   return seq;

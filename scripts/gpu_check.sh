@@ -99,6 +99,11 @@ if [[ $what == bench || $what == all ]]; then
     --warmup 1 2>&1 | sed "s/^/generate: /" >>"$out/bench.txt"
   timeout 90 python3 experiments/bench/torch_generate.py --model 124m --device cuda --prompt 128 --new 128 --reps 3 \
     --warmup 1 2>&1 | sed "s/^/generate: /" >>"$out/bench.txt"
+  # The same under autocast (bfloat16): decoding steps must not reach cuDNN's per-shape plans.
+  timeout 60 "$bin/experiments/bench_generate" --model 124m --device cuda --prompt 128 --new 128 --dtype bf16 \
+    --reps 3 --warmup 1 2>&1 | sed "s/^/generate: /" >>"$out/bench.txt"
+  timeout 90 python3 experiments/bench/torch_generate.py --model 124m --device cuda --prompt 128 --new 128 \
+    --dtype bf16 --reps 3 --warmup 1 2>&1 | sed "s/^/generate: /" >>"$out/bench.txt"
   # Attention through each of the framework's own paths, beside the default choice above
   # (float32: the tiled kernels' vector variant by default; bfloat16: cuDNN).
   for path in gemm flash; do

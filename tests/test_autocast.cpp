@@ -235,3 +235,45 @@ TEST_CASE("autocast: the guard nests and restores; backward runs without it; flo
   CHECK(a.grad().dtype() == kFloat32);
   CHECK(a.grad().to_vector<float>() == std::vector<float>(6, 2.0f));
 }
+
+// Parameters cast where no graph is recorded are cast once per outermost guard: the
+// cached copy is the one a fresh cast makes, it is made again after the parameter changes
+// in place, it is not kept for casts inside a recorded graph (whose gradient must reach
+// the parameter), views and non-parameters are not kept, and the last guard empties it.
+TEST_CASE("autocast: a parameter's cast is kept while no graph is recorded, until it changes or the guard ends") {
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    manual_seed(3);
+    Tensor w = on(randn({8, 4}), dev).requires_grad_(), x = on(randn({3, 4}), dev);
+    const Tensor want = matmul(x.to(kBFloat16), w.detach().to(kBFloat16).t()).cpu();
+    {
+      AutocastGuard amp;
+      {
+        NoGradGuard no_grad;
+        const Tensor first = linear(x, w), second = linear(x, w);
+        CHECK(autograd::autocast::cached_casts() == 1);
+        CHECK(max_abs_diff(first.cpu(), want) == 0);
+        CHECK(max_abs_diff(second.cpu(), want) == 0);
+        // Views made without a graph (w.t()) and tensors that are not parameters are cast
+        // on every use, not kept.
+        matmul(x, w.t());
+        linear(x, w.detach());
+        CHECK(autograd::autocast::cached_casts() == 1);
+        // Changed in place: cast again, and the new cast kept in the old one's place.
+        w.mul_(2.0);
+        CHECK(max_abs_diff(linear(x, w).cpu(), matmul(x.to(kBFloat16), w.detach().to(kBFloat16).t()).cpu()) == 0);
+        CHECK(autograd::autocast::cached_casts() == 1);
+        // A nested guard leaves the cache to the outer one.
+        { AutocastGuard inner; }
+        CHECK(autograd::autocast::cached_casts() == 1);
+      }
+      // With a graph: a fresh cast, whose gradient reaches w in float32.
+      Tensor y = linear(x, w);
+      y.to(kFloat32).sum().backward();
+      REQUIRE(w.grad().defined());
+      CHECK(w.grad().dtype() == kFloat32);
+      CHECK(max_abs_diff(w.grad().cpu(), x.to(kBFloat16).to(kFloat32).sum({0}, true).expand({8, 4}).cpu()) <= 1e-2);
+    }
+    CHECK(autograd::autocast::cached_casts() == 0);
+  }
+}

@@ -13,8 +13,11 @@
 // 48 times fewer in the blocks; what the cached loop cannot shrink is the head (d V per new
 // token) and reading every weight once a step.
 //
+// --dtype bf16 runs both loops under autocast (bfloat16 products and attention, float32
+// weights), the workloads then named ...-bf16: on a GPU the form a sampling loop takes.
+//
 //   bench_generate [--model mini|124m] [--batch 1] [--prompt 64] [--new 64] [--device cpu|cuda]
-//                  [--reps 3] [--warmup 1]
+//                  [--dtype float32|bf16] [--reps 3] [--warmup 1]
 #include <omp.h>
 
 #include <cstdio>
@@ -31,7 +34,8 @@ using models::GPT2Config;
 int main(int argc, char** argv) {
   const char* prog = "bench_generate";
   bench::Options opt(prog, 3, 1,
-                     {{"model", "mini"}, {"batch", "1"}, {"prompt", "64"}, {"new", "64"}, {"device", "cpu"}});
+                     {{"model", "mini"}, {"batch", "1"}, {"prompt", "64"}, {"new", "64"}, {"device", "cpu"},
+                      {"dtype", "float32"}});
   opt.parse(argc, argv);
   const std::string which = opt.str("model");
   GPT2Config c;
@@ -52,8 +56,13 @@ int main(int argc, char** argv) {
                  (long long)P, (long long)N, (long long)c.block_size);
     return 2;
   }
-  const std::string device = opt.str("device");
+  const std::string device = opt.str("device"), dtype = opt.str("dtype");
   const Device dev = bench::parse_target_device(prog, device);
+  if (dtype != "float32" && dtype != "bf16") {
+    std::fprintf(stderr, "%s: --dtype %s is not float32 or bf16\n", prog, dtype.c_str());
+    return 2;
+  }
+  const bool bf16 = dtype == "bf16";
 
   Generator init(0);
   GPT2 model(c, &init);
@@ -61,7 +70,10 @@ int main(int argc, char** argv) {
   model.eval();
   const Tensor prompt = randint(0, c.vocab_size, {B, P}, TensorOptions(kInt64), &init).to(dev);
 
-  auto run = [&](bool cache) { return model.generate(prompt, N, 1.0, /*top_k=*/1, nullptr, cache); };
+  auto run = [&](bool cache) {
+    AutocastGuard autocast(kBFloat16, bf16);
+    return model.generate(prompt, N, 1.0, /*top_k=*/1, nullptr, cache);
+  };
   // Both loops' greedy tokens, compared: the logits agree to rounding (test_gpt2_generate
   // checks the tokens on every device), so a difference here is a near tie gone the other
   // way, reported in the cached line rather than ending the run.
@@ -77,10 +89,11 @@ int main(int argc, char** argv) {
         },
         opt.reps, opt.warmup);
     if (!cache) base_ms = t.median_ms;
-    std::printf("{\"workload\": \"generate-%s-%s\", \"impl\": \"mumoe\", \"device\": \"%s\", \"threads\": %d, "
+    std::printf("{\"workload\": \"generate-%s-%s%s\", \"impl\": \"mumoe\", \"device\": \"%s\", \"threads\": %d, "
                 "\"batch\": %lld, \"prompt\": %lld, \"new\": %lld, \"median_ms\": %.3f, \"min_ms\": %.3f, "
                 "\"max_ms\": %.3f, \"new_tokens_per_s\": %.1f",
-                which.c_str(), cache ? "kv-cache" : "whole-context", device.c_str(), omp_get_max_threads(),
+                which.c_str(), cache ? "kv-cache" : "whole-context", bf16 ? "-bf16" : "", device.c_str(),
+                omp_get_max_threads(),
                 (long long)B, (long long)P, (long long)N, t.median_ms, t.min_ms, t.max_ms,
                 double(B * N) / (t.median_ms * 1e-3));
     if (cache) std::printf(", \"speedup\": %.2f, \"tokens_differ\": %lld", base_ms / t.median_ms, (long long)differ);

@@ -90,6 +90,7 @@ def main():
     ap.add_argument('--prompt', type=int, default=64)
     ap.add_argument('--new', type=int, default=64)
     ap.add_argument('--device', choices=['cpu', 'cuda'], default='cpu')
+    ap.add_argument('--dtype', choices=['float32', 'bf16'], default='float32')  # bf16: under torch.autocast
     a = ap.parse_args()
     if a.device == 'cuda' and not torch.cuda.is_available():
         print('torch_generate.py: --device cuda, but torch sees no CUDA device', file=sys.stderr)
@@ -102,7 +103,8 @@ def main():
     idx = torch.randint(0, 50257, (a.batch, a.prompt)).to(a.device)
 
     def call(cached):
-        out = generate(m, idx, a.new, cached)
+        with torch.autocast(device_type=a.device, dtype=torch.bfloat16, enabled=a.dtype == 'bf16'):
+            out = generate(m, idx, a.new, cached)
         if a.device == 'cuda':
             torch.cuda.synchronize()
         return out
@@ -116,7 +118,8 @@ def main():
         for cached in (False, True):
             ts = timed(lambda: call(cached), a.reps, a.warmup)
             med = statistics.median(ts)
-            print(json.dumps({'workload': f"generate-{a.model}-{'kv-cache' if cached else 'whole-context'}",
+            print(json.dumps({'workload': f"generate-{a.model}-{'kv-cache' if cached else 'whole-context'}"
+                                          f"{'-bf16' if a.dtype == 'bf16' else ''}",
                               'impl': 'pytorch', 'device': a.device, 'threads': a.threads, 'batch': a.batch,
                               'prompt': a.prompt,
                               'new': a.new, 'median_ms': round(med, 3), 'min_ms': round(min(ts), 3),
