@@ -1,7 +1,8 @@
 // GPT2::generate on every test device: nanoGPT's sampling loop (greedy and top-k against
-// the logits of model.forward on the same context), and its key-value cache, which must
-// give the tokens of the cache-free loop and forward only the newest position while the
-// context fits the block.
+// the logits of model.forward on the same context, the draws' frequencies against their
+// softmax, non-finite logits refused), and its key-value cache, which must give the tokens
+// of the cache-free loop and forward only the newest position while the context fits the
+// block.
 #include <algorithm>
 #include <cmath>
 #include <string>
