@@ -14,14 +14,22 @@ thread_local int t_guards = 0;  // AutocastGuards alive on this thread
 // The bfloat16 copies of parameters made where no graph is recorded, while a guard is
 // alive: a sampling loop or an evaluation under autocast otherwise casts every weight
 // again at every step (GPT-2 mini: 16M values cast per generated token). An entry holds
-// its parameter (so that no other tensor can reuse its address) and the version it was
-// cast at: a parameter changed in place since is cast again. The cache is emptied when
-// the thread's last guard ends. Casts made while a graph is recorded are not kept: theirs
-// carry the graph's edge to the parameter.
+// its parameter (so that no other tensor can reuse its address), and the storage, view
+// and version it was cast from: a parameter changed in place since, or given other data
+// (set_data: Module::to), is cast again. The cache is emptied when the thread's last
+// guard ends. Casts made while a graph is recorded are not kept: theirs carry the graph's
+// edge to the parameter.
 struct Cast {
   Tensor source;
+  std::shared_ptr<Storage> storage;
+  Shape shape, strides;
+  int64_t offset;
   uint64_t version;
   Tensor low;
+  bool still_of(const Tensor& x) const {
+    return x.storage() == storage && x.shape() == shape && x.strides() == strides && x.storage_offset() == offset &&
+           x.version() == version;
+  }
 };
 thread_local std::unordered_map<const TensorImpl*, Cast> t_casts;
 }  // namespace
@@ -50,10 +58,9 @@ Tensor to_low(const Tensor& x) {
   if (is_grad_enabled() || !x.is_leaf() || !x.requires_grad()) return x.to(t_dtype);
   // A parameter, no graph recorded: its cast kept until the last guard ends.
   auto it = t_casts.find(x.impl());
-  if (it != t_casts.end() && it->second.version == x.version() && it->second.low.dtype() == t_dtype)
-    return it->second.low;
+  if (it != t_casts.end() && it->second.still_of(x) && it->second.low.dtype() == t_dtype) return it->second.low;
   Tensor low = x.to(t_dtype);
-  t_casts.insert_or_assign(x.impl(), Cast{x, x.version(), low});
+  t_casts.insert_or_assign(x.impl(), Cast{x, x.storage(), x.shape(), x.strides(), x.storage_offset(), x.version(), low});
   return low;
 }
 

@@ -259,6 +259,11 @@ TEST_CASE("autocast: a parameter's cast is kept while no graph is recorded, unti
         matmul(x, w.t());
         linear(x, w.detach());
         CHECK(autograd::autocast::cached_casts() == 1);
+        // Given other data (set_data, as Module::to does; both storages at version 0):
+        // cast again from it.
+        w.set_data(on(randn({8, 4}), dev));
+        CHECK(max_abs_diff(linear(x, w).cpu(), matmul(x.to(kBFloat16), w.detach().to(kBFloat16).t()).cpu()) == 0);
+        CHECK(autograd::autocast::cached_casts() == 1);
         // Changed in place: cast again, and the new cast kept in the old one's place.
         w.mul_(2.0);
         CHECK(max_abs_diff(linear(x, w).cpu(), matmul(x.to(kBFloat16), w.detach().to(kBFloat16).t()).cpu()) == 0);
