@@ -147,6 +147,9 @@ TEST_CASE("attention with a few queries (a decoding step) matches the composed v
         check_against_composed({2, 1, Tq, 5, 1}, false, dt, dev);
         check_against_composed({2, 3, Tq, Tq, 8}, true, dt, dev);
       }
+      // Scores rounded otherwise than the backward recomputes them (lane sums where the
+      // tiles chain multiply-adds) left dv at 2.7e-6 here, past the bound.
+      check_against_composed({1, 2, 3, 3, 64}, true, dt, dev, -0.7);
     }
 }
 
