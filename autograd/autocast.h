@@ -45,8 +45,8 @@ namespace autocast {
 // x in the autocast dtype when autocast is on and x is float32; x itself otherwise. For
 // the operands of the low-precision ops. A parameter (a leaf that requires grad) cast
 // where no graph is recorded is cast once and kept until the thread's last AutocastGuard
-// ends, unless changed in place since (as torch.autocast's cache of weight casts): a
-// sampling loop casts each weight once, not once a step.
+// ends, unless changed in place or given other data since (as torch.autocast's cache of
+// weight casts): a sampling loop casts each weight once, not once a step.
 Tensor to_low(const Tensor& x);
 // How many parameter casts the cache holds now (for tests).
 size_t cached_casts();
