@@ -64,6 +64,36 @@ TEST_CASE("autocast: matmul runs in bfloat16 on rounded operands with float32 su
   }
 }
 
+// A decoding step's products: 1 to 8 rows by a transposed weight, whose bfloat16 values
+// the CPU reads in place (ops/cpu/gemm.h, gemm_bf16_weight), and 9 rows, widened whole.
+// Depths below, at and past a vector and past a depth chunk; columns likewise.
+TEST_CASE("autocast: a few rows by a transposed weight match the rounded operands' product") {
+  manual_seed(3);
+  for (int64_t K : {16, 37, 300, 2100})
+    for (int64_t N : {16, 33, 257}) {
+      const Tensor w0 = randn({N, K});
+      for (int64_t M = 1; M <= 9; ++M) {
+        const Tensor x0 = randn({M, K});
+        const Tensor want = matmul(rounded(x0), rounded(w0).t());
+        for (Device dev : test_devices()) {
+          INFO(dev.str() << ": " << M << " x " << K << " by (" << N << " x " << K << ")ᵀ");
+          Tensor y;
+          {
+            AutocastGuard amp;
+            y = linear(on(x0, dev), on(w0, dev));  // the weight cast, then seen transposed
+          }
+          REQUIRE(y.dtype() == kBFloat16);
+          // One rounding to 8 bits, plus the float32 sums' error relative to the terms.
+          std::vector<double> got = y.to_vector<double>(), w = want.to_vector<double>();
+          double worst = 0;
+          for (size_t i = 0; i < got.size(); ++i)
+            worst = std::max(worst, std::fabs(got[i] - w[i]) - std::ldexp(std::fabs(w[i]), -8) - 1e-5 * double(K));
+          CHECK(worst <= 0);
+        }
+      }
+    }
+}
+
 TEST_CASE("autocast: a Linear layer adds its bias in bfloat16, its output stays bfloat16, its gradients float32") {
   manual_seed(4);
   nn::Linear lin(nn::LinearOptions(12, 5));

@@ -186,11 +186,11 @@ void gemm_sweep() {
     check_gemm<T>(9, 4, 4, 149, Layout::RowMajor, Layout::Transposed, false, false, false, rng);
     check_gemm<T>(2, 4, 7, 8, Layout::RowMajor, Layout::Transposed, false, true, false, rng);
     // Two to eight rows against a transposed B (x · Wᵀ at a few rows, W's rows read in
-    // place, W columns at a time): every row count; a partial last vector of columns; a
-    // partial last vector of depth, with short rows (prefetched) and rows of 1100 (not);
-    // one vector of columns over a depth of 2100; every layout of A, accumulating, with
-    // a bias per column and per row; a batch with B broadcast; and nine rows, past the
-    // path's limit (packed).
+    // place): every row count; a partial last vector of columns; a partial last vector of
+    // depth, with depths in one chunk (300) and in several (1100 and 2100 past 8 rows of
+    // 16 KB); one vector of columns; every layout of A (non-unit column strides copied
+    // dense), accumulating, with a bias per column and per row; a batch with B broadcast;
+    // and nine rows, past the path's limit (packed).
     for (int64_t M = 2; M <= 9; ++M)
       for (Dims d : {Dims{M, 300, 257}, Dims{M, 37, 1100}, Dims{M, 16, 2100}})
         for (Layout la : {Layout::RowMajor, Layout::Transposed, Layout::Strided}) {
@@ -262,6 +262,47 @@ TEST_CASE("gemm results are bit-identical on 1 and 4 threads") {
     }
     CHECK(results[0] == results[1]);
   }
+}
+
+// A float32 product by a transposed bfloat16 matrix, read in place (autocast's few-row
+// Linears): against the brute-force product in double of the same values, for every row
+// count it takes, depths and columns below, at and past a vector (and past a depth
+// chunk), A and C strided; then the shapes it refuses, by name.
+TEST_CASE("gemm_bf16_weight matches a brute-force product and refuses other shapes") {
+  std::mt19937 rng(11);
+  std::normal_distribution<double> nd;
+  for (int64_t M = 1; M <= 8; ++M)
+    for (int64_t K : {16, 37, 1100, 2100})
+      for (int64_t N : {16, 300}) {
+        INFO("M " << M << " K " << K << " N " << N);
+        std::vector<bfloat16_t> bt(size_t(N * (K + 3)));  // rows of K, 3 values apart
+        for (auto& v : bt) v = bfloat16_t(float(nd(rng)));
+        // A with columns 2 apart (copied dense first), C with rows N + 5 apart.
+        std::vector<float> a(size_t(M * K * 2)), c(size_t(M * (N + 5)), -7.0f);
+        for (auto& v : a) v = float(nd(rng));
+        cpu::gemm_bf16_weight(M, N, K, a.data(), 2 * K, 2, bt.data(), K + 3, c.data(), N + 5, 1);
+        double worst = 0;
+        bool padding_intact = true;
+        for (int64_t i = 0; i < M; ++i) {
+          for (int64_t j = 0; j < N; ++j) {
+            double ref = 0, mag = 0;
+            for (int64_t k = 0; k < K; ++k) {
+              const double p = double(a[size_t(i * 2 * K + 2 * k)]) * double(float(bt[size_t(j * (K + 3) + k)]));
+              ref += p, mag += std::abs(p);
+            }
+            worst = std::max(worst, std::abs(double(c[size_t(i * (N + 5) + j)]) - ref) - 1e-4 * (mag + 1));
+          }
+          for (int64_t j = N; j < N + 5; ++j) padding_intact = padding_intact && c[size_t(i * (N + 5) + j)] == -7.0f;
+        }
+        CHECK(worst <= 0);
+        CHECK(padding_intact);
+      }
+  std::vector<bfloat16_t> bt(64 * 64);
+  std::vector<float> a(9 * 64), c(9 * 64);
+  CHECK_THROWS_MU(cpu::gemm_bf16_weight(9, 64, 64, a.data(), 64, 1, bt.data(), 64, c.data(), 64, 1),
+                  "9 x 64 by 64 x 64 is outside its shapes (1 to 8 rows");
+  CHECK_THROWS_MU(cpu::gemm_bf16_weight(2, 64, 4, a.data(), 4, 1, bt.data(), 4, c.data(), 64, 1),
+                  "2 x 4 by 4 x 64 is outside its shapes");
 }
 
 // ---------------------------------------------------------------- batch-summed GEMM

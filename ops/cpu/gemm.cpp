@@ -29,6 +29,7 @@
 #include "ops/cpu/parallel.h"
 #include "ops/cpu/simd.h"
 #include "tensor/error.h"
+#include "tensor/half.h"
 
 #ifdef MUMOE_OPENBLAS
 #include <cblas.h>
@@ -783,19 +784,24 @@ void gemm_small(int64_t M, int64_t N, int64_t K, const T* A, int64_t a_rs, int64
 
 // ---------------------------------------------------------------- few rows, transposed B
 
-// Products of 2 to kSkinnyRows rows of A against a transposed B (x · wᵀ with w's rows
-// contiguous: a Linear layer's weight, the language-model head at a few sequences): the
-// blocked path packs the whole of B for them, a transposing copy of the weight written
-// and read again, for a handful of rows. Here each vector's width of columns of C (W)
-// reads its W rows of w, W depths at a time, as W vectors transposed in registers
-// (transpose_block) so that each vector holds one depth of the W columns, and each row of
-// A broadcasts one value per depth into its accumulator: the weight is read once, in
-// place. Each element of C is one chain of multiply-adds over the depth from 0, on one
-// thread. Measured (2 threads, Zen 4, weights from main memory): GPT-2 mini's head
-// (256 -> 50257) 4.7 -> 1.9 ms at 8 rows, 4.6 -> 1.1 ms at 2; a 768 -> 3072 Linear at 8
-// rows 0.91 -> 0.31 ms, 3072 -> 768 1.04 -> 0.42 ms. At 12 rows the 3072 -> 768 product
-// was slower than packed (more multiply-adds per transposed vector, the same transposes).
-constexpr int64_t kSkinnyRows = 8;
+// Products of 1 to kFewRows rows of A against a transposed B (x · wᵀ with w's rows
+// contiguous: a Linear layer's weight, the language-model head at a few sequences). The
+// blocked path would pack the whole of B for them, a transposing copy of the weight
+// written and read again for a handful of rows. Here each column of C is w's row j read
+// once, in place, against the R rows of A: R x U vectors of partial sums along the depth
+// (U independent chains per row when R is small, to cover the multiply-add's latency),
+// whose lanes are added at the end. Consecutive columns are consecutive rows of w, so the
+// weight is read as one stream. The rows of A are read again for every column, so the
+// depth goes in chunks whose R rows of A stay in L1 (kFewRowsChunkBytes), each chunk's
+// sums added onto C. Measured (2 threads, Zen 4, float32, one weight in cache), against
+// the previous kernel (W columns at a time, W rows of w transposed in registers): GPT-2
+// mini's head (256 -> 50257) at 2 rows 2.0 -> 1.1 ms, at 8 2.8-3.2 -> 2.6; a 3072 -> 768
+// Linear at 2, 4 and 8 rows 164 -> 82, 222 -> 128, 299 -> 278 us; 768 -> 3072 at 2 and 8
+// rows 157 -> 73, 280 -> 260 us.
+constexpr int64_t kFewRows = 8;
+// 16 KB of A rows per depth chunk, half of Zen 4's L1: at 24 KB (or no chunks) a 3072 ->
+// 768 Linear took 106 instead of 82 us at 2 rows, 150-220 instead of 128 at 4.
+constexpr int64_t kFewRowsChunkBytes = 16 * 1024;
 
 // W values from src, the first n <= W of them read, the rest zero.
 template <class T>
@@ -805,57 +811,135 @@ inline typename Vec<T>::type load_padded(const T* src, int64_t n) {
   return load(line);
 }
 
-// Columns [j0, j1) of C (R rows) = or += A · B, B(k, j) at bt[j * ldb + k].
-template <class T, int R>
-void skinny_columns(int64_t j0, int64_t j1, int64_t K, const T* A, int64_t a_rs, int64_t a_cs, const T* bt,
-                    int64_t ldb, T* C, int64_t c_rs, int64_t c_cs, bool accumulate, Addend<T> bias) {
-  using V = typename Vec<T>::type;
+// W depths of one row of B as a vector of T, the first n <= W of them read, the rest
+// zero. A bfloat16 B (autocast's weights, gemm_bf16_weight) is widened in registers: a
+// bfloat16's 16 bits are the top half of the float32 it stands for (tensor/half.h), so
+// each lane is zero-extended and shifted up, exactly, with no float32 copy of B.
+template <class T, class TB>
+inline typename Vec<T>::type load_depths(const TB* src, int64_t n) {
   constexpr int W = Vec<T>::width;
-  constexpr int64_t kAhead = 4 * W;  // 2 W and 8 W: the same or a little slower
-  const bool prefetch = K * int64_t(sizeof(T)) < 4096;
-  for (int64_t j = j0; j < j1; j += W) {
-    const int64_t n = std::min<int64_t>(W, j1 - j);
-    V acc[R] = {};
-    for (int64_t p0 = 0; p0 < K; p0 += W) {
-      const int64_t depth = std::min<int64_t>(W, K - p0);
-      V r[W];
-      for (int jj = 0; jj < W; ++jj) {
-        const T* row = bt + (j + jj) * ldb + p0;
-        // Short rows: the line kAhead depths on in this row, or past its end in the next
-        // block's row. W rows read a line at a time across rows are followed poorly by
-        // the hardware prefetchers when the rows are short: GPT-2 mini's head at 8 rows
-        // (rows of 256) took 4.1 ms without, 2.4 with. Rows of 3072 took 5-15% longer
-        // with it.
-        if (prefetch) __builtin_prefetch(p0 + kAhead < K ? row + kAhead : bt + (j + W + jj) * ldb + (p0 + kAhead - K));
-        // The last depths of a row through a padded copy: a whole vector there would read
-        // past the weight's last row.
-        r[jj] = jj >= n ? V{} : depth == W ? load(row) : load_padded(row, depth);
-      }
-      transpose_block(r);
-      for (int pp = 0; pp < depth; ++pp)
-#pragma GCC unroll 8
-        for (int m = 0; m < R; ++m) acc[m] += A[m * a_rs + (p0 + pp) * a_cs] * r[pp];
+  if constexpr (std::is_same_v<T, TB>) {
+    return n == W ? load(src) : load_padded(src, n);
+  } else {
+    static_assert(std::is_same_v<T, float> && std::is_same_v<TB, bfloat16_t>);
+    typedef uint16_t Half __attribute__((vector_size(kVecBytes / 2)));
+    Half h;
+    if (n == W) {
+      __builtin_memcpy(&h, src, sizeof(h));
+    } else {
+      uint16_t line[W] = {};
+      __builtin_memcpy(line, src, size_t(n) * sizeof(uint16_t));
+      __builtin_memcpy(&h, line, sizeof(h));
     }
-#pragma GCC unroll 8
-    for (int m = 0; m < R; ++m) store_small<T>(C + m * c_rs + j * c_cs, c_cs, m, j, n, acc[m], accumulate, bias);
+    typedef uint32_t Bits __attribute__((vector_size(kVecBytes)));
+#if defined(__AVX512F__) && defined(__x86_64__)
+    // One zero-extending move: GCC splits the generic conversion below into two halves.
+    // (The zero-masked form: the plain one's undefined source trips GCC 12's
+    // -Wmaybe-uninitialized.)
+    __m256i half;
+    __builtin_memcpy(&half, &h, sizeof(half));
+    const __m512i zext = _mm512_maskz_cvtepu16_epi32(__mmask16(0xffff), half);
+    Bits bits;
+    __builtin_memcpy(&bits, &zext, sizeof(bits));
+#else
+    Bits bits = __builtin_convertvector(h, Bits);
+#endif
+    bits <<= 16;
+    typename Vec<T>::type v;
+    __builtin_memcpy(&v, &bits, sizeof(v));
+    return v;
   }
 }
 
-// C (M x N, 2 <= M <= kSkinnyRows) = or += A · B for B(k, j) at bt[j * ldb + k], N >= W,
-// K >= W: threads take contiguous ranges of whole vectors of columns.
-template <class T>
-void gemm_skinny(int64_t M, int64_t N, int64_t K, const T* A, int64_t a_rs, int64_t a_cs, const T* bt, int64_t ldb,
-                 T* C, int64_t c_rs, int64_t c_cs, bool accumulate, int nt, Addend<T> bias) {
+// The sum of the N lanes of v: its two halves added, then their halves, down to one
+// lane (each half one shuffle or extraction).
+template <class T, int N>
+struct Lanes {
+  typedef T type __attribute__((vector_size(N * sizeof(T))));
+};
+template <class V, std::size_t... L>
+inline auto halves_added(V v, std::index_sequence<L...>) {
+  return __builtin_shufflevector(v, v, L...) + __builtin_shufflevector(v, v, (L + sizeof...(L))...);
+}
+template <class T, int N = Vec<T>::width>
+inline T lane_sum(typename Lanes<T, N>::type v) {
+  if constexpr (N == 1) return v[0];
+  else return lane_sum<T, N / 2>(halves_added(v, std::make_index_sequence<N / 2>()));
+}
+
+// Columns [j0, j1) of C (R rows) = or += A · B over depths [0, K), B(k, j) at
+// bt[j * ldb + k] of type TB (T, or bfloat16 for a float32 product: load_depths), A's
+// rows contiguous (row stride a_rs). The bias, when given, is added as C is written.
+template <class T, int R, int U, class TB>
+void dot_columns(int64_t j0, int64_t j1, int64_t K, const T* A, int64_t a_rs, const TB* bt, int64_t ldb, T* C,
+                 int64_t c_rs, int64_t c_cs, bool accumulate, Addend<T> bias) {
+  using V = typename Vec<T>::type;
   constexpr int W = Vec<T>::width;
-  split_range((N + W - 1) / W, nt, [&](int64_t b0, int64_t b1) {
-    const int64_t j0 = b0 * W, j1 = std::min(N, b1 * W);
-    switch (M) {
-#define MU_SKINNY(R) \
-  case R: return skinny_columns<T, R>(j0, j1, K, A, a_rs, a_cs, bt, ldb, C, c_rs, c_cs, accumulate, bias);
-      MU_SKINNY(2) MU_SKINNY(3) MU_SKINNY(4) MU_SKINNY(5) MU_SKINNY(6) MU_SKINNY(7) MU_SKINNY(8)
-#undef MU_SKINNY
+  for (int64_t j = j0; j < j1; ++j) {
+    const TB* col = bt + j * ldb;
+    V acc[R][U] = {};
+    int64_t p0 = 0;
+    for (; p0 + U * W <= K; p0 += U * W)
+#pragma GCC unroll 8
+      for (int u = 0; u < U; ++u) {
+        const V b = load_depths<T>(col + p0 + u * W, W);
+#pragma GCC unroll 8
+        for (int m = 0; m < R; ++m) acc[m][u] += load<T>(A + m * a_rs + p0 + u * W) * b;
+      }
+    for (; p0 < K; p0 += W) {  // fewer than U vectors of depth left, the last maybe partial
+      const int64_t depth = std::min<int64_t>(W, K - p0);
+      const V b = load_depths<T>(col + p0, depth);
+#pragma GCC unroll 8
+      for (int m = 0; m < R; ++m) acc[m][0] += load_depths<T>(A + m * a_rs + p0, depth) * b;
     }
-    MU_FAIL("gemm: gemm_skinny called with ", M, " rows, outside [2, ", kSkinnyRows, "]");
+#pragma GCC unroll 8
+    for (int m = 0; m < R; ++m) {
+      V v = acc[m][0];
+      for (int u = 1; u < U; ++u) v += acc[m][u];
+      const T sum = lane_sum<T>(v);
+      T& dst = C[m * c_rs + j * c_cs];
+      dst = accumulate ? dst + sum : sum + (bias ? bias.get(m, j) : T(0));
+    }
+  }
+}
+
+// dot_columns for R = M rows, U chains per row: 4 for 1 or 2 rows, 2 up to 6, 1 for 7
+// and 8 (R x U accumulators, at most 12 of the 32 vector registers).
+template <class T, class TB>
+void dot_columns(int64_t M, int64_t j0, int64_t j1, int64_t K, const T* A, int64_t a_rs, const TB* bt, int64_t ldb,
+                 T* C, int64_t c_rs, int64_t c_cs, bool accumulate, Addend<T> bias) {
+  switch (M) {
+#define MU_FEW_ROWS(R, U) \
+  case R: return dot_columns<T, R, U, TB>(j0, j1, K, A, a_rs, bt, ldb, C, c_rs, c_cs, accumulate, bias);
+    MU_FEW_ROWS(1, 4) MU_FEW_ROWS(2, 4) MU_FEW_ROWS(3, 2) MU_FEW_ROWS(4, 2)
+    MU_FEW_ROWS(5, 2) MU_FEW_ROWS(6, 2) MU_FEW_ROWS(7, 1) MU_FEW_ROWS(8, 1)
+#undef MU_FEW_ROWS
+  }
+  MU_FAIL("gemm: a few-row product called with ", M, " rows, outside [1, ", kFewRows, "]");
+}
+
+// C (M x N, 1 <= M <= kFewRows) = or += A · B for B(k, j) at bt[j * ldb + k], N >= W,
+// K >= W: threads take contiguous ranges of columns, each going over them once per depth
+// chunk. A with non-unit column stride is first copied dense (M x K values, next to B's
+// N x K). Each element of C is summed in the same order on any number of threads.
+template <class T, class TB = T>
+void gemm_few_rows(int64_t M, int64_t N, int64_t K, const T* A, int64_t a_rs, int64_t a_cs, const TB* bt,
+                   int64_t ldb, T* C, int64_t c_rs, int64_t c_cs, bool accumulate, int nt, Addend<T> bias) {
+  constexpr int W = Vec<T>::width;
+  if (a_cs != 1) {
+    T* dense = packed_a_buffer<T>(M * K);
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t p = 0; p < K; ++p) dense[i * K + p] = A[i * a_rs + p * a_cs];
+    A = dense;
+    a_rs = K;
+  }
+  // Equal chunks of whole vectors, each at most kFewRowsChunkBytes of A.
+  const int64_t chunks = (M * K * int64_t(sizeof(T)) + kFewRowsChunkBytes - 1) / kFewRowsChunkBytes;
+  const int64_t kc = ((K + chunks - 1) / chunks + W - 1) / W * W;
+  split_range(N, nt, [&](int64_t j0, int64_t j1) {
+    for (int64_t k0 = 0; k0 < K; k0 += kc)
+      dot_columns<T, TB>(M, j0, j1, std::min(kc, K - k0), A + k0, a_rs, bt + k0, ldb, C, c_rs, c_cs,
+                         accumulate || k0 > 0, k0 > 0 ? Addend<T>{} : bias);
   });
 }
 
@@ -901,8 +985,8 @@ void gemm_one(int64_t M, int64_t N, int64_t K, const T* A, int64_t a_rs, int64_t
   }
   if (M == 1)  // C row = Bᵀ · a row
     return gemv<T>(N, K, B, b_cs, b_rs, A, a_cs, C, c_cs, accumulate, nt);
-  if (M <= kSkinnyRows && b_rs == 1 && b_cs != 1 && N >= Vec<T>::width && K >= Vec<T>::width && !small)
-    return gemm_skinny<T>(M, N, K, A, a_rs, a_cs, B, b_cs, C, c_rs, c_cs, accumulate, nt, bias);
+  if (M <= kFewRows && b_rs == 1 && b_cs != 1 && N >= Vec<T>::width && K >= Vec<T>::width && !small)
+    return gemm_few_rows<T>(M, N, K, A, a_rs, a_cs, B, b_cs, C, c_rs, c_cs, accumulate, nt, bias);
   if (small) return gemm_small<T>(M, N, K, A, a_rs, a_cs, B, b_rs, b_cs, C, c_rs, c_cs, accumulate, nt, bias);
   if (deep_product(M, N, K)) return gemm_deep<T>(M, N, K, A, a_rs, a_cs, B, b_rs, b_cs, C, c_rs, c_cs, accumulate, nt);
   gemm_blocked<T>(M, N, K, A, a_rs, a_cs, B, b_rs, b_cs, C, c_rs, c_cs, accumulate, nt, bias);
@@ -1098,6 +1182,19 @@ void gemm(int64_t batch, int64_t M, int64_t N, int64_t K, MatrixRef<const T> A, 
   if (blas_wanted && !bias && try_blas<T>(batch, M, N, K, A, B, C, accumulate)) return;
 #endif
   gemm_native<T>(batch, M, N, K, A, B, C, accumulate, bias);
+}
+
+bool bf16_weight_product_fits(int64_t M, int64_t N, int64_t K) {
+  return M >= 1 && M <= kFewRows && N >= Vec<float>::width && K >= Vec<float>::width;
+}
+
+void gemm_bf16_weight(int64_t M, int64_t N, int64_t K, const float* A, int64_t a_rs, int64_t a_cs,
+                      const bfloat16_t* bt, int64_t ldb, float* C, int64_t c_rs, int64_t c_cs) {
+  MU_CHECK(bf16_weight_product_fits(M, N, K), "gemm_bf16_weight: ", M, " x ", K, " by ", K, " x ", N,
+           " is outside its shapes (1 to ", kFewRows, " rows; N and K at least ", Vec<float>::width, ")");
+  int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
+  if (2.0 * double(M) * double(N) * double(K) < kParallelFlops) nt = 1;
+  gemm_few_rows<float, bfloat16_t>(M, N, K, A, a_rs, a_cs, bt, ldb, C, c_rs, c_cs, false, nt, {});
 }
 
 template void gemm<float>(int64_t, int64_t, int64_t, int64_t, MatrixRef<const float>, MatrixRef<const float>,

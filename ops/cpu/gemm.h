@@ -4,6 +4,8 @@
 #pragma once
 #include <cstdint>
 
+#include "tensor/half.h"
+
 namespace mu::cpu {
 
 // Below this many flops (2 M N K summed over the batch) one thread does the whole product
@@ -42,6 +44,17 @@ void gemm(int64_t batch, int64_t M, int64_t N, int64_t K, MatrixRef<const T> A, 
 template <class T>
 void gemm_batch_sum(int64_t batch, int64_t M, int64_t N, int64_t K, MatrixRef<const T> A, MatrixRef<const T> B,
                     MatrixRef<T> C);
+
+// C (M x N) = A (M x K) · B in float32 for B(k, j) = bt[j * ldb + k] in bfloat16: the
+// transpose of a row-major N x K matrix, which is what a Linear layer multiplies by under
+// autocast (x · wᵀ). B is read in place and widened in registers (exactly), instead of
+// copied whole to float32 first: a decoding step's few rows read 2 bytes per weight
+// rather than 2 + 4 written + 4 read. For 1 to 8 rows with N and K at least a vector's
+// width (bf16_weight_product_fits; any strides of A and C). Each element of C is one
+// chain of multiply-adds over the depth from 0, on one thread.
+bool bf16_weight_product_fits(int64_t M, int64_t N, int64_t K);
+void gemm_bf16_weight(int64_t M, int64_t N, int64_t K, const float* A, int64_t a_rs, int64_t a_cs,
+                      const bfloat16_t* bt, int64_t ldb, float* C, int64_t c_rs, int64_t c_cs);
 
 // Which implementation gemm uses. Auto: the library's choice, currently the native kernel
 // for every product (gemm.cpp, kAutoUsesBlas, says why). Native / Blas force one; Blas

@@ -25,7 +25,16 @@ static void product(const Tensor& out, const Tensor& a, const Tensor& b, const T
 static void matmul(const Tensor& out, const Tensor& a, const Tensor& b) {
   if (a.dtype() == kBFloat16) {  // autocast's products: in float32, rounded once (ops/cpu/widen.h)
     Tensor wide = wide_like(out);
-    matmul(wide, widened(a), widened(b));
+    const int64_t M = a.size(-2), K = a.size(-1), N = b.size(-1);
+    if (a.dim() == 2 && b.stride(0) == 1 && bf16_weight_product_fits(M, N, K)) {
+      // A few rows by a transposed weight (a Linear layer in a decoding step): the weight
+      // is read in place, not widened whole for a handful of rows.
+      const Tensor wa = widened(a);
+      gemm_bf16_weight(M, N, K, wa.data_ptr<float>(), wa.stride(0), wa.stride(1), b.data_ptr<bfloat16_t>(),
+                       b.stride(1), wide.data_ptr<float>(), wide.stride(0), wide.stride(1));
+    } else {
+      matmul(wide, widened(a), widened(b));
+    }
     narrow_into(out, wide);
     return;
   }
