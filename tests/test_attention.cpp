@@ -228,16 +228,17 @@ TEST_CASE("attention without a graph reads k and v as views of a longer buffer, 
   // (B, H, L, D) buffers of which the first Tk rows per head are the keys and values: the
   // CPU forward reads them in place (rows past Tk included, where the buffer has them) or
   // copies what it needs; either way the result is that of dense copies, bit for bit.
+  // bfloat16 (autocast's cache) as well, which the CPU reads without widened copies.
   manual_seed(7);
   for (Device dev : test_devices()) {
     for (int64_t D : {int64_t(64), int64_t(5)}) {
       for (int64_t Tk : {int64_t(1), int64_t(9), int64_t(12), int64_t(70)}) {
-        for (int64_t L : {Tk, Tk + 1, int64_t(80)}) {
-          INFO(dev.str(), " D ", D, " Tk ", Tk, " buffer rows ", L);
-          const Tensor kbuf = on(randn({2, 3, L, D}), dev), vbuf = on(randn({2, 3, L, D}), dev);
+        for (int64_t L : {Tk, Tk + 1, int64_t(80)}) for (DType dt : {kFloat32, kBFloat16}) {
+          INFO(dev.str(), " D ", D, " Tk ", Tk, " buffer rows ", L, " ", dtype_name(dt));
+          const Tensor kbuf = on(randn({2, 3, L, D}).to(dt), dev), vbuf = on(randn({2, 3, L, D}).to(dt), dev);
           const Tensor k = kbuf.narrow(2, 0, Tk), v = vbuf.narrow(2, 0, Tk);
           for (int64_t Tq : {int64_t(1), int64_t(3)}) {
-            const Tensor q = on(randn({2, 3, Tq, D}), dev);
+            const Tensor q = on(randn({2, 3, Tq, D}).to(dt), dev);
             NoGradGuard no_grad;
             const Tensor a = scaled_dot_product_attention(q, k, v, false, 0.0, false);
             const Tensor b = scaled_dot_product_attention(q, k.contiguous(), v.contiguous(), false, 0.0, false);
@@ -340,7 +341,12 @@ TEST_CASE("attention in bfloat16: computed in float32 with a float32 lse, close 
   const Case cases[] = {{1, 2, 70, 70, 64, true, 0.0},   {2, 3, 45, 130, 64, false, 0.2},
                         {2, 3, 45, 130, 64, false, 0.0}, {1, 2, 200, 200, 64, true, 0.1},
                         {1, 1, 33, 33, 16, true, 0.0},   {2, 2, 256, 256, 64, true, 0.0},
-                        {1, 2, 96, 96, 128, true, 0.0}};
+                        {1, 2, 96, 96, 128, true, 0.0},
+                        // Decoding steps (1 to 3 queries, no dropout), whose bfloat16 keys
+                        // and values the CPU reads in place: D a whole number of vectors,
+                        // and not (40, and 8 below one vector: copied padded).
+                        {2, 3, 1, 130, 64, false, 0.0},  {1, 2, 3, 70, 40, false, 0.0},
+                        {2, 2, 2, 33, 8, false, 0.0}};
   std::vector<std::pair<Device, const char*>> runs;  // (device, MUMOE_ATTENTION or nullptr)
   for (Device dev : test_devices()) {
     runs.emplace_back(dev, nullptr);

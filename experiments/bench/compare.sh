@@ -17,7 +17,8 @@
 #   experiments/bench/compare.sh generate [BUILD_DIR]  generate-mini-{whole-context,kv-cache}: 64
 #                         greedy tokens after a 64-token prompt from gpt2-mini, nanoGPT's loop and
 #                         a key-value cache, against the same two loops of torch_generate.py;
-#                         BATCH=8 in the environment samples 8 sequences side by side
+#                         BATCH=8 in the environment samples 8 sequences side by side, DTYPE=bf16
+#                         runs both sides under autocast (the workloads then named ...-bf16)
 #   experiments/bench/compare.sh attention [BUILD_DIR]
 #                         causal attention forward+backward at (8, 4, 128, 64) and (1, 12, 1024, 64),
 #                         against the composed softmax(q kᵀ/√D + mask) v of torch_attention.py
@@ -177,7 +178,7 @@ case "$which" in
   gpt2) bench=bench_gpt2; workloads=gpt2-mini,gpt2-mini-cpmumoe,gpt2-mini-trmumoe; reps="${REPS:-10}" ;;
   lm_head) bench=bench_lm_head; torch_script="$repo/experiments/bench/torch_lm_head.py"; reps="${REPS:-5}" ;;
   generate) bench=bench_generate; torch_script="$repo/experiments/bench/torch_generate.py"; reps="${REPS:-3}"
-    extra=(--batch "${BATCH:-1}") ;;
+    extra=(--batch "${BATCH:-1}" --dtype "${DTYPE:-float32}") ;;
   attention) bench=bench_attention; torch_script="$repo/experiments/bench/torch_attention.py"; reps="${REPS:-20}" ;;
   mixer) bench=bench_mixer; workloads=mixer-fmnist,mixer-fmnist-cpmumoe; reps="${REPS:-10}" ;;
   *) echo "compare.sh: unknown benchmark '$which' (sgemm, layers, layer_norm, cross_entropy, lm_head, generate, attention, mixer or gpt2)" >&2; exit 2 ;;

@@ -327,9 +327,10 @@ constexpr int64_t kRowQueries = 3;
 // backward's, which recomputes P = exp(S - L) from the forward's L = m + log l (a score
 // rounded otherwise here would leave each row of that P summing to 1 + O(|S| ulp)). W
 // keys at a time: their rows, W columns at a time, are loaded as W vectors and transposed
-// in registers, so that one vector holds one column of the W keys.
-template <class T>
-void key_scores(const T* kh, int64_t ld, int64_t D, const T* qs, int64_t n, T* s) {
+// in registers, so that one vector holds one column of the W keys. The keys are T's, or
+// bfloat16 widened as they are loaded (autocast: load_as).
+template <class T, class TK>
+void key_scores(const TK* kh, int64_t ld, int64_t D, const T* qs, int64_t n, T* s) {
   using V = typename Vec<T>::type;
   constexpr int W = Vec<T>::width;
   constexpr int64_t kAhead = 2 * W;  // how far ahead rows are prefetched (W and 4 W: 5-10% slower)
@@ -340,12 +341,12 @@ void key_scores(const T* kh, int64_t ld, int64_t D, const T* qs, int64_t n, T* s
     // more time when in cache (128 keys).
     const int64_t ahead_end = std::min<int64_t>(n, j0 + kAhead + W);
     for (int64_t j = j0 + kAhead; j < ahead_end; ++j)
-      for (int64_t p = 0; p < D; p += 64 / int64_t(sizeof(T))) __builtin_prefetch(kh + j * ld + p);
+      for (int64_t p = 0; p < D; p += 64 / int64_t(sizeof(TK))) __builtin_prefetch(kh + j * ld + p);
     const int64_t keys = std::min<int64_t>(W, n - j0);
     V acc{};
     for (int64_t p0 = 0; p0 < D; p0 += W) {  // rows hold whole vectors: p0 + W <= ld
       V r[W];
-      for (int jj = 0; jj < W; ++jj) r[jj] = jj < keys ? load(kh + (j0 + jj) * ld + p0) : V{};
+      for (int jj = 0; jj < W; ++jj) r[jj] = jj < keys ? load_as<T>(kh + (j0 + jj) * ld + p0) : V{};
       transpose_block(r);
       const int64_t cols = std::min<int64_t>(W, D - p0);
       for (int pp = 0; pp < cols; ++pp) acc += qs[p0 + pp] * r[pp];
@@ -357,19 +358,20 @@ void key_scores(const T* kh, int64_t ld, int64_t D, const T* qs, int64_t n, T* s
 }
 
 // o[0, NV W) = Σ_{j < n} p[j] v[j ld + (0, NV W)]: NV vectors of a weighted sum of rows, two
-// rows to a step so that two multiply-add chains per vector run side by side.
-template <class T, int NV>
-void weighted_rows(const T* v, int64_t ld, const T* p, int64_t n, T* o) {
+// rows to a step so that two multiply-add chains per vector run side by side. V's rows
+// are T's, or bfloat16 widened as they are loaded.
+template <class T, int NV, class TV>
+void weighted_rows(const TV* v, int64_t ld, const T* p, int64_t n, T* o) {
   using V = typename Vec<T>::type;
   constexpr int W = Vec<T>::width;
   V acc[2][NV] = {};
   int64_t j = 0;
   for (; j + 2 <= n; j += 2) {
     for (int u = 0; u < 2; ++u)
-      for (int c = 0; c < NV; ++c) acc[u][c] += p[j + u] * load(v + (j + u) * ld + c * W);
+      for (int c = 0; c < NV; ++c) acc[u][c] += p[j + u] * load_as<T>(v + (j + u) * ld + c * W);
   }
   for (; j < n; ++j)
-    for (int c = 0; c < NV; ++c) acc[0][c] += p[j] * load(v + j * ld + c * W);
+    for (int c = 0; c < NV; ++c) acc[0][c] += p[j] * load_as<T>(v + j * ld + c * W);
   for (int c = 0; c < NV; ++c) store(o + c * W, acc[0][c] + acc[1][c]);
 }
 
@@ -377,15 +379,16 @@ void weighted_rows(const T* v, int64_t ld, const T* p, int64_t n, T* o) {
 // keys (a row of Tk), their maximum, exp and sum in one pass each, then the output as the
 // probabilities' combination of V's rows. The scores are rounded as forward_block's are; the
 // rest differs from it by rounding only (no running max is needed when the whole row is
-// at hand).
-template <class T>
-void forward_rows(const Geometry& g, const T* q, const Rows<T>& k, const Rows<T>& v, T* o, T* lse, int64_t bh,
+// at hand). The keys and values are T's, or autocast's bfloat16 ones for a float32 T
+// (forward_typed).
+template <class T, class TK>
+void forward_rows(const Geometry& g, const T* q, const Rows<TK>& k, const Rows<TK>& v, T* o, T* lse, int64_t bh,
                   int64_t q0, int64_t qv, ForwardScratch<T>& sc) {
   using A = acc_t<T>;
   constexpr int W = Vec<T>::width;
   const T inf = std::numeric_limits<T>::infinity();
-  const T* kh = k.data + bh * k.head_stride;
-  const T* vh = v.data + bh * v.head_stride;
+  const TK* kh = k.data + bh * k.head_stride;
+  const TK* vh = v.data + bh * v.head_stride;
   T* s = workspace<T>(kRowScores, std::max<int64_t>(g.Tk, 1));
   T *qs = sc.qt, *O = sc.o;  // the scaled query and the output, Dp each
   for (int64_t i = 0; i < qv; ++i) {
@@ -499,11 +502,14 @@ void forward_block(const Geometry& g, const T* q, const Rows<T>& k, const Rows<T
   }
 }
 
-template <class T>
+// The forward on T's; the keys and values T's too, or (TK bfloat16, T float32) autocast's
+// bfloat16 ones read in place, for calls of at most kRowQueries queries only
+// (attention_forward), which forward_rows takes whole.
+template <class T, class TK = T>
 void forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
                    const kernels::AttentionParams& p) {
   const Geometry g = geometry<T>(q, k, p);
-  const Rows<T> kr = key_rows<T>(k, g, kKRows), vr = key_rows<T>(v, g, kVRows);
+  const Rows<TK> kr = key_rows<TK>(k, g, kKRows), vr = key_rows<TK>(v, g, kVRows);
   const T* qd = q.data_ptr<T>();
   T *od = out.data_ptr<T>(), *ld = lse.data_ptr<T>();
   const int64_t BH = g.B * g.H, nq = (g.Tq + Bq - 1) / Bq, items = BH * nq;
@@ -519,7 +525,10 @@ void forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
       items, par ? omp_get_max_threads() : 1, [&] { return ForwardScratch<T>(g); },
       [&](ForwardScratch<T>& sc, int64_t it) {
         const int64_t qb = nq - 1 - it / BH, bh = it % BH;
-        forward_block(g, qd, kr, vr, od, ld, bh, qb * Bq, sc);
+        if constexpr (std::is_same_v<T, TK>)
+          forward_block(g, qd, kr, vr, od, ld, bh, qb * Bq, sc);
+        else
+          forward_rows(g, qd, kr, vr, od, ld, bh, 0, g.Tq, sc);
       },
       Schedule::Dynamic);
 }
@@ -528,7 +537,14 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
                        const kernels::AttentionParams& p) {
   if (q.dtype() == kBFloat16) {  // autocast's attention: in float32 (ops/cpu/widen.h); lse is float32
     Tensor wide = wide_like(out);
-    attention_forward(widened(q), widened(k.contiguous()), widened(v.contiguous()), wide, lse, p);
+    if (q.size(2) <= kRowQueries && p.dropout_p == 0) {
+      // A decoding step (a query or a few against a key-value cache): the cache's keys and
+      // values are read as they are, widened in registers, rather than widened whole every
+      // step. The same sums as below, which would take these queries row by row too.
+      forward_typed<float, bfloat16_t>(widened(q), k, v, wide, lse, p);
+    } else {
+      attention_forward(widened(q), widened(k.contiguous()), widened(v.contiguous()), wide, lse, p);
+    }
     narrow_into(out, wide);
     return;
   }

@@ -812,42 +812,18 @@ inline typename Vec<T>::type load_padded(const T* src, int64_t n) {
 }
 
 // W depths of one row of B as a vector of T, the first n <= W of them read, the rest
-// zero. A bfloat16 B (autocast's weights, gemm_bf16_weight) is widened in registers: a
-// bfloat16's 16 bits are the top half of the float32 it stands for (tensor/half.h), so
-// each lane is zero-extended and shifted up, exactly, with no float32 copy of B.
+// zero; a bfloat16 B (autocast's weights, gemm_bf16_weight) widened in registers
+// (load_as).
 template <class T, class TB>
 inline typename Vec<T>::type load_depths(const TB* src, int64_t n) {
   constexpr int W = Vec<T>::width;
   if constexpr (std::is_same_v<T, TB>) {
     return n == W ? load(src) : load_padded(src, n);
   } else {
-    static_assert(std::is_same_v<T, float> && std::is_same_v<TB, bfloat16_t>);
-    typedef uint16_t Half __attribute__((vector_size(kVecBytes / 2)));
-    Half h;
-    if (n == W) {
-      __builtin_memcpy(&h, src, sizeof(h));
-    } else {
-      uint16_t line[W] = {};
-      __builtin_memcpy(line, src, size_t(n) * sizeof(uint16_t));
-      __builtin_memcpy(&h, line, sizeof(h));
-    }
-    typedef uint32_t Bits __attribute__((vector_size(kVecBytes)));
-#if defined(__AVX512F__) && defined(__x86_64__)
-    // One zero-extending move: GCC splits the generic conversion below into two halves.
-    // (The zero-masked form: the plain one's undefined source trips GCC 12's
-    // -Wmaybe-uninitialized.)
-    __m256i half;
-    __builtin_memcpy(&half, &h, sizeof(half));
-    const __m512i zext = _mm512_maskz_cvtepu16_epi32(__mmask16(0xffff), half);
-    Bits bits;
-    __builtin_memcpy(&bits, &zext, sizeof(bits));
-#else
-    Bits bits = __builtin_convertvector(h, Bits);
-#endif
-    bits <<= 16;
-    typename Vec<T>::type v;
-    __builtin_memcpy(&v, &bits, sizeof(v));
-    return v;
+    if (n == W) return load_as<T>(src);
+    TB line[W] = {};
+    std::copy(src, src + n, line);
+    return load_as<T>(line);
   }
 }
 

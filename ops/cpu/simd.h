@@ -2,8 +2,15 @@
 // work by hand (ops/cpu/gemm.cpp, ops/cpu/attention.cpp), and a W x W block transposed in them.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <utility>
+#if defined(__AVX512F__) && defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#include "tensor/half.h"
 
 namespace mu::cpu {
 
@@ -37,6 +44,39 @@ inline typename Vec<T>::type load(const T* p) {
 template <class T>
 inline void store(T* p, typename Vec<T>::type v) {
   std::memcpy(p, &v, sizeof(v));
+}
+
+// One vector of T from W values of type S at p: T's own (load), or bfloat16 for float32,
+// widened exactly in registers. A bfloat16's 16 bits are the top half of the float32 it
+// stands for (tensor/half.h), so each lane is zero-extended and shifted up: autocast's
+// bfloat16 operands are read as they are, at half the bytes, with no float32 copy.
+template <class T, class S>
+inline typename Vec<T>::type load_as(const S* p) {
+  if constexpr (std::is_same_v<T, S>) {
+    return load(p);
+  } else {
+    static_assert(std::is_same_v<T, float> && std::is_same_v<S, bfloat16_t>, "load_as: float from bfloat16 only");
+    typedef uint32_t Bits __attribute__((vector_size(kVecBytes)));
+#if defined(__AVX512F__) && defined(__x86_64__)
+    // One zero-extending move: GCC splits the generic conversion below into two halves.
+    // (The zero-masked form: the plain one's undefined source trips GCC 12's
+    // -Wmaybe-uninitialized.)
+    __m256i half;
+    std::memcpy(&half, p, sizeof(half));
+    const __m512i zext = _mm512_maskz_cvtepu16_epi32(__mmask16(0xffff), half);
+    Bits bits;
+    std::memcpy(&bits, &zext, sizeof(bits));
+#else
+    typedef uint16_t Half __attribute__((vector_size(kVecBytes / 2)));
+    Half half;
+    std::memcpy(&half, p, sizeof(half));
+    Bits bits = __builtin_convertvector(half, Bits);
+#endif
+    bits <<= 16;
+    typename Vec<T>::type v;
+    std::memcpy(&v, &bits, sizeof(v));
+    return v;
+  }
 }
 
 // r[i][l] <-> r[l][i]: the W x W block held in W vectors, transposed in registers. Each
