@@ -89,6 +89,10 @@ TEST_CASE("softmax of a large tensor (split over threads) matches the formula") 
     Tensor x = on(randn({300, 150}, kFloat32), dev);
     check_close(softmax(x, 1), x.shape(), ref_softmax(x, 1, false), 1e-6);
     check_close(log_softmax(x, 0), x.shape(), ref_softmax(x, 0, true), 1e-6);
+    // Lines as long as a vocabulary (a sampler's softmax over GPT-2's logits), spread wide.
+    Tensor xl = on(randn({2, 50257}, kFloat32) * 6.0, dev);
+    check_close(softmax(xl, 1), xl.shape(), ref_softmax(xl, 1, false), 1e-6);
+    check_close(log_softmax(xl, 1), xl.shape(), ref_softmax(xl, 1, true), 1e-6);
   }
 }
 

@@ -121,13 +121,15 @@ static void cumsum_lines(const T* x, T* out, int64_t outer, int64_t n, int64_t i
 }
 
 // Strict order of (value, position) pairs: by value (NaN above every number, as in
-// torch.sort), ties by position, which makes any sort with it stable.
+// torch.sort), ties by position, which makes any sort with it stable. Always inlined:
+// with a second caller in order_lines GCC left it out of line in partial_sort's loops
+// (200 of 50257: 137 -> 209 us).
 template <class T>
 struct LineOrder {
   const T* v;
   int64_t st;
   bool descending;
-  bool operator()(int64_t a, int64_t b) const {
+  [[gnu::always_inline]] bool operator()(int64_t a, int64_t b) const {
     T x = v[a * st], y = v[b * st];
     bool xn = x != x, yn = y != y;
     if (xn || yn) {
@@ -149,24 +151,40 @@ template <class T>
 static void order_lines(const T* x, int64_t* idx, int64_t outer, int64_t n, int64_t inner, int64_t k, bool descending) {
   int64_t lines = outer * inner;
   bool par = lines * n >= kParallelGrain && lines > 1 && !omp_in_parallel();
+  const bool few = k > 0 && k * kFewOfMany <= n;
   parallel_for_with(
       lines, par ? omp_get_max_threads() : 1,
-      [&] { return std::vector<int64_t>(static_cast<size_t>(n)); },  // one scratch line per thread
+      // One scratch line per thread: the k kept positions, or the whole line's order. (A
+      // whole line for k of many, zeroed every call, took a third of a sampling step's
+      // top-k over 50257 logits.)
+      [&] { return std::vector<int64_t>(static_cast<size_t>(few ? k : n)); },
       [&](std::vector<int64_t>& perm, int64_t l) {
         int64_t o = l / inner, i = l % inner;
-        LineOrder<T> less{x + o * n * inner + i, inner, descending};
-        if (k > 0 && k * kFewOfMany <= n) {
+        const T* line = x + o * n * inner + i;
+        LineOrder<T> less{line, inner, descending};
+        if (few) {
           // Few of many (top-k sampling over a vocabulary): one pass, each position first
           // compared with the k-th best so far and inserted in order only when it beats
           // it. The order is total (ties by position), so these are partial_sort's k. A
           // line of 50257: k = 1 141 -> 85 us, k = 50 150 -> 100 us; k = 200 took 239 us
           // against partial_sort's 172 (insertions), hence the limit.
           int64_t kept = 0;
+          T worst{};  // the k-th best value so far, once k are kept
           for (int64_t j = 0; j < n; ++j) {
-            if (kept == k && !less(j, perm[size_t(k - 1)])) continue;
+            if (kept == k) {
+              // A later position beats the k-th best only by value (ties go to the earlier
+              // one): larger (smaller when ascending), or a NaN over a number when
+              // descending, a number over a NaN when ascending (LineOrder). Compared here
+              // without LineOrder's position lookups.
+              const T y = line[j * inner];
+              const bool beats = descending ? (y > worst || (y != y && worst == worst))
+                                            : (y < worst || (worst != worst && y == y));
+              if (!beats) continue;
+            }
             int64_t at = kept < k ? kept++ : k - 1;  // full: the k-th best drops out
             for (; at > 0 && less(j, perm[size_t(at - 1)]); --at) perm[size_t(at)] = perm[size_t(at - 1)];
             perm[size_t(at)] = j;
+            if (kept == k) worst = line[perm[size_t(k - 1)] * inner];
           }
         } else {
           for (int64_t j = 0; j < n; ++j) perm[size_t(j)] = j;

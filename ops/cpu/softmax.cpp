@@ -1,38 +1,54 @@
 // CPU kernels of softmax and log_softmax (declared in ops/kernels/softmax.h): one
 // numerically stable pass per line, the line's max subtracted before exp, sums carried
-// in double for float32.
+// in double for float32. exp is the vectorisable exp_fast (ops/cpu/vec_exp.h); a line
+// with unit stride (softmax over the last dim) is a unit-stride loop the compiler
+// vectorises. The sampler's softmax over GPT-2's 50257 logits took 225 µs with the
+// library's scalar exp, one element at a time.
 #include <cmath>
 #include <limits>
 
 #include "ops/cpu/lines.h"
+#include "ops/cpu/vec_exp.h"
 #include "ops/kernels/softmax.h"
 
 namespace mu::cpu {
 
+// One line of n elements, `stride` apart (1 when Unit).
+template <class T, bool Unit>
+static void softmax_line(const T* xl, T* yl, int64_t n, int64_t stride, bool log) {
+  using A = acc_t<T>;
+  const int64_t st = Unit ? 1 : stride;
+  T m = -std::numeric_limits<T>::infinity();
+  // A NaN never compares greater, so m is the max of the numbers; NaN still reaches
+  // the sum through exp(NaN - m).
+#pragma omp simd reduction(max : m)
+  for (int64_t j = 0; j < n; ++j) m = xl[j * st] > m ? xl[j * st] : m;
+  A s = 0;
+  if (log) {
+#pragma omp simd reduction(+ : s)
+    for (int64_t j = 0; j < n; ++j) s += A(exp_fast<T>(xl[j * st] - m));
+    const T ls = T(std::log(s));
+#pragma omp simd
+    for (int64_t j = 0; j < n; ++j) yl[j * st] = xl[j * st] - m - ls;
+  } else {
+    // exp once: keep it in y, then scale by the sum.
+#pragma omp simd reduction(+ : s)
+    for (int64_t j = 0; j < n; ++j) {
+      const T e = exp_fast<T>(xl[j * st] - m);
+      yl[j * st] = e;
+      s += A(e);
+    }
+    const A inv = A(1) / s;
+#pragma omp simd
+    for (int64_t j = 0; j < n; ++j) yl[j * st] = T(A(yl[j * st]) * inv);
+  }
+}
+
 template <class T>
 static void softmax_lines(const T* x, T* y, int64_t outer, int64_t n, int64_t inner, bool log) {
-  using A = acc_t<T>;
   for_each_line(outer, n, inner, [=](int64_t off, int64_t st) {
-    const T* xl = x + off;
-    T* yl = y + off;
-    T m = -std::numeric_limits<T>::infinity();
-    for (int64_t j = 0; j < n; ++j) m = xl[j * st] > m ? xl[j * st] : m;
-    // A NaN never compares greater, so m is the max of the numbers; NaN still reaches
-    // the sum through exp(NaN - m).
-    A s = 0;
-    if (log) {
-      for (int64_t j = 0; j < n; ++j) s += A(std::exp(xl[j * st] - m));
-      T ls = T(std::log(s));
-      for (int64_t j = 0; j < n; ++j) yl[j * st] = xl[j * st] - m - ls;
-    } else {
-      // exp once: keep it in y, then scale by the sum.
-      for (int64_t j = 0; j < n; ++j) {
-        yl[j * st] = std::exp(xl[j * st] - m);
-        s += A(yl[j * st]);
-      }
-      A inv = A(1) / s;
-      for (int64_t j = 0; j < n; ++j) yl[j * st] = T(A(yl[j * st]) * inv);
-    }
+    if (st == 1) softmax_line<T, true>(x + off, y + off, n, 1, log);
+    else softmax_line<T, false>(x + off, y + off, n, st, log);
   });
 }
 
