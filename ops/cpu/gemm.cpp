@@ -793,11 +793,11 @@ void gemm_small(int64_t M, int64_t N, int64_t K, const T* A, int64_t a_rs, int64
 // whose lanes are added at the end. Consecutive columns are consecutive rows of w, so the
 // weight is read as one stream. The rows of A are read again for every column, so the
 // depth goes in chunks whose R rows of A stay in L1 (kFewRowsChunkBytes), each chunk's
-// sums added onto C. Measured (2 threads, Zen 4, float32, one weight in cache), against
-// the previous kernel (W columns at a time, W rows of w transposed in registers): GPT-2
-// mini's head (256 -> 50257) at 2 rows 2.0 -> 1.1 ms, at 8 2.8-3.2 -> 2.6; a 3072 -> 768
-// Linear at 2, 4 and 8 rows 164 -> 82, 222 -> 128, 299 -> 278 us; 768 -> 3072 at 2 and 8
-// rows 157 -> 73, 280 -> 260 us.
+// sums added onto C. Measured (2 threads, Zen 4, float32, one weight; medians of three
+// runs), against the previous kernel (W columns at a time, W rows of w transposed in
+// registers): GPT-2 mini's head (256 -> 50257) at 2, 4 and 8 rows 1.97 -> 1.04,
+// 2.22 -> 1.21, 2.49 -> 1.8-2.7 ms; a 3072 -> 768 Linear 162 -> 82, 226 -> 133,
+// 305 -> 299 us; 768 -> 3072 155 -> 72, 206 -> 119, 280 -> 266 us.
 constexpr int64_t kFewRows = 8;
 // 16 KB of A rows per depth chunk, half of Zen 4's L1: at 24 KB (or no chunks) a 3072 ->
 // 768 Linear took 106 instead of 82 us at 2 rows, 150-220 instead of 128 at 4.
