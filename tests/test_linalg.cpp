@@ -305,6 +305,53 @@ TEST_CASE("gemm_bf16_weight matches a brute-force product and refuses other shap
                   "2 x 4 by 4 x 64 is outside its shapes");
 }
 
+// The bfloat16 product on VDPBF16PS (autocast's many-row products) against the
+// brute-force product in double of the same values: row counts around the 12-row tile,
+// columns around the 32-column tile, depths odd and even (the last pair half padding),
+// every operand layout, C rows padded (the padding untouched).
+TEST_CASE("gemm_bf16 matches a brute-force product over tile edges, odd depths and layouts") {
+  if (!cpu::gemm_bf16_available()) {
+    MESSAGE("skipped: this build's target has no AVX512_BF16 (autocast widens to float32 instead)");
+    return;
+  }
+  std::mt19937 rng(13);
+  std::normal_distribution<double> nd;
+  struct Dims { int64_t M, N, K; };
+  for (Dims d : {Dims{1, 1, 1}, Dims{11, 31, 3}, Dims{12, 32, 64}, Dims{13, 33, 257}, Dims{25, 100, 2},
+                 Dims{40, 65, 300}, Dims{130, 200, 1000}})
+    for (Layout la : {Layout::RowMajor, Layout::Transposed, Layout::Strided})
+      for (Layout lb : {Layout::RowMajor, Layout::Transposed, Layout::Strided}) {
+        INFO("M " << d.M << " N " << d.N << " K " << d.K << " A " << layout_name(la) << " B " << layout_name(lb));
+        auto fill = [&](int64_t rows, int64_t cols, Layout l, int64_t& rs, int64_t& cs) {
+          rs = l == Layout::RowMajor ? cols : l == Layout::Transposed ? 1 : 2 * cols + 3;
+          cs = l == Layout::RowMajor ? 1 : l == Layout::Transposed ? rows : 2;
+          std::vector<bfloat16_t> v(size_t(l == Layout::Strided ? rows * rs : rows * cols));
+          for (auto& x : v) x = bfloat16_t(float(nd(rng)));
+          return v;
+        };
+        int64_t ars, acs, brs, bcs;
+        const std::vector<bfloat16_t> a = fill(d.M, d.K, la, ars, acs), b = fill(d.K, d.N, lb, brs, bcs);
+        const int64_t ldc = d.N + 3;
+        std::vector<float> c(size_t(d.M * ldc), -7.0f);
+        cpu::gemm_bf16(d.M, d.N, d.K, a.data(), ars, acs, b.data(), brs, bcs, c.data(), ldc);
+        double worst = 0;
+        bool padding_intact = true;
+        for (int64_t i = 0; i < d.M; ++i) {
+          for (int64_t j = 0; j < d.N; ++j) {
+            double ref = 0, mag = 0;
+            for (int64_t k = 0; k < d.K; ++k) {
+              const double p = double(float(a[size_t(i * ars + k * acs)])) * double(float(b[size_t(k * brs + j * bcs)]));
+              ref += p, mag += std::abs(p);
+            }
+            worst = std::max(worst, std::abs(double(c[size_t(i * ldc + j)]) - ref) - 1e-4 * (mag + 1));
+          }
+          for (int64_t j = d.N; j < ldc; ++j) padding_intact = padding_intact && c[size_t(i * ldc + j)] == -7.0f;
+        }
+        CHECK(worst <= 0);
+        CHECK(padding_intact);
+      }
+}
+
 // ---------------------------------------------------------------- batch-summed GEMM
 
 namespace {

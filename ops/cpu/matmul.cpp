@@ -32,6 +32,16 @@ static void matmul(const Tensor& out, const Tensor& a, const Tensor& b) {
       const Tensor wa = widened(a);
       gemm_bf16_weight(M, N, K, wa.data_ptr<float>(), wa.stride(0), wa.stride(1), b.data_ptr<bfloat16_t>(),
                        b.stride(1), wide.data_ptr<float>(), wide.stride(0), wide.stride(1));
+    } else if (gemm_bf16_available() && (a.dim() == 2 || 2.0 * double(M) * double(N) * double(K) >= kParallelFlops)) {
+      // Many rows: the bfloat16 operands multiplied as they are (gemm_bf16), one batch
+      // entry at a time (entries too small to share out take the widened path below).
+      const int64_t batch = a.dim() == 3 ? a.size(0) : 1;
+      const bfloat16_t *ad = a.data_ptr<bfloat16_t>(), *bd = b.data_ptr<bfloat16_t>();
+      float* cd = wide.data_ptr<float>();
+      for (int64_t e = 0; e < batch; ++e) {
+        const int64_t ao = a.dim() == 3 ? e * a.stride(0) : 0, bo = b.dim() == 3 ? e * b.stride(0) : 0;
+        gemm_bf16(M, N, K, ad + ao, a.stride(-2), a.stride(-1), bd + bo, b.stride(-2), b.stride(-1), cd + e * M * N, N);
+      }
     } else {
       matmul(wide, widened(a), widened(b));
     }

@@ -1,0 +1,158 @@
+// Products of two bfloat16 matrices into float32 on CPUs with AVX512_BF16 (Zen 4,
+// Cooper Lake and later): autocast's many-row products (a prompt, a whole-context
+// sampling loop, a training step) without float32 copies of their operands.
+//
+// VDPBF16PS multiplies 16 pairs of bfloat16 values lane by lane and adds both products
+// of each pair into a float32 lane: twice the multiply-adds of a float32 FMA per
+// instruction, on operands of half the bytes. Its pairs run along the depth, so both
+// operands are packed here with the two values of each depth pair side by side:
+//  - B in panels of NR = 32 columns: for depth pair p, the 32 columns' pairs (two
+//    vectors of 16 pairs) are 128 contiguous bytes;
+//  - A in panels of MR = 12 rows: for depth pair p, the 12 rows' pairs, each one 32-bit
+//    value that the micro-kernel broadcasts to every lane.
+// The micro-kernel keeps a 12 x 32 tile of C in 24 vector registers over the whole depth
+// (24 + 2 for B + 1 for A's pair = 27 of 32), so that C is written once. Panels are
+// padded with zeros (rows past M, columns past N, an odd depth's last pair), which add
+// nothing; only C's valid elements are stored. Each element of C is summed in the same
+// order whatever the thread count. The instruction's own rounding: each product of a
+// pair rounded once as it is added, denormal inputs and results taken as zero.
+#include "ops/cpu/gemm.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "ops/cpu/parallel.h"
+#include "tensor/error.h"
+
+#if defined(__AVX512BF16__) && defined(__AVX512F__) && defined(__x86_64__)
+#include <immintrin.h>
+#define MUMOE_HAVE_DPBF16 1
+#endif
+
+namespace mu::cpu {
+
+#ifdef MUMOE_HAVE_DPBF16
+
+namespace {
+
+constexpr int64_t kMR = 12;  // rows of the C tile
+constexpr int64_t kNR = 32;  // columns of the C tile: two vectors of 16 float32 lanes
+
+// The depth pair (x[2p], x[2p + 1]) as one 32-bit value, the first in the low half (the
+// lane order VDPBF16PS pairs them in); a depth past K reads as zero.
+inline uint32_t pair_at(const bfloat16_t* x, int64_t stride, int64_t p, int64_t K) {
+  const uint32_t lo = x[2 * p * stride].bits;
+  const uint32_t hi = 2 * p + 1 < K ? x[(2 * p + 1) * stride].bits : 0u;
+  return lo | (hi << 16);
+}
+
+// B (K x N, element (k, j) at b[k * rs + j * cs]) as panels of kNR columns: panel q, pair
+// p, column c at dst[(q * P + p) * kNR + c], P = ceil(K / 2) pairs. Columns past N are 0.
+void pack_b(int64_t K, int64_t N, const bfloat16_t* b, int64_t rs, int64_t cs, uint32_t* dst, int nt) {
+  const int64_t P = (K + 1) / 2, panels = (N + kNR - 1) / kNR;
+  parallel_for(panels, nt, [&](int64_t q) {
+    uint32_t* panel = dst + q * P * kNR;
+    for (int64_t c = 0; c < kNR; ++c) {
+      const int64_t j = q * kNR + c;
+      if (j >= N) {
+        for (int64_t p = 0; p < P; ++p) panel[p * kNR + c] = 0;
+      } else if (rs == 1 && K % 2 == 0) {
+        // A transposed B (a Linear layer's weight): the pair is one 32-bit read.
+        const bfloat16_t* col = b + j * cs;
+        for (int64_t p = 0; p < P; ++p) std::memcpy(&panel[p * kNR + c], col + 2 * p, sizeof(uint32_t));
+      } else {
+        for (int64_t p = 0; p < P; ++p) panel[p * kNR + c] = pair_at(b + j * cs, rs, p, K);
+      }
+    }
+  });
+}
+
+// A (M x K, element (i, k) at a[i * rs + k * cs]) as panels of kMR rows: panel r, pair p,
+// row i at dst[(r * P + p) * kMR + i]. Rows past M are 0.
+void pack_a(int64_t M, int64_t K, const bfloat16_t* a, int64_t rs, int64_t cs, uint32_t* dst, int nt) {
+  const int64_t P = (K + 1) / 2, panels = (M + kMR - 1) / kMR;
+  parallel_for(panels, nt, [&](int64_t r) {
+    uint32_t* panel = dst + r * P * kMR;
+    for (int64_t i = 0; i < kMR; ++i) {
+      const int64_t row = r * kMR + i;
+      if (row >= M) {
+        for (int64_t p = 0; p < P; ++p) panel[p * kMR + i] = 0;
+      } else if (cs == 1 && K % 2 == 0) {
+        const bfloat16_t* line = a + row * rs;
+        for (int64_t p = 0; p < P; ++p) std::memcpy(&panel[p * kMR + i], line + 2 * p, sizeof(uint32_t));
+      } else {
+        for (int64_t p = 0; p < P; ++p) panel[p * kMR + i] = pair_at(a + row * rs, cs, p, K);
+      }
+    }
+  });
+}
+
+// The kMR x kNR tile of C at c (row stride ldc, unit column stride) = A panel · B panel
+// over P depth pairs; rows >= m and columns >= n are not stored.
+void micro_kernel(int64_t P, const uint32_t* __restrict ap, const uint32_t* __restrict bp, float* c, int64_t ldc,
+                  int64_t m, int64_t n) {
+  __m512 acc[kMR][2];
+  for (int i = 0; i < kMR; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+  for (int64_t p = 0; p < P; ++p) {
+    const __m512bh b0 = (__m512bh)_mm512_loadu_si512(bp + p * kNR);
+    const __m512bh b1 = (__m512bh)_mm512_loadu_si512(bp + p * kNR + 16);
+#pragma GCC unroll 12
+    for (int i = 0; i < kMR; ++i) {
+      const __m512bh a = (__m512bh)_mm512_set1_epi32(int(ap[p * kMR + i]));
+      acc[i][0] = _mm512_dpbf16_ps(acc[i][0], a, b0);
+      acc[i][1] = _mm512_dpbf16_ps(acc[i][1], a, b1);
+    }
+  }
+  const __mmask16 m0 = n >= 16 ? __mmask16(0xffff) : __mmask16((1u << n) - 1);
+  const __mmask16 m1 = n >= 32 ? __mmask16(0xffff) : n <= 16 ? __mmask16(0) : __mmask16((1u << (n - 16)) - 1);
+  for (int64_t i = 0; i < std::min(m, kMR); ++i) {
+    _mm512_mask_storeu_ps(c + i * ldc, m0, acc[i][0]);
+    _mm512_mask_storeu_ps(c + i * ldc + 16, m1, acc[i][1]);
+  }
+}
+
+}  // namespace
+
+bool gemm_bf16_available() { return true; }
+
+void gemm_bf16(int64_t M, int64_t N, int64_t K, const bfloat16_t* A, int64_t a_rs, int64_t a_cs, const bfloat16_t* B,
+               int64_t b_rs, int64_t b_cs, float* C, int64_t ldc) {
+  MU_CHECK(M >= 0 && N >= 0 && K >= 0, "gemm_bf16: negative size (M ", M, ", N ", N, ", K ", K, ")");
+  if (M == 0 || N == 0) return;
+  if (K == 0) {
+    for (int64_t i = 0; i < M; ++i) std::fill(C + i * ldc, C + i * ldc + N, 0.0f);
+    return;
+  }
+  int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
+  if (2.0 * double(M) * double(N) * double(K) < kParallelFlops) nt = 1;
+  const int64_t P = (K + 1) / 2, row_panels = (M + kMR - 1) / kMR, col_panels = (N + kNR - 1) / kNR;
+  // Both operands packed whole (each the size of the operand itself), once per call.
+  thread_local std::vector<uint32_t> a_packed, b_packed;
+  a_packed.resize(size_t(row_panels * P * kMR));
+  b_packed.resize(size_t(col_panels * P * kNR));
+  uint32_t *ap = a_packed.data(), *bp = b_packed.data();
+  pack_a(M, K, A, a_rs, a_cs, ap, nt);
+  pack_b(K, N, B, b_rs, b_cs, bp, nt);
+  // Tiles column panel by column panel, so that consecutive tiles of a thread share their
+  // B panel (in L2) and stream the A panels.
+  parallel_for(row_panels * col_panels, nt, [&](int64_t t) {
+    const int64_t q = t / row_panels, r = t % row_panels;
+    micro_kernel(P, ap + r * P * kMR, bp + q * P * kNR, C + r * kMR * ldc + q * kNR, ldc, M - r * kMR, N - q * kNR);
+  });
+}
+
+#else  // no AVX512_BF16 on the build target
+
+bool gemm_bf16_available() { return false; }
+
+void gemm_bf16(int64_t, int64_t, int64_t, const bfloat16_t*, int64_t, int64_t, const bfloat16_t*, int64_t, int64_t,
+               float*, int64_t) {
+  MU_FAIL("gemm_bf16: this build's target has no AVX512_BF16 (check gemm_bf16_available() first)");
+}
+
+#endif
+
+}  // namespace mu::cpu
