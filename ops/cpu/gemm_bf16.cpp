@@ -114,6 +114,41 @@ void micro_kernel(int64_t P, const uint32_t* __restrict ap, const uint32_t* __re
   }
 }
 
+// The weight-side form, for a B that is the transpose of a row-major N x K matrix w (a
+// Linear layer's x · wᵀ) with K even: Cᵀ = w · Aᵀ by the same micro-kernel with the
+// operands' roles swapped. w takes the broadcast side, read in place (each of its rows
+// holds its depth pairs contiguously), and A the vector side, packed in panels of kNR rows
+// (A is the small operand: a prompt, a sampling loop's context). The weight is then never
+// copied: packing it cost a third of a 80-row product's time. The kMR x kNR tile of Cᵀ
+// (kMR columns of C by kNR rows) goes through a buffer into C, transposed.
+void micro_kernel_t(int64_t P, const bfloat16_t* __restrict w, int64_t ldw, const uint32_t* __restrict xp, float* c,
+                    int64_t ldc, int64_t n, int64_t m) {
+  __m512 acc[kMR][2];
+  for (int i = 0; i < kMR; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+  const int64_t rows = std::min(n, kMR);
+  const bfloat16_t* row[kMR];
+  for (int64_t i = 0; i < kMR; ++i) row[i] = w + std::min(i, rows - 1) * ldw;  // rows past n repeat the last
+  for (int64_t p = 0; p < P; ++p) {
+    const __m512bh b0 = (__m512bh)_mm512_loadu_si512(xp + p * kNR);
+    const __m512bh b1 = (__m512bh)_mm512_loadu_si512(xp + p * kNR + 16);
+#pragma GCC unroll 12
+    for (int i = 0; i < kMR; ++i) {
+      int32_t pair;
+      std::memcpy(&pair, row[i] + 2 * p, sizeof(pair));
+      const __m512bh a = (__m512bh)_mm512_set1_epi32(pair);
+      acc[i][0] = _mm512_dpbf16_ps(acc[i][0], a, b0);
+      acc[i][1] = _mm512_dpbf16_ps(acc[i][1], a, b1);
+    }
+  }
+  alignas(64) float tile[kMR][kNR];
+  for (int i = 0; i < kMR; ++i) {
+    _mm512_store_ps(tile[i], acc[i][0]);
+    _mm512_store_ps(tile[i] + 16, acc[i][1]);
+  }
+  for (int64_t r = 0; r < std::min(m, kNR); ++r)
+    for (int64_t i = 0; i < rows; ++i) c[r * ldc + i] = tile[i][r];
+}
+
 }  // namespace
 
 bool gemm_bf16_available() { return true; }
@@ -128,6 +163,21 @@ void gemm_bf16(int64_t M, int64_t N, int64_t K, const bfloat16_t* A, int64_t a_r
   }
   int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
   if (2.0 * double(M) * double(N) * double(K) < kParallelFlops) nt = 1;
+  if (b_rs == 1 && K % 2 == 0) {  // x · wᵀ: the weight read in place (micro_kernel_t)
+    const int64_t P = K / 2, x_panels = (M + kNR - 1) / kNR, w_blocks = (N + kMR - 1) / kMR;
+    thread_local std::vector<uint32_t> x_packed;
+    x_packed.resize(size_t(x_panels * P * kNR));
+    uint32_t* xp = x_packed.data();
+    pack_b(K, M, A, a_cs, a_rs, xp, nt);  // Aᵀ (K x M) as panels of kNR of its columns
+    // Tiles weight block by weight block: consecutive tiles of a thread share the block's
+    // kMR rows of w (in L1) and stream the packed panels of A.
+    parallel_for(w_blocks * x_panels, nt, [&](int64_t t) {
+      const int64_t wb = t / x_panels, xq = t % x_panels;
+      micro_kernel_t(P, B + wb * kMR * b_cs, b_cs, xp + xq * P * kNR, C + xq * kNR * ldc + wb * kMR, ldc,
+                     N - wb * kMR, M - xq * kNR);
+    });
+    return;
+  }
   const int64_t P = (K + 1) / 2, row_panels = (M + kMR - 1) / kMR, col_panels = (N + kNR - 1) / kNR;
   // Both operands packed whole (each the size of the operand itself), once per call.
   thread_local std::vector<uint32_t> a_packed, b_packed;
