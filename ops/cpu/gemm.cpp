@@ -749,16 +749,22 @@ void tiny_depth_range(int64_t K, int64_t i0, int64_t i1, int64_t N, const T* A, 
   MU_FAIL("gemm: tiny_depth_range called with depth ", K, " outside [1, ", kTinyDepth, "]");
 }
 
+// dst (rows x cols, row-major) = the matrix at src (element (i, j) at src[i * rs + j * cs]);
+// returns dst.
+template <class T>
+const T* dense_rows(int64_t rows, int64_t cols, const T* src, int64_t rs, int64_t cs, T* dst) {
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) dst[i * cols + j] = src[i * rs + j * cs];
+  return dst;
+}
+
 // C = or += A · B without packing, for products whose B fits in L2 (see gemm_one). B is
 // copied to row-major form first unless it already is.
 template <class T>
 void gemm_small(int64_t M, int64_t N, int64_t K, const T* A, int64_t a_rs, int64_t a_cs, const T* B, int64_t b_rs,
                 int64_t b_cs, T* C, int64_t c_rs, int64_t c_cs, bool accumulate, int nt, Addend<T> bias = {}) {
   if (b_cs != 1) {
-    T* dense = packed_b_buffer<T>(K * N);
-    for (int64_t k = 0; k < K; ++k)
-      for (int64_t j = 0; j < N; ++j) dense[k * N + j] = B[k * b_rs + j * b_cs];
-    B = dense;
+    B = dense_rows(K, N, B, b_rs, b_cs, packed_b_buffer<T>(K * N));
     b_rs = N;
   }
   constexpr int W = Vec<T>::width;
@@ -903,10 +909,7 @@ void gemm_few_rows(int64_t M, int64_t N, int64_t K, const T* A, int64_t a_rs, in
                    int64_t ldb, T* C, int64_t c_rs, int64_t c_cs, bool accumulate, int nt, Addend<T> bias) {
   constexpr int W = Vec<T>::width;
   if (a_cs != 1) {
-    T* dense = packed_a_buffer<T>(M * K);
-    for (int64_t i = 0; i < M; ++i)
-      for (int64_t p = 0; p < K; ++p) dense[i * K + p] = A[i * a_rs + p * a_cs];
-    A = dense;
+    A = dense_rows(M, K, A, a_rs, a_cs, packed_a_buffer<T>(M * K));
     a_rs = K;
   }
   // Equal chunks of whole vectors, each at most kFewRowsChunkBytes of A.

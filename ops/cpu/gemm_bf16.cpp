@@ -49,42 +49,26 @@ inline uint32_t pair_at(const bfloat16_t* x, int64_t stride, int64_t p, int64_t 
   return lo | (hi << 16);
 }
 
-// B (K x N, element (k, j) at b[k * rs + j * cs]) as panels of kNR columns: panel q, pair
-// p, column c at dst[(q * P + p) * kNR + c], P = ceil(K / 2) pairs. Columns past N are 0.
-void pack_b(int64_t K, int64_t N, const bfloat16_t* b, int64_t rs, int64_t cs, uint32_t* dst, int nt) {
-  const int64_t P = (K + 1) / 2, panels = (N + kNR - 1) / kNR;
+// `lines` lines of K depths (line l's depth k at x[l * ls + k * ks]) as panels of Width
+// lines: panel q, pair p, line c at dst[(q * P + p) * Width + c], P = ceil(K / 2) pairs;
+// lines past the last are 0. B's panels are its columns (Width kNR, ks = B's row stride),
+// A's its rows (Width kMR, ks = A's column stride).
+template <int64_t Width>
+void pack_pairs(int64_t K, int64_t lines, const bfloat16_t* x, int64_t ks, int64_t ls, uint32_t* dst, int nt) {
+  const int64_t P = (K + 1) / 2, panels = (lines + Width - 1) / Width;
   parallel_for(panels, nt, [&](int64_t q) {
-    uint32_t* panel = dst + q * P * kNR;
-    for (int64_t c = 0; c < kNR; ++c) {
-      const int64_t j = q * kNR + c;
-      if (j >= N) {
-        for (int64_t p = 0; p < P; ++p) panel[p * kNR + c] = 0;
-      } else if (rs == 1 && K % 2 == 0) {
-        // A transposed B (a Linear layer's weight): the pair is one 32-bit read.
-        const bfloat16_t* col = b + j * cs;
-        for (int64_t p = 0; p < P; ++p) std::memcpy(&panel[p * kNR + c], col + 2 * p, sizeof(uint32_t));
+    uint32_t* panel = dst + q * P * Width;
+    for (int64_t c = 0; c < Width; ++c) {
+      const int64_t l = q * Width + c;
+      if (l >= lines) {
+        for (int64_t p = 0; p < P; ++p) panel[p * Width + c] = 0;
+      } else if (ks == 1 && K % 2 == 0) {
+        // Depths contiguous (a Linear layer's weight, a row-major A): each pair is one
+        // 32-bit read.
+        const bfloat16_t* line = x + l * ls;
+        for (int64_t p = 0; p < P; ++p) std::memcpy(&panel[p * Width + c], line + 2 * p, sizeof(uint32_t));
       } else {
-        for (int64_t p = 0; p < P; ++p) panel[p * kNR + c] = pair_at(b + j * cs, rs, p, K);
-      }
-    }
-  });
-}
-
-// A (M x K, element (i, k) at a[i * rs + k * cs]) as panels of kMR rows: panel r, pair p,
-// row i at dst[(r * P + p) * kMR + i]. Rows past M are 0.
-void pack_a(int64_t M, int64_t K, const bfloat16_t* a, int64_t rs, int64_t cs, uint32_t* dst, int nt) {
-  const int64_t P = (K + 1) / 2, panels = (M + kMR - 1) / kMR;
-  parallel_for(panels, nt, [&](int64_t r) {
-    uint32_t* panel = dst + r * P * kMR;
-    for (int64_t i = 0; i < kMR; ++i) {
-      const int64_t row = r * kMR + i;
-      if (row >= M) {
-        for (int64_t p = 0; p < P; ++p) panel[p * kMR + i] = 0;
-      } else if (cs == 1 && K % 2 == 0) {
-        const bfloat16_t* line = a + row * rs;
-        for (int64_t p = 0; p < P; ++p) std::memcpy(&panel[p * kMR + i], line + 2 * p, sizeof(uint32_t));
-      } else {
-        for (int64_t p = 0; p < P; ++p) panel[p * kMR + i] = pair_at(a + row * rs, cs, p, K);
+        for (int64_t p = 0; p < P; ++p) panel[p * Width + c] = pair_at(x + l * ls, ks, p, K);
       }
     }
   });
@@ -168,7 +152,7 @@ void gemm_bf16(int64_t M, int64_t N, int64_t K, const bfloat16_t* A, int64_t a_r
     thread_local std::vector<uint32_t> x_packed;
     x_packed.resize(size_t(x_panels * P * kNR));
     uint32_t* xp = x_packed.data();
-    pack_b(K, M, A, a_cs, a_rs, xp, nt);  // Aᵀ (K x M) as panels of kNR of its columns
+    pack_pairs<kNR>(K, M, A, a_cs, a_rs, xp, nt);  // A's rows in panels of kNR
     // Tiles weight block by weight block: consecutive tiles of a thread share the block's
     // kMR rows of w (in L1) and stream the packed panels of A.
     parallel_for(w_blocks * x_panels, nt, [&](int64_t t) {
@@ -184,8 +168,8 @@ void gemm_bf16(int64_t M, int64_t N, int64_t K, const bfloat16_t* A, int64_t a_r
   a_packed.resize(size_t(row_panels * P * kMR));
   b_packed.resize(size_t(col_panels * P * kNR));
   uint32_t *ap = a_packed.data(), *bp = b_packed.data();
-  pack_a(M, K, A, a_rs, a_cs, ap, nt);
-  pack_b(K, N, B, b_rs, b_cs, bp, nt);
+  pack_pairs<kMR>(K, M, A, a_cs, a_rs, ap, nt);
+  pack_pairs<kNR>(K, N, B, b_rs, b_cs, bp, nt);
   // Tiles column panel by column panel, so that consecutive tiles of a thread share their
   // B panel (in L2) and stream the A panels.
   parallel_for(row_panels * col_panels, nt, [&](int64_t t) {
