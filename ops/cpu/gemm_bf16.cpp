@@ -103,7 +103,8 @@ void micro_kernel(int64_t P, const uint32_t* __restrict ap, const uint32_t* __re
 // operands' roles swapped. w takes the broadcast side, read in place (each of its rows
 // holds its depth pairs contiguously), and A the vector side, packed in panels of kNR rows
 // (A is the small operand: a prompt, a sampling loop's context). The weight is then never
-// copied: packing it cost a third of a 80-row product's time. The kMR x kNR tile of Cᵀ
+// copied: GPT-2 124M's Linears at about 80 rows took 1.18 ms a call with it packed, 1.00
+// read in place (a whole-context sampling loop's kernel profile). The kMR x kNR tile of Cᵀ
 // (kMR columns of C by kNR rows) goes through a buffer into C, transposed.
 void micro_kernel_t(int64_t P, const bfloat16_t* __restrict w, int64_t ldw, const uint32_t* __restrict xp, float* c,
                     int64_t ldc, int64_t n, int64_t m) {
