@@ -94,6 +94,32 @@ TEST_CASE("autocast: a few rows by a transposed weight match the rounded operand
     }
 }
 
+// Batched products large enough for the CPU's bfloat16 kernel entry by entry
+// (ops/cpu/gemm_bf16.cpp where the CPU has AVX512_BF16): bmm, and a matrix shared by the
+// batch (matmul broadcasting it), each against the rounded operands' product.
+TEST_CASE("autocast: batched products match the rounded operands' product entry by entry") {
+  manual_seed(4);
+  const Tensor a0 = randn({3, 40, 300}), b0 = randn({3, 300, 50}), s0 = randn({40, 300});
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    Tensor y, ys;
+    {
+      AutocastGuard amp;
+      y = bmm(on(a0, dev), on(b0, dev));
+      ys = matmul(on(s0, dev), on(b0, dev));
+    }
+    for (auto [got_t, want_t] : {std::pair<Tensor, Tensor>{y, matmul(rounded(a0), rounded(b0))},
+                                 {ys, matmul(rounded(s0), rounded(b0))}}) {
+      REQUIRE(got_t.dtype() == kBFloat16);
+      std::vector<double> got = got_t.to_vector<double>(), w = want_t.to_vector<double>();
+      double worst = 0;
+      for (size_t i = 0; i < got.size(); ++i)
+        worst = std::max(worst, std::fabs(got[i] - w[i]) - std::ldexp(std::fabs(w[i]), -8) - 3e-3);
+      CHECK(worst <= 0);
+    }
+  }
+}
+
 TEST_CASE("autocast: a Linear layer adds its bias in bfloat16, its output stays bfloat16, its gradients float32") {
   manual_seed(4);
   nn::Linear lin(nn::LinearOptions(12, 5));
