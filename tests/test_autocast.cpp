@@ -64,15 +64,16 @@ TEST_CASE("autocast: matmul runs in bfloat16 on rounded operands with float32 su
   }
 }
 
-// A decoding step's products: 1 to 8 rows by a transposed weight, whose bfloat16 values
-// the CPU reads in place (ops/cpu/gemm.h, gemm_bf16_weight), and 9 rows, widened whole.
-// Depths below, at and past a vector and past a depth chunk; columns likewise.
+// A decoding step's products: 1 to 12 rows (16 without AVX512_BF16) by a transposed
+// weight, whose bfloat16 values the CPU reads in place (ops/cpu/gemm.h,
+// gemm_bf16_weight), and more rows, by gemm_bf16 or widened. Depths below, at and past a
+// vector and past a depth chunk; columns likewise.
 TEST_CASE("autocast: a few rows by a transposed weight match the rounded operands' product") {
   manual_seed(3);
   for (int64_t K : {16, 37, 300, 2100})
     for (int64_t N : {16, 33, 257}) {
       const Tensor w0 = randn({N, K});
-      for (int64_t M = 1; M <= 9; ++M) {
+      for (int64_t M : {1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 13, 16, 17}) {
         const Tensor x0 = randn({M, K});
         const Tensor want = matmul(rounded(x0), rounded(w0).t());
         for (Device dev : test_devices()) {

@@ -190,8 +190,8 @@ void gemm_sweep() {
     // depth, with depths in one chunk (300) and in several (1100 and 2100 past 8 rows of
     // 16 KB); one vector of columns; every layout of A (non-unit column strides copied
     // dense), accumulating, with a bias per column and per row; a batch with B broadcast;
-    // and nine rows, past the path's limit (packed).
-    for (int64_t M = 2; M <= 9; ++M)
+    // 9 to 16 rows in two groups; and 17 rows, past the path's limit (packed).
+    for (int64_t M : {2, 3, 4, 5, 6, 7, 8, 9, 12, 16, 17})
       for (Dims d : {Dims{M, 300, 257}, Dims{M, 37, 1100}, Dims{M, 16, 2100}})
         for (Layout la : {Layout::RowMajor, Layout::Transposed, Layout::Strided}) {
           check_gemm<T>(1, d.M, d.N, d.K, la, Layout::Transposed, false, false, la == Layout::Strided, rng);
@@ -265,13 +265,13 @@ TEST_CASE("gemm results are bit-identical on 1 and 4 threads") {
 }
 
 // A float32 product by a transposed bfloat16 matrix, read in place (autocast's few-row
-// Linears): against the brute-force product in double of the same values, for every row
-// count it takes, depths and columns below, at and past a vector (and past a depth
-// chunk), A and C strided; then the shapes it refuses, by name.
+// Linears): against the brute-force product in double of the same values, for row counts
+// in one group and in two, depths and columns below, at and past a vector (and past a
+// depth chunk), A and C strided; then the shapes it refuses, by name.
 TEST_CASE("gemm_bf16_weight matches a brute-force product and refuses other shapes") {
   std::mt19937 rng(11);
   std::normal_distribution<double> nd;
-  for (int64_t M = 1; M <= 8; ++M)
+  for (int64_t M : {1, 2, 3, 4, 5, 6, 7, 8, 9, 13, 16})
     for (int64_t K : {16, 37, 1100, 2100})
       for (int64_t N : {16, 300}) {
         INFO("M " << M << " K " << K << " N " << N);
@@ -298,9 +298,9 @@ TEST_CASE("gemm_bf16_weight matches a brute-force product and refuses other shap
         CHECK(padding_intact);
       }
   std::vector<bfloat16_t> bt(64 * 64);
-  std::vector<float> a(9 * 64), c(9 * 64);
-  CHECK_THROWS_MU(cpu::gemm_bf16_weight(9, 64, 64, a.data(), 64, 1, bt.data(), 64, c.data(), 64, 1),
-                  "9 x 64 by 64 x 64 is outside its shapes (1 to 8 rows");
+  std::vector<float> a(17 * 64), c(17 * 64);
+  CHECK_THROWS_MU(cpu::gemm_bf16_weight(17, 64, 64, a.data(), 64, 1, bt.data(), 64, c.data(), 64, 1),
+                  "17 x 64 by 64 x 64 is outside its shapes (1 to 16 rows");
   CHECK_THROWS_MU(cpu::gemm_bf16_weight(2, 64, 4, a.data(), 4, 1, bt.data(), 4, c.data(), 64, 1),
                   "2 x 4 by 4 x 64 is outside its shapes");
 }

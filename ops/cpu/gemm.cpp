@@ -804,7 +804,16 @@ void gemm_small(int64_t M, int64_t N, int64_t K, const T* A, int64_t a_rs, int64
 // registers): GPT-2 mini's head (256 -> 50257) at 2, 4 and 8 rows 1.97 -> 1.04,
 // 2.22 -> 1.21, 2.49 -> 1.8-2.7 ms; a 3072 -> 768 Linear 162 -> 82, 226 -> 133,
 // 305 -> 299 us; 768 -> 3072 155 -> 72, 206 -> 119, 280 -> 266 us.
-constexpr int64_t kFewRows = 8;
+constexpr int64_t kFewRows = 16;
+// Rows of A per pass over a block of w (dot_columns' register tile): past 8 rows the
+// partial sums would not fit in the registers with their chains. 9 to 16 rows take two
+// groups over w's rows while they are in cache: at 12 and 16 rows the shapes above and a
+// 256 -> 1024 Linear took 0.45-0.87 of the packed path's time (the head 2.2 and 3.3 ms
+// against 5.0 and 6.4); at 24 rows two of the four were slower, at 32 three.
+constexpr int64_t kFewRowsGroup = 8;
+// The columns a thread's range is taken in: their rows of w (one depth chunk of each)
+// kept in L2 while every group of rows passes over them.
+constexpr int64_t kFewRowsBlockBytes = 256 * 1024;
 // 16 KB of A rows per depth chunk, half of Zen 4's L1: at 24 KB (or no chunks) a 3072 ->
 // 768 Linear took 106 instead of 82 us at 2 rows, 150-220 instead of 128 at 4.
 constexpr int64_t kFewRowsChunkBytes = 16 * 1024;
@@ -897,13 +906,16 @@ void dot_columns(int64_t M, int64_t j0, int64_t j1, int64_t K, const T* A, int64
     MU_FEW_ROWS(5, 2) MU_FEW_ROWS(6, 2) MU_FEW_ROWS(7, 1) MU_FEW_ROWS(8, 1)
 #undef MU_FEW_ROWS
   }
-  MU_FAIL("gemm: a few-row product called with ", M, " rows, outside [1, ", kFewRows, "]");
+  MU_FAIL("gemm: a few-row product called with ", M, " rows, outside [1, ", kFewRowsGroup, "]");
 }
 
 // C (M x N, 1 <= M <= kFewRows) = or += A · B for B(k, j) at bt[j * ldb + k], N >= W,
-// K >= W: threads take contiguous ranges of columns, each going over them once per depth
-// chunk. A with non-unit column stride is first copied dense (M x K values, next to B's
-// N x K). Each element of C is summed in the same order on any number of threads.
+// K >= W: threads take contiguous ranges of columns. Within a range, blocks of columns
+// (their rows of w kept in L2, kFewRowsBlockBytes) are taken by every depth chunk, and
+// within a chunk by every group of at most kFewRowsGroup rows of A, so that w is read from
+// memory once however many groups there are. A with non-unit column stride is first
+// copied dense (M x K values, next to B's N x K). Each element of C is summed in the same
+// order on any number of threads.
 template <class T, class TB = T>
 void gemm_few_rows(int64_t M, int64_t N, int64_t K, const T* A, int64_t a_rs, int64_t a_cs, const TB* bt,
                    int64_t ldb, T* C, int64_t c_rs, int64_t c_cs, bool accumulate, int nt, Addend<T> bias) {
@@ -912,13 +924,20 @@ void gemm_few_rows(int64_t M, int64_t N, int64_t K, const T* A, int64_t a_rs, in
     A = dense_rows(M, K, A, a_rs, a_cs, packed_a_buffer<T>(M * K));
     a_rs = K;
   }
-  // Equal chunks of whole vectors, each at most kFewRowsChunkBytes of A.
-  const int64_t chunks = (M * K * int64_t(sizeof(T)) + kFewRowsChunkBytes - 1) / kFewRowsChunkBytes;
+  // Rows in groups of equal size (within one), each at most kFewRowsGroup.
+  const int64_t groups = (M + kFewRowsGroup - 1) / kFewRowsGroup;
+  const int64_t group_rows = (M + groups - 1) / groups;
+  // Equal chunks of whole vectors, each at most kFewRowsChunkBytes of a group's rows of A.
+  const int64_t chunks = (group_rows * K * int64_t(sizeof(T)) + kFewRowsChunkBytes - 1) / kFewRowsChunkBytes;
   const int64_t kc = ((K + chunks - 1) / chunks + W - 1) / W * W;
+  const int64_t cb = std::max<int64_t>(W, kFewRowsBlockBytes / (kc * int64_t(sizeof(TB))));
   split_range(N, nt, [&](int64_t j0, int64_t j1) {
-    for (int64_t k0 = 0; k0 < K; k0 += kc)
-      dot_columns<T, TB>(M, j0, j1, std::min(kc, K - k0), A + k0, a_rs, bt + k0, ldb, C, c_rs, c_cs,
-                         accumulate || k0 > 0, k0 > 0 ? Addend<T>{} : bias);
+    for (int64_t jb = j0; jb < j1; jb += cb)
+      for (int64_t k0 = 0; k0 < K; k0 += kc)
+        for (int64_t i0 = 0; i0 < M; i0 += group_rows)
+          dot_columns<T, TB>(std::min(group_rows, M - i0), jb, std::min(j1, jb + cb), std::min(kc, K - k0),
+                             A + i0 * a_rs + k0, a_rs, bt + k0, ldb, C + i0 * c_rs, c_rs, c_cs, accumulate || k0 > 0,
+                             k0 > 0 ? Addend<T>{} : bias.at(i0, 0));
   });
 }
 
@@ -1164,12 +1183,14 @@ void gemm(int64_t batch, int64_t M, int64_t N, int64_t K, MatrixRef<const T> A, 
 }
 
 bool bf16_weight_product_fits(int64_t M, int64_t N, int64_t K) {
-  return M >= 1 && M <= kFewRows && N >= Vec<float>::width && K >= Vec<float>::width;
+  // With AVX512_BF16, gemm_bf16 was faster from 16 rows (at 12 this was, by 4-35%).
+  const int64_t rows = gemm_bf16_available() ? 12 : kFewRows;
+  return M >= 1 && M <= rows && N >= Vec<float>::width && K >= Vec<float>::width;
 }
 
 void gemm_bf16_weight(int64_t M, int64_t N, int64_t K, const float* A, int64_t a_rs, int64_t a_cs,
                       const bfloat16_t* bt, int64_t ldb, float* C, int64_t c_rs, int64_t c_cs) {
-  MU_CHECK(bf16_weight_product_fits(M, N, K), "gemm_bf16_weight: ", M, " x ", K, " by ", K, " x ", N,
+  MU_CHECK(M >= 1 && M <= kFewRows && N >= Vec<float>::width && K >= Vec<float>::width, "gemm_bf16_weight: ", M, " x ", K, " by ", K, " x ", N,
            " is outside its shapes (1 to ", kFewRows, " rows; N and K at least ", Vec<float>::width, ")");
   int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
   if (2.0 * double(M) * double(N) * double(K) < kParallelFlops) nt = 1;
