@@ -803,7 +803,7 @@ void gemm_small(int64_t M, int64_t N, int64_t K, const T* A, int64_t a_rs, int64
 // runs), against the previous kernel (W columns at a time, W rows of w transposed in
 // registers): GPT-2 mini's head (256 -> 50257) at 2, 4 and 8 rows 1.97 -> 1.04,
 // 2.22 -> 1.21, 2.49 -> 1.8-2.7 ms; a 3072 -> 768 Linear 162 -> 82, 226 -> 133,
-// 305 -> 299 us; 768 -> 3072 155 -> 72, 206 -> 119, 280 -> 266 us.
+// 304 -> 298 us; 768 -> 3072 155 -> 72, 206 -> 119, 280 -> 266 us.
 constexpr int64_t kFewRows = 16;
 // Rows of A per pass over a block of w (dot_columns' register tile): past 8 rows the
 // partial sums would not fit in the registers with their chains. 9 to 16 rows take two
