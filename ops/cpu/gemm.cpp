@@ -1183,7 +1183,7 @@ void gemm(int64_t batch, int64_t M, int64_t N, int64_t K, MatrixRef<const T> A, 
 }
 
 bool bf16_weight_product_fits(int64_t M, int64_t N, int64_t K) {
-  // With AVX512_BF16, gemm_bf16 was faster from 16 rows (at 12 this was, by 4-35%).
+  // With AVX512_BF16, gemm_bf16 was faster from 16 rows (at 12 this one was, by 4-34%).
   const int64_t rows = gemm_bf16_available() ? 12 : kFewRows;
   return M >= 1 && M <= rows && N >= Vec<float>::width && K >= Vec<float>::width;
 }
