@@ -277,6 +277,32 @@ TEST_CASE("cross_entropy on bfloat16 logits with bfloat16 class weights equals f
   }
 }
 
+// The same on every layout (lines along a strided class dimension included), unreduced,
+// with ignored targets and smoothing: the bfloat16 logits are read in place (the CPU widens
+// each as it reads it), the loss equals float32's on the same values bit for bit, and
+// the gradient is float32's rounded once.
+TEST_CASE("cross_entropy on bfloat16 logits equals float32 on the same values on every layout") {
+  uint64_t seed = 1300;
+  for (Device dev : test_devices())
+    for (const Shape& shape : layouts())
+      for (double eps : {0.0, 0.3}) {
+        ++seed;
+        INFO(dev.str() << " shape " << shape_str(shape) << " smoothing " << eps);
+        Geo g = geo_of(shape);
+        manual_seed(seed);
+        const Tensor x = (randn(shape, kFloat64) * 3.0).to(kBFloat16);
+        const Tensor t = on(from_vector(make_targets(g.target_shape, g.C, 2, seed), g.target_shape), dev);
+        const CrossEntropyOptions o = CrossEntropyOptions().ignore_index(2).label_smoothing(eps).reduction(Reduction::None);
+        Tensor xb = on(x, dev).requires_grad_(), xf = on(x.to(kFloat32), dev).requires_grad_();
+        Tensor lb = cross_entropy(xb, t, o), lf = cross_entropy(xf, t, o);
+        CHECK(max_abs_diff(lb, lf) == 0);
+        const Tensor up = on(randn(lf.shape()), dev);
+        (lb * up).sum().backward();
+        (lf * up).sum().backward();
+        CHECK(max_abs_diff(xb.grad(), xf.grad().to(kBFloat16)) == 0);
+      }
+}
+
 // When the logits are a temporary that only the loss keeps (a model's head output), the
 // CPU and CUDA kernels write their gradient over them instead of into a new tensor; retaining the graph
 // keeps them. The gradient must be the same bits either way, on every layout and option,
