@@ -155,9 +155,11 @@ template <class V>
 }
 
 // exp in the kernels' scalar type: the vectorisable version for float32, the library's
-// for float64 (the reference precision: accuracy over speed).
+// for float64 (the reference precision: accuracy over speed). Always inlined: out of line
+// (GCC's choice once a file had more loops calling it) it kept the loops scalar, and the
+// cross-entropy forward over 1024 x 50257 logits took 95 ms instead of 14.
 template <class T>
-inline T exp_fast(T x) {
+[[gnu::always_inline]] inline T exp_fast(T x) {
   if constexpr (std::is_same_v<T, float>)
     return exp_vec(x);
   else
