@@ -17,9 +17,9 @@
 // float32 sums are carried in double (C is long); exp is the vectorisable exp_vec.
 #include <omp.h>
 
-#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "ops/cpu/loops.h"
@@ -117,8 +117,26 @@ void backward_line(const T* x, T* dx, int64_t stride, const T* w, int64_t C, int
   dx[t * st] = T(ad * pt - (Smooth ? bd * wt : 0.0) - g * (1 - eps) * wt);
 }
 
-template <class T, bool Unit, bool Smooth, bool Weighted>
-void forward_lines(const T* x, const int64_t* target, const T* w, T* loss, double* lse, const CrossEntropyLines& L) {
+// Autocast's bfloat16 logits (X) take contiguous lines only (a language model's): each
+// line is widened into a float32 buffer of the thread (C values: 200 KB, in L2, for
+// GPT-2's vocabulary), the float32 line kernels run on it, and the backward's gradient is
+// rounded into dlogits as it leaves the buffer. The same arithmetic as on a float32 copy
+// of the whole logits, without that copy and the gradient's (for 1024 x 50257, 206 MB
+// each). For X = T the line is read and written where it lies.
+inline float* line_buffer(int64_t C) {
+  thread_local std::vector<float> buffer;
+  if (int64_t(buffer.size()) < C) buffer.resize(size_t(C));
+  return buffer.data();
+}
+inline float* widen_line(const bfloat16_t* x, int64_t C) {
+  float* line = line_buffer(C);
+  for (int64_t j = 0; j < C; ++j) line[j] = float(x[j]);
+  return line;
+}
+
+template <class T, class X, bool Unit, bool Smooth, bool Weighted>
+void forward_lines(const X* x, const int64_t* target, const T* w, T* loss, double* lse, const CrossEntropyLines& L) {
+  static_assert(std::is_same_v<X, T> || Unit, "bfloat16 logits: contiguous lines only");
   double wsum = weight_total(w, L.classes);
   for_lines(L, [&](int64_t l) {
     int64_t t = target[l];
@@ -127,75 +145,36 @@ void forward_lines(const T* x, const int64_t* target, const T* w, T* loss, doubl
       lse[l] = 0;
       return;
     }
-    forward_line<T, Unit, Smooth, Weighted>(x + line_offset(L, l), L.inner, w, L.classes, t, L.label_smoothing, wsum,
-                                            loss + l, lse + l);
+    const X* xl = x + line_offset(L, l);
+    const T* line;
+    if constexpr (std::is_same_v<X, T>) line = xl;
+    else line = widen_line(xl, L.classes);
+    forward_line<T, Unit, Smooth, Weighted>(line, L.inner, w, L.classes, t, L.label_smoothing, wsum, loss + l, lse + l);
   });
 }
 
-template <class T, bool Unit, bool Smooth, bool Weighted>
-void backward_lines(const T* g, int64_t g_numel, double scale, const T* x, const int64_t* target, const T* w,
-                    const double* lse, T* dx, const CrossEntropyLines& L) {
+template <class T, class X, bool Unit, bool Smooth, bool Weighted>
+void backward_lines(const T* g, int64_t g_numel, double scale, const X* x, const int64_t* target, const T* w,
+                    const double* lse, X* dx, const CrossEntropyLines& L) {
+  static_assert(std::is_same_v<X, T> || Unit, "bfloat16 logits: contiguous lines only");
   double wsum = weight_total(w, L.classes);
   for_lines(L, [&](int64_t l) {
     int64_t t = target[l], off = line_offset(L, l);
     if (t == L.ignore_index) {  // no loss, no gradient
-      for (int64_t j = 0; j < L.classes; ++j) dx[off + j * L.inner] = T(0);
+      for (int64_t j = 0; j < L.classes; ++j) dx[off + j * L.inner] = X(0.0f);
       return;
     }
     // One upstream value per line (Reduction::None) or one for all (a reduced loss).
     double gl = scale * double(g[g_numel == 1 ? 0 : l]);
-    backward_line<T, Unit, Smooth, Weighted>(x + off, dx + off, L.inner, w, L.classes, t, L.label_smoothing, wsum, gl,
-                                             lse[l]);
-  });
-}
-
-// Autocast's bfloat16 logits with contiguous lines (a language model's): each line is
-// widened into a float32 buffer of the thread (C values: 200 KB, in L2, for GPT-2's
-// vocabulary), the float32 line kernels run on it, and the backward's gradient is rounded
-// into dlogits as it leaves the buffer. The same arithmetic as on a float32 copy of the
-// whole logits, without that copy and the gradient's (for 1024 x 50257, 206 MB each).
-inline float* line_buffer(int64_t C) {
-  thread_local std::vector<float> buffer;
-  if (int64_t(buffer.size()) < C) buffer.resize(size_t(C));
-  return buffer.data();
-}
-
-template <bool Smooth, bool Weighted>
-void forward_lines_bf16(const bfloat16_t* x, const int64_t* target, const float* w, float* loss, double* lse,
-                        const CrossEntropyLines& L) {
-  const double wsum = weight_total(w, L.classes);
-  for_lines(L, [&](int64_t l) {
-    const int64_t t = target[l];
-    if (t == L.ignore_index) {
-      loss[l] = 0.0f;
-      lse[l] = 0;
-      return;
+    if constexpr (std::is_same_v<X, T>) {
+      backward_line<T, Unit, Smooth, Weighted>(x + off, dx + off, L.inner, w, L.classes, t, L.label_smoothing, wsum,
+                                               gl, lse[l]);
+    } else {
+      // The whole line is read before any of its gradient is written: dx may be x itself.
+      float* line = widen_line(x + off, L.classes);
+      backward_line<T, Unit, Smooth, Weighted>(line, line, 1, w, L.classes, t, L.label_smoothing, wsum, gl, lse[l]);
+      for (int64_t j = 0; j < L.classes; ++j) dx[off + j] = X(line[j]);
     }
-    const bfloat16_t* xl = x + l * L.classes;
-    float* line = line_buffer(L.classes);
-    for (int64_t j = 0; j < L.classes; ++j) line[j] = float(xl[j]);
-    forward_line<float, true, Smooth, Weighted>(line, 1, w, L.classes, t, L.label_smoothing, wsum, loss + l, lse + l);
-  });
-}
-
-template <bool Smooth, bool Weighted>
-void backward_lines_bf16(const float* g, int64_t g_numel, double scale, const bfloat16_t* x, const int64_t* target,
-                         const float* w, const double* lse, bfloat16_t* dx, const CrossEntropyLines& L) {
-  const double wsum = weight_total(w, L.classes);
-  for_lines(L, [&](int64_t l) {
-    const int64_t t = target[l];
-    bfloat16_t* dl = dx + l * L.classes;
-    if (t == L.ignore_index) {
-      std::fill(dl, dl + L.classes, bfloat16_t(0.0f));
-      return;
-    }
-    // The whole line is read before any of its gradient is written: dx may be x itself.
-    float* line = line_buffer(L.classes);
-    const bfloat16_t* xl = x + l * L.classes;
-    for (int64_t j = 0; j < L.classes; ++j) line[j] = float(xl[j]);
-    const double gl = scale * double(g[g_numel == 1 ? 0 : l]);
-    backward_line<float, true, Smooth, Weighted>(line, line, 1, w, L.classes, t, L.label_smoothing, wsum, gl, lse[l]);
-    for (int64_t j = 0; j < L.classes; ++j) dl[j] = bfloat16_t(line[j]);
   });
 }
 
@@ -235,8 +214,9 @@ void cross_entropy_forward(const Tensor& logits, const Tensor& target, const Ten
   if (logits.dtype() == kBFloat16 && L.inner == 1 && logits.is_contiguous()) {
     const float* w = optional_ptr<float>(weight);
     specialise<float>(L, w != nullptr, [&]<bool U, bool S, bool W>() {
-      forward_lines_bf16<S, W>(logits.data_ptr<bfloat16_t>(), target.data_ptr<int64_t>(), w, loss.data_ptr<float>(),
-                               lse.data_ptr<double>(), L);
+      if constexpr (U)
+        forward_lines<float, bfloat16_t, true, S, W>(logits.data_ptr<bfloat16_t>(), target.data_ptr<int64_t>(), w,
+                                                     loss.data_ptr<float>(), lse.data_ptr<double>(), L);
     });
     return;
   }
@@ -247,7 +227,7 @@ void cross_entropy_forward(const Tensor& logits, const Tensor& target, const Ten
     scalar_t* pl = loss.data_ptr<scalar_t>();
     double* pe = lse.data_ptr<double>();
     specialise<scalar_t>(L, w != nullptr, [&]<bool U, bool S, bool W>() {
-      forward_lines<scalar_t, U, S, W>(x, t, w, pl, pe, L);
+      forward_lines<scalar_t, scalar_t, U, S, W>(x, t, w, pl, pe, L);
     });
   });
 }
@@ -258,8 +238,10 @@ void cross_entropy_backward(const Tensor& grad, double scale, const Tensor& logi
   if (logits.dtype() == kBFloat16 && L.inner == 1 && logits.is_contiguous() && dlogits.is_contiguous()) {
     const float* w = optional_ptr<float>(weight);
     specialise<float>(L, w != nullptr, [&]<bool U, bool S, bool W>() {
-      backward_lines_bf16<S, W>(grad.data_ptr<float>(), grad.numel(), scale, logits.data_ptr<bfloat16_t>(),
-                                target.data_ptr<int64_t>(), w, lse.data_ptr<double>(), dlogits.data_ptr<bfloat16_t>(), L);
+      if constexpr (U)
+        backward_lines<float, bfloat16_t, true, S, W>(grad.data_ptr<float>(), grad.numel(), scale,
+                                                      logits.data_ptr<bfloat16_t>(), target.data_ptr<int64_t>(), w,
+                                                      lse.data_ptr<double>(), dlogits.data_ptr<bfloat16_t>(), L);
     });
     return;
   }
@@ -276,7 +258,7 @@ void cross_entropy_backward(const Tensor& grad, double scale, const Tensor& logi
     scalar_t* dx = dlogits.data_ptr<scalar_t>();
     int64_t gn = grad.numel();
     specialise<scalar_t>(L, w != nullptr, [&]<bool U, bool S, bool W>() {
-      backward_lines<scalar_t, U, S, W>(g, gn, scale, x, t, w, pe, dx, L);
+      backward_lines<scalar_t, scalar_t, U, S, W>(g, gn, scale, x, t, w, pe, dx, L);
     });
   });
 }
