@@ -308,7 +308,10 @@ TEST_CASE("gemm_bf16_weight matches a brute-force product and refuses other shap
 // The bfloat16 product on VDPBF16PS (autocast's many-row products) against the
 // brute-force product in double of the same values: row counts around the 12-row tile,
 // columns around the 32-column tile, depths odd and even (the last pair half padding),
-// every operand layout, C rows padded (the padding untouched).
+// every operand layout, C rows padded (the padding untouched); B small enough to stay
+// packed whole while A is packed panel by panel, and B past that (2.4 MB packed, at
+// 30 x 600 by 2001). The bfloat16 C of the same product is, bit for bit, the float32 C
+// rounded by bfloat16_t's own conversion (tensor/half.h).
 TEST_CASE("gemm_bf16 matches a brute-force product over tile edges, odd depths and layouts") {
   if (!cpu::gemm_bf16_available()) {
     MESSAGE("skipped: this build's target has no AVX512_BF16 (autocast widens to float32 instead)");
@@ -318,7 +321,7 @@ TEST_CASE("gemm_bf16 matches a brute-force product over tile edges, odd depths a
   std::normal_distribution<double> nd;
   struct Dims { int64_t M, N, K; };
   for (Dims d : {Dims{1, 1, 1}, Dims{11, 31, 3}, Dims{12, 32, 64}, Dims{13, 33, 257}, Dims{25, 100, 2},
-                 Dims{40, 65, 300}, Dims{130, 200, 1000}})
+                 Dims{40, 65, 300}, Dims{130, 200, 1000}, Dims{30, 600, 2001}})
     for (Layout la : {Layout::RowMajor, Layout::Transposed, Layout::Strided})
       for (Layout lb : {Layout::RowMajor, Layout::Transposed, Layout::Strided}) {
         INFO("M " << d.M << " N " << d.N << " K " << d.K << " A " << layout_name(la) << " B " << layout_name(lb));
@@ -349,7 +352,68 @@ TEST_CASE("gemm_bf16 matches a brute-force product over tile edges, odd depths a
         }
         CHECK(worst <= 0);
         CHECK(padding_intact);
+        std::vector<bfloat16_t> c16(size_t(d.M * ldc), bfloat16_t(-7.0f));
+        cpu::gemm_bf16(d.M, d.N, d.K, a.data(), ars, acs, b.data(), brs, bcs, c16.data(), ldc);
+        int64_t differing = 0;
+        for (int64_t i = 0; i < d.M; ++i)
+          for (int64_t j = 0; j < ldc; ++j) {
+            const uint16_t want = j < d.N ? bfloat16_t(c[size_t(i * ldc + j)]).bits : bfloat16_t(-7.0f).bits;
+            differing += c16[size_t(i * ldc + j)].bits != want;
+          }
+        CHECK(differing == 0);
       }
+}
+
+// The rounding of a bfloat16 C on the values where it can go wrong: products exactly
+// half-way between two bfloat16 values (ties to even, both ways), past the largest
+// finite (infinity), NaN from inf · 0 (the one quiet NaN 0x7fc0), zeros. With
+// K = 1 each element of C is one exact product a_i b_j, so the expected bits come from
+// bfloat16_t's conversion of the float product, outside the kernel.
+TEST_CASE("gemm_bf16 rounds a bfloat16 C as bfloat16_t does: ties, overflow, NaN, zeros") {
+  if (!cpu::gemm_bf16_available()) {
+    MESSAGE("skipped: this build's target has no AVX512_BF16 (autocast widens to float32 instead)");
+    return;
+  }
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  // 1 + 2^-7 times 1.5 is 1.5 + 2^-7 + 2^-8: half-way, rounded up to the even 1.5 + 2^-6;
+  // the ties the table holds are counted below.
+  const std::vector<float> as = {1.0f + 0x1p-7f, 3.0e38f, -3.0e38f, inf, 0.0f, -0.0f, 1.0f, -1.5f, 0x1p-100f, 7.0f,
+                                 1.0f + 0x1p-6f, -2.0f, 0.5f};
+  const std::vector<float> bs = {1.5f, 1.25f, 2.0f, 0.0f, -0.0f, nan, 1.0f + 0x1p-7f, 3.0f, 0x1p-60f, -1.0f,
+                                 1.0f + 0x1p-5f, 1.0f + 3 * 0x1p-7f, 5.0f, inf, -inf, 1e-3f, 1.0f + 0x1p-6f,
+                                 -1.75f, 0.75f, 33.0f, 1.0f, 0.0f, 2.5f, -0.25f, 1.0f + 5 * 0x1p-7f, 4.0f,
+                                 9.0f, 0x1p20f, -0x1p-20f, 1.5f, 1.125f, 1.0f + 0x1p-4f, 6.0f};
+  const int64_t M = int64_t(as.size()), N = int64_t(bs.size());
+  std::vector<bfloat16_t> a, b;
+  for (float v : as) a.push_back(bfloat16_t(v));
+  for (float v : bs) b.push_back(bfloat16_t(v));
+  for (Layout lb : {Layout::RowMajor, Layout::Transposed}) {  // the weight-in-place path takes B transposed, K even
+    for (int64_t K : {1, 2}) {
+      INFO("K " << K << " B " << layout_name(lb));
+      // K = 2 adds a zero depth (a 0 times each b), which leaves each sum the one product.
+      std::vector<bfloat16_t> ak(size_t(M * K), bfloat16_t(0.0f)), bk(size_t(K * N), bfloat16_t(0.0f));
+      for (int64_t i = 0; i < M; ++i) ak[size_t(i * K)] = a[size_t(i)];
+      const int64_t brs = lb == Layout::RowMajor ? N : 1, bcs = lb == Layout::RowMajor ? 1 : K;
+      for (int64_t j = 0; j < N; ++j) bk[size_t(j * bcs)] = b[size_t(j)];
+      std::vector<bfloat16_t> c(size_t(M * N));
+      cpu::gemm_bf16(M, N, K, ak.data(), K, 1, bk.data(), brs, bcs, c.data(), N);
+      int64_t differing = 0, ties = 0;
+      for (int64_t i = 0; i < M; ++i)
+        for (int64_t j = 0; j < N; ++j) {
+          const float p = float(a[size_t(i)]) * float(b[size_t(j)]);  // exact: 8-bit by 8-bit significands
+          uint32_t pb;
+          std::memcpy(&pb, &p, sizeof(pb));
+          ties += std::isfinite(p) && (pb & 0xffffu) == 0x8000u;
+          // The instruction takes products below float32's normals as zero (so does the
+          // kernel's float32 C): those are left out.
+          if (p != 0.0f && std::abs(p) < std::numeric_limits<float>::min()) continue;
+          // The sum starts from +0, so a product of -0 leaves +0 (as any dot product does).
+          differing += c[size_t(i * N + j)].bits != bfloat16_t(0.0f + p).bits;
+        }
+      CHECK(differing == 0);
+      CHECK(ties >= 4);  // the half-way cases above are really in the table
+    }
+  }
 }
 
 // ---------------------------------------------------------------- batch-summed GEMM

@@ -58,14 +58,18 @@ bool bf16_weight_product_fits(int64_t M, int64_t N, int64_t K);
 void gemm_bf16_weight(int64_t M, int64_t N, int64_t K, const float* A, int64_t a_rs, int64_t a_cs,
                       const bfloat16_t* bt, int64_t ldb, float* C, int64_t c_rs, int64_t c_cs);
 
-// C (M x N, float32, row stride ldc, unit column stride) = A (M x K) · B (K x N), both
-// bfloat16 with any strides, on the VDPBF16PS instruction (gemm_bf16.cpp): autocast's
-// products of many rows, at twice float32's multiply-adds per instruction and without
-// float32 copies of the operands. Only where the build's target has AVX512_BF16
-// (gemm_bf16_available); elsewhere gemm_bf16 throws and callers widen the operands.
+// C (M x N, row stride ldc, unit column stride) = A (M x K) · B (K x N), both bfloat16
+// with any strides, on the VDPBF16PS instruction (gemm_bf16.cpp): autocast's products of
+// many rows, at twice float32's multiply-adds per instruction and without float32 copies
+// of the operands. C is float32, or bfloat16 with each float32 sum rounded once as it is
+// stored (the same bits as a float32 C rounded by a copy, without writing it). Only where
+// the build's target has AVX512_BF16 (gemm_bf16_available); elsewhere gemm_bf16 throws
+// and callers widen the operands.
 bool gemm_bf16_available();
 void gemm_bf16(int64_t M, int64_t N, int64_t K, const bfloat16_t* A, int64_t a_rs, int64_t a_cs, const bfloat16_t* B,
                int64_t b_rs, int64_t b_cs, float* C, int64_t ldc);
+void gemm_bf16(int64_t M, int64_t N, int64_t K, const bfloat16_t* A, int64_t a_rs, int64_t a_cs, const bfloat16_t* B,
+               int64_t b_rs, int64_t b_cs, bfloat16_t* C, int64_t ldc);
 
 // Which implementation gemm uses. Auto: the library's choice, currently the native kernel
 // for every product (gemm.cpp, kAutoUsesBlas, says why). Native / Blas force one; Blas

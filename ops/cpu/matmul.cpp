@@ -22,26 +22,41 @@ static void product(const Tensor& out, const Tensor& a, const Tensor& b, const T
   });
 }
 
+// The bfloat16 product of many rows on the VDPBF16PS GEMM, one batch entry at a time, into
+// a dense out of element type TC (bfloat16 rounded as it is stored, or float32).
+template <class TC>
+static void gemm_bf16_entries(TC* cd, const Tensor& a, const Tensor& b) {
+  const int64_t M = a.size(-2), K = a.size(-1), N = b.size(-1);
+  const int64_t batch = a.dim() == 3 ? a.size(0) : 1;
+  const bfloat16_t *ad = a.data_ptr<bfloat16_t>(), *bd = b.data_ptr<bfloat16_t>();
+  for (int64_t e = 0; e < batch; ++e) {
+    const int64_t ao = a.dim() == 3 ? e * a.stride(0) : 0, bo = b.dim() == 3 ? e * b.stride(0) : 0;
+    gemm_bf16(M, N, K, ad + ao, a.stride(-2), a.stride(-1), bd + bo, b.stride(-2), b.stride(-1), cd + e * M * N, N);
+  }
+}
+
 static void matmul(const Tensor& out, const Tensor& a, const Tensor& b) {
   if (a.dtype() == kBFloat16) {  // autocast's products: in float32, rounded once (ops/cpu/widen.h)
-    Tensor wide = wide_like(out);
     const int64_t M = a.size(-2), K = a.size(-1), N = b.size(-1);
+    const bool many_rows =
+        gemm_bf16_available() && (a.dim() == 2 || 2.0 * double(M) * double(N) * double(K) >= kParallelFlops);
+    if (many_rows && out.is_contiguous() && !(a.dim() == 2 && b.stride(0) == 1 && bf16_weight_product_fits(M, N, K))) {
+      // Many rows: the bfloat16 operands multiplied as they are (gemm_bf16), straight into
+      // out (a bfloat16 out rounded as each tile is stored: GPT-2 mini's head wrote 205 MB
+      // of float32 logits and read them back to round them, 10 of its 90 ms).
+      if (out.dtype() == kBFloat16) return gemm_bf16_entries(out.data_ptr<bfloat16_t>(), a, b);
+      if (out.dtype() == kFloat32) return gemm_bf16_entries(out.data_ptr<float>(), a, b);
+    }
+    Tensor wide = wide_like(out);
     if (a.dim() == 2 && b.stride(0) == 1 && bf16_weight_product_fits(M, N, K)) {
       // A few rows by a transposed weight (a Linear layer in a decoding step): the weight
       // is read in place, not widened whole for a handful of rows.
       const Tensor wa = widened(a);
       gemm_bf16_weight(M, N, K, wa.data_ptr<float>(), wa.stride(0), wa.stride(1), b.data_ptr<bfloat16_t>(),
                        b.stride(1), wide.data_ptr<float>(), wide.stride(0), wide.stride(1));
-    } else if (gemm_bf16_available() && (a.dim() == 2 || 2.0 * double(M) * double(N) * double(K) >= kParallelFlops)) {
-      // Many rows: the bfloat16 operands multiplied as they are (gemm_bf16), one batch
-      // entry at a time (entries too small to share out take the widened path below).
-      const int64_t batch = a.dim() == 3 ? a.size(0) : 1;
-      const bfloat16_t *ad = a.data_ptr<bfloat16_t>(), *bd = b.data_ptr<bfloat16_t>();
-      float* cd = wide.data_ptr<float>();
-      for (int64_t e = 0; e < batch; ++e) {
-        const int64_t ao = a.dim() == 3 ? e * a.stride(0) : 0, bo = b.dim() == 3 ? e * b.stride(0) : 0;
-        gemm_bf16(M, N, K, ad + ao, a.stride(-2), a.stride(-1), bd + bo, b.stride(-2), b.stride(-1), cd + e * M * N, N);
-      }
+    } else if (many_rows) {
+      // Entries too small to share out take the widened path below.
+      gemm_bf16_entries(wide.data_ptr<float>(), a, b);
     } else {
       matmul(wide, widened(a), widened(b));
     }
