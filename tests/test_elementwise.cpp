@@ -542,6 +542,75 @@ TEST_CASE("bfloat16 beside float32: computed in float32, rounded once, gradients
   }
 }
 
+// add, sub, mul and div of two bfloat16 tensors (autocast's bias and residual adds): each
+// element the float32 operation on the two values, rounded once to bfloat16. Values of
+// all 8 bits of precision (randn), and the ones where rounding can go wrong: results
+// half-way between two bfloat16 values, past the largest finite, below the normals, NaN
+// and infinities, zeros of both signs. Dense rows of 37 (whole vectors and a tail), a
+// broadcast row, a broadcast column, a transposed view and an in-place add. The reference
+// is the host's float arithmetic and bfloat16_t's conversion (tensor/half.h).
+TEST_CASE("bfloat16 add, sub, mul, div: the float32 operation rounded once, over runs, broadcasts and special values") {
+  Generator gen(23);
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> special = {1.0f + 0x1p-7f, 1.5f, 3.0e38f, -3.0e38f, inf, -inf, 0.0f, -0.0f, 0x1p-120f,
+                                0x1p-126f, -0x1p-127f, 1.0f + 0x1p-6f, 2.0f, -1.0f, 0.75f,
+                                std::numeric_limits<float>::quiet_NaN()};
+  const int64_t R = 5, C = 37;
+  std::vector<double> av = randn({R, C}, TensorOptions(kFloat32), &gen).to_vector<double>();
+  std::vector<double> bv = randn({R, C}, TensorOptions(kFloat32), &gen).to_vector<double>();
+  for (size_t i = 0; i < special.size(); ++i)  // every special value against every other, in rows 0 and 1
+    for (size_t j = 0; j < 2; ++j) {
+      av[j * C + i] = special[i];
+      bv[j * C + i] = special[(i * 7 + j * 3) % special.size()];
+    }
+  const Tensor a16c = from_vector(std::vector<float>(av.begin(), av.end()), {R, C}).to(kBFloat16);
+  const Tensor b16c = from_vector(std::vector<float>(bv.begin(), bv.end()), {R, C}).to(kBFloat16);
+  const std::vector<float> a = floats(a16c), b = floats(b16c);
+  // bfloat16_t(x), as a float (NaN: the canonical quiet NaN), compared by bits.
+  auto bits_of = [](float x) { return bfloat16_t(x).bits; };
+  auto got_bits = [](const Tensor& t) {  // the stored bits themselves (a NaN's too)
+    const Tensor h = t.cpu().contiguous();
+    std::vector<uint16_t> out;
+    for (int64_t i = 0; i < h.numel(); ++i) out.push_back(h.data_ptr<bfloat16_t>()[i].bits);
+    return out;
+  };
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    const Tensor x = on(a16c, dev), y = on(b16c, dev);
+    const std::vector<std::pair<const char*, std::function<float(float, float)>>> ops = {
+        {"add", [](float u, float v) { return u + v; }}, {"sub", [](float u, float v) { return u - v; }},
+        {"mul", [](float u, float v) { return u * v; }}, {"div", [](float u, float v) { return u / v; }}};
+    for (const auto& [name, op] : ops) {
+      INFO(name);
+      auto apply = [&, name = std::string(name)](const Tensor& u, const Tensor& v) {
+        return name == "add" ? u + v : name == "sub" ? u - v : name == "mul" ? u * v : u / v;
+      };
+      const Tensor row = y.select(0, 2), column = y.select(1, 3).unsqueeze(1);
+      const Tensor dense = apply(x, y), by_row = apply(x, row), by_column = apply(x, column),
+                   transposed = apply(x.t(), y.t());
+      for (const Tensor& t : {dense, by_row, by_column, transposed}) REQUIRE(t.dtype() == kBFloat16);
+      const std::vector<uint16_t> d = got_bits(dense), r = got_bits(by_row), c = got_bits(by_column),
+                                  tr = got_bits(transposed);
+      int64_t wrong = 0;
+      for (int64_t i = 0; i < R; ++i)
+        for (int64_t j = 0; j < C; ++j) {
+          const size_t k = size_t(i * C + j);
+          wrong += d[k] != bits_of(op(a[k], b[k]));
+          wrong += r[k] != bits_of(op(a[k], b[size_t(2 * C + j)]));
+          wrong += c[k] != bits_of(op(a[k], b[size_t(i * C + 3)]));
+          wrong += tr[size_t(j * R + i)] != bits_of(op(a[k], b[k]));
+        }
+      CHECK(wrong == 0);
+    }
+    Tensor acc = x.clone();
+    acc.add_(y);
+    const std::vector<uint16_t> in_place = got_bits(acc);
+    int64_t wrong = 0;
+    for (size_t k = 0; k < a.size(); ++k) wrong += in_place[k] != bits_of(a[k] + b[k]);
+    CHECK(wrong == 0);
+  }
+}
+
 // Contiguous views that start at any element (a slice of a flat tensor) are dense but not
 // 16-byte aligned unless the offset happens to make them so: the device's vector loads and
 // stores (16 bytes at a time) must take them only when every pointer is aligned, or a GPU

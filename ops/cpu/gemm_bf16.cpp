@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "ops/cpu/parallel.h"
+#include "ops/cpu/simd.h"
 #include "tensor/error.h"
 
 #if defined(__AVX512BF16__) && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__x86_64__)
@@ -126,86 +127,43 @@ void pack_pairs(int64_t K, int64_t lines, const bfloat16_t* x, int64_t ks, int64
   });
 }
 
-// Row i of a tile (two vectors of 16 float32 sums) into C: float32 as they are, bfloat16
-// rounded to nearest, ties to even, NaN as the one quiet NaN 0x7fc0, bit for bit what
-// bfloat16_t(float) gives (tensor/half.h), so that a bfloat16 result written here equals
-// the float32 one rounded by a copy.
-inline void store_row(float* c, __m512 v0, __m512 v1, __mmask16 m0, __mmask16 m1) {
-  _mm512_mask_storeu_ps(c, m0, v0);
-  _mm512_mask_storeu_ps(c + 16, m1, v1);
-}
-// (GCC's vector extensions: its intrinsics for these shifts pass an undefined vector that
-// GCC 12 then warns may be used uninitialised.)
-inline __m256i rounded_bf16(__m512 v) {
-  using U32x16 = uint32_t __attribute__((vector_size(64)));
-  using U16x16 = uint16_t __attribute__((vector_size(32)));
-  using F32x16 = float __attribute__((vector_size(64)));
-  const U32x16 x = (U32x16)v;
-  U32x16 r = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
-  r = ((F32x16)v != (F32x16)v) ? U32x16{} + 0x7fc0u : r;  // NaN: the one quiet NaN
-  return (__m256i)__builtin_convertvector(r, U16x16);  // each 32-bit lane's low half
-}
-inline void store_row(bfloat16_t* c, __m512 v0, __m512 v1, __mmask16 m0, __mmask16 m1) {
-  _mm256_mask_storeu_epi16(c, m0, rounded_bf16(v0));
-  _mm256_mask_storeu_epi16(c + 16, m1, rounded_bf16(v1));
-}
-
-// The 16 x 16 float32 matrix of rows x[0..16) transposed in place: x[c] holds column c.
-// Four rounds of two-source shuffles (64 instructions), in place of 256 scalar loads and
-// stores through memory. (The zero-masked forms with every lane set: the plain ones pass
-// an undefined vector that trips GCC 12's -Wmaybe-uninitialized.)
-inline void transpose16(__m512 x[16]) {
-  constexpr __mmask16 all = 0xffff;
-  constexpr __mmask8 all8 = 0xff;
-  __m512 t[16], u[16];
-  for (int k = 0; k < 8; ++k) {  // 32-bit interleave: 128-bit lane l of t[2k] holds rows 2k, 2k+1 at 4l, 4l+1
-    t[2 * k] = _mm512_maskz_unpacklo_ps(all, x[2 * k], x[2 * k + 1]);
-    t[2 * k + 1] = _mm512_maskz_unpackhi_ps(all, x[2 * k], x[2 * k + 1]);
-  }
-  for (int k = 0; k < 4; ++k) {  // 64-bit interleave: lane l of u[4k + j] holds rows 4k..4k+3 at column 4l + j
-    const __m512d a = _mm512_castps_pd(t[4 * k]), b = _mm512_castps_pd(t[4 * k + 1]);
-    const __m512d c = _mm512_castps_pd(t[4 * k + 2]), d = _mm512_castps_pd(t[4 * k + 3]);
-    u[4 * k] = _mm512_castpd_ps(_mm512_maskz_unpacklo_pd(all8, a, c));
-    u[4 * k + 1] = _mm512_castpd_ps(_mm512_maskz_unpackhi_pd(all8, a, c));
-    u[4 * k + 2] = _mm512_castpd_ps(_mm512_maskz_unpacklo_pd(all8, b, d));
-    u[4 * k + 3] = _mm512_castpd_ps(_mm512_maskz_unpackhi_pd(all8, b, d));
-  }
-  for (int j = 0; j < 4; ++j) {  // 128-bit lanes: column 4l + j gathers lane l of u[j], u[4 + j], u[8 + j], u[12 + j]
-    const __m512 w0 = _mm512_maskz_shuffle_f32x4(all, u[j], u[4 + j], 0x44);
-    const __m512 w1 = _mm512_maskz_shuffle_f32x4(all, u[j], u[4 + j], 0xee);
-    const __m512 w2 = _mm512_maskz_shuffle_f32x4(all, u[8 + j], u[12 + j], 0x44);
-    const __m512 w3 = _mm512_maskz_shuffle_f32x4(all, u[8 + j], u[12 + j], 0xee);
-    x[j] = _mm512_maskz_shuffle_f32x4(all, w0, w2, 0x88);
-    x[4 + j] = _mm512_maskz_shuffle_f32x4(all, w0, w2, 0xdd);
-    x[8 + j] = _mm512_maskz_shuffle_f32x4(all, w1, w3, 0x88);
-    x[12 + j] = _mm512_maskz_shuffle_f32x4(all, w1, w3, 0xdd);
-  }
-}
-
-// The first lanes of v (mask m) into c, rounded as store_row's for bfloat16.
+// The first lanes of v (mask m) into c: float32 as they are, bfloat16 rounded as
+// bfloat16_t(float) rounds (simd.h, store_as), the lanes past m through a buffer.
 inline void store_lanes(float* c, __m512 v, __mmask16 m) { _mm512_mask_storeu_ps(c, m, v); }
-inline void store_lanes(bfloat16_t* c, __m512 v, __mmask16 m) { _mm256_mask_storeu_epi16(c, m, rounded_bf16(v)); }
+inline void store_lanes(bfloat16_t* c, __m512 v, __mmask16 m) {
+  if (m == 0xffff) return store_as(c, Vec<float>::type(v));
+  alignas(64) bfloat16_t rounded[16];
+  store_as(rounded, Vec<float>::type(v));
+  const __m256i h = _mm256_load_si256(reinterpret_cast<const __m256i*>(rounded));
+  _mm256_mask_storeu_epi16(c, m, h);
+}
 
-// The kMR x kNR tile of C at c (row stride ldc, unit column stride) = A panel · B panel
-// over P depth pairs; rows >= m and columns >= n are not stored.
-template <class TC>
+// The kMR x (16 V) tile of C at c (row stride ldc, unit column stride) = A panel · the
+// first 16 V columns of a B panel, over P depth pairs; rows >= m and columns >= n are not
+// stored. V = 2 is the whole kNR-column panel; V = 1 its first half, for a last panel of
+// at most 16 columns (GPT-2 124M's sampling loop has rows 65 to 127 of Linears taking the
+// weight-in-place form below: panels of 32 rows did 16% more work than the rows asked).
+template <int V, class TC>
 void micro_kernel(int64_t P, const uint32_t* __restrict ap, const uint32_t* __restrict bp, TC* c, int64_t ldc,
                   int64_t m, int64_t n) {
-  __m512 acc[kMR][2];
-  for (int i = 0; i < kMR; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+  __m512 acc[kMR][V];
+  for (int i = 0; i < kMR; ++i)
+    for (int v = 0; v < V; ++v) acc[i][v] = _mm512_setzero_ps();
   for (int64_t p = 0; p < P; ++p) {
-    const __m512bh b0 = (__m512bh)_mm512_loadu_si512(bp + p * kNR);
-    const __m512bh b1 = (__m512bh)_mm512_loadu_si512(bp + p * kNR + 16);
+    __m512bh b[V];
+    for (int v = 0; v < V; ++v) b[v] = (__m512bh)_mm512_loadu_si512(bp + p * kNR + 16 * v);
 #pragma GCC unroll 12
     for (int i = 0; i < kMR; ++i) {
       const __m512bh a = (__m512bh)_mm512_set1_epi32(int(ap[p * kMR + i]));
-      acc[i][0] = _mm512_dpbf16_ps(acc[i][0], a, b0);
-      acc[i][1] = _mm512_dpbf16_ps(acc[i][1], a, b1);
+      for (int v = 0; v < V; ++v) acc[i][v] = _mm512_dpbf16_ps(acc[i][v], a, b[v]);
     }
   }
   const __mmask16 m0 = n >= 16 ? __mmask16(0xffff) : __mmask16((1u << n) - 1);
   const __mmask16 m1 = n >= 32 ? __mmask16(0xffff) : n <= 16 ? __mmask16(0) : __mmask16((1u << (n - 16)) - 1);
-  for (int64_t i = 0; i < std::min(m, kMR); ++i) store_row(c + i * ldc, acc[i][0], acc[i][1], m0, m1);
+  for (int64_t i = 0; i < std::min(m, kMR); ++i) {
+    store_lanes(c + i * ldc, acc[i][0], m0);
+    if constexpr (V == 2) store_lanes(c + i * ldc + 16, acc[i][1], m1);
+  }
 }
 
 // The weight-side form, for a B that is the transpose of a row-major N x K matrix w (a
@@ -214,37 +172,52 @@ void micro_kernel(int64_t P, const uint32_t* __restrict ap, const uint32_t* __re
 // holds its depth pairs contiguously), and A the vector side, packed in panels of kNR rows
 // (A is the small operand: a prompt, a sampling loop's context). The weight is then never
 // copied: GPT-2 124M's Linears at about 80 rows took 1.18 ms a call with it packed, 1.00
-// read in place (a whole-context sampling loop's kernel profile). The kMR x kNR tile of Cᵀ
-// (kMR columns of C by kNR rows) is transposed in registers into C.
-template <class TC>
+// read in place (a whole-context sampling loop's kernel profile). The kMR x (16 V) tile
+// of Cᵀ (kMR columns of C by 16 V rows) is transposed in registers into C.
+template <int V, class TC>
 void micro_kernel_t(int64_t P, const bfloat16_t* __restrict w, int64_t ldw, const uint32_t* __restrict xp, TC* c,
                     int64_t ldc, int64_t n, int64_t m) {
-  __m512 acc[kMR][2];
-  for (int i = 0; i < kMR; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+  __m512 acc[kMR][V];
+  for (int i = 0; i < kMR; ++i)
+    for (int v = 0; v < V; ++v) acc[i][v] = _mm512_setzero_ps();
   const int64_t rows = std::min(n, kMR);
   const bfloat16_t* row[kMR];
   for (int64_t i = 0; i < kMR; ++i) row[i] = w + std::min(i, rows - 1) * ldw;  // rows past n repeat the last
   for (int64_t p = 0; p < P; ++p) {
-    const __m512bh b0 = (__m512bh)_mm512_loadu_si512(xp + p * kNR);
-    const __m512bh b1 = (__m512bh)_mm512_loadu_si512(xp + p * kNR + 16);
+    __m512bh b[V];
+    for (int v = 0; v < V; ++v) b[v] = (__m512bh)_mm512_loadu_si512(xp + p * kNR + 16 * v);
 #pragma GCC unroll 12
     for (int i = 0; i < kMR; ++i) {
       int32_t pair;
       std::memcpy(&pair, row[i] + 2 * p, sizeof(pair));
       const __m512bh a = (__m512bh)_mm512_set1_epi32(pair);
-      acc[i][0] = _mm512_dpbf16_ps(acc[i][0], a, b0);
-      acc[i][1] = _mm512_dpbf16_ps(acc[i][1], a, b1);
+      for (int v = 0; v < V; ++v) acc[i][v] = _mm512_dpbf16_ps(acc[i][v], a, b[v]);
     }
   }
   // Each half of the tile (16 rows of C) transposed in registers, its kMR columns padded
   // to 16 with zeros; row r of C is then lanes [0, rows) of one vector.
   const __mmask16 lanes = __mmask16((1u << rows) - 1);
-  for (int h = 0; h < 2; ++h) {
-    __m512 x[16];
-    for (int i = 0; i < 16; ++i) x[i] = i < kMR ? acc[i][h] : _mm512_setzero_ps();
-    transpose16(x);
-    for (int64_t r = 0; r < std::min<int64_t>(m - 16 * h, 16); ++r) store_lanes(c + (16 * h + r) * ldc, x[r], lanes);
+  for (int h = 0; h < V; ++h) {
+    Vec<float>::type x[16];
+    for (int i = 0; i < 16; ++i) x[i] = i < kMR ? Vec<float>::type(acc[i][h]) : Vec<float>::type{};
+    transpose_block(x);
+    for (int64_t r = 0; r < std::min<int64_t>(m - 16 * h, 16); ++r)
+      store_lanes(c + (16 * h + r) * ldc, __m512(x[r]), lanes);
   }
+}
+
+// A tile by micro_kernel with V chosen from the columns left (at most 16: V = 1).
+template <class TC>
+inline void tile(int64_t P, const uint32_t* ap, const uint32_t* bp, TC* c, int64_t ldc, int64_t m, int64_t n) {
+  if (n <= 16) return micro_kernel<1>(P, ap, bp, c, ldc, m, n);
+  micro_kernel<2>(P, ap, bp, c, ldc, m, n);
+}
+// The same for micro_kernel_t, from the rows of A left.
+template <class TC>
+inline void tile_t(int64_t P, const bfloat16_t* w, int64_t ldw, const uint32_t* xp, TC* c, int64_t ldc, int64_t n,
+                   int64_t m) {
+  if (m <= 16) return micro_kernel_t<1>(P, w, ldw, xp, c, ldc, n, m);
+  micro_kernel_t<2>(P, w, ldw, xp, c, ldc, n, m);
 }
 
 // B's packed panels up to this size are kept whole in each core's L2 while A is packed
@@ -272,8 +245,8 @@ void gemm_bf16_into(int64_t M, int64_t N, int64_t K, const bfloat16_t* A, int64_
     // kMR rows of w (in L1) and stream the packed panels of A.
     parallel_for(w_blocks * x_panels, nt, [&](int64_t t) {
       const int64_t wb = t / x_panels, xq = t % x_panels;
-      micro_kernel_t(P, B + wb * kMR * b_cs, b_cs, xp + xq * P * kNR, C + xq * kNR * ldc + wb * kMR, ldc,
-                     N - wb * kMR, M - xq * kNR);
+      tile_t(P, B + wb * kMR * b_cs, b_cs, xp + xq * P * kNR, C + xq * kNR * ldc + wb * kMR, ldc, N - wb * kMR,
+             M - xq * kNR);
     });
     return;
   }
@@ -293,8 +266,7 @@ void gemm_bf16_into(int64_t M, int64_t N, int64_t K, const bfloat16_t* A, int64_
         [&](std::vector<uint32_t>& panel, int64_t r) {
           pack_panel<kMR>(K, A + r * kMR * a_rs, a_cs, a_rs, std::min(kMR, M - r * kMR), panel.data());
           for (int64_t q = 0; q < col_panels; ++q)
-            micro_kernel(P, panel.data(), bp + q * P * kNR, C + r * kMR * ldc + q * kNR, ldc, M - r * kMR,
-                         N - q * kNR);
+            tile(P, panel.data(), bp + q * P * kNR, C + r * kMR * ldc + q * kNR, ldc, M - r * kMR, N - q * kNR);
         });
     return;
   }
@@ -306,7 +278,7 @@ void gemm_bf16_into(int64_t M, int64_t N, int64_t K, const bfloat16_t* A, int64_
   // B panel (in L2) and stream the A panels.
   parallel_for(row_panels * col_panels, nt, [&](int64_t t) {
     const int64_t q = t / row_panels, r = t % row_panels;
-    micro_kernel(P, ap + r * P * kMR, bp + q * P * kNR, C + r * kMR * ldc + q * kNR, ldc, M - r * kMR, N - q * kNR);
+    tile(P, ap + r * P * kMR, bp + q * P * kNR, C + r * kMR * ldc + q * kNR, ldc, M - r * kMR, N - q * kNR);
   });
 }
 

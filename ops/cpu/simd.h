@@ -79,6 +79,20 @@ inline typename Vec<T>::type load_as(const S* p) {
   }
 }
 
+// v's lanes rounded to bfloat16 into p[0, width): to nearest, ties to even, NaN as the one
+// quiet NaN 0x7fc0, bit for bit what bfloat16_t(float) gives (tensor/half.h), so that a
+// kernel that rounds its float32 results here writes what rounding them by a copy would.
+inline void store_as(bfloat16_t* p, Vec<float>::type v) {
+  typedef uint32_t Bits __attribute__((vector_size(kVecBytes)));
+  typedef uint16_t Half __attribute__((vector_size(kVecBytes / 2)));
+  Bits x;
+  std::memcpy(&x, &v, sizeof(x));
+  Bits r = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
+  r = (v != v) ? Bits{} + 0x7fc0u : r;  // NaN
+  const Half h = __builtin_convertvector(r, Half);  // each lane's low half
+  std::memcpy(static_cast<void*>(p), &h, sizeof(h));
+}
+
 // r[i][l] <-> r[l][i]: the W x W block held in W vectors, transposed in registers. Each
 // stage swaps the off-diagonal H x H sub-blocks of every 2H x 2H block: rows i and i + H
 // (i with bit H clear) exchange the lanes with bit H set in row i for those with it clear
