@@ -10,10 +10,13 @@
 // every block (GPT2Config::recompute; the workloads are then named ...-recompute);
 // --chunked-loss 1 takes the lm_head and loss in chunks of rows (GPT2Config::chunked_loss,
 // ...-chunked); --gelu-recompute 1 has the dense MLPs compute their GELU again in the
-// backward (GPT2Config::gelu_recompute, ...-gelu-recompute).
+// backward (GPT2Config::gelu_recompute, ...-gelu-recompute). --dtype bf16 runs the forward
+// under autocast (bfloat16 products, attention and logits, float32 weights and AdamW), the
+// workloads then named ...-bf16; experiments/bench/torch_gpt2_autocast.py is its PyTorch
+// twin (torch.autocast on the reference's step), `compare.sh gpt2` with DTYPE=bf16 runs both.
 //
 //   bench_gpt2 [--workload gpt2-mini,gpt2-mini-cpmumoe,gpt2-mini-trmumoe] [--recompute 0] [--chunked-loss 0]
-//              [--gelu-recompute 0]
+//              [--gelu-recompute 0] [--dtype float32|bf16]
 //              [--reps 10] [--warmup 3]
 #include <omp.h>
 
@@ -29,8 +32,15 @@ using namespace mu;
 
 int main(int argc, char** argv) {
   bench::Options opt("bench_gpt2", 10, 3,
-                     {{"workload", "gpt2-mini,gpt2-mini-cpmumoe,gpt2-mini-trmumoe"}, {"recompute", "0"}, {"chunked-loss", "0"}, {"gelu-recompute", "0"}});
+                     {{"workload", "gpt2-mini,gpt2-mini-cpmumoe,gpt2-mini-trmumoe"}, {"recompute", "0"}, {"chunked-loss", "0"}, {"gelu-recompute", "0"},
+                      {"dtype", "float32"}});
   opt.parse(argc, argv);
+  const std::string dtype = opt.str("dtype");
+  if (dtype != "float32" && dtype != "bf16") {
+    std::fprintf(stderr, "bench_gpt2: --dtype %s is not float32 or bf16\n", dtype.c_str());
+    return 2;
+  }
+  const bool bf16 = dtype == "bf16";
   const bool recompute = opt.flag("recompute"), chunked = opt.flag("chunked-loss");
   const bool gelu_recompute = opt.flag("gelu-recompute");
   std::stringstream list(opt.str("workload"));
@@ -57,14 +67,19 @@ int main(int argc, char** argv) {
       adamw.zero_grad();
       // The loss alone outlives the forward, as in the reference (its model returns only
       // the loss): the logits are then the loss's alone, and their gradient goes over them.
-      Tensor loss = model.forward(idx, tgt).loss;
+      Tensor loss;
+      {
+        AutocastGuard autocast(kBFloat16, bf16);
+        loss = model.forward(idx, tgt).loss;
+      }
       loss.backward();
       adamw.step();
     };
     bench::Timing t = bench::time_it(step, opt.reps, opt.warmup);
     const long long peak = bench::peak_tensor_bytes(step);
     bench::print_step_result(name + (recompute ? "-recompute" : "") + (chunked ? "-chunked" : "") +
-                                 (gelu_recompute ? "-gelu-recompute" : ""), t, omp_get_max_threads(),
+                                 (gelu_recompute ? "-gelu-recompute" : "") + (bf16 ? "-bf16" : ""),
+                             t, omp_get_max_threads(),
                              (long long)model.num_parameters(), peak);
   }
   return 0;

@@ -25,7 +25,9 @@
 #   experiments/bench/compare.sh mixer [BUILD_DIR]    mixer-fmnist, mixer-fmnist-cpmumoe: a training
 #                         step (forward, backward, AdamW) of the Fashion-MNIST-sized MLP-Mixer
 #   experiments/bench/compare.sh gpt2 [BUILD_DIR]       gpt2-mini, gpt2-mini-cpmumoe, gpt2-mini-trmumoe
-#                         (forward + backward + AdamW step of the whole model)
+#                         (forward + backward + AdamW step of the whole model); DTYPE=bf16 runs
+#                         gpt2-mini's step under autocast on both sides (torch_gpt2_autocast.py,
+#                         gpt2-mini-bf16; the reference's μMoE blocks fail under torch.autocast)
 #
 #   experiments/bench/compare.sh all [BUILD_DIR]        every workload of the reference, each
 #                         run as its own process, the two sides alternating (ROUNDS rounds,
@@ -175,7 +177,10 @@ case "$which" in
   layer_norm) bench=bench_layer_norm; workloads=layer-norm-1024x768; reps="${REPS:-50}"
     reference="$repo/experiments/bench/torch_layer_norm.py" ;;
   cross_entropy) bench=bench_cross_entropy; torch_script="$repo/experiments/bench/torch_cross_entropy.py"; reps="${REPS:-20}" ;;
-  gpt2) bench=bench_gpt2; workloads=gpt2-mini,gpt2-mini-cpmumoe,gpt2-mini-trmumoe; reps="${REPS:-10}" ;;
+  gpt2) bench=bench_gpt2; workloads=gpt2-mini,gpt2-mini-cpmumoe,gpt2-mini-trmumoe; reps="${REPS:-10}"
+    if [ "${DTYPE:-float32}" = bf16 ]; then
+      torch_script="$repo/experiments/bench/torch_gpt2_autocast.py"; extra=(--dtype bf16 --workload gpt2-mini)
+    fi ;;
   lm_head) bench=bench_lm_head; torch_script="$repo/experiments/bench/torch_lm_head.py"; reps="${REPS:-5}" ;;
   generate) bench=bench_generate; torch_script="$repo/experiments/bench/torch_generate.py"; reps="${REPS:-3}"
     extra=(--batch "${BATCH:-1}" --dtype "${DTYPE:-float32}") ;;

@@ -1,0 +1,76 @@
+#!/usr/bin/python3
+"""PyTorch side of `bench_gpt2 --dtype bf16`: the reference's gpt2-mini workloads
+(../shared/reference/torch_reference.py, imported as they are) with each step run under
+torch.autocast on the CPU in bfloat16, in the reference's JSON shape, the workloads named
+...-bf16.
+
+    /usr/bin/python3 experiments/bench/torch_gpt2_autocast.py [--threads 2] [--reps 10]
+        [--workload gpt2-mini] [--dtype bf16]
+
+The whole step (zero_grad, forward, backward, AdamW) sits inside the autocast region, as
+the reference's step function is one closure: autocast changes only the forward's
+eligible ops (products, attention), and the backward runs each op in the dtype its
+forward ran in, so this is the usual forward-only region's work.
+
+Only gpt2-mini: under torch.autocast the reference's CPmuMoE and TRmuMoE blocks fail in
+their entmax15 on the bfloat16 gate logits (PyTorch 1.13: "index -1 is out of bounds for
+dimension 2 with size 64" from its tau.gather), where mumoe keeps entmax in float32.
+"""
+import argparse
+import importlib.util
+import json
+import os
+import statistics
+import sys
+import time
+
+import torch
+
+here = os.path.dirname(os.path.abspath(__file__))
+reference_path = os.path.join(here, '..', '..', '..', 'shared', 'reference', 'torch_reference.py')
+
+
+def load_reference():
+    if not os.path.isfile(reference_path):
+        sys.exit(f'torch_gpt2_autocast.py: the reference script is not at {reference_path}')
+    spec = importlib.util.spec_from_file_location('torch_reference', reference_path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument('--threads', type=int, default=2)
+    ap.add_argument('--reps', type=int, default=10)
+    ap.add_argument('--warmup', type=int, default=3)
+    ap.add_argument('--workload', default='gpt2-mini')
+    ap.add_argument('--dtype', choices=['bf16'], default='bf16')
+    a = ap.parse_args()
+    torch.set_num_threads(a.threads)
+    ref = load_reference()
+    for name in a.workload.split(','):
+        if name not in ref.WORKLOADS or not name.startswith('gpt2-'):
+            sys.exit(f'torch_gpt2_autocast.py: {name} is not one of the reference\'s gpt2 workloads')
+        torch.manual_seed(0)
+        m, step = ref.WORKLOADS[name]()
+
+        def autocast_step():
+            with torch.autocast('cpu', dtype=torch.bfloat16):
+                step()
+
+        for _ in range(a.warmup):
+            autocast_step()
+        ts = []
+        for _ in range(a.reps):
+            t = time.perf_counter()
+            autocast_step()
+            ts.append((time.perf_counter() - t) * 1e3)
+        print(json.dumps({'workload': name + '-bf16', 'impl': 'pytorch-' + torch.__version__ + '-autocast',
+                          'threads': torch.get_num_threads(), 'median_ms': round(statistics.median(ts), 3),
+                          'min_ms': round(min(ts), 3), 'max_ms': round(max(ts), 3),
+                          'params': sum(p.numel() for p in m.parameters())}), flush=True)
+
+
+if __name__ == '__main__':
+    main()
