@@ -393,6 +393,42 @@ TEST_CASE("attention in bfloat16: computed in float32 with a float32 lse, close 
   ::unsetenv("MUMOE_ATTENTION");
 }
 
+// On the CPU a bfloat16 attention is the float32 attention of the same (widened) values,
+// rounded once: its keys and values are widened straight into the rows the tiles read
+// (or, for a decoding step, read in place), never copied whole to float32, and that must
+// not change a bit. Many queries and few, causal and not, with dropout under one seed, D
+// a whole number of vectors and not (40, 8, and 5 below one vector), key counts off the
+// tiles, keys and values as dense tensors and as views of a longer cache buffer.
+TEST_CASE("attention in bfloat16 on the CPU equals float32 attention of the same values, rounded once") {
+  struct Case {
+    int64_t B, H, Tq, Tk, D;
+    bool causal;
+    double p;
+  };
+  const Case cases[] = {{1, 2, 70, 70, 64, true, 0.0}, {2, 3, 45, 130, 64, false, 0.2}, {2, 2, 33, 33, 40, true, 0.0},
+                        {1, 3, 17, 50, 8, false, 0.0}, {2, 1, 9, 9, 5, true, 0.1},      {2, 3, 2, 41, 64, false, 0.0},
+                        {1, 2, 4, 70, 40, false, 0.0}, {1, 2, 4, 4, 40, true, 0.0}};
+  for (const Case& c : cases)
+    for (bool views : {false, true}) {
+      INFO("B " << c.B << " H " << c.H << " T " << c.Tq << " x " << c.Tk << " D " << c.D << (c.causal ? " causal" : "")
+                << " p " << c.p << (views ? " (k, v views of a longer buffer, no graph)" : ""));
+      manual_seed(31);
+      const Tensor q = randn({c.B, c.H, c.Tq, c.D}).to(kBFloat16);
+      Tensor k = randn({c.B, c.H, c.Tk + 7, c.D}).to(kBFloat16), v = randn({c.B, c.H, c.Tk + 7, c.D}).to(kBFloat16);
+      k = views ? k.narrow(2, 0, c.Tk) : k.narrow(2, 0, c.Tk).contiguous();
+      v = views ? v.narrow(2, 0, c.Tk) : v.narrow(2, 0, c.Tk).contiguous();
+      auto run = [&](const Tensor& qq, const Tensor& kk, const Tensor& vv) {
+        std::optional<NoGradGuard> no_grad;
+        if (views) no_grad.emplace();
+        return scaled_dot_product_attention(qq, kk, vv, c.causal, c.p, true, std::nullopt, uint64_t(77));
+      };
+      const Tensor got = run(q, k, v);
+      const Tensor want = run(q.to(kFloat32), k.to(kFloat32), v.to(kFloat32)).to(kBFloat16);
+      REQUIRE(got.dtype() == kBFloat16);
+      CHECK(max_abs_diff(got.to(kFloat32), want.to(kFloat32)) == 0.0);
+    }
+}
+
 // ---------------------------------------------------------------- dropout
 
 TEST_CASE("attention dropout: a seed fixes the mask; manual_seed fixes the drawn seed; eval mode has none") {

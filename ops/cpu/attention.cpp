@@ -248,6 +248,32 @@ Rows<T> key_rows(const Tensor& x, const Geometry& g, Slot slot) {
   return make_rows(x.data_ptr<T>(), g, g.Tk, slot, hs, readable);
 }
 
+// Autocast's bfloat16 keys or values (B, H, T, D), with unit column stride (a dense
+// tensor or a view of dense rows, as the op passes them), as float32 rows of stride Dp in
+// the calling thread's workspace `slot`, widened as they are laid out: one pass over the
+// bfloat16 values where there were a float32 copy of the tensor and then the rows (for
+// D not a whole number of vectors) or the tiles reading that copy.
+Rows<float> widened_rows(const Tensor& x, const Geometry& g, Slot slot) {
+  constexpr int64_t W = Vec<float>::width;
+  const int64_t T = x.size(2), rows = round_up(T, MR), stride = rows * g.Dp;
+  const bfloat16_t* src = x.data_ptr<bfloat16_t>();
+  float* dst = workspace<float>(slot, g.B * g.H * stride);
+  parallel_for_if(g.B * g.H, g.B * g.H * T * g.D >= kParallelGrain && !omp_in_parallel(), [&](int64_t bh) {
+    const bfloat16_t* head = src + (bh / g.H) * x.stride(0) + (bh % g.H) * x.stride(1);
+    float* out = dst + bh * stride;
+    for (int64_t t = 0; t < T; ++t) {
+      const bfloat16_t* row = head + t * x.stride(2);
+      float* o = out + t * g.Dp;
+      int64_t d = 0;
+      for (; d + W <= g.D; d += W) store(o + d, load_as<float>(row + d));
+      for (; d < g.D; ++d) o[d] = float(row[d]);
+      std::fill(o + g.D, o + g.Dp, 0.0f);
+    }
+    std::fill(out + T * g.Dp, out + stride, 0.0f);
+  });
+  return {dst, stride};
+}
+
 // dst[d * ld + i] = scale * src[(i0 + i) * D + d] for i < n, and 0 for n <= i < ld: rows
 // [i0, i0 + n) of one head's (T x D) matrix, transposed and scaled, into a D x ld block.
 // The inner loop runs along a row of dst, so its stores are contiguous and its loads a
@@ -502,14 +528,11 @@ void forward_block(const Geometry& g, const T* q, const Rows<T>& k, const Rows<T
   }
 }
 
-// The forward on T's; the keys and values T's too, or (TK bfloat16, T float32) autocast's
-// bfloat16 ones read in place, for calls of at most kRowQueries queries only
-// (attention_forward), which forward_rows takes whole.
-template <class T, class TK = T>
-void forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
-                   const kernels::AttentionParams& p) {
-  const Geometry g = geometry<T>(q, k, p);
-  const Rows<TK> kr = key_rows<TK>(k, g, kKRows), vr = key_rows<TK>(v, g, kVRows);
+// The forward of queries q against key and value rows laid out for the tile products:
+// every head's query blocks shared out over the threads.
+template <class T, class TK>
+void forward_rows_of(const Tensor& q, const Rows<TK>& kr, const Rows<TK>& vr, const Tensor& out, const Tensor& lse,
+                     const Geometry& g) {
   const T* qd = q.data_ptr<T>();
   T *od = out.data_ptr<T>(), *ld = lse.data_ptr<T>();
   const int64_t BH = g.B * g.H, nq = (g.Tq + Bq - 1) / Bq, items = BH * nq;
@@ -533,18 +556,32 @@ void forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
       Schedule::Dynamic);
 }
 
+// The forward on T's; the keys and values T's too, or (TK bfloat16, T float32) autocast's
+// bfloat16 ones: read in place by calls of at most kRowQueries queries without dropout
+// (a decoding step's, which forward_rows takes whole), widened once into float32 rows
+// (widened_rows) for forward_block otherwise.
+template <class T, class TK = T>
+void forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+                   const kernels::AttentionParams& p) {
+  const Geometry g = geometry<T>(q, k, p);
+  if constexpr (!std::is_same_v<T, TK>) {
+    if (g.Tq > kRowQueries || g.dropout) {
+      static_assert(std::is_same_v<T, float> && std::is_same_v<TK, bfloat16_t>, "widened rows: bfloat16 to float32");
+      return forward_rows_of<T, T>(q, widened_rows(k, g, kKRows), widened_rows(v, g, kVRows), out, lse, g);
+    }
+  }
+  forward_rows_of<T, TK>(q, key_rows<TK>(k, g, kKRows), key_rows<TK>(v, g, kVRows), out, lse, g);
+}
+
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
                        const kernels::AttentionParams& p) {
   if (q.dtype() == kBFloat16) {  // autocast's attention: in float32 (ops/cpu/widen.h); lse is float32
+    // The keys and values are never copied whole to float32: a decoding step's (a query
+    // or a few against a key-value cache) are read as they are, widened in registers; any
+    // other call's are widened once into the float32 rows the tiles read. Either way the
+    // sums of the float32 forward on the widened values.
     Tensor wide = wide_like(out);
-    if (q.size(2) <= kRowQueries && p.dropout_p == 0) {
-      // A decoding step (a query or a few against a key-value cache): the cache's keys and
-      // values are read as they are, widened in registers, rather than widened whole every
-      // step. The same sums as below, which would take these queries row by row too.
-      forward_typed<float, bfloat16_t>(widened(q), k, v, wide, lse, p);
-    } else {
-      attention_forward(widened(q), widened(k.contiguous()), widened(v.contiguous()), wide, lse, p);
-    }
+    forward_typed<float, bfloat16_t>(widened(q), k, v, wide, lse, p);
     narrow_into(out, wide);
     return;
   }
