@@ -616,6 +616,41 @@ TEST_CASE("bfloat16 add, sub, mul, div: the float32 operation rounded once, over
   }
 }
 
+// GELU, its gradient and exp on bfloat16 tensors: the CPU runs them a chunk at a time
+// through the float32 lane code, so each result must be the float32 op's on the widened
+// value, rounded once, bit for bit (which is also what the other devices compute). Runs
+// past one chunk (512) with a tail, a strided view, and the values at the ends of GELU's
+// range (below -13 its result is a subnormal or 0, above 16 it is x) and of exp's.
+TEST_CASE("bfloat16 gelu, its gradient and exp: the float32 op on the widened values, rounded once") {
+  Generator gen(29);
+  Tensor x = (randn({3, 700}, TensorOptions(kFloat32), &gen) * 4.0);
+  std::vector<float> xs = floats(x);
+  const std::vector<float> ends = {-20.0f, -13.5f, -13.2f, -9.0f, -0.0f, 0.0f, 1e-30f, 15.9f, 16.0f, 17.0f,
+                                   88.5f, -87.5f, -104.0f, 300.0f, std::numeric_limits<float>::infinity(),
+                                   -std::numeric_limits<float>::infinity()};
+  for (size_t i = 0; i < ends.size(); ++i) xs[i * 37] = ends[i];
+  const Tensor x16 = from_vector(xs, {3, 700}).to(kBFloat16), g16 = (randn({3, 700}, TensorOptions(kFloat32), &gen)).to(kBFloat16);
+  auto same_bits = [](const Tensor& a, const Tensor& b) {
+    const Tensor ha = a.cpu().contiguous(), hb = b.cpu().contiguous();
+    int64_t differing = 0;
+    for (int64_t i = 0; i < ha.numel(); ++i)
+      differing += ha.data_ptr<bfloat16_t>()[i].bits != hb.data_ptr<bfloat16_t>()[i].bits;
+    return differing;
+  };
+  const Tensor x32 = x16.to(kFloat32), g32 = g16.to(kFloat32);
+  {
+    NoGradGuard no_grad;
+    CHECK(same_bits(gelu(x16), gelu(x32).to(kBFloat16)) == 0);
+    CHECK(same_bits(exp(x16), exp(x32).to(kBFloat16)) == 0);
+    CHECK(same_bits(gelu(x16.t()), gelu(x32.t()).to(kBFloat16)) == 0);  // strided: element by element
+  }
+  Tensor a = x16.detach().requires_grad_(), b = x32.detach().requires_grad_();
+  gelu(a).backward(g16);
+  gelu(b).backward(g32);
+  REQUIRE(a.grad().dtype() == kBFloat16);
+  CHECK(same_bits(a.grad(), b.grad().to(kBFloat16)) == 0);
+}
+
 // Contiguous views that start at any element (a slice of a flat tensor) are dense but not
 // 16-byte aligned unless the offset happens to make them so: the device's vector loads and
 // stores (16 bytes at a time) must take them only when every pointer is aligned, or a GPU

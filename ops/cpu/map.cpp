@@ -194,6 +194,19 @@ struct ExpLanes {
 
 }  // namespace
 
+// n bfloat16 values widened into float32 and back (rounded as bfloat16_t rounds), a
+// vector at a time (simd.h: load_as, store_as), the last partial vector one by one.
+inline void widen_run(const bfloat16_t* x, int64_t n, float* out) {
+  int64_t i = 0;
+  for (; i + kWF <= n; i += kWF) store(out + i, load_as<float>(x + i));
+  for (; i < n; ++i) out[i] = float(x[i]);
+}
+inline void narrow_run(const float* x, int64_t n, bfloat16_t* out) {
+  int64_t i = 0;
+  for (; i + kWF <= n; i += kWF) store_as(out + i, load(x + i));
+  for (; i < n; ++i) out[i] = bfloat16_t(x[i]);
+}
+
 // A float32 functor of the map loop (ops/cpu/map.h) from a lane function of one input:
 // dense runs through run_lanes, and one element (of a strided run) through the same
 // vector code as a padded run of one, so that strided and dense runs give the same bits.
@@ -217,6 +230,48 @@ struct GeluGradFloat {
     return r;
   }
   void run(float* o, const float* g, const float* x, int64_t n) const { run_lanes(GeluGradLanes{}, o, n, g, x); }
+};
+
+// The same lane functions on bfloat16 operands and result (autocast's MLP activations):
+// a dense run goes through a float32 buffer of kChunk values on the stack, widened, run
+// by run_lanes (the very instructions of the float32 path) and rounded back, so that each
+// result is the float32 path's rounded once, bit for bit, without float32 copies of the
+// whole operands and result (GELU forward and backward of (8, 128, 1024): 1.33 -> 1.22
+// ms, float32's 1.15; the lane arithmetic, not the copies, is most of it).
+constexpr int64_t kChunk = 512;
+template <class Lanes>
+struct UnaryLanesBFloat16 {
+  bfloat16_t operator()(bfloat16_t v) const {
+    float x = float(v), r;
+    run_lanes(Lanes{}, &r, 1, &x);
+    return bfloat16_t(r);
+  }
+  void run(bfloat16_t* o, const bfloat16_t* x, int64_t n) const {
+    alignas(64) float in[kChunk], res[kChunk];
+    for (int64_t i0 = 0; i0 < n; i0 += kChunk) {
+      const int64_t m = std::min(kChunk, n - i0);
+      widen_run(x + i0, m, in);
+      run_lanes(Lanes{}, res, m, in);
+      narrow_run(res, m, o + i0);
+    }
+  }
+};
+struct GeluGradBFloat16 {
+  bfloat16_t operator()(bfloat16_t g, bfloat16_t v) const {
+    float gf = float(g), x = float(v), r;
+    run_lanes(GeluGradLanes{}, &r, 1, &gf, &x);
+    return bfloat16_t(r);
+  }
+  void run(bfloat16_t* o, const bfloat16_t* g, const bfloat16_t* x, int64_t n) const {
+    alignas(64) float gin[kChunk], in[kChunk], res[kChunk];
+    for (int64_t i0 = 0; i0 < n; i0 += kChunk) {
+      const int64_t m = std::min(kChunk, n - i0);
+      widen_run(g + i0, m, gin);
+      widen_run(x + i0, m, in);
+      run_lanes(GeluGradLanes{}, res, m, gin, in);
+      narrow_run(res, m, o + i0);
+    }
+  }
 };
 
 // The tanh form likewise, through 0.5 (1 + tanh(u)) = sigmoid(2u) with the vectorisable
@@ -271,6 +326,14 @@ static void map_kernel(const Tensor& out, const std::array<Tensor, 3>& in_given,
   if constexpr (kBFloat16Direct<F>) {
     if (out.dtype() == kBFloat16 && in_given[0].dtype() == kBFloat16 && in_given[1].dtype() == kBFloat16)
       return map_n<bfloat16_t, bfloat16_t, bfloat16_t>(out, {in_given[0], in_given[1]}, BFloat16Direct<F>{f});
+  }
+  if constexpr (std::is_same_v<F, fn::Gelu> || std::is_same_v<F, fn::Exp>) {
+    using Lanes = std::conditional_t<std::is_same_v<F, fn::Gelu>, GeluLanes, ExpLanes>;
+    if (out.dtype() == kBFloat16 && in_given[0].dtype() == kBFloat16)
+      return map_n<bfloat16_t, bfloat16_t>(out, {in_given[0]}, UnaryLanesBFloat16<Lanes>{});
+  } else if constexpr (std::is_same_v<F, fn::GeluGrad>) {
+    if (out.dtype() == kBFloat16 && in_given[0].dtype() == kBFloat16 && in_given[1].dtype() == kBFloat16)
+      return map_n<bfloat16_t, bfloat16_t, bfloat16_t>(out, {in_given[0], in_given[1]}, GeluGradBFloat16{});
   }
   std::array<Tensor, 3> in = in_given;
   for (int k = 0; k < F::arity; ++k)
