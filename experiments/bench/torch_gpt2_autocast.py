@@ -22,9 +22,10 @@ import json
 import os
 import statistics
 import sys
-import time
 
 import torch
+
+from torch_cross_entropy import timed  # the same warm-up and timing loop, beside this file
 
 here = os.path.dirname(os.path.abspath(__file__))
 reference_path = os.path.join(here, '..', '..', '..', 'shared', 'reference', 'torch_reference.py')
@@ -59,13 +60,7 @@ def main():
             with torch.autocast('cpu', dtype=torch.bfloat16):
                 step()
 
-        for _ in range(a.warmup):
-            autocast_step()
-        ts = []
-        for _ in range(a.reps):
-            t = time.perf_counter()
-            autocast_step()
-            ts.append((time.perf_counter() - t) * 1e3)
+        ts = timed(autocast_step, a.reps, a.warmup)
         print(json.dumps({'workload': name + '-bf16', 'impl': 'pytorch-' + torch.__version__ + '-autocast',
                           'threads': torch.get_num_threads(), 'median_ms': round(statistics.median(ts), 3),
                           'min_ms': round(min(ts), 3), 'max_ms': round(max(ts), 3),
