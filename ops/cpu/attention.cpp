@@ -254,7 +254,6 @@ Rows<T> key_rows(const Tensor& x, const Geometry& g, Slot slot) {
 // bfloat16 values where there were a float32 copy of the tensor and then the rows (for
 // D not a whole number of vectors) or the tiles reading that copy.
 Rows<float> widened_rows(const Tensor& x, const Geometry& g, Slot slot) {
-  constexpr int64_t W = Vec<float>::width;
   const int64_t T = x.size(2), rows = round_up(T, MR), stride = rows * g.Dp;
   const bfloat16_t* src = x.data_ptr<bfloat16_t>();
   float* dst = workspace<float>(slot, g.B * g.H * stride);
@@ -264,9 +263,7 @@ Rows<float> widened_rows(const Tensor& x, const Geometry& g, Slot slot) {
     for (int64_t t = 0; t < T; ++t) {
       const bfloat16_t* row = head + t * x.stride(2);
       float* o = out + t * g.Dp;
-      int64_t d = 0;
-      for (; d + W <= g.D; d += W) store(o + d, load_as<float>(row + d));
-      for (; d < g.D; ++d) o[d] = float(row[d]);
+      widen_run(row, g.D, o);
       std::fill(o + g.D, o + g.Dp, 0.0f);
     }
     std::fill(out + T * g.Dp, out + stride, 0.0f);

@@ -194,19 +194,6 @@ struct ExpLanes {
 
 }  // namespace
 
-// n bfloat16 values widened into float32 and back (rounded as bfloat16_t rounds), a
-// vector at a time (simd.h: load_as, store_as), the last partial vector one by one.
-inline void widen_run(const bfloat16_t* x, int64_t n, float* out) {
-  int64_t i = 0;
-  for (; i + kWF <= n; i += kWF) store(out + i, load_as<float>(x + i));
-  for (; i < n; ++i) out[i] = float(x[i]);
-}
-inline void narrow_run(const float* x, int64_t n, bfloat16_t* out) {
-  int64_t i = 0;
-  for (; i + kWF <= n; i += kWF) store_as(out + i, load(x + i));
-  for (; i < n; ++i) out[i] = bfloat16_t(x[i]);
-}
-
 // A float32 functor of the map loop (ops/cpu/map.h) from a lane function of one input:
 // dense runs through run_lanes, and one element (of a strided run) through the same
 // vector code as a padded run of one, so that strided and dense runs give the same bits.
@@ -234,7 +221,8 @@ struct GeluGradFloat {
 
 // The same lane functions on bfloat16 operands and result (autocast's MLP activations):
 // a dense run goes through a float32 buffer of kChunk values on the stack, widened, run
-// by run_lanes (the very instructions of the float32 path) and rounded back, so that each
+// by run_lanes (the very instructions of the float32 path) and rounded back (simd.h:
+// widen_run, narrow_run), so that each
 // result is the float32 path's rounded once, bit for bit, without float32 copies of the
 // whole operands and result (GELU forward and backward of (8, 128, 1024): 1.33 -> 1.22
 // ms, float32's 1.15; the lane arithmetic, not the copies, is most of it).

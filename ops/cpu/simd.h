@@ -93,6 +93,22 @@ inline void store_as(bfloat16_t* p, Vec<float>::type v) {
   std::memcpy(static_cast<void*>(p), &h, sizeof(h));
 }
 
+// n bfloat16 values widened to float32, and n float32 values rounded to bfloat16
+// (store_as), a vector at a time, the last partial vector one by one: GCC keeps the
+// element-by-element conversions of a plain loop scalar.
+inline void widen_run(const bfloat16_t* x, int64_t n, float* out) {
+  constexpr int64_t W = Vec<float>::width;
+  int64_t i = 0;
+  for (; i + W <= n; i += W) store(out + i, load_as<float>(x + i));
+  for (; i < n; ++i) out[i] = float(x[i]);
+}
+inline void narrow_run(const float* x, int64_t n, bfloat16_t* out) {
+  constexpr int64_t W = Vec<float>::width;
+  int64_t i = 0;
+  for (; i + W <= n; i += W) store_as(out + i, load(x + i));
+  for (; i < n; ++i) out[i] = bfloat16_t(x[i]);
+}
+
 // r[i][l] <-> r[l][i]: the W x W block held in W vectors, transposed in registers. Each
 // stage swaps the off-diagonal H x H sub-blocks of every 2H x 2H block: rows i and i + H
 // (i with bit H clear) exchange the lanes with bit H set in row i for those with it clear
