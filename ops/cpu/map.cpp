@@ -220,12 +220,12 @@ struct GeluGradFloat {
 };
 
 // The same lane functions on bfloat16 operands and result (autocast's MLP activations):
-// a dense run goes through a float32 buffer of kChunk values on the stack, widened, run
-// by run_lanes (the very instructions of the float32 path) and rounded back (simd.h:
-// widen_run, narrow_run), so that each
-// result is the float32 path's rounded once, bit for bit, without float32 copies of the
-// whole operands and result (GELU forward and backward of (8, 128, 1024): 1.33 -> 1.22
-// ms, float32's 1.15; the lane arithmetic, not the copies, is most of it).
+// a dense run goes through float32 buffers of kChunk values on the stack, widened, run by
+// run_lanes (the very instructions of the float32 path) and rounded back (simd.h:
+// widen_run, narrow_run), so that each result is the float32 path's rounded once, bit for
+// bit, without float32 copies of the whole operands and result (GELU forward and backward
+// of (8, 128, 1024): 1.33 -> 1.22 ms, float32's 1.15; the lane arithmetic, not the
+// copies, is most of it).
 constexpr int64_t kChunk = 512;
 template <class Lanes>
 struct UnaryLanesBFloat16 {
