@@ -1183,8 +1183,15 @@ void gemm(int64_t batch, int64_t M, int64_t N, int64_t K, MatrixRef<const T> A, 
 }
 
 bool bf16_weight_product_fits(int64_t M, int64_t N, int64_t K) {
-  // With AVX512_BF16, gemm_bf16 was faster from 16 rows (at 12 this one was, by 4-34%).
-  const int64_t rows = gemm_bf16_available() ? 12 : kFewRows;
+  // With AVX512_BF16, gemm_bf16 computes up to 16 rows in the time of one (its half-width
+  // tiles), this path in time growing with the rows. Measured on 2 Zen 4 cores, this path
+  // against gemm_bf16: GPT-2's Linears (256 -> 1024, 768 -> 768, 768 -> 3072, 3072 -> 768)
+  // at 6 rows 26 / 28, 50 / 72, 193 / 210, 186 / 237 us, at 8 rows 34 / 28, 61 / 60,
+  // 245 / 210, 255 / 236; GPT-2 mini's head (256 -> 50257: 25.7 MB of weight, read from
+  // memory, which this path streams best) at 8 rows 1.38-1.44 / 1.72-1.78 ms, at 10 about
+  // even, at 12 2.37-2.50 / 1.86-2.27.
+  int64_t rows = kFewRows;
+  if (gemm_bf16_available()) rows = N * K * int64_t(sizeof(bfloat16_t)) > (int64_t(16) << 20) ? 10 : 7;
   return M >= 1 && M <= rows && N >= Vec<float>::width && K >= Vec<float>::width;
 }
 

@@ -53,7 +53,7 @@ void gemm_batch_sum(int64_t batch, int64_t M, int64_t N, int64_t K, MatrixRef<co
 // GPT-2 mini's 50257 x 256 head 10.4 -> 0.38 ms). For 1 to 16 rows, N and K at least a
 // vector's width, any strides of A and C. Each element of C is summed in the same order
 // on any number of threads. bf16_weight_product_fits says whether a product should take
-// it: up to 12 rows where gemm_bf16 (below) serves more rows faster, else up to 16.
+// it: where gemm_bf16 (below) runs, up to 7 rows (10 by a weight past 16 MB), else up to 16.
 bool bf16_weight_product_fits(int64_t M, int64_t N, int64_t K);
 void gemm_bf16_weight(int64_t M, int64_t N, int64_t K, const float* A, int64_t a_rs, int64_t a_cs,
                       const bfloat16_t* bt, int64_t ldb, float* C, int64_t c_rs, int64_t c_cs);
