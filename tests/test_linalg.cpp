@@ -366,6 +366,50 @@ TEST_CASE("gemm_bf16 matches a brute-force product over tile edges, odd depths a
       }
 }
 
+// The few-row dot-product form (a decoding step's rows by a weight read in place) against
+// the brute-force product in double: 1 to 16 rows, depths below, at and past one vector
+// of 32 pairs' worth and past one chunk of 1024 (the sums of later chunks added onto C),
+// A's rows and C's rows padded (C's padding untouched), C also written transposed. The
+// shapes it refuses are named in the error.
+TEST_CASE("gemm_bf16_few_rows matches a brute-force product over rows, depth tails, chunks and strides") {
+  if (!cpu::gemm_bf16_available()) {
+    MESSAGE("skipped: this build's target has no AVX512_BF16 (the few rows are widened to float32 instead)");
+    return;
+  }
+  std::mt19937 rng(17);
+  std::normal_distribution<double> nd;
+  for (int64_t M : {1, 2, 5, 8, 11, 12, 13, 16})
+    for (int64_t K : {1, 31, 32, 33, 1100, 2100})
+      for (int64_t N : {1, 17, 300})
+        for (bool transposed_c : {false, true}) {
+          INFO("M " << M << " K " << K << " N " << N << (transposed_c ? " C transposed" : ""));
+          std::vector<bfloat16_t> a(size_t(M * (K + 3))), w(size_t(N * (K + 5)));
+          for (auto& v : a) v = bfloat16_t(float(nd(rng)));
+          for (auto& v : w) v = bfloat16_t(float(nd(rng)));
+          const int64_t c_rs = transposed_c ? 1 : N + 2, c_cs = transposed_c ? M + 2 : 1;
+          std::vector<float> c(size_t(transposed_c ? N * (M + 2) : M * (N + 2)), -7.0f);
+          cpu::gemm_bf16_few_rows(M, N, K, a.data(), K + 3, w.data(), K + 5, c.data(), c_rs, c_cs);
+          double worst = 0;
+          int64_t written = 0;
+          for (int64_t i = 0; i < M; ++i)
+            for (int64_t j = 0; j < N; ++j) {
+              double ref = 0, mag = 0;
+              for (int64_t k = 0; k < K; ++k) {
+                const double p = double(float(a[size_t(i * (K + 3) + k)])) * double(float(w[size_t(j * (K + 5) + k)]));
+                ref += p, mag += std::abs(p);
+              }
+              worst = std::max(worst, std::abs(double(c[size_t(i * c_rs + j * c_cs)]) - ref) - 1e-4 * (mag + 1));
+            }
+          for (float v : c) written += v != -7.0f;
+          CHECK(worst <= 0);
+          CHECK(written == M * N);  // the padding untouched
+        }
+  std::vector<bfloat16_t> a(17 * 64), w(64 * 64);
+  std::vector<float> c(17 * 64);
+  CHECK_THROWS_WITH_AS(cpu::gemm_bf16_few_rows(17, 64, 64, a.data(), 64, w.data(), 64, c.data(), 64, 1),
+                       doctest::Contains("17 x 64 by 64 x 64 is outside its shapes (1 to 16 rows"), Error);
+}
+
 // The rounding of a bfloat16 C on the values where it can go wrong: products exactly
 // half-way between two bfloat16 values (ties to even, both ways), past the largest
 // finite (infinity), NaN from inf · 0 (the one quiet NaN 0x7fc0), zeros. With

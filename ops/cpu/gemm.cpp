@@ -1183,15 +1183,15 @@ void gemm(int64_t batch, int64_t M, int64_t N, int64_t K, MatrixRef<const T> A, 
 }
 
 bool bf16_weight_product_fits(int64_t M, int64_t N, int64_t K) {
-  // With AVX512_BF16, gemm_bf16 computes up to 16 rows in the time of one (its half-width
-  // tiles), this path in time growing with the rows. Measured on 2 Zen 4 cores, this path
-  // against gemm_bf16: GPT-2's Linears (256 -> 1024, 768 -> 768, 768 -> 3072, 3072 -> 768)
-  // at 6 rows 26 / 28, 50 / 72, 193 / 210, 186 / 237 us, at 8 rows 34 / 28, 61 / 60,
-  // 245 / 210, 255 / 236; GPT-2 mini's head (256 -> 50257: 25.7 MB of weight, read from
-  // memory, which this path streams best) at 8 rows 1.38-1.44 / 1.72-1.78 ms, at 10 about
-  // even, at 12 2.37-2.50 / 1.86-2.27.
+  // With AVX512_BF16 these rows take gemm_bf16_few_rows (dot products on VDPBF16PS), whose
+  // time grows with the rows, and more rows gemm_bf16, which computes up to 16 in the
+  // time of one (its half-width tiles). Measured on 2 Zen 4 cores, the dot form against
+  // gemm_bf16: GPT-2's 768 -> 3072 Linear at 8, 12 and 16 rows 110 / 210, 186 / 206,
+  // 261 / 208 us (3072 -> 768 at 16: 298 / 233; 256 -> 1024 at 16: 53 / 28); GPT-2 mini's
+  // head (256 -> 50257: 25.7 MB of weight, from memory) at 12 and 16 rows 1.65 / 1.83
+  // and 1.58 / 2.20 ms.
   int64_t rows = kFewRows;
-  if (gemm_bf16_available()) rows = N * K * int64_t(sizeof(bfloat16_t)) > (int64_t(16) << 20) ? 10 : 7;
+  if (gemm_bf16_available()) rows = N * K * int64_t(sizeof(bfloat16_t)) > (int64_t(16) << 20) ? 16 : 12;
   return M >= 1 && M <= rows && N >= Vec<float>::width && K >= Vec<float>::width;
 }
 

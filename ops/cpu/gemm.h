@@ -53,7 +53,8 @@ void gemm_batch_sum(int64_t batch, int64_t M, int64_t N, int64_t K, MatrixRef<co
 // GPT-2 mini's 50257 x 256 head 10.4 -> 0.38 ms). For 1 to 16 rows, N and K at least a
 // vector's width, any strides of A and C. Each element of C is summed in the same order
 // on any number of threads. bf16_weight_product_fits says whether a product should take
-// it: where gemm_bf16 (below) runs, up to 7 rows (10 by a weight past 16 MB), else up to 16.
+// it (or, where gemm_bf16 below runs, gemm_bf16_few_rows): there up to 12 rows (16 by a
+// weight past 16 MB), else up to 16.
 bool bf16_weight_product_fits(int64_t M, int64_t N, int64_t K);
 void gemm_bf16_weight(int64_t M, int64_t N, int64_t K, const float* A, int64_t a_rs, int64_t a_cs,
                       const bfloat16_t* bt, int64_t ldb, float* C, int64_t c_rs, int64_t c_cs);
@@ -70,6 +71,13 @@ void gemm_bf16(int64_t M, int64_t N, int64_t K, const bfloat16_t* A, int64_t a_r
                int64_t b_rs, int64_t b_cs, float* C, int64_t ldc);
 void gemm_bf16(int64_t M, int64_t N, int64_t K, const bfloat16_t* A, int64_t a_rs, int64_t a_cs, const bfloat16_t* B,
                int64_t b_rs, int64_t b_cs, bfloat16_t* C, int64_t ldc);
+
+// C (M x N, any strides) = A (M x K, rows contiguous) · wᵀ for a row-major N x K bfloat16
+// weight w read in place, 1 <= M <= kBf16FewRows: the dot-product form on VDPBF16PS (a
+// decoding step's few rows by a weight), where gemm_bf16_available().
+inline constexpr int64_t kBf16FewRows = 16;
+void gemm_bf16_few_rows(int64_t M, int64_t N, int64_t K, const bfloat16_t* A, int64_t a_rs, const bfloat16_t* w,
+                        int64_t ldw, float* C, int64_t c_rs, int64_t c_cs);
 
 // Which implementation gemm uses. Auto: the library's choice, currently the native kernel
 // for every product (gemm.cpp, kAutoUsesBlas, says why). Native / Blas force one; Blas

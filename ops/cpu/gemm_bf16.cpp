@@ -282,7 +282,85 @@ void gemm_bf16_into(int64_t M, int64_t N, int64_t K, const bfloat16_t* A, int64_
   });
 }
 
+// ---------------------------------------------------------------- few rows
+
+// Few rows of A by a weight read in place, as dot products (a decoding step's head):
+// C(m, j) = Σ_k A(m, k) w(j, k), 32 depths of a row of A and of a row of w multiplied pair
+// by pair into 16 lanes per VDPBF16PS, the lanes summed once per element. Half the
+// instructions of widening w to float32 for FMAs (gemm_bf16_weight), whose time grows
+// with the rows; the depth in chunks whose R rows of A stay in L1.
+constexpr int64_t kDotChunk = 1024;  // depths per chunk: R x 2 KB of A
+
+// The 16 lanes of v added, halves onto halves (GCC's vector extensions: the intrinsic's
+// extractions pass an undefined vector that GCC 12 warns about).
+inline float lanes_added(__m512 v) {
+  typedef float F16 __attribute__((vector_size(64)));
+  typedef float F8 __attribute__((vector_size(32)));
+  typedef float F4 __attribute__((vector_size(16)));
+  typedef float F2 __attribute__((vector_size(8)));
+  const F16 x = F16(v);
+  const F8 a = __builtin_shufflevector(x, x, 0, 1, 2, 3, 4, 5, 6, 7) +
+               __builtin_shufflevector(x, x, 8, 9, 10, 11, 12, 13, 14, 15);
+  const F4 b = __builtin_shufflevector(a, a, 0, 1, 2, 3) + __builtin_shufflevector(a, a, 4, 5, 6, 7);
+  const F2 c = __builtin_shufflevector(b, b, 0, 1) + __builtin_shufflevector(b, b, 2, 3);
+  return c[0] + c[1];
+}
+
+template <int R>
+void dot_pairs(int64_t j0, int64_t j1, int64_t K, const bfloat16_t* A, int64_t a_rs, const bfloat16_t* w, int64_t ldw,
+               float* C, int64_t c_rs, int64_t c_cs, bool accumulate) {
+  const __mmask32 tail = K % 32 == 0 ? ~__mmask32(0) : __mmask32((uint32_t(1) << (K % 32)) - 1);
+  const int64_t whole = K / 32 * 32;
+  for (int64_t j = j0; j < j1; ++j) {
+    const bfloat16_t* row = w + j * ldw;
+    __m512 acc[R];
+    for (int m = 0; m < R; ++m) acc[m] = _mm512_setzero_ps();
+    for (int64_t k = 0; k < whole; k += 32) {
+      const __m512bh b = (__m512bh)_mm512_loadu_si512(row + k);
+#pragma GCC unroll 16
+      for (int m = 0; m < R; ++m)
+        acc[m] = _mm512_dpbf16_ps(acc[m], (__m512bh)_mm512_loadu_si512(A + m * a_rs + k), b);
+    }
+    if (whole < K) {  // the last depths, the rest of the vector zero
+      const __m512bh b = (__m512bh)_mm512_maskz_loadu_epi16(tail, row + whole);
+      for (int m = 0; m < R; ++m)
+        acc[m] = _mm512_dpbf16_ps(acc[m], (__m512bh)_mm512_maskz_loadu_epi16(tail, A + m * a_rs + whole), b);
+    }
+    for (int m = 0; m < R; ++m) {
+      const float sum = lanes_added(acc[m]);
+      float& dst = C[m * c_rs + j * c_cs];
+      dst = accumulate ? dst + sum : sum;
+    }
+  }
+}
+
+template <int R>
+void few_rows(int64_t N, int64_t K, const bfloat16_t* A, int64_t a_rs, const bfloat16_t* w, int64_t ldw, float* C,
+              int64_t c_rs, int64_t c_cs, int nt) {
+  parallel_team(nt, [&](int tid, int team) {  // one contiguous share of the columns each
+    const int64_t j0 = N * tid / team, j1 = N * (tid + 1) / team;
+    for (int64_t k0 = 0; k0 < K; k0 += kDotChunk)
+      dot_pairs<R>(j0, j1, std::min(kDotChunk, K - k0), A + k0, a_rs, w + k0, ldw, C, c_rs, c_cs, k0 > 0);
+  });
+}
+
 }  // namespace
+
+void gemm_bf16_few_rows(int64_t M, int64_t N, int64_t K, const bfloat16_t* A, int64_t a_rs, const bfloat16_t* w,
+                        int64_t ldw, float* C, int64_t c_rs, int64_t c_cs) {
+  MU_CHECK(M >= 1 && M <= kBf16FewRows && N >= 0 && K >= 1, "gemm_bf16_few_rows: ", M, " x ", K, " by ", K, " x ", N,
+           " is outside its shapes (1 to ", kBf16FewRows, " rows, a depth of at least 1)");
+  int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
+  if (2.0 * double(M) * double(N) * double(K) < kParallelFlops) nt = 1;
+  switch (M) {
+#define MU_BF16_FEW(R) \
+  case R: return few_rows<R>(N, K, A, a_rs, w, ldw, C, c_rs, c_cs, nt);
+    MU_BF16_FEW(1) MU_BF16_FEW(2) MU_BF16_FEW(3) MU_BF16_FEW(4) MU_BF16_FEW(5) MU_BF16_FEW(6)
+    MU_BF16_FEW(7) MU_BF16_FEW(8) MU_BF16_FEW(9) MU_BF16_FEW(10) MU_BF16_FEW(11) MU_BF16_FEW(12)
+    MU_BF16_FEW(13) MU_BF16_FEW(14) MU_BF16_FEW(15) MU_BF16_FEW(16)
+#undef MU_BF16_FEW
+  }
+}
 
 bool gemm_bf16_available() { return true; }
 
@@ -306,6 +384,10 @@ void gemm_bf16(int64_t, int64_t, int64_t, const bfloat16_t*, int64_t, int64_t, c
 void gemm_bf16(int64_t, int64_t, int64_t, const bfloat16_t*, int64_t, int64_t, const bfloat16_t*, int64_t, int64_t,
                bfloat16_t*, int64_t) {
   MU_FAIL("gemm_bf16: this build's target has no AVX512_BF16 (check gemm_bf16_available() first)");
+}
+void gemm_bf16_few_rows(int64_t, int64_t, int64_t, const bfloat16_t*, int64_t, const bfloat16_t*, int64_t, float*,
+                        int64_t, int64_t) {
+  MU_FAIL("gemm_bf16_few_rows: this build's target has no AVX512_BF16 (check gemm_bf16_available() first)");
 }
 
 #endif

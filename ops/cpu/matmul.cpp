@@ -50,10 +50,17 @@ static void matmul(const Tensor& out, const Tensor& a, const Tensor& b) {
     Tensor wide = wide_like(out);
     if (a.dim() == 2 && b.stride(0) == 1 && bf16_weight_product_fits(M, N, K)) {
       // A few rows by a transposed weight (a Linear layer in a decoding step): the weight
-      // is read in place, not widened whole for a handful of rows.
-      const Tensor wa = widened(a);
-      gemm_bf16_weight(M, N, K, wa.data_ptr<float>(), wa.stride(0), wa.stride(1), b.data_ptr<bfloat16_t>(),
-                       b.stride(1), wide.data_ptr<float>(), wide.stride(0), wide.stride(1));
+      // is read in place, not widened whole for a handful of rows; as dot products on
+      // VDPBF16PS where the CPU has it, else widened in registers for float32 FMAs.
+      if (gemm_bf16_available()) {
+        const Tensor ar = a.stride(1) == 1 ? a : a.contiguous();
+        gemm_bf16_few_rows(M, N, K, ar.data_ptr<bfloat16_t>(), ar.stride(0), b.data_ptr<bfloat16_t>(), b.stride(1),
+                           wide.data_ptr<float>(), wide.stride(0), wide.stride(1));
+      } else {
+        const Tensor wa = widened(a);
+        gemm_bf16_weight(M, N, K, wa.data_ptr<float>(), wa.stride(0), wa.stride(1), b.data_ptr<bfloat16_t>(),
+                         b.stride(1), wide.data_ptr<float>(), wide.stride(0), wide.stride(1));
+      }
     } else if (many_rows) {
       // Entries too small to share out take the widened path below.
       gemm_bf16_entries(wide.data_ptr<float>(), a, b);
