@@ -30,8 +30,9 @@ from torch_cross_entropy import timed  # the same warm-up and timing loop, besid
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def load_model_module():
-    """torch_reference.py where it is found, else torch_gpu.py's copy of its models."""
+def load_reference():
+    """torch_reference.py, imported from where it is found ($MUMOE_TORCH_REFERENCE, or the
+    shared folder beside the checkout or inside it), or None."""
     for p in [os.environ.get('MUMOE_TORCH_REFERENCE'), os.path.join(HERE, '../../../shared/reference/torch_reference.py'),
               os.path.join(HERE, '../../shared/reference/torch_reference.py')]:
         if p and os.path.isfile(p):
@@ -39,6 +40,14 @@ def load_model_module():
             ref = importlib.util.module_from_spec(spec)
             spec.loader.exec_module(ref)
             return ref
+    return None
+
+
+def load_model_module():
+    """torch_reference.py where it is found, else torch_gpu.py's copy of its models."""
+    ref = load_reference()
+    if ref is not None:
+        return ref
     import torch_gpu  # beside this file
     return torch_gpu
 

@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """PyTorch side of `bench_gpt2 --dtype bf16`: the reference's gpt2-mini workloads
-(../shared/reference/torch_reference.py, imported as they are) with each step run under
+(../shared/reference/torch_reference.py, imported as they are, found as torch_generate.py
+finds it) with each step run under
 torch.autocast on the CPU in bfloat16, in the reference's JSON shape, the workloads named
 ...-bf16.
 
@@ -17,27 +18,14 @@ their entmax15 on the bfloat16 gate logits (PyTorch 1.13: "index -1 is out of bo
 dimension 2 with size 64" from its tau.gather), where mumoe keeps entmax in float32.
 """
 import argparse
-import importlib.util
 import json
-import os
 import statistics
 import sys
 
 import torch
 
 from torch_cross_entropy import timed  # the same warm-up and timing loop, beside this file
-
-here = os.path.dirname(os.path.abspath(__file__))
-reference_path = os.path.join(here, '..', '..', '..', 'shared', 'reference', 'torch_reference.py')
-
-
-def load_reference():
-    if not os.path.isfile(reference_path):
-        sys.exit(f'torch_gpt2_autocast.py: the reference script is not at {reference_path}')
-    spec = importlib.util.spec_from_file_location('torch_reference', reference_path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from torch_generate import load_reference  # the one lookup of torch_reference.py, beside this file
 
 
 def main():
@@ -50,6 +38,9 @@ def main():
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     ref = load_reference()
+    if ref is None:
+        sys.exit('torch_gpt2_autocast.py: torch_reference.py not found ($MUMOE_TORCH_REFERENCE, or shared/reference '
+                 'beside the checkout)')
     for name in a.workload.split(','):
         if name not in ref.WORKLOADS or not name.startswith('gpt2-'):
             sys.exit(f'torch_gpt2_autocast.py: {name} is not one of the reference\'s gpt2 workloads')

@@ -842,22 +842,6 @@ inline typename Vec<T>::type load_depths(const TB* src, int64_t n) {
   }
 }
 
-// The sum of the N lanes of v: its two halves added, then their halves, down to one
-// lane (each half one shuffle or extraction).
-template <class T, int N>
-struct Lanes {
-  typedef T type __attribute__((vector_size(N * sizeof(T))));
-};
-template <class V, std::size_t... L>
-inline auto halves_added(V v, std::index_sequence<L...>) {
-  return __builtin_shufflevector(v, v, L...) + __builtin_shufflevector(v, v, (L + sizeof...(L))...);
-}
-template <class T, int N = Vec<T>::width>
-inline T lane_sum(typename Lanes<T, N>::type v) {
-  if constexpr (N == 1) return v[0];
-  else return lane_sum<T, N / 2>(halves_added(v, std::make_index_sequence<N / 2>()));
-}
-
 // Columns [j0, j1) of C (R rows) = or += A · B over depths [0, K), B(k, j) at
 // bt[j * ldb + k] of type TB (T, or bfloat16 for a float32 product: load_depths), A's
 // rows contiguous (row stride a_rs). The bias, when given, is added as C is written.

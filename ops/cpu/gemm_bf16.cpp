@@ -291,21 +291,6 @@ void gemm_bf16_into(int64_t M, int64_t N, int64_t K, const bfloat16_t* A, int64_
 // with the rows; the depth in chunks whose R rows of A stay in L1.
 constexpr int64_t kDotChunk = 1024;  // depths per chunk: R x 2 KB of A
 
-// The 16 lanes of v added, halves onto halves (GCC's vector extensions: the intrinsic's
-// extractions pass an undefined vector that GCC 12 warns about).
-inline float lanes_added(__m512 v) {
-  typedef float F16 __attribute__((vector_size(64)));
-  typedef float F8 __attribute__((vector_size(32)));
-  typedef float F4 __attribute__((vector_size(16)));
-  typedef float F2 __attribute__((vector_size(8)));
-  const F16 x = F16(v);
-  const F8 a = __builtin_shufflevector(x, x, 0, 1, 2, 3, 4, 5, 6, 7) +
-               __builtin_shufflevector(x, x, 8, 9, 10, 11, 12, 13, 14, 15);
-  const F4 b = __builtin_shufflevector(a, a, 0, 1, 2, 3) + __builtin_shufflevector(a, a, 4, 5, 6, 7);
-  const F2 c = __builtin_shufflevector(b, b, 0, 1) + __builtin_shufflevector(b, b, 2, 3);
-  return c[0] + c[1];
-}
-
 template <int R>
 void dot_pairs(int64_t j0, int64_t j1, int64_t K, const bfloat16_t* A, int64_t a_rs, const bfloat16_t* w, int64_t ldw,
                float* C, int64_t c_rs, int64_t c_cs, bool accumulate) {
@@ -327,7 +312,7 @@ void dot_pairs(int64_t j0, int64_t j1, int64_t K, const bfloat16_t* A, int64_t a
         acc[m] = _mm512_dpbf16_ps(acc[m], (__m512bh)_mm512_maskz_loadu_epi16(tail, A + m * a_rs + whole), b);
     }
     for (int m = 0; m < R; ++m) {
-      const float sum = lanes_added(acc[m]);
+      const float sum = lane_sum<float>(Vec<float>::type(acc[m]));  // simd.h
       float& dst = C[m * c_rs + j * c_cs];
       dst = accumulate ? dst + sum : sum;
     }

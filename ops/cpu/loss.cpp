@@ -130,8 +130,8 @@ inline float* line_buffer(int64_t C) {
   return buffer.data();
 }
 // The line widened and its gradient rounded a vector at a time (simd.h: widen_run,
-// narrow_run; GCC kept the element-by-element conversions scalar, 12% of a forward and
-// backward over 1024 x 50257).
+// narrow_run; GCC kept the element-by-element conversions scalar: a forward and backward
+// over 1024 x 50257 took 41.9 ms that way, 39.3 this way).
 inline float* widen_line(const bfloat16_t* x, int64_t C) {
   float* line = line_buffer(C);
   widen_run(x, C, line);

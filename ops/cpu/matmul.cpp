@@ -38,9 +38,11 @@ static void gemm_bf16_entries(TC* cd, const Tensor& a, const Tensor& b) {
 static void matmul(const Tensor& out, const Tensor& a, const Tensor& b) {
   if (a.dtype() == kBFloat16) {  // autocast's products: in float32, rounded once (ops/cpu/widen.h)
     const int64_t M = a.size(-2), K = a.size(-1), N = b.size(-1);
-    const bool many_rows =
-        gemm_bf16_available() && (a.dim() == 2 || 2.0 * double(M) * double(N) * double(K) >= kParallelFlops);
-    if (many_rows && out.is_contiguous() && !(a.dim() == 2 && b.stride(0) == 1 && bf16_weight_product_fits(M, N, K))) {
+    // A few rows by a transposed weight (a Linear layer in a decoding step), or many rows.
+    const bool few_rows = a.dim() == 2 && b.stride(0) == 1 && bf16_weight_product_fits(M, N, K);
+    const bool many_rows = !few_rows && gemm_bf16_available() &&
+                           (a.dim() == 2 || 2.0 * double(M) * double(N) * double(K) >= kParallelFlops);
+    if (many_rows && out.is_contiguous()) {
       // Many rows: the bfloat16 operands multiplied as they are (gemm_bf16), straight into
       // out (a bfloat16 out rounded as each tile is stored: GPT-2 mini's head wrote 205 MB
       // of float32 logits and read them back to round them, 10 of its 90 ms).
@@ -48,10 +50,9 @@ static void matmul(const Tensor& out, const Tensor& a, const Tensor& b) {
       if (out.dtype() == kFloat32) return gemm_bf16_entries(out.data_ptr<float>(), a, b);
     }
     Tensor wide = wide_like(out);
-    if (a.dim() == 2 && b.stride(0) == 1 && bf16_weight_product_fits(M, N, K)) {
-      // A few rows by a transposed weight (a Linear layer in a decoding step): the weight
-      // is read in place, not widened whole for a handful of rows; as dot products on
-      // VDPBF16PS where the CPU has it, else widened in registers for float32 FMAs.
+    if (few_rows) {
+      // The weight is read in place, not widened whole for a handful of rows: as dot
+      // products on VDPBF16PS where the CPU has it, else widened in registers for FMAs.
       if (gemm_bf16_available()) {
         const Tensor ar = a.stride(1) == 1 ? a : a.contiguous();
         gemm_bf16_few_rows(M, N, K, ar.data_ptr<bfloat16_t>(), ar.stride(0), b.data_ptr<bfloat16_t>(), b.stride(1),
@@ -61,8 +62,7 @@ static void matmul(const Tensor& out, const Tensor& a, const Tensor& b) {
         gemm_bf16_weight(M, N, K, wa.data_ptr<float>(), wa.stride(0), wa.stride(1), b.data_ptr<bfloat16_t>(),
                          b.stride(1), wide.data_ptr<float>(), wide.stride(0), wide.stride(1));
       }
-    } else if (many_rows) {
-      // Entries too small to share out take the widened path below.
+    } else if (many_rows) {  // into a dense float32 twin of an out that is not dense
       gemm_bf16_entries(wide.data_ptr<float>(), a, b);
     } else {
       matmul(wide, widened(a), widened(b));

@@ -79,6 +79,22 @@ inline typename Vec<T>::type load_as(const S* p) {
   }
 }
 
+// The sum of the N lanes of v: its two halves added, then their halves, down to one
+// lane (each half one shuffle or extraction).
+template <class T, int N>
+struct Lanes {
+  typedef T type __attribute__((vector_size(N * sizeof(T))));
+};
+template <class V, std::size_t... L>
+inline auto halves_added(V v, std::index_sequence<L...>) {
+  return __builtin_shufflevector(v, v, L...) + __builtin_shufflevector(v, v, (L + sizeof...(L))...);
+}
+template <class T, int N = Vec<T>::width>
+inline T lane_sum(typename Lanes<T, N>::type v) {
+  if constexpr (N == 1) return v[0];
+  else return lane_sum<T, N / 2>(halves_added(v, std::make_index_sequence<N / 2>()));
+}
+
 // v's lanes rounded to bfloat16 into p[0, width): to nearest, ties to even, NaN as the one
 // quiet NaN 0x7fc0, bit for bit what bfloat16_t(float) gives (tensor/half.h), so that a
 // kernel that rounds its float32 results here writes what rounding them by a copy would.
