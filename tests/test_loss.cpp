@@ -658,6 +658,53 @@ TEST_CASE("cross_entropy on every line scheme, with NaN and -inf logits: losses 
           }
 }
 
+// Long contiguous lines (the CPU reads them in chunks of 1024, keeping a running max and
+// rescaling its sums when a later chunk raises it): a max found only in the last chunk,
+// one in the first, leading classes masked with -inf for two chunks, a NaN among masked
+// classes before the finite ones (NaN, however late the finite values come), and a line
+// of only -inf (NaN, as -inf - -inf). Losses and gradients against the closed forms in
+// double, float32 and bfloat16 (the reference on the bfloat16 values), with and without
+// smoothing and class weights.
+TEST_CASE("cross_entropy on long lines: late and early maxima, masked leading classes, NaN among them") {
+  const int64_t N = 6, C = 3000;  // C: two whole chunks of 1024, then 944 and a partial vector
+  const double inf = std::numeric_limits<double>::infinity();
+  manual_seed(31);
+  const Vec noise = randn({N * C}, kFloat64).to_vector<double>();
+  Vec xv(size_t(N * C));
+  for (int64_t c = 0; c < C; ++c) {
+    auto x = [&](int64_t n) -> double& { return xv[size_t(n * C + c)]; };
+    const double r = noise[size_t(c)];
+    x(0) = -10.0 + 0.01 * double(c) + 0.1 * r;  // rising: every chunk raises the max
+    x(1) = 20.0 - 0.01 * double(c) + 0.1 * r;   // falling: the first chunk holds it
+    x(2) = c < 2100 ? -inf : 3.0 * r;           // masked through two chunks
+    x(3) = c == 700 ? kNaN : c < 1500 ? -inf : r;  // a NaN in a masked chunk
+    x(4) = -inf;
+    x(5) = 4.0 * noise[size_t(C + c)];  // spread: the max rarely in one chunk
+  }
+  const std::vector<int64_t> t = {2999, 5, 2500, 2000, 7, 1234};
+  for (Device dev : test_devices())
+    for (DType dt : {kFloat64, kFloat32, kBFloat16})
+      for (bool weighted : {false, true})
+        for (double eps : {0.0, 0.1}) {
+          INFO(dev.str() << " " << dtype_name(dt) << " weight " << weighted << " smoothing " << eps);
+          manual_seed(32);
+          const Tensor w = (rand({C}, kFloat64) + 0.5).to(dt);
+          const Tensor x = from_vector(xv, {N, C}, kFloat64).to(dt);
+          const Vec xr = x.to_vector<double>();  // the values the kernel sees
+          Tensor xl = on(x, dev).requires_grad_();
+          CrossEntropyOptions o = CrossEntropyOptions().label_smoothing(eps).reduction(Reduction::None);
+          if (weighted) o.weight(on(w, dev));
+          Tensor per = cross_entropy(xl, on(from_vector(t, {N}), dev), o);
+          const Vec v = backward_random(per, 33);
+          const CeRef ref = ref_ce_lines(xr, {N, C}, t, weighted ? w.to_vector<double>() : Vec(), -100, eps, v);
+          REQUIRE(std::isnan(ref.loss[3]));
+          REQUIRE(std::isnan(ref.loss[4]));
+          check_close_special(per, ref.loss, dt == kFloat64 ? 1e-10 : 1e-5);
+          // bfloat16's gradient is float32's rounded: within half its ulp, 2^-9 relative.
+          check_close_special(xl.grad(), ref.grad, dt == kFloat64 ? 1e-10 : dt == kFloat32 ? 1e-5 : 4e-3);
+        }
+}
+
 // ---------------------------------------------------------------- nll_loss
 
 TEST_CASE("nll_loss: every option combination and layout against loops") {

@@ -109,6 +109,10 @@ inline void store_as(bfloat16_t* p, Vec<float>::type v) {
   std::memcpy(static_cast<void*>(p), &h, sizeof(h));
 }
 
+// The same for float32: v stored as it is, so that a kernel over float32 and bfloat16
+// writes its results with one call.
+inline void store_as(float* p, Vec<float>::type v) { store(p, v); }
+
 // n bfloat16 values widened to float32, and n float32 values rounded to bfloat16
 // (store_as), a vector at a time, the last partial vector one by one: GCC keeps the
 // element-by-element conversions of a plain loop scalar.
