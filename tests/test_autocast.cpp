@@ -121,6 +121,42 @@ TEST_CASE("autocast: batched products match the rounded operands' product entry 
   }
 }
 
+// An MLP-Mixer's token weights: a matrix shared by many small entries (64 x 49 by 49 x 128,
+// each too small for the CPU's GEMM to split, so the entries are shared out among the
+// threads), and its gradient, the batch's products summed (on VDPBF16PS as the operands
+// lie, where the CPU has AVX512_BF16), each against the rounded operands in double.
+TEST_CASE("autocast: a matrix shared by many small entries, and its gradient summed over the batch") {
+  manual_seed(5);
+  const Tensor s0 = randn({64, 49}), x0 = randn({24, 49, 128}), up0 = randn({24, 64, 128});
+  const Tensor y_want = matmul(rounded(s0), rounded(x0));
+  // The upstream gradient reaches the bfloat16 product rounded to bfloat16.
+  const Tensor ds_want = matmul(rounded(up0), rounded(x0).transpose(1, 2)).sum({0});
+  const Tensor ds_mag = matmul(rounded(up0).abs(), rounded(x0).abs().transpose(1, 2)).sum({0});
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    Tensor sp = on(s0, dev).requires_grad_(), y;
+    {
+      AutocastGuard amp;
+      y = matmul(sp, on(x0, dev));
+    }
+    REQUIRE(y.dtype() == kBFloat16);
+    std::vector<double> got = y.to_vector<double>(), w = y_want.to_vector<double>();
+    double worst = 0;
+    for (size_t i = 0; i < got.size(); ++i)
+      worst = std::max(worst, std::fabs(got[i] - w[i]) - std::ldexp(std::fabs(w[i]), -8) - 1e-4);
+    CHECK(worst <= 0);
+    (y.to(kFloat32) * on(up0, dev)).sum().backward();
+    REQUIRE(sp.grad().dtype() == kFloat32);
+    // The float32 sum rounded once to bfloat16 (the product's dtype), then widened.
+    std::vector<double> g = sp.grad().to_vector<double>(), gw = ds_want.to_vector<double>(),
+                        mag = ds_mag.to_vector<double>();
+    worst = 0;
+    for (size_t i = 0; i < g.size(); ++i)
+      worst = std::max(worst, std::fabs(g[i] - gw[i]) - std::ldexp(std::fabs(gw[i]), -8) - 1e-5 * mag[i]);
+    CHECK(worst <= 0);
+  }
+}
+
 TEST_CASE("autocast: a Linear layer adds its bias in bfloat16, its output stays bfloat16, its gradients float32") {
   manual_seed(4);
   nn::Linear lin(nn::LinearOptions(12, 5));

@@ -45,6 +45,15 @@ template <class T>
 void gemm_batch_sum(int64_t batch, int64_t M, int64_t N, int64_t K, MatrixRef<const T> A, MatrixRef<const T> B,
                     MatrixRef<T> C);
 
+// gemm_batch_sum of bfloat16 operands into a float32 C, on VDPBF16PS (gemm_batch_sum.cpp):
+// autocast's gradient of a weight shared by a batch (an MLP-Mixer's token weights), without
+// float32 copies of the operands. Only for A[b]'s rows and B[b]'s columns contiguous along
+// the depth, and where the build's target has AVX512_BF16
+// (gemm_batch_sum_bf16_available; elsewhere it throws, and callers widen the operands).
+bool gemm_batch_sum_bf16_available();
+void gemm_batch_sum_bf16(int64_t batch, int64_t M, int64_t N, int64_t K, MatrixRef<const bfloat16_t> A,
+                         MatrixRef<const bfloat16_t> B, MatrixRef<float> C);
+
 // C (M x N) = A (M x K) · B in float32 for B(k, j) = bt[j * ldb + k] in bfloat16: the
 // transpose of a row-major N x K matrix, which is what a Linear layer multiplies by under
 // autocast (x · wᵀ). B is read in place and widened in registers (exactly), instead of

@@ -16,6 +16,7 @@
 // small C is summed over a fixed number of slabs of the batch, one thread per slab, and
 // the slabs' partial C added in slab order; a larger C is cut into bands of whole
 // register blocks, each summed by one thread over the whole batch.
+#include <immintrin.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -45,6 +46,46 @@ static_assert(kTile % kR == 0 && kTile % kS == 0);
 constexpr int64_t kSlabOutput = 16 * 1024;
 constexpr int64_t kSlabs = 4;
 
+// The dot step per operand type E: the sums are kept in vectors of A (float32 for
+// bfloat16 operands), and each step of depth loads W depths of a row of A[b] and of a
+// column of B[b] and adds their products lane by lane. float32 and float64: a vector of
+// each, multiplied and added. bfloat16 (where the CPU has AVX512_BF16): 32 depths per
+// vector, VDPBF16PS adding the products of each lane's two depths into its float32 sum
+// (each rounded once as it is added; gemm_bf16.cpp).
+template <class E>
+struct DotStep {
+  using A = E;
+  using Sum = typename Vec<E>::type;
+  using Operand = typename Vec<E>::type;
+  static constexpr int W = Vec<E>::width;
+  static constexpr bool kMaskedTail = false;  // the last K mod W depths: a scalar tail
+  static Operand load_operand(const E* p) { return load(p); }
+  static Sum madd(Sum c, Operand a, Operand b) { return c + a * b; }
+};
+#if defined(__AVX512BF16__) && defined(__AVX512F__) && defined(__x86_64__)
+#define MU_BATCH_SUM_BF16 1
+template <>
+struct DotStep<bfloat16_t> {
+  using A = float;
+  using Sum = Vec<float>::type;
+  typedef int16_t Operand __attribute__((vector_size(64)));
+  static constexpr int W = 32;
+  // The last K mod 32 depths: one more step on vectors zero past the depth (which add 0).
+  static constexpr bool kMaskedTail = true;
+  static Operand load_operand(const bfloat16_t* p) {
+    Operand v;
+    std::memcpy(&v, p, sizeof(v));
+    return v;
+  }
+  static Operand load_operand(const bfloat16_t* p, int64_t n) {
+    return Operand(_mm512_maskz_loadu_epi16(__mmask32((uint64_t(1) << n) - 1), p));
+  }
+  static Sum madd(Sum c, Operand a, Operand b) {
+    return Sum(_mm512_dpbf16_ps(__m512(c), __m512bh(a), __m512bh(b)));
+  }
+};
+#endif
+
 // The operands of one call, in elements: A[b] row i at a + b * a_bs + i * a_rs (depth
 // contiguous), B[b] column j at b + b * b_bs + j * b_cs (depth contiguous).
 template <class T>
@@ -61,9 +102,11 @@ struct DotOperands {
 // tail[r * acc_rs + s] (the last K mod W steps of each product).
 template <class T, int R, int S>
 void dot_block(const DotOperands<T>& op, int64_t i, int64_t j, int64_t b0, int64_t b1, bool prefetch_a,
-               bool prefetch_b, typename Vec<T>::type* acc, T* tail, int64_t acc_rs) {
-  using V = typename Vec<T>::type;
-  constexpr int W = Vec<T>::width;
+               bool prefetch_b, typename DotStep<T>::Sum* acc, typename DotStep<T>::A* tail, int64_t acc_rs) {
+  using D = DotStep<T>;
+  using V = typename D::Sum;
+  using Acc = typename D::A;
+  constexpr int W = D::W;
   const int64_t K = op.K, kv = K / W * W;
   V c[R][S];
   for (int r = 0; r < R; ++r)
@@ -90,22 +133,30 @@ void dot_block(const DotOperands<T>& op, int64_t i, int64_t j, int64_t b0, int64
         if (prefetch_b)
           for (int s = 0; s < S; ++s) __builtin_prefetch(bp[s] + op.b_bs + k);
       }
-      V av[R], bv[S];
-      for (int r = 0; r < R; ++r) av[r] = load(ap[r] + k);
-      for (int s = 0; s < S; ++s) bv[s] = load(bp[s] + k);
+      typename D::Operand av[R], bv[S];
+      for (int r = 0; r < R; ++r) av[r] = D::load_operand(ap[r] + k);
+      for (int s = 0; s < S; ++s) bv[s] = D::load_operand(bp[s] + k);
       // Pinned to registers (as in attention.cpp): left free, GCC folds a load into every
       // multiply-add and so loads each vector R or S times; the loop then runs on the
       // load ports (74 -> 136 GFLOP/s on one Zen 5 core for the Mixer's 64 x 49 sum).
       for (int r = 0; r < R; ++r) asm("" : "+v"(av[r]));
       for (int s = 0; s < S; ++s) asm("" : "+v"(bv[s]));
       for (int r = 0; r < R; ++r)
-        for (int s = 0; s < S; ++s) c[r][s] += av[r] * bv[s];
+        for (int s = 0; s < S; ++s) c[r][s] = D::madd(c[r][s], av[r], bv[s]);
     }
-    if (kv < K)
+    if constexpr (D::kMaskedTail) {
+      if (kv < K) {
+        typename D::Operand av[R], bv[S];
+        for (int r = 0; r < R; ++r) av[r] = D::load_operand(ap[r] + kv, K - kv);
+        for (int s = 0; s < S; ++s) bv[s] = D::load_operand(bp[s] + kv, K - kv);
+        for (int r = 0; r < R; ++r)
+          for (int s = 0; s < S; ++s) c[r][s] = D::madd(c[r][s], av[r], bv[s]);
+      }
+    } else if (kv < K)
       for (int r = 0; r < R; ++r)
         for (int s = 0; s < S; ++s) {
-          T t = 0;
-          for (int64_t k = kv; k < K; ++k) t += a[r * op.a_rs + k] * b[s * op.b_cs + k];
+          Acc t = 0;
+          for (int64_t k = kv; k < K; ++k) t += Acc(a[r * op.a_rs + k]) * Acc(b[s * op.b_cs + k]);
           tail[r * acc_rs + s] += t;
         }
   }
@@ -117,7 +168,8 @@ void dot_block(const DotOperands<T>& op, int64_t i, int64_t j, int64_t b0, int64
 // compile-time constant so that the partial sums stay in registers.
 template <class T, int R, int S>
 void dot_block_upto(int r, int s, const DotOperands<T>& op, int64_t i, int64_t j, int64_t b0, int64_t b1,
-                    bool prefetch_a, bool prefetch_b, typename Vec<T>::type* acc, T* tail, int64_t acc_rs) {
+                    bool prefetch_a, bool prefetch_b, typename DotStep<T>::Sum* acc, typename DotStep<T>::A* tail,
+                    int64_t acc_rs) {
   if constexpr (R > 1)
     if (r < R) return dot_block_upto<T, R - 1, S>(r, s, op, i, j, b0, b1, prefetch_a, prefetch_b, acc, tail, acc_rs);
   if constexpr (S > 1)
@@ -130,18 +182,19 @@ void dot_block_upto(int r, int s, const DotOperands<T>& op, int64_t i, int64_t j
 // vectors).
 template <class T>
 void dot_tile(const DotOperands<T>& op, int64_t item0, int64_t item1, int64_t m0, int64_t m1, int64_t n0,
-              int64_t n1, T* C, int64_t c_rs, int64_t c_cs) {
-  using V = typename Vec<T>::type;
-  constexpr int W = Vec<T>::width;
+              int64_t n1, typename DotStep<T>::A* C, int64_t c_rs, int64_t c_cs) {
+  using V = typename DotStep<T>::Sum;
+  using Acc = typename DotStep<T>::A;
+  constexpr int W = Vec<Acc>::width;
   const int64_t rows = m1 - m0, cols = n1 - n0;
   if (rows <= 0 || cols <= 0) return;
   // Grown once per thread, reused by later calls (a Mixer step makes eight of them).
   thread_local std::vector<V> acc_buffer;
-  thread_local std::vector<T> tail_buffer;
+  thread_local std::vector<Acc> tail_buffer;
   acc_buffer.assign(size_t(rows * cols), V{});
-  tail_buffer.assign(size_t(rows * cols), T(0));
+  tail_buffer.assign(size_t(rows * cols), Acc(0));
   V* acc = acc_buffer.data();
-  T* tail = tail_buffer.data();
+  Acc* tail = tail_buffer.data();
   const int64_t item_bytes = (rows + cols) * op.K * int64_t(sizeof(T));
   const int64_t chunk = std::clamp<int64_t>(kChunkBytes / std::max<int64_t>(1, item_bytes), 1, item1 - item0);
   for (int64_t b0 = item0; b0 < item1; b0 += chunk) {
@@ -157,7 +210,7 @@ void dot_tile(const DotOperands<T>& op, int64_t item0, int64_t item1, int64_t m0
   for (int64_t i = 0; i < rows; ++i)
     for (int64_t j = 0; j < cols; ++j) {
       const V& v = acc[i * cols + j];
-      T sum = 0;
+      Acc sum = 0;
       for (int w = 0; w < W; ++w) sum += v[w];
       C[(m0 + i) * c_rs + (n0 + j) * c_cs] = sum + tail[i * cols + j];
     }
@@ -167,10 +220,54 @@ void dot_tile(const DotOperands<T>& op, int64_t item0, int64_t item1, int64_t m0
 // (a vector per output) would take 16 times its size.
 template <class T>
 void dot_rectangle(const DotOperands<T>& op, int64_t item0, int64_t item1, int64_t m0, int64_t m1, int64_t n0,
-                   int64_t n1, T* C, int64_t c_rs, int64_t c_cs) {
+                   int64_t n1, typename DotStep<T>::A* C, int64_t c_rs, int64_t c_cs) {
   for (int64_t i = m0; i < m1; i += kTile)
     for (int64_t j = n0; j < n1; j += kTile)
       dot_tile<T>(op, item0, item1, i, std::min(m1, i + kTile), j, std::min(n1, j + kTile), C, c_rs, c_cs);
+}
+
+// The dot form of gemm_batch_sum (both operands contiguous along the depth) for operands
+// of type T, C in DotStep<T>::A.
+template <class T>
+void batch_sum_dot(int64_t batch, int64_t M, int64_t N, int64_t K, MatrixRef<const T> A, MatrixRef<const T> B,
+                   MatrixRef<typename DotStep<T>::A> C) {
+  using Acc = typename DotStep<T>::A;
+  const DotOperands<T> op{A.data, A.batch_stride, A.row_stride, B.data, B.batch_stride, B.col_stride, K};
+  int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
+  if (2.0 * double(batch) * double(M) * double(N) * double(K) < kParallelFlops) nt = 1;
+  if (M * N <= kSlabOutput && batch >= kSlabs) {
+    // A small C: the batch is cut into kSlabs slabs, each summed whole by one thread into
+    // its own partial C, and the partials added in slab order. Each thread then streams
+    // whole items (a few contiguous runs of memory) that no other thread reads.
+    thread_local std::vector<Acc> partial_buffer;  // of the calling thread: the workers only write into it
+    partial_buffer.resize(size_t(kSlabs * M * N));
+    Acc* partial = partial_buffer.data();
+    parallel_for(
+        kSlabs, nt,
+        [&](int64_t sl) {
+          dot_rectangle<T>(op, batch * sl / kSlabs, batch * (sl + 1) / kSlabs, 0, M, 0, N, partial + sl * M * N, N, 1);
+        },
+        Schedule::Dynamic);
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) {
+        Acc sum = partial[i * N + j];
+        for (int64_t sl = 1; sl < kSlabs; ++sl) sum += partial[sl * M * N + i * N + j];
+        C.data[i * C.row_stride + j * C.col_stride] = sum;
+      }
+    return;
+  }
+  // A larger C: each thread takes a band of whole register blocks along its longer side.
+  const bool by_rows = M >= N;
+  const int64_t blocks = by_rows ? (M + kR - 1) / kR : (N + kS - 1) / kS;
+  nt = int(std::min<int64_t>(nt, blocks));
+  // One band per thread (n == nt: the static schedule gives each thread one).
+  parallel_for(nt, nt, [&](int64_t t) {
+    const int64_t lo = blocks * t / nt, hi = blocks * (t + 1) / nt;
+    if (by_rows)
+      dot_rectangle<T>(op, 0, batch, lo * kR, std::min(M, hi * kR), 0, N, C.data, C.row_stride, C.col_stride);
+    else
+      dot_rectangle<T>(op, 0, batch, 0, M, lo * kS, std::min(N, hi * kS), C.data, C.row_stride, C.col_stride);
+  });
 }
 
 }  // namespace
@@ -195,47 +292,37 @@ void gemm_batch_sum(int64_t batch, int64_t M, int64_t N, int64_t K, MatrixRef<co
               b > 0);
     return;
   }
-  const DotOperands<T> op{A.data, A.batch_stride, A.row_stride, B.data, B.batch_stride, B.col_stride, K};
-  int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
-  if (2.0 * double(batch) * double(M) * double(N) * double(K) < kParallelFlops) nt = 1;
-  if (M * N <= kSlabOutput && batch >= kSlabs) {
-    // A small C: the batch is cut into kSlabs slabs, each summed whole by one thread into
-    // its own partial C, and the partials added in slab order. Each thread then streams
-    // whole items (a few contiguous runs of memory) that no other thread reads.
-    thread_local std::vector<T> partial_buffer;  // of the calling thread: the workers only write into it
-    partial_buffer.resize(size_t(kSlabs * M * N));
-    T* partial = partial_buffer.data();
-    parallel_for(
-        kSlabs, nt,
-        [&](int64_t sl) {
-          dot_rectangle<T>(op, batch * sl / kSlabs, batch * (sl + 1) / kSlabs, 0, M, 0, N, partial + sl * M * N, N, 1);
-        },
-        Schedule::Dynamic);
-    for (int64_t i = 0; i < M; ++i)
-      for (int64_t j = 0; j < N; ++j) {
-        T sum = partial[i * N + j];
-        for (int64_t sl = 1; sl < kSlabs; ++sl) sum += partial[sl * M * N + i * N + j];
-        C.data[i * C.row_stride + j * C.col_stride] = sum;
-      }
-    return;
-  }
-  // A larger C: each thread takes a band of whole register blocks along its longer side.
-  const bool by_rows = M >= N;
-  const int64_t blocks = by_rows ? (M + kR - 1) / kR : (N + kS - 1) / kS;
-  nt = int(std::min<int64_t>(nt, blocks));
-  // One band per thread (n == nt: the static schedule gives each thread one).
-  parallel_for(nt, nt, [&](int64_t t) {
-    const int64_t lo = blocks * t / nt, hi = blocks * (t + 1) / nt;
-    if (by_rows)
-      dot_rectangle<T>(op, 0, batch, lo * kR, std::min(M, hi * kR), 0, N, C.data, C.row_stride, C.col_stride);
-    else
-      dot_rectangle<T>(op, 0, batch, 0, M, lo * kS, std::min(N, hi * kS), C.data, C.row_stride, C.col_stride);
-  });
+  batch_sum_dot<T>(batch, M, N, K, A, B, C);
 }
 
 template void gemm_batch_sum<float>(int64_t, int64_t, int64_t, int64_t, MatrixRef<const float>,
                                     MatrixRef<const float>, MatrixRef<float>);
 template void gemm_batch_sum<double>(int64_t, int64_t, int64_t, int64_t, MatrixRef<const double>,
                                      MatrixRef<const double>, MatrixRef<double>);
+
+#ifdef MU_BATCH_SUM_BF16
+bool gemm_batch_sum_bf16_available() { return true; }
+void gemm_batch_sum_bf16(int64_t batch, int64_t M, int64_t N, int64_t K, MatrixRef<const bfloat16_t> A,
+                         MatrixRef<const bfloat16_t> B, MatrixRef<float> C) {
+  MU_CHECK(batch >= 0 && M >= 0 && N >= 0 && K >= 0, "gemm_batch_sum_bf16: negative size (batch ", batch, ", M ", M,
+           ", N ", N, ", K ", K, ")");
+  MU_CHECK((A.col_stride == 1 || K <= 1) && (B.row_stride == 1 || K <= 1),
+           "gemm_batch_sum_bf16: A's rows and B's columns must be contiguous along the depth (column stride of A ",
+           A.col_stride, ", row stride of B ", B.row_stride, ")");
+  if (M == 0 || N == 0) return;
+  if (batch == 0 || K == 0) {
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) C.data[i * C.row_stride + j * C.col_stride] = 0.0f;
+    return;
+  }
+  batch_sum_dot<bfloat16_t>(batch, M, N, K, A, B, C);
+}
+#else
+bool gemm_batch_sum_bf16_available() { return false; }
+void gemm_batch_sum_bf16(int64_t, int64_t, int64_t, int64_t, MatrixRef<const bfloat16_t>, MatrixRef<const bfloat16_t>,
+                         MatrixRef<float>) {
+  MU_FAIL("gemm_batch_sum_bf16: this build's target has no AVX512_BF16 (check gemm_batch_sum_bf16_available() first)");
+}
+#endif
 
 }  // namespace mu::cpu

@@ -220,9 +220,11 @@ void forward_line_vec(const X* x, const float* w, int64_t C, int64_t t, double e
     }
     add_chunk<Smooth, Weighted>(ls, xe, xs, wp, kW);
   }
-  // A line of only -inf has sum 0 and lse -inf: its loss is -inf - -inf = NaN, as in
-  // PyTorch (and its gradient NaN, exp(-inf - -inf)).
-  const double l = double(ls.m) + std::log(lane_sum<double, kW / 2>(ls.s_lo + ls.s_hi));
+  double s = lane_sum<double, kW / 2>(ls.s_lo + ls.s_hi);
+  // A line of only -inf (or NaN) has log-sum-exp NaN, as -inf - -inf gives in the scalar
+  // loop and the CUDA kernels, and a NaN loss, as in PyTorch.
+  if (ls.m == -std::numeric_limits<float>::infinity()) s = std::numeric_limits<double>::quiet_NaN();
+  const double l = double(ls.m) + std::log(s);
   const double wt = Weighted ? double(w[t]) : 1.0;
   double val = (1 - eps) * wt * (l - double(float(x[t])));
   if constexpr (Smooth) val += eps / double(C) * (wsum * l - lane_sum<double, kW / 2>(ls.sx_lo + ls.sx_hi));

@@ -1,6 +1,9 @@
 // The CPU matrix-product kernel (declared in ops/kernels/linalg.h): the GEMM of
 // ops/cpu/gemm.h on the operands' strides, without copies.
+#include <omp.h>
+
 #include "ops/cpu/gemm.h"
+#include "ops/cpu/parallel.h"
 #include "ops/cpu/widen.h"
 #include "ops/kernels/linalg.h"
 
@@ -22,17 +25,23 @@ static void product(const Tensor& out, const Tensor& a, const Tensor& b, const T
   });
 }
 
-// The bfloat16 product of many rows on the VDPBF16PS GEMM, one batch entry at a time, into
-// a dense out of element type TC (bfloat16 rounded as it is stored, or float32).
+// The bfloat16 product on the VDPBF16PS GEMM, batch entry by batch entry, into a dense out
+// of element type TC (bfloat16 rounded as it is stored, or float32). Entries too small for
+// the GEMM to split (an MLP-Mixer's token weights by each image: 64 x 49 by 49 x 128, 0.8
+// MFLOP) are shared out among the threads whole, each on one thread; larger ones run one
+// after another, each split by the GEMM. Either way an entry's sums run in one order.
 template <class TC>
 static void gemm_bf16_entries(TC* cd, const Tensor& a, const Tensor& b) {
   const int64_t M = a.size(-2), K = a.size(-1), N = b.size(-1);
   const int64_t batch = a.dim() == 3 ? a.size(0) : 1;
   const bfloat16_t *ad = a.data_ptr<bfloat16_t>(), *bd = b.data_ptr<bfloat16_t>();
-  for (int64_t e = 0; e < batch; ++e) {
+  auto entry = [&](int64_t e) {
     const int64_t ao = a.dim() == 3 ? e * a.stride(0) : 0, bo = b.dim() == 3 ? e * b.stride(0) : 0;
     gemm_bf16(M, N, K, ad + ao, a.stride(-2), a.stride(-1), bd + bo, b.stride(-2), b.stride(-1), cd + e * M * N, N);
-  }
+  };
+  const bool whole = 2.0 * double(M) * double(N) * double(K) < kParallelFlops &&
+                     2.0 * double(batch) * double(M) * double(N) * double(K) >= kParallelFlops;
+  parallel_for(batch, whole && !omp_in_parallel() ? omp_get_max_threads() : 1, entry);
 }
 
 static void matmul(const Tensor& out, const Tensor& a, const Tensor& b) {
@@ -40,8 +49,7 @@ static void matmul(const Tensor& out, const Tensor& a, const Tensor& b) {
     const int64_t M = a.size(-2), K = a.size(-1), N = b.size(-1);
     // A few rows by a transposed weight (a Linear layer in a decoding step), or many rows.
     const bool few_rows = a.dim() == 2 && b.stride(0) == 1 && bf16_weight_product_fits(M, N, K);
-    const bool many_rows = !few_rows && gemm_bf16_available() &&
-                           (a.dim() == 2 || 2.0 * double(M) * double(N) * double(K) >= kParallelFlops);
+    const bool many_rows = !few_rows && gemm_bf16_available();
     if (many_rows && out.is_contiguous()) {
       // Many rows: the bfloat16 operands multiplied as they are (gemm_bf16), straight into
       // out (a bfloat16 out rounded as each tile is stored: GPT-2 mini's head wrote 205 MB
@@ -80,6 +88,15 @@ static void matmul_row_bias(const Tensor& out, const Tensor& a, const Tensor& b,
 static void matmul_batch_sum(const Tensor& out, const Tensor& a, const Tensor& b) {
   if (a.dtype() == kBFloat16) {
     Tensor wide = wide_like(out);
+    const int64_t batch = a.size(0), M = a.size(1), K = a.size(2), N = b.size(2);
+    if (gemm_batch_sum_bf16_available() && (a.stride(2) == 1 || K <= 1) && (b.stride(1) == 1 || K <= 1)) {
+      // Both operands contiguous along the depth (the Mixer's token weights' gradients):
+      // summed on VDPBF16PS as they lie.
+      gemm_batch_sum_bf16(batch, M, N, K, {a.data_ptr<bfloat16_t>(), a.stride(0), a.stride(1), a.stride(2)},
+                          {b.data_ptr<bfloat16_t>(), b.stride(0), b.stride(1), b.stride(2)},
+                          {wide.data_ptr<float>(), 0, wide.stride(0), wide.stride(1)});
+      return narrow_into(out, wide);
+    }
     matmul_batch_sum(wide, widened(a), widened(b));
     narrow_into(out, wide);
     return;
