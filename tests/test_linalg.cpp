@@ -322,7 +322,8 @@ TEST_CASE("gemm_bf16_weight matches a brute-force product and refuses other shap
 // every operand layout, C rows padded (the padding untouched); last panels of 16 lines
 // or fewer (the half-width tiles) and of 17 to 31; B small enough to stay
 // packed whole while A is packed panel by panel, and B past that (2.4 MB packed, at
-// 30 x 600 by 2001). The bfloat16 C of the same product is, bit for bit, the float32 C
+// 30 x 600 by 2001); a transposed B (x · wᵀ) read in place below 256 rows and packed at
+// 300. The bfloat16 C of the same product is, bit for bit, the float32 C
 // rounded by bfloat16_t's own conversion (tensor/half.h).
 TEST_CASE("gemm_bf16 matches a brute-force product over tile edges, odd depths and layouts") {
   if (!cpu::gemm_bf16_available()) {
@@ -334,7 +335,7 @@ TEST_CASE("gemm_bf16 matches a brute-force product over tile edges, odd depths a
   struct Dims { int64_t M, N, K; };
   for (Dims d : {Dims{1, 1, 1}, Dims{11, 31, 3}, Dims{12, 32, 64}, Dims{13, 33, 257}, Dims{25, 100, 2},
                  Dims{40, 65, 300}, Dims{130, 200, 1000}, Dims{30, 600, 2001}, Dims{20, 50, 64}, Dims{52, 49, 10},
-                 Dims{48, 48, 8}})
+                 Dims{48, 48, 8}, Dims{300, 40, 66}})
     for (Layout la : {Layout::RowMajor, Layout::Transposed, Layout::Strided})
       for (Layout lb : {Layout::RowMajor, Layout::Transposed, Layout::Strided}) {
         INFO("M " << d.M << " N " << d.N << " K " << d.K << " A " << layout_name(la) << " B " << layout_name(lb));

@@ -224,6 +224,18 @@ inline void tile_t(int64_t P, const bfloat16_t* w, int64_t ldw, const uint32_t* 
 // panel by panel as the tiles reach it (gemm_bf16_into).
 constexpr int64_t kResidentBytes = int64_t(1) << 20;
 
+// Whether x · wᵀ reads the weight in place (micro_kernel_t) rather than packing it like
+// any B: for fewer than 256 rows, where packing w costs more than the product gains from
+// it, and for a weight of 2^21 elements or more (4 MiB, past L2, where packing it is one
+// more pass through memory). Otherwise packed, which runs the longer tiles: on two Zen 4
+// cores an MLP-Mixer's channel products (6272 rows by 512 x 128 and 128 x 512) went from
+// 300 and 232 GFLOP/s in place to 401 and 383 packed; 768 x 768 at 512 rows 399 -> 418, at
+// 64 rows 402 in place against 304 packed; GPT-2 mini's head (50257 x 256) ties at 1024
+// rows (357 and 359) and is in place.
+inline bool weight_in_place(int64_t M, int64_t N, int64_t K) {
+  return M < 256 || N * K >= (int64_t(1) << 21);
+}
+
 template <class TC>
 void gemm_bf16_into(int64_t M, int64_t N, int64_t K, const bfloat16_t* A, int64_t a_rs, int64_t a_cs,
                     const bfloat16_t* B, int64_t b_rs, int64_t b_cs, TC* C, int64_t ldc) {
@@ -235,7 +247,7 @@ void gemm_bf16_into(int64_t M, int64_t N, int64_t K, const bfloat16_t* A, int64_
   }
   int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
   if (2.0 * double(M) * double(N) * double(K) < kParallelFlops) nt = 1;
-  if (b_rs == 1 && K % 2 == 0) {  // x · wᵀ: the weight read in place (micro_kernel_t)
+  if (b_rs == 1 && K % 2 == 0 && weight_in_place(M, N, K)) {  // x · wᵀ, the weight read in place
     const int64_t P = K / 2, x_panels = (M + kNR - 1) / kNR, w_blocks = (N + kMR - 1) / kMR;
     thread_local std::vector<uint32_t> x_packed;
     x_packed.resize(size_t(x_panels * P * kNR));
