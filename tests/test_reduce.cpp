@@ -148,6 +148,36 @@ TEST_CASE("16-bit floats sum in float32 and round once; their gradient is float3
   }
 }
 
+// Column sums of bfloat16 (a bias gradient under autocast: (B, T, C) summed to (C)), which
+// the CPU reads as they lie, widening a strip of rows at a time: more rows than one block
+// of 256 and not a multiple of 4, more columns than one strip of 512, and the sum over
+// the leading dim alone (one matrix of columns per kept row).
+TEST_CASE("bfloat16 column sums: the rounded values summed in double, rounded once") {
+  manual_seed(13);
+  const int64_t B = 3, T = 301, C = 600;
+  const Tensor x0 = randn({B, T, C});
+  const std::vector<double> v = x0.to(kBFloat16).to_vector<double>();
+  std::vector<double> cols(size_t(C), 0.0), lead(size_t(T * C), 0.0);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t c = 0; c < C; ++c) {
+        const double e = v[size_t((b * T + t) * C + c)];
+        cols[size_t(c)] += e;
+        lead[size_t(t * C + c)] += e;
+      }
+  auto rounded = [](const std::vector<double>& r) {
+    return from_vector(r, {int64_t(r.size())}, kFloat64).to(kBFloat16).to_vector<double>();
+  };
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    const Tensor x = on(x0.to(kBFloat16), dev);
+    const Tensor s01 = x.sum({0, 1}), s0 = x.sum({0});
+    CHECK(s01.dtype() == kBFloat16);
+    CHECK(s01.to_vector<double>() == rounded(cols));
+    CHECK(s0.to_vector<double>() == rounded(lead));
+  }
+}
+
 TEST_CASE("max/min/argmax/argmin along one dim match brute force") {
   for (Device dev : test_devices()) {
     INFO(dev.str());

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "ops/cpu/reduce_loop.h"
+#include "ops/cpu/simd.h"
 #include "ops/cpu/widen.h"
 #include "ops/functors.h"
 #include "ops/kernels/reduce.h"
@@ -93,13 +94,28 @@ void column_sums(const T* x, const ColumnSumLayout& L, O* out) {
     const T* src = x + L.bases[size_t(m)] + c0;
     A* acc = part.data() + (m * nrb + rb) * L.cols + c0;
     for (int64_t j = 0; j < w; ++j) acc[j] = 0;
+    // Row r's strip as float32 or float64 values: in place, or for bfloat16 (autocast's
+    // gradients) widened into a strip of the thread's own (simd.h: widen_run; GCC keeps
+    // a plain loop's element-by-element conversions scalar), so that x is read as it is.
+    constexpr bool kWiden = std::is_same_v<T, bfloat16_t>;
+    using W = std::conditional_t<kWiden, float, T>;
+    alignas(64) [[maybe_unused]] W wide[kWiden ? 4 : 1][kWiden ? kColStrip : 1];
+    auto row = [&](int64_t rr, int k) -> const W* {
+      if constexpr (kWiden) {
+        widen_run(src + rr * L.row_stride, w, wide[k]);
+        return wide[k];
+      } else {
+        (void)k;
+        return src + rr * L.row_stride;
+      }
+    };
     int64_t r = r0;
     for (; r + 4 <= r1; r += 4) {  // four rows per pass over the strip: a quarter of its loads and stores
-      const T *a = src + r * L.row_stride, *b = a + L.row_stride, *c = b + L.row_stride, *d = c + L.row_stride;
+      const W *a = row(r, 0), *b = row(r + 1, 1), *c = row(r + 2, 2), *d = row(r + 3, 3);
       for (int64_t j = 0; j < w; ++j) acc[j] += (A(a[j]) + A(b[j])) + (A(c[j]) + A(d[j]));
     }
     for (; r < r1; ++r) {
-      const T* a = src + r * L.row_stride;
+      const W* a = row(r, 0);
       for (int64_t j = 0; j < w; ++j) acc[j] += A(a[j]);
     }
   });
@@ -158,8 +174,12 @@ static bool sum_trailing_first(const Tensor& out, const Tensor& x, const ReduceP
 }
 
 static void sum(const Tensor& out, const Tensor& x, const ReducePlan& p) {
-  // A 16-bit float x sums in float32 into a float32 out: widened first (the plan
+  // A 16-bit float x sums in float32 into a float32 out. bfloat16 column sums (a bias
+  // gradient under autocast) read x as it lies; other 16-bit sums widen it first (the plan
   // names dims and sizes, which the dense copy keeps).
+  if (x.dtype() == kBFloat16 && out.dtype() == kFloat32)
+    if (auto L = column_sum_layout(x, p))
+      return column_sums<bfloat16_t, double, float>(x.data_ptr<bfloat16_t>(), *L, out.data_ptr<float>());
   if (x.dtype() == kBFloat16 || x.dtype() == kFloat16) return sum(out, widened(x), p);
   if (x.dtype() == kFloat32 && sum_trailing_first<float>(out, x, p)) return;
   if (x.dtype() == kFloat64 && sum_trailing_first<double>(out, x, p)) return;
