@@ -9,10 +9,13 @@
 // the most bytes the step's tensors held at once. --recompute 1 checkpoints every block
 // (MixerConfig::recompute; the workloads are then named ...-recompute); --gelu-recompute 1
 // has the plain channel MLPs compute their GELU again in the backward
-// (MixerConfig::gelu_recompute, ...-gelu-recompute).
+// (MixerConfig::gelu_recompute, ...-gelu-recompute). --dtype bf16 runs the forward and the
+// loss under autocast (bfloat16 products, float32 norms, entmax and weights), the workloads
+// then named ...-bf16. PyTorch has no twin here: its CPU autocast (1.13) stops at the
+// reference Mixer's first LayerNorm ("expected scalar type BFloat16 but found Float").
 //
 //   bench_mixer [--workload mixer-fmnist,mixer-fmnist-cpmumoe] [--recompute 0] [--gelu-recompute 0]
-//               [--reps 10] [--warmup 3]
+//               [--dtype float32|bf16] [--reps 10] [--warmup 3]
 #include <omp.h>
 
 #include <cstdio>
@@ -27,8 +30,16 @@ using namespace mu;
 using models::MixerMlp;
 
 int main(int argc, char** argv) {
-  bench::Options opt("bench_mixer", 10, 3, {{"workload", "mixer-fmnist,mixer-fmnist-cpmumoe"}, {"recompute", "0"}, {"gelu-recompute", "0"}});
+  bench::Options opt("bench_mixer", 10, 3,
+                     {{"workload", "mixer-fmnist,mixer-fmnist-cpmumoe"}, {"recompute", "0"}, {"gelu-recompute", "0"},
+                      {"dtype", "float32"}});
   opt.parse(argc, argv);
+  const std::string dtype = opt.str("dtype");
+  if (dtype != "float32" && dtype != "bf16") {
+    std::fprintf(stderr, "bench_mixer: --dtype %s is not float32 or bf16\n", dtype.c_str());
+    return 2;
+  }
+  const bool bf16 = dtype == "bf16";
   const bool recompute = opt.flag("recompute"), gelu_recompute = opt.flag("gelu-recompute");
   std::stringstream list(opt.str("workload"));
   std::string name;
@@ -57,12 +68,19 @@ int main(int argc, char** argv) {
     Tensor y = randint(0, 10, {B});
     auto step = [&] {
       adamw.zero_grad();
-      cross_entropy(model.forward(img), y).backward();
+      Tensor loss;
+      {
+        AutocastGuard autocast(kBFloat16, bf16);
+        loss = cross_entropy(model.forward(img), y);
+      }
+      loss.backward();
       adamw.step();
     };
     bench::Timing t = bench::time_it(step, opt.reps, opt.warmup);
     const long long peak = bench::peak_tensor_bytes(step);
-    bench::print_step_result(name + (recompute ? "-recompute" : "") + (gelu_recompute ? "-gelu-recompute" : ""), t,
+    bench::print_step_result(name + (recompute ? "-recompute" : "") + (gelu_recompute ? "-gelu-recompute" : "") +
+                                 (bf16 ? "-bf16" : ""),
+                             t,
                              omp_get_max_threads(),
                              (long long)model.num_parameters(), peak);
   }
