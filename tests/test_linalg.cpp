@@ -555,7 +555,8 @@ TEST_CASE("gemm_batch_sum_bf16 matches the brute-force sum of the batch's produc
   std::vector<float> c(24);
   CHECK_THROWS_MU(cpu::gemm_batch_sum_bf16(3, 4, 6, 5, {A.buf.data(), A.batch_stride, A.rs, A.cs},
                                            {B.buf.data(), B.batch_stride, B.rs, B.cs}, {c.data(), 0, 6, 1}),
-                  "gemm_batch_sum_bf16: A's rows and B's columns must be contiguous along the depth (column stride of A 4, row stride of B 1)");
+                  "gemm_batch_sum_bf16: A's rows and B's columns must be contiguous along the depth "
+                  "(column stride of A 4, row stride of B 1)");
 }
 
 // Slabs of the batch for a small C, bands of rows or columns for a large one: the same

@@ -24,7 +24,6 @@
 #include <cmath>
 #include <limits>
 #include <type_traits>
-#include <vector>
 
 #include "ops/cpu/loops.h"
 #include "ops/cpu/simd.h"
@@ -181,7 +180,8 @@ void add_chunk(LineSums& ls, const X* xe, const X* xs, const float* w, int64_t n
   }
   const float ref = ls.m == -std::numeric_limits<float>::infinity() ? 0.0f : ls.m;
   int64_t j = 0;
-  for (; j + 2 * kW <= n; j += 2 * kW) ls.add_exp(exp_lanes(load_as<float>(xe + j) - ref) + exp_lanes(load_as<float>(xe + j + kW) - ref));
+  for (; j + 2 * kW <= n; j += 2 * kW)
+    ls.add_exp(exp_lanes(load_as<float>(xe + j) - ref) + exp_lanes(load_as<float>(xe + j + kW) - ref));
   if (j < n) ls.add_exp(exp_lanes(load_as<float>(xe + j) - ref));
   if constexpr (Smooth) {
     for (j = 0; j < n; j += kW) {
