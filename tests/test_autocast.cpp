@@ -157,6 +157,34 @@ TEST_CASE("autocast: a matrix shared by many small entries, and its gradient sum
   }
 }
 
+// Tiny batched products (a tensor ring's per-token chains: 4 x 9 by 9 x 4, 4 x 24 by 24 x
+// 20), which the CPU multiplies in float32 from the bfloat16 values, B row-major and
+// transposed: each against the rounded operands' product.
+TEST_CASE("autocast: tiny batched products match the rounded operands' product") {
+  manual_seed(6);
+  for (auto [M, K, N] : {std::array<int64_t, 3>{4, 9, 4}, {4, 24, 20}, {3, 64, 32}}) {
+    const Tensor a0 = randn({50, M, K}), b0 = randn({50, K, N}), bt0 = randn({50, N, K});
+    for (Device dev : test_devices()) {
+      INFO(dev.str() << ": " << M << " x " << K << " by " << K << " x " << N);
+      Tensor y, yt;
+      {
+        AutocastGuard amp;
+        y = bmm(on(a0, dev), on(b0, dev));
+        yt = bmm(on(a0, dev), on(bt0, dev).transpose(1, 2));
+      }
+      for (auto [got_t, want_t] : {std::pair<Tensor, Tensor>{y, matmul(rounded(a0), rounded(b0))},
+                                   {yt, matmul(rounded(a0), rounded(bt0).transpose(1, 2))}}) {
+        REQUIRE(got_t.dtype() == kBFloat16);
+        std::vector<double> got = got_t.to_vector<double>(), w = want_t.to_vector<double>();
+        double worst = 0;
+        for (size_t i = 0; i < got.size(); ++i)
+          worst = std::max(worst, std::fabs(got[i] - w[i]) - std::ldexp(std::fabs(w[i]), -8) - 1e-4);
+        CHECK(worst <= 0);
+      }
+    }
+  }
+}
+
 TEST_CASE("autocast: a Linear layer adds its bias in bfloat16, its output stays bfloat16, its gradients float32") {
   manual_seed(4);
   nn::Linear lin(nn::LinearOptions(12, 5));

@@ -148,6 +148,20 @@ void gemm_sweep() {
       for (int64_t N : {1, 5, 33, 45, 65})
         for (int64_t K : {1, 7, 65})
           check_gemm<T>(1, M, N, K, Layout::RowMajor, Layout::RowMajor, false, false, false, rng);
+    // Tiny products (a tensor ring's per-token chains: at most 32^3 multiply-adds, C's rows
+    // at most two vectors, depth at most 64): rows in blocks of 4, 2 and 1, one vector of
+    // columns and two, a row-major B read with masked loads and other layouts gathered,
+    // a batch shared among the threads, accumulating and with a bias per column or row.
+    for (int64_t M : {2, 3, 7})
+      for (int64_t N : {3, 16, 17, 32})
+        for (int64_t K : {1, 9, 64}) {
+          for (Layout la : {Layout::RowMajor, Layout::Transposed})
+            for (Layout lb : {Layout::RowMajor, Layout::Transposed, Layout::Strided})
+              check_gemm<T>(40, M, N, K, la, lb, false, false, false, rng);
+          check_gemm<T>(3, M, N, K, Layout::RowMajor, Layout::RowMajor, false, false, true, rng);
+          for (bool per_row : {false, true})
+            check_gemm<T>(3, M, N, K, Layout::RowMajor, Layout::Transposed, false, false, false, rng, true, per_row);
+        }
     // Larger and odd, every layout. With a row-major B these take the unpacked path for
     // small products, with other layouts the packed one (several depth blocks at K = 600).
     struct Dims { int64_t M, N, K; };

@@ -788,6 +788,147 @@ void gemm_small(int64_t M, int64_t N, int64_t K, const T* A, int64_t a_rs, int64
   });
 }
 
+// ---------------------------------------------------------------- tiny products
+
+// Products of at most kTinyWork multiply-adds whose rows of C are at most two vectors
+// (N <= 2 W) over a depth of at most kTinyMaxDepth: a tensor ring's per-token chains (an
+// MLP-Mixer's TRμMoE blocks multiply 16384 pairs of 4 x 9 and 9 x 4 matrices). For them
+// gemm_small's setup (B copied dense, its last columns padded into a buffer, the rows
+// shared out in blocks) cost several times the arithmetic. Here R rows of C at a time
+// take K steps, each broadcasting R values of A against B's row k, read with masked loads
+// (lanes past N zero) where B's rows are contiguous, else from a zero-padded copy of B
+// made once per product.
+constexpr int64_t kTinyMaxDepth = 64;
+
+// The first n <= W lanes of a vector from p, the rest zero.
+template <class T>
+inline typename Vec<T>::type load_first(const T* p, int64_t n) {
+  using V = typename Vec<T>::type;
+#if defined(__AVX512F__) && defined(__x86_64__)
+  if constexpr (std::is_same_v<T, float> && Vec<T>::width == 16)
+    return V(_mm512_maskz_loadu_ps(__mmask16((1u << n) - 1), p));
+  else if constexpr (std::is_same_v<T, double> && Vec<T>::width == 8)
+    return V(_mm512_maskz_loadu_pd(__mmask8((1u << n) - 1), p));
+#endif
+  V v{};
+  for (int64_t i = 0; i < n; ++i) v[i] = p[i];
+  return v;
+}
+
+// The first n <= W lanes of v stored at dst (column stride c_cs), added to C when
+// accumulating, else plus the bias: with a masked store where C's row is contiguous (the
+// lane-by-lane store of store_small, whose vector GCC then kept in memory, took most of a
+// tiny product's time).
+template <class T>
+inline void store_first(T* dst, int64_t c_cs, int64_t i, int64_t j, int64_t n, typename Vec<T>::type v,
+                        bool accumulate, Addend<T> bias) {
+#if defined(__AVX512F__) && defined(__x86_64__)
+  if (c_cs == 1 && (!bias || bias.cs <= 1)) {
+    if (accumulate) v += load_first(dst, n);
+    else if (bias) v += bias.cs == 1 ? load_first(bias.p + i * bias.rs + j, n) : splat(bias.get(i, j));
+    if constexpr (std::is_same_v<T, float> && Vec<T>::width == 16)
+      return _mm512_mask_storeu_ps(dst, __mmask16((1u << n) - 1), __m512(v));
+    else if constexpr (std::is_same_v<T, double> && Vec<T>::width == 8)
+      return _mm512_mask_storeu_pd(dst, __mmask8((1u << n) - 1), __m512d(v));
+  }
+#endif
+  store_small<T>(dst, c_cs, i, j, n, v, accumulate, bias);
+}
+
+// R rows of C (from row i0) = or += R rows of A · B over K depths, NV vectors of columns,
+// the first n of them valid; B's row k at B + k * b_rs, unit column stride, its lanes
+// past n read as zero (masked) or zero in a padded copy.
+template <class T, int R, int NV, class TA = T>
+void tiny_rows(int64_t K, const TA* A, int64_t a_rs, int64_t a_cs, const T* B, int64_t b_rs, int64_t n, T* C,
+               int64_t c_rs, int64_t c_cs, bool accumulate, Addend<T> bias, int64_t i0) {
+  using V = typename Vec<T>::type;
+  constexpr int W = Vec<T>::width;
+  V acc[R][NV];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 2
+    for (int v = 0; v < NV; ++v) acc[r][v] = V{};
+  for (int64_t k = 0; k < K; ++k) {
+    V b[NV];
+#pragma GCC unroll 2
+    for (int v = 0; v < NV; ++v) b[v] = load_first(B + k * b_rs + v * W, std::min<int64_t>(W, n - v * W));
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      const V a = splat(T(A[r * a_rs + k * a_cs]));  // a bfloat16 A widened exactly
+#pragma GCC unroll 2
+      for (int v = 0; v < NV; ++v) acc[r][v] += a * b[v];
+    }
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 2
+    for (int v = 0; v < NV; ++v)
+      store_first<T>(C + r * c_rs + v * W * c_cs, c_cs, i0 + r, v * W, std::min<int64_t>(W, n - v * W), acc[r][v],
+                     accumulate, bias);
+}
+
+template <class T, int NV>
+void tiny_product_nv(int64_t M, int64_t N, int64_t K, const T* A, int64_t a_rs, int64_t a_cs, const T* B,
+                     int64_t b_rs, T* C, int64_t c_rs, int64_t c_cs, bool accumulate, Addend<T> bias) {
+  int64_t i = 0;
+  for (; i + 4 <= M; i += 4)
+    tiny_rows<T, 4, NV>(K, A + i * a_rs, a_rs, a_cs, B, b_rs, N, C + i * c_rs, c_rs, c_cs, accumulate, bias, i);
+  for (; i + 2 <= M; i += 2)
+    tiny_rows<T, 2, NV>(K, A + i * a_rs, a_rs, a_cs, B, b_rs, N, C + i * c_rs, c_rs, c_cs, accumulate, bias, i);
+  for (; i < M; ++i)
+    tiny_rows<T, 1, NV>(K, A + i * a_rs, a_rs, a_cs, B, b_rs, N, C + i * c_rs, c_rs, c_cs, accumulate, bias, i);
+}
+
+template <class T>
+bool tiny_product_fits(int64_t M, int64_t N, int64_t K) {
+  return double(M) * double(N) * double(K) <= kTinyWork && N <= 2 * Vec<T>::width && K <= kTinyMaxDepth;
+}
+
+// C = or += A · B for tiny_product_fits shapes, on the calling thread.
+template <class T>
+void tiny_product(int64_t M, int64_t N, int64_t K, const T* A, int64_t a_rs, int64_t a_cs, const T* B, int64_t b_rs,
+                  int64_t b_cs, T* C, int64_t c_rs, int64_t c_cs, bool accumulate, Addend<T> bias) {
+  constexpr int W = Vec<T>::width;
+  alignas(64) T dense[kTinyMaxDepth * 2 * W];
+  if (b_cs != 1) {  // B's rows gathered once, N values each (the lanes past N are not read)
+    for (int64_t k = 0; k < K; ++k)
+      for (int64_t j = 0; j < N; ++j) dense[k * N + j] = B[k * b_rs + j * b_cs];
+    B = dense;
+    b_rs = N;
+  }
+  if (N <= W) return tiny_product_nv<T, 1>(M, N, K, A, a_rs, a_cs, B, b_rs, C, c_rs, c_cs, accumulate, bias);
+  tiny_product_nv<T, 2>(M, N, K, A, a_rs, a_cs, B, b_rs, C, c_rs, c_cs, accumulate, bias);
+}
+
+// The same for bfloat16 operands (autocast's tensor-ring chains), into a float32 C or a
+// bfloat16 C rounded once: B widened into a dense float32 copy (exact), A's values widened
+// as they are broadcast, the sums in float32, 4 rows at a time through a float32 buffer.
+// Each product of two bfloat16 values is exact in float32, so this is the float32 product
+// of the rounded operands. (One VDPBF16PS GEMM call per product cost 3x as much: its
+// packing is made for products a thousand times larger.)
+template <class TC>
+void bf16_tiny_product(int64_t M, int64_t N, int64_t K, const bfloat16_t* A, int64_t a_rs, int64_t a_cs,
+                       const bfloat16_t* B, int64_t b_rs, int64_t b_cs, TC* C, int64_t ldc) {
+  constexpr int W = Vec<float>::width;
+  alignas(64) float dense[kTinyMaxDepth * 2 * W];
+  for (int64_t k = 0; k < K; ++k)
+    for (int64_t j = 0; j < N; ++j) dense[k * N + j] = float(B[k * b_rs + j * b_cs]);
+  alignas(64) float rows[4 * 2 * W];
+  auto block = [&]<int R, int NV>(int64_t i) {
+    tiny_rows<float, R, NV, bfloat16_t>(K, A + i * a_rs, a_rs, a_cs, dense, N, N, rows, 2 * W, 1, false, {}, i);
+    for (int64_t r = 0; r < R; ++r)
+      for (int64_t j = 0; j < N; ++j) C[(i + r) * ldc + j] = TC(rows[r * 2 * W + j]);
+  };
+  auto blocks = [&]<int NV>() {
+    int64_t i = 0;
+    for (; i + 4 <= M; i += 4) block.template operator()<4, NV>(i);
+    for (; i + 2 <= M; i += 2) block.template operator()<2, NV>(i);
+    for (; i < M; ++i) block.template operator()<1, NV>(i);
+  };
+  if (N <= W) blocks.template operator()<1>();
+  else blocks.template operator()<2>();
+}
+
 // ---------------------------------------------------------------- few rows, transposed B
 
 // Products of 1 to kFewRows rows of A against a transposed B (x · wᵀ with w's rows
@@ -950,6 +1091,8 @@ void gemm_one(int64_t M, int64_t N, int64_t K, const T* A, int64_t a_rs, int64_t
   }
   if (N == 1)  // C column = A · b column
     return gemv<T>(M, K, A, a_rs, a_cs, B, b_rs, C, c_rs, accumulate, nt);
+  if (M > 1 && tiny_product_fits<T>(M, N, K))
+    return tiny_product<T>(M, N, K, A, a_rs, a_cs, B, b_rs, b_cs, C, c_rs, c_cs, accumulate, bias);
   if (M > 1 && N < Vec<T>::width && K >= Vec<T>::width && a_cs == 1 && b_rs == 1) {
     // Narrower than a vector, with A's rows and B's columns both running along the depth
     // (a tensor ring's chain gradient: 2048 products of 4 x 4 over 149): one dot product
@@ -1186,6 +1329,20 @@ void gemm_bf16_weight(int64_t M, int64_t N, int64_t K, const float* A, int64_t a
   int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
   if (2.0 * double(M) * double(N) * double(K) < kParallelFlops) nt = 1;
   gemm_few_rows<float, bfloat16_t>(M, N, K, A, a_rs, a_cs, bt, ldb, C, c_rs, c_cs, false, nt, {});
+}
+
+bool gemm_tiny_product(int64_t M, int64_t N, int64_t K) { return M > 1 && tiny_product_fits<float>(M, N, K); }
+void gemm_bf16_tiny(int64_t M, int64_t N, int64_t K, const bfloat16_t* A, int64_t a_rs, int64_t a_cs,
+                    const bfloat16_t* B, int64_t b_rs, int64_t b_cs, float* C, int64_t ldc) {
+  MU_CHECK(K >= 1 && gemm_tiny_product(M, N, K), "gemm_bf16_tiny: ", M, " x ", K, " by ", K, " x ", N,
+           " is not a tiny product");
+  bf16_tiny_product(M, N, K, A, a_rs, a_cs, B, b_rs, b_cs, C, ldc);
+}
+void gemm_bf16_tiny(int64_t M, int64_t N, int64_t K, const bfloat16_t* A, int64_t a_rs, int64_t a_cs,
+                    const bfloat16_t* B, int64_t b_rs, int64_t b_cs, bfloat16_t* C, int64_t ldc) {
+  MU_CHECK(K >= 1 && gemm_tiny_product(M, N, K), "gemm_bf16_tiny: ", M, " x ", K, " by ", K, " x ", N,
+           " is not a tiny product");
+  bf16_tiny_product(M, N, K, A, a_rs, a_cs, B, b_rs, b_cs, C, ldc);
 }
 
 template void gemm<float>(int64_t, int64_t, int64_t, int64_t, MatrixRef<const float>, MatrixRef<const float>,

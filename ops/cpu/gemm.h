@@ -45,6 +45,18 @@ template <class T>
 void gemm_batch_sum(int64_t batch, int64_t M, int64_t N, int64_t K, MatrixRef<const T> A, MatrixRef<const T> B,
                     MatrixRef<T> C);
 
+// Whether gemm multiplies an M x K by K x N float32 product on its tiny-product path
+// (a tensor ring's per-token chains): a few dozen instructions a product, which the
+// bfloat16 GEMM's packing would cost many times over.
+bool gemm_tiny_product(int64_t M, int64_t N, int64_t K);
+// C (M x N, row stride ldc, unit column stride) = A · B for bfloat16 operands of any
+// strides and a gemm_tiny_product shape (K >= 1): the float32 product of their values,
+// rounded once for a bfloat16 C. On every CPU (float32 FMAs).
+void gemm_bf16_tiny(int64_t M, int64_t N, int64_t K, const bfloat16_t* A, int64_t a_rs, int64_t a_cs,
+                    const bfloat16_t* B, int64_t b_rs, int64_t b_cs, float* C, int64_t ldc);
+void gemm_bf16_tiny(int64_t M, int64_t N, int64_t K, const bfloat16_t* A, int64_t a_rs, int64_t a_cs,
+                    const bfloat16_t* B, int64_t b_rs, int64_t b_cs, bfloat16_t* C, int64_t ldc);
+
 // gemm_batch_sum of bfloat16 operands into a float32 C, on VDPBF16PS (gemm_batch_sum.cpp):
 // autocast's gradient of a weight shared by a batch (an MLP-Mixer's token weights), without
 // float32 copies of the operands. Only for A[b]'s rows and B[b]'s columns contiguous along

@@ -35,9 +35,15 @@ static void gemm_bf16_entries(TC* cd, const Tensor& a, const Tensor& b) {
   const int64_t M = a.size(-2), K = a.size(-1), N = b.size(-1);
   const int64_t batch = a.dim() == 3 ? a.size(0) : 1;
   const bfloat16_t *ad = a.data_ptr<bfloat16_t>(), *bd = b.data_ptr<bfloat16_t>();
+  const bool tiny = K >= 1 && gemm_tiny_product(M, N, K);
   auto entry = [&](int64_t e) {
     const int64_t ao = a.dim() == 3 ? e * a.stride(0) : 0, bo = b.dim() == 3 ? e * b.stride(0) : 0;
-    gemm_bf16(M, N, K, ad + ao, a.stride(-2), a.stride(-1), bd + bo, b.stride(-2), b.stride(-1), cd + e * M * N, N);
+    if (tiny)
+      gemm_bf16_tiny(M, N, K, ad + ao, a.stride(-2), a.stride(-1), bd + bo, b.stride(-2), b.stride(-1),
+                     cd + e * M * N, N);
+    else
+      gemm_bf16(M, N, K, ad + ao, a.stride(-2), a.stride(-1), bd + bo, b.stride(-2), b.stride(-1), cd + e * M * N,
+                N);
   };
   const bool whole = 2.0 * double(M) * double(N) * double(K) < kParallelFlops &&
                      2.0 * double(batch) * double(M) * double(N) * double(K) >= kParallelFlops;
@@ -47,9 +53,11 @@ static void gemm_bf16_entries(TC* cd, const Tensor& a, const Tensor& b) {
 static void matmul(const Tensor& out, const Tensor& a, const Tensor& b) {
   if (a.dtype() == kBFloat16) {  // autocast's products: in float32, rounded once (ops/cpu/widen.h)
     const int64_t M = a.size(-2), K = a.size(-1), N = b.size(-1);
-    // A few rows by a transposed weight (a Linear layer in a decoding step), or many rows.
-    const bool few_rows = a.dim() == 2 && b.stride(0) == 1 && bf16_weight_product_fits(M, N, K);
-    const bool many_rows = !few_rows && gemm_bf16_available();
+    // Tiny products (a tensor ring's per-token chains: gemm_bf16_tiny, on every CPU); a few
+    // rows by a transposed weight (a Linear layer in a decoding step); or many rows.
+    const bool tiny = K >= 1 && gemm_tiny_product(M, N, K);
+    const bool few_rows = !tiny && a.dim() == 2 && b.stride(0) == 1 && bf16_weight_product_fits(M, N, K);
+    const bool many_rows = !few_rows && (tiny || gemm_bf16_available());
     if (many_rows && out.is_contiguous()) {
       // Many rows: the bfloat16 operands multiplied as they are (gemm_bf16), straight into
       // out (a bfloat16 out rounded as each tile is stored: GPT-2 mini's head wrote 205 MB
