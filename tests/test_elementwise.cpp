@@ -344,6 +344,61 @@ TEST_CASE("transposed operands: copies and binary ops element by element, tiles 
     }
 }
 
+// 4-byte dtypes' transposing copies move whole 16 x 16 tiles through registers on the CPU
+// (ops/cpu/copy.cpp) and the edge tiles element by element: float32 (with NaN and -0.0,
+// whose bits must survive) and int32, shapes of whole tiles, partial ones and both, a
+// batch, a transposed destination, and a source transposed across the batch dim.
+TEST_CASE("transposing copies of 4-byte dtypes keep every element's bits") {
+  for (Device dev : test_devices())
+    for (DType dt : {kFloat32, kInt32})
+      for (const Shape& s : std::vector<Shape>{{2, 48, 64}, {3, 49, 128}, {1, 17, 33}, {4, 300, 70}}) {
+        INFO(dev.str() << " " << dtype_name(dt) << " " << shape_str(s));
+        manual_seed(10);
+        const int64_t B = s[0], R = s[1], C = s[2];
+        const std::vector<double> v = (randn({B, C, R}, kFloat64) * 1000.0).to_vector<double>();
+        // The expected bits, element by element; float32 gets specials at the corners of
+        // the first tile and of the last.
+        std::vector<uint32_t> bits(v.size());
+        Tensor y;
+        if (dt == kFloat32) {
+          std::vector<float> f(v.begin(), v.end());
+          f[0] = NAN, f[size_t(R)] = -0.0f, f.back() = -INFINITY;
+          for (size_t i = 0; i < f.size(); ++i) std::memcpy(&bits[i], &f[i], 4);
+          y = from_vector(f, {B, C, R});
+        } else {
+          std::vector<int32_t> n(v.begin(), v.end());
+          for (size_t i = 0; i < n.size(); ++i) bits[i] = uint32_t(n[i]);
+          y = from_vector(n, {B, C, R});
+        }
+        auto bits_of = [&](const Tensor& t) {
+          std::vector<uint32_t> out(size_t(t.numel()));
+          if (dt == kFloat32) {
+            const std::vector<float> f = t.cpu().to_vector<float>();
+            std::memcpy(out.data(), f.data(), 4 * f.size());
+          } else {
+            const std::vector<int64_t> n = t.cpu().to_vector<int64_t>();
+            for (size_t i = 0; i < n.size(); ++i) out[i] = uint32_t(n[i]);
+          }
+          return out;
+        };
+        const std::vector<uint32_t> copied = bits_of(on(y, dev).transpose(1, 2).contiguous());
+        Tensor into = on(zeros({B, C, R}, dt), dev);
+        into.transpose(1, 2).copy_(on(y, dev).transpose(1, 2).contiguous());  // back through a transposed destination
+        const std::vector<uint32_t> back = bits_of(into);
+        const std::vector<uint32_t> across = bits_of(on(y, dev).permute({2, 1, 0}).contiguous());  // (R, C, B)
+        int64_t wrong = 0;
+        for (int64_t b = 0; b < B; ++b)
+          for (int64_t r = 0; r < R; ++r)
+            for (int64_t c = 0; c < C; ++c) {
+              const uint32_t want = bits[size_t((b * C + c) * R + r)];
+              wrong += copied[size_t((b * R + r) * C + c)] != want;
+              wrong += back[size_t((b * C + c) * R + r)] != want;
+              wrong += across[size_t((r * C + c) * B + b)] != want;
+            }
+        CHECK(wrong == 0);
+      }
+}
+
 TEST_CASE("permuted copies with a short innermost dim, and a unary op on them, element by element") {
   // A tensor-ring core's layouts: (P, Q, 4) from a (4, P, Q) tensor permuted, whose short
   // innermost dim the CPU walks as an outer one (ops/cpu/loops.h), into a dense and into
