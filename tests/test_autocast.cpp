@@ -31,6 +31,18 @@ double relative_error(const Tensor& a, const Tensor& b) {
 // x rounded to bfloat16 and widened back: what autocast's cast hands the kernel.
 Tensor rounded(const Tensor& x) { return x.detach().to(kBFloat16).to(kFloat64); }
 
+// How far the worst element of a bfloat16 result lies past one rounding of the reference
+// to 8 bits (2^-8 of its magnitude) plus `slack` (the float32 sums' own error): <= 0 when
+// every element is within.
+double worst_past_rounding(const Tensor& got_t, const Tensor& want_t, double slack) {
+  const std::vector<double> got = got_t.to_vector<double>(), want = want_t.to_vector<double>();
+  REQUIRE(got.size() == want.size());
+  double worst = 0;
+  for (size_t i = 0; i < got.size(); ++i)
+    worst = std::max(worst, std::fabs(got[i] - want[i]) - std::ldexp(std::fabs(want[i]), -8) - slack);
+  return worst;
+}
+
 }  // namespace
 
 TEST_CASE("autocast: matmul runs in bfloat16 on rounded operands with float32 sums; float32 gradients") {
@@ -85,11 +97,7 @@ TEST_CASE("autocast: a few rows by a transposed weight match the rounded operand
           }
           REQUIRE(y.dtype() == kBFloat16);
           // One rounding to 8 bits, plus the float32 sums' error relative to the terms.
-          std::vector<double> got = y.to_vector<double>(), w = want.to_vector<double>();
-          double worst = 0;
-          for (size_t i = 0; i < got.size(); ++i)
-            worst = std::max(worst, std::fabs(got[i] - w[i]) - std::ldexp(std::fabs(w[i]), -8) - 1e-5 * double(K));
-          CHECK(worst <= 0);
+          CHECK(worst_past_rounding(y, want, 1e-5 * double(K)) <= 0);
         }
       }
     }
@@ -112,11 +120,7 @@ TEST_CASE("autocast: batched products match the rounded operands' product entry 
     for (auto [got_t, want_t] : {std::pair<Tensor, Tensor>{y, matmul(rounded(a0), rounded(b0))},
                                  {ys, matmul(rounded(s0), rounded(b0))}}) {
       REQUIRE(got_t.dtype() == kBFloat16);
-      std::vector<double> got = got_t.to_vector<double>(), w = want_t.to_vector<double>();
-      double worst = 0;
-      for (size_t i = 0; i < got.size(); ++i)
-        worst = std::max(worst, std::fabs(got[i] - w[i]) - std::ldexp(std::fabs(w[i]), -8) - 3e-3);
-      CHECK(worst <= 0);
+      CHECK(worst_past_rounding(got_t, want_t, 3e-3) <= 0);
     }
   }
 }
@@ -140,17 +144,13 @@ TEST_CASE("autocast: a matrix shared by many small entries, and its gradient sum
       y = matmul(sp, on(x0, dev));
     }
     REQUIRE(y.dtype() == kBFloat16);
-    std::vector<double> got = y.to_vector<double>(), w = y_want.to_vector<double>();
-    double worst = 0;
-    for (size_t i = 0; i < got.size(); ++i)
-      worst = std::max(worst, std::fabs(got[i] - w[i]) - std::ldexp(std::fabs(w[i]), -8) - 1e-4);
-    CHECK(worst <= 0);
+    CHECK(worst_past_rounding(y, y_want, 1e-4) <= 0);
     (y.to(kFloat32) * on(up0, dev)).sum().backward();
     REQUIRE(sp.grad().dtype() == kFloat32);
     // The float32 sum rounded once to bfloat16 (the product's dtype), then widened.
     std::vector<double> g = sp.grad().to_vector<double>(), gw = ds_want.to_vector<double>(),
                         mag = ds_mag.to_vector<double>();
-    worst = 0;
+    double worst = 0;
     for (size_t i = 0; i < g.size(); ++i)
       worst = std::max(worst, std::fabs(g[i] - gw[i]) - std::ldexp(std::fabs(gw[i]), -8) - 1e-5 * mag[i]);
     CHECK(worst <= 0);
@@ -175,11 +175,7 @@ TEST_CASE("autocast: tiny batched products match the rounded operands' product")
       for (auto [got_t, want_t] : {std::pair<Tensor, Tensor>{y, matmul(rounded(a0), rounded(b0))},
                                    {yt, matmul(rounded(a0), rounded(bt0).transpose(1, 2))}}) {
         REQUIRE(got_t.dtype() == kBFloat16);
-        std::vector<double> got = got_t.to_vector<double>(), w = want_t.to_vector<double>();
-        double worst = 0;
-        for (size_t i = 0; i < got.size(); ++i)
-          worst = std::max(worst, std::fabs(got[i] - w[i]) - std::ldexp(std::fabs(w[i]), -8) - 1e-4);
-        CHECK(worst <= 0);
+        CHECK(worst_past_rounding(got_t, want_t, 1e-4) <= 0);
       }
     }
   }

@@ -796,8 +796,8 @@ void gemm_small(int64_t M, int64_t N, int64_t K, const T* A, int64_t a_rs, int64
 // gemm_small's setup (B copied dense, its last columns padded into a buffer, the rows
 // shared out in blocks) cost several times the arithmetic. Here R rows of C at a time
 // take K steps, each broadcasting R values of A against B's row k, read with masked loads
-// (lanes past N zero) where B's rows are contiguous, else from a zero-padded copy of B
-// made once per product.
+// (lanes past N zero), from B itself where its rows are contiguous, else from a dense
+// copy of B made once per product; C's rows are stored with masked stores.
 constexpr int64_t kTinyMaxDepth = 64;
 
 // The first n <= W lanes of a vector from p, the rest zero.
@@ -836,8 +836,8 @@ inline void store_first(T* dst, int64_t c_cs, int64_t i, int64_t j, int64_t n, t
 }
 
 // R rows of C (from row i0) = or += R rows of A · B over K depths, NV vectors of columns,
-// the first n of them valid; B's row k at B + k * b_rs, unit column stride, its lanes
-// past n read as zero (masked) or zero in a padded copy.
+// the first n of them valid; B's row k at B + k * b_rs, unit column stride, read with
+// masked loads (its lanes past n as zero).
 template <class T, int R, int NV, class TA = T>
 void tiny_rows(int64_t K, const TA* A, int64_t a_rs, int64_t a_cs, const T* B, int64_t b_rs, int64_t n, T* C,
                int64_t c_rs, int64_t c_cs, bool accumulate, Addend<T> bias, int64_t i0) {
