@@ -116,15 +116,42 @@ struct GeluTail {
   return x >= 0.0f ? x * (1.0f - q) : ((x * g.u) * g.e) * kDown;
 }
 
-// g (Φ(x) + x φ(x)), φ(x) = exp(-x²/2) / √(2π), on every lane; x φ(x) from exp(-x²/2)
-// 2^64 like e, so that it too stays exact down to the normals.
+// The derivative's Φ(-|x|) as u exp(-x²/2) Q(u), u = t/2 as in gelu_tail, so that one
+// exponential, 2^64 exp(-x²/2), serves both Φ and φ (gelu_tail's exp(-x²/2 + P(t)) and a
+// second one for φ took a quarter more time: 1.06 -> 0.82 ns per element on one Zen 4
+// core, in cache). Q(u) = Φ(-|x|) / (u exp(-x²/2)) = exp(P(2u)), as a polynomial of degree
+// 10 in s = u - 0.28755528 (the middle of u's range [0.0751, 0.5] for |x| <= 16), fitted
+// here the way P was (least squares on 3000 Chebyshev nodes against 40-digit values,
+// reweighted toward the largest error, each float32 coefficient rounded in turn and the
+// rest refitted): 5.0e-8 relative, as P's 5.4e-8.
+[[gnu::always_inline]] inline VF phi_ratio(VF u) {
+  const VF s = u - 0.28755528f;
+  const VF s2 = s * s, s4 = s2 * s2, s8 = s4 * s4;
+  const VF p01 = s * 1.5465726f + 0.56561375f;
+  const VF p23 = s * 0.7128989f + 2.3423293f;
+  const VF p45 = s * -1.7612443f + -3.2370932f;
+  const VF p67 = s * 1.0199456f + 7.53923f;
+  const VF p89 = s * 5.9270763f + -25.22428f;
+  return (s2 * 86.665016f + p89) * s8 + ((p67 * s2 + p45) * s4 + (p23 * s2 + p01));
+}
+
+// g (Φ(x) + x φ(x)), φ(x) = exp(-x²/2) / √(2π), on every lane, with gauss = 2^64
+// exp(-x²/2) (the capped |x|; 0 beyond the cap, as gelu_tail's e): Φ(-|x|) = u gauss
+// Q(u) 2^-64 and x φ(x) = x gauss 2^-64 / √(2π), each scaled back last, so that both
+// keep their digits down to the normals. exp(-x²/2) is reduced as gelu_tail reduces its
+// exponent: the rounding error of x² folded into exp's own range reduction.
 [[gnu::always_inline]] inline VF gelu_grad_lanes(VF g, VF x) {
   using namespace exp_constants;
-  const GeluTail tl = gelu_tail(x);
-  const VF q = (tl.u * tl.e) * kDown;
-  const VF a = tl.minus_half_sq, t = a * kLog2e + kRound, n = t - kRound;
-  const VF gauss = exp_reduced((a - n * kLn2Hi) - n * kLn2Lo) * exp2_of_rounded(t, int(kUp));
-  const VF x_phi = ((x * float(fn::kInvSqrt2Pi)) * (tl.in_range ? gauss : VF{})) * kDown;
+  const VF ax = min_of(16.0f, VF((VI(x) & 0x7fffffff)));
+  const VF u = 1.0f / (ax * float(fn::kSqrt1_2) + 2.0f);
+  const VF sq = ax * ax, sq_lo = ax * ax - sq;  // exact where the multiply-add fuses (GCC's default)
+  const VF a = sq * -0.5f, b = sq_lo * -0.5f;
+  const VF t = (a + b) * kLog2e + kRound, n = t - kRound;
+  const VF r = ((a - n * kLn2Hi) + b) - n * kLn2Lo;
+  const VF e = exp_reduced(r) * exp2_of_rounded(t, int(kUp));
+  const VF gauss = ax < 16.0f ? e : VF{};
+  const VF q = ((u * gauss) * phi_ratio(u)) * kDown;
+  const VF x_phi = ((x * float(fn::kInvSqrt2Pi)) * gauss) * kDown;
   return g * ((x >= 0.0f ? 1.0f - q : q) + x_phi);
 }
 
