@@ -574,39 +574,36 @@ TEST_CASE("gemm_batch_sum_bf16 matches the brute-force sum of the batch's produc
 }
 
 // Slabs of the batch for a small C, bands of rows or columns for a large one: the same
-// bits on one thread and on four.
+// bits on one thread and on four, for float32 and (where the CPU has AVX512_BF16)
+// bfloat16 operands.
+template <class T>
+void check_batch_sum_threads(int64_t batch, int64_t M, int64_t N, int64_t K, std::mt19937& rng) {
+  Operand<T> A = make_operand<T>(batch, M, K, Layout::RowMajor, false, rng);
+  Operand<T> B = make_operand<T>(batch, K, N, Layout::Transposed, false, rng);
+  std::vector<std::vector<float>> results;
+  for (int threads : {1, 4}) {
+    const int saved = omp_get_max_threads();
+    omp_set_num_threads(threads);
+    std::vector<float> c(size_t(M * N));
+    if constexpr (std::is_same_v<T, bfloat16_t>)
+      cpu::gemm_batch_sum_bf16(batch, M, N, K, {A.buf.data(), A.batch_stride, A.rs, A.cs},
+                               {B.buf.data(), B.batch_stride, B.rs, B.cs}, {c.data(), 0, N, 1});
+    else
+      cpu::gemm_batch_sum<float>(batch, M, N, K, {A.buf.data(), A.batch_stride, A.rs, A.cs},
+                                 {B.buf.data(), B.batch_stride, B.rs, B.cs}, {c.data(), 0, N, 1});
+    omp_set_num_threads(saved);
+    results.push_back(c);
+  }
+  CHECK(results[0] == results[1]);
+}
+
 TEST_CASE("gemm_batch_sum results are bit-identical on 1 and 4 threads") {
   std::mt19937 rng(8);
   struct Dims { int64_t batch, M, N, K; };
   for (Dims d : {Dims{128, 64, 49, 128}, Dims{3, 150, 130, 20}, Dims{3, 20, 900, 33}, Dims{10, 7, 9, 300}}) {
     INFO("batch " << d.batch << " M " << d.M << " N " << d.N << " K " << d.K);
-    Operand<float> A = make_operand<float>(d.batch, d.M, d.K, Layout::RowMajor, false, rng);
-    Operand<float> B = make_operand<float>(d.batch, d.K, d.N, Layout::Transposed, false, rng);
-    std::vector<std::vector<float>> results;
-    for (int threads : {1, 4}) {
-      const int saved = omp_get_max_threads();
-      omp_set_num_threads(threads);
-      std::vector<float> c(size_t(d.M * d.N));
-      cpu::gemm_batch_sum<float>(d.batch, d.M, d.N, d.K, {A.buf.data(), A.batch_stride, A.rs, A.cs},
-                                 {B.buf.data(), B.batch_stride, B.rs, B.cs}, {c.data(), 0, d.N, 1});
-      omp_set_num_threads(saved);
-      results.push_back(c);
-    }
-    CHECK(results[0] == results[1]);
-    if (!cpu::gemm_batch_sum_bf16_available()) continue;
-    Operand<bfloat16_t> A16 = make_operand<bfloat16_t>(d.batch, d.M, d.K, Layout::RowMajor, false, rng);
-    Operand<bfloat16_t> B16 = make_operand<bfloat16_t>(d.batch, d.K, d.N, Layout::Transposed, false, rng);
-    std::vector<std::vector<float>> results16;
-    for (int threads : {1, 4}) {
-      const int saved = omp_get_max_threads();
-      omp_set_num_threads(threads);
-      std::vector<float> c(size_t(d.M * d.N));
-      cpu::gemm_batch_sum_bf16(d.batch, d.M, d.N, d.K, {A16.buf.data(), A16.batch_stride, A16.rs, A16.cs},
-                               {B16.buf.data(), B16.batch_stride, B16.rs, B16.cs}, {c.data(), 0, d.N, 1});
-      omp_set_num_threads(saved);
-      results16.push_back(c);
-    }
-    CHECK(results16[0] == results16[1]);
+    check_batch_sum_threads<float>(d.batch, d.M, d.N, d.K, rng);
+    if (cpu::gemm_batch_sum_bf16_available()) check_batch_sum_threads<bfloat16_t>(d.batch, d.M, d.N, d.K, rng);
   }
 }
 
