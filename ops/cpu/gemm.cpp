@@ -14,7 +14,7 @@
 
 #include <omp.h>
 #if defined(__x86_64__)
-#include <immintrin.h>  // copy_padded's masked load
+#include <immintrin.h>  // load_first's masked loads, store_first's masked stores
 #endif
 
 #include <algorithm>
@@ -135,25 +135,38 @@ T* packed_b_buffer(int64_t n) {
 
 // ---------------------------------------------------------------- packing
 
-// dst[0, W) = src[0, n) then zeros, for n <= W: one line of a zero-padded panel, built
-// in a local array and stored as one constant-size copy (a vector store or two). A line
-// of one AVX-512 vector is one masked load instead: GCC makes the local array's loop a
-// call to memcpy, whose narrow stores the vector load of the line must wait out (store
-// forwarding fails), a fifth of the time of a batch of 4 x 4 by 4 x 4 products.
+// The first n <= W lanes of a vector from p, the rest zero: one masked load on AVX-512
+// (lanes past n are not read), else an element loop.
+template <class T>
+inline typename Vec<T>::type load_first(const T* p, int64_t n) {
+  using V = typename Vec<T>::type;
+#if defined(__AVX512F__) && defined(__x86_64__)
+  if constexpr (std::is_same_v<T, float> && Vec<T>::width == 16)
+    return V(_mm512_maskz_loadu_ps(__mmask16((1u << n) - 1), p));
+  else if constexpr (std::is_same_v<T, double> && Vec<T>::width == 8)
+    return V(_mm512_maskz_loadu_pd(__mmask8((1u << n) - 1), p));
+#endif
+  V v{};
+  for (int64_t i = 0; i < n; ++i) v[i] = p[i];
+  return v;
+}
+
+// dst[0, W) = src[0, n) then zeros, for n <= W: one line of a zero-padded panel. A line
+// of one vector is load_first's masked load and one store; other widths are built in a
+// local array and stored as one constant-size copy. (As a local array's loop, GCC makes
+// a one-vector line a call to memcpy, whose narrow stores the vector load of the line
+// must wait out (store forwarding fails): a fifth of the time of a batch of 4 x 4 by
+// 4 x 4 products.)
 template <int W, class T>
 inline void copy_padded(T* dst, const T* src, int64_t n) {
-#if defined(__AVX512F__) && defined(__x86_64__)
-  if constexpr (W == 16 && std::is_same_v<T, float>) {
-    _mm512_storeu_ps(dst, _mm512_maskz_loadu_ps(__mmask16((1u << n) - 1), src));
-    return;
-  } else if constexpr (W == 8 && std::is_same_v<T, double>) {
-    _mm512_storeu_pd(dst, _mm512_maskz_loadu_pd(__mmask8((1u << n) - 1), src));
-    return;
+  if constexpr (W == Vec<T>::width) {
+    const typename Vec<T>::type v = load_first(src, n);
+    __builtin_memcpy(dst, &v, sizeof(v));
+  } else {
+    T line[W] = {};
+    for (int64_t i = 0; i < n; ++i) line[i] = src[i];
+    __builtin_memcpy(dst, line, sizeof(line));
   }
-#endif
-  T line[W] = {};
-  for (int64_t i = 0; i < n; ++i) line[i] = src[i];
-  __builtin_memcpy(dst, line, sizeof(line));
 }
 
 // Copies rows [0, m) x depth [0, kc) of A (element (i, p) at a[i * rs + p * cs]) into
@@ -800,21 +813,6 @@ void gemm_small(int64_t M, int64_t N, int64_t K, const T* A, int64_t a_rs, int64
 // copy of B made once per product; C's rows are stored with masked stores.
 constexpr int64_t kTinyMaxDepth = 64;
 
-// The first n <= W lanes of a vector from p, the rest zero.
-template <class T>
-inline typename Vec<T>::type load_first(const T* p, int64_t n) {
-  using V = typename Vec<T>::type;
-#if defined(__AVX512F__) && defined(__x86_64__)
-  if constexpr (std::is_same_v<T, float> && Vec<T>::width == 16)
-    return V(_mm512_maskz_loadu_ps(__mmask16((1u << n) - 1), p));
-  else if constexpr (std::is_same_v<T, double> && Vec<T>::width == 8)
-    return V(_mm512_maskz_loadu_pd(__mmask8((1u << n) - 1), p));
-#endif
-  V v{};
-  for (int64_t i = 0; i < n; ++i) v[i] = p[i];
-  return v;
-}
-
 // The first n <= W lanes of v stored at dst (column stride c_cs), added to C when
 // accumulating, else plus the bias: with a masked store where C's row is contiguous (the
 // lane-by-lane store of store_small, whose vector GCC then kept in memory, took most of a
@@ -891,9 +889,7 @@ void tiny_product(int64_t M, int64_t N, int64_t K, const T* A, int64_t a_rs, int
   constexpr int W = Vec<T>::width;
   alignas(64) T dense[kTinyMaxDepth * 2 * W];
   if (b_cs != 1) {  // B's rows gathered once, N values each (the lanes past N are not read)
-    for (int64_t k = 0; k < K; ++k)
-      for (int64_t j = 0; j < N; ++j) dense[k * N + j] = B[k * b_rs + j * b_cs];
-    B = dense;
+    B = dense_rows(K, N, B, b_rs, b_cs, dense);
     b_rs = N;
   }
   if (N <= W) return tiny_product_nv<T, 1>(M, N, K, A, a_rs, a_cs, B, b_rs, C, c_rs, c_cs, accumulate, bias);
@@ -959,14 +955,6 @@ constexpr int64_t kFewRowsBlockBytes = 256 * 1024;
 // 768 Linear took 106 instead of 82 us at 2 rows, 150-220 instead of 128 at 4.
 constexpr int64_t kFewRowsChunkBytes = 16 * 1024;
 
-// W values from src, the first n <= W of them read, the rest zero.
-template <class T>
-inline typename Vec<T>::type load_padded(const T* src, int64_t n) {
-  T line[Vec<T>::width];
-  copy_padded<Vec<T>::width>(line, src, n);
-  return load(line);
-}
-
 // W depths of one row of B as a vector of T, the first n <= W of them read, the rest
 // zero; a bfloat16 B (autocast's weights, gemm_bf16_weight) widened in registers
 // (load_as).
@@ -974,7 +962,7 @@ template <class T, class TB>
 inline typename Vec<T>::type load_depths(const TB* src, int64_t n) {
   constexpr int W = Vec<T>::width;
   if constexpr (std::is_same_v<T, TB>) {
-    return n == W ? load(src) : load_padded(src, n);
+    return n == W ? load(src) : load_first(src, n);
   } else {
     if (n == W) return load_as<T>(src);
     TB line[W] = {};
