@@ -128,13 +128,23 @@ using VF = Vec<float>::type;
 constexpr int kW = Vec<float>::width;
 using VD = Lanes<double, kW / 2>::type;  // half a float vector's lanes, in double
 
-// The low and high halves of v's lanes, widened to double (exactly).
+// The low and high halves of v's lanes, widened to double (exactly). On AVX-512 one
+// conversion each, the high half after one extraction: GCC splits the generic form
+// (a shuffle, then a conversion) into four 128-bit conversions and two insertions, which
+// made the forward's loop over a line 1.5x slower (19 -> 13 ms over 1024 x 50257 logits
+// on one Zen 5 core).
 template <std::size_t... L>
 inline VD low_half(VF v, std::index_sequence<L...>) {
+#if defined(__AVX512F__) && defined(__x86_64__)
+  if constexpr (kW == 16) return VD(_mm512_cvtps_pd(_mm512_castps512_ps256(__m512(v))));
+#endif
   return __builtin_convertvector(__builtin_shufflevector(v, v, L...), VD);
 }
 template <std::size_t... L>
 inline VD high_half(VF v, std::index_sequence<L...>) {
+#if defined(__AVX512F__) && defined(__x86_64__)
+  if constexpr (kW == 16) return VD(_mm512_cvtps_pd(_mm512_extractf32x8_ps(__m512(v), 1)));
+#endif
   return __builtin_convertvector(__builtin_shufflevector(v, v, (L + kW / 2)...), VD);
 }
 constexpr auto kHalf = std::make_index_sequence<kW / 2>();
@@ -164,7 +174,8 @@ struct LineSums {
 template <bool Smooth, bool Weighted, class X>
 void add_chunk(LineSums& ls, const X* xe, const X* xs, const float* w, int64_t n) {
   VF mv = VF{} + ls.m;
-  for (int64_t j = 0; j < n; j += kW) {
+  int64_t j = 0;
+  for (; j < n; j += kW) {
     const VF v = load_as<float>(xe + j);
     mv = v > mv ? v : mv;
   }
@@ -179,7 +190,7 @@ void add_chunk(LineSums& ls, const X* xe, const X* xs, const float* w, int64_t n
     ls.m = mb;
   }
   const float ref = ls.m == -std::numeric_limits<float>::infinity() ? 0.0f : ls.m;
-  int64_t j = 0;
+  j = 0;
   for (; j + 2 * kW <= n; j += 2 * kW)
     ls.add_exp(exp_lanes(load_as<float>(xe + j) - ref) + exp_lanes(load_as<float>(xe + j + kW) - ref));
   if (j < n) ls.add_exp(exp_lanes(load_as<float>(xe + j) - ref));

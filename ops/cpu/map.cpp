@@ -5,9 +5,6 @@
 // copies, computed in float32 and rounded once into the output.
 #include "ops/cpu/map.h"
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>  // the min and max of the GELU lanes
-#endif
 
 #include <algorithm>
 #include <bit>
@@ -43,19 +40,6 @@ namespace {
 using VF = Vec<float>::type;
 using VI = Vec<int32_t>::type;
 constexpr int kWF = Vec<float>::width;
-
-// min(c, v) on every lane with NaN lanes of v passed through: the instruction returns
-// its second operand when either is NaN. (A select compiles to a compare and a blend.)
-[[gnu::always_inline]] inline VF min_of(float c, VF v) {
-#if defined(__AVX512F__) && defined(__x86_64__)
-  // maskz with every lane: GCC 12 warns on the plain form's undefined source operand.
-  return VF(_mm512_maskz_min_ps(0xFFFF, __m512(VF{} + c), __m512(v)));
-#elif defined(__AVX__) && defined(__x86_64__)
-  return VF(_mm256_min_ps(__m256(VF{} + c), __m256(v)));
-#else
-  return v > c ? c : v;
-#endif
-}
 
 // P(2u) for u = t/2, by Estrin's scheme (the chains, not the operations, bound it: 5%
 // faster than Horner's), each coefficient c_k scaled by 2^k, exactly: every partial
