@@ -45,14 +45,14 @@ namespace {
 
 using VD = Vec<double>::type;
 constexpr int kWD = Vec<double>::width;
-typedef float WidenF __attribute__((vector_size(kVecBytes / 2)));  // kWD floats
+using WidenF = HalfFloats;  // kWD floats
 
 [[gnu::always_inline]] inline WidenF load_widen(const float* p) {
   WidenF h;
   std::memcpy(&h, p, sizeof(h));
   return h;
 }
-[[gnu::always_inline]] inline VD widen(WidenF h) { return __builtin_convertvector(h, VD); }
+[[gnu::always_inline]] inline VD widen(WidenF h) { return widen_to_double(h); }
 [[gnu::always_inline]] inline VD widen(const float* p) { return widen(load_widen(p)); }
 
 double lanes_sum(VD v) {
