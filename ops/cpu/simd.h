@@ -1,5 +1,5 @@
 // The target's vector registers as GCC vector types, for the CPU kernels that tile their
-// work by hand (ops/cpu/gemm.cpp, ops/cpu/attention.cpp), and a W x W block transposed in them.
+// work by hand (ops/cpu/gemm_*.cpp, ops/cpu/attention.cpp), and a W x W block transposed in them.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -127,7 +127,8 @@ inline T lane_sum(typename Lanes<T, N>::type v) {
 using HalfFloats = Lanes<float, Vec<double>::width>::type;
 inline Vec<double>::type widen_to_double(HalfFloats h) {
 #if defined(__AVX512F__) && defined(__x86_64__)
-  if constexpr (Vec<double>::width == 8) return Vec<double>::type(_mm512_cvtps_pd(__m256(h)));
+  // maskz with every lane: GCC 12 warns on the plain form's undefined source operand.
+  if constexpr (Vec<double>::width == 8) return Vec<double>::type(_mm512_maskz_cvtps_pd(0xFF, __m256(h)));
 #endif
   return __builtin_convertvector(h, Vec<double>::type);
 }
