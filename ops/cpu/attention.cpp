@@ -22,7 +22,7 @@
 // one vector of queries at a time, with no reduction across vector lanes. The tile is
 // St = K_blk · (scale Q_blk)ᵀ: K's rows are read in place and Q is transposed once per
 // query block (forward) or once per call (backward). Every product of tiles is the small
-// matrix product tile_gemm, written with GCC vector extensions (as ops/cpu/gemm.cpp): it
+// matrix product tile_gemm, written with GCC vector extensions (as ops/cpu/gemm_*.cpp): it
 // keeps a 4-row strip of the result in vector registers over the whole depth, so every
 // inner step is a few loads and fused multiply-adds. Its operands' rows are whole
 // vectors: q, k, v and dO are used in place when D is a whole number of vectors and T a

@@ -3,7 +3,7 @@
 //
 // Computing the 128 products and then summing them costs twice: each product is small
 // (64 x 49 over a depth of 128) and both of its operands run contiguously along the
-// depth, the one layout the packed GEMM (gemm.cpp) must transpose element by element to
+// depth, the one layout the packed GEMM (gemm_packed.cpp) must transpose element by element to
 // pack, for a product too small to pay the packing back; and the 128 partial matrices go
 // through memory once more to be summed. Here, when A[b]'s rows and B[b]'s columns are
 // contiguous along the depth, each output element is a dot product over (b, k): a block
