@@ -52,20 +52,35 @@ static void softmax_lines(const T* x, T* y, int64_t outer, int64_t n, int64_t in
   });
 }
 
+// The gradient of one line of n elements, `stride` apart (1 when Unit): vector loops, as
+// the forward's, the sums as omp simd reductions and exp(y) (y <= 0, the
+// log-probabilities) by exp_fast, whose float32 form is exact to about an ulp. (With
+// std::exp in double, one element at a time, and the stride a run-time value,
+// log_softmax's backward over 1024 x 50257 took 210 ms on 2 cores, against its
+// forward's 33.)
+template <class T, bool Unit>
+static void softmax_backward_line(const T* gl, const T* yl, T* dl, int64_t n, int64_t stride, bool log) {
+  using A = acc_t<T>;
+  const int64_t st = Unit ? 1 : stride;
+  A s = 0;
+  if (log) {
+#pragma omp simd reduction(+ : s)
+    for (int64_t j = 0; j < n; ++j) s += A(gl[j * st]);
+#pragma omp simd
+    for (int64_t j = 0; j < n; ++j) dl[j * st] = T(A(gl[j * st]) - A(exp_fast<T>(yl[j * st])) * s);
+  } else {
+#pragma omp simd reduction(+ : s)
+    for (int64_t j = 0; j < n; ++j) s += A(gl[j * st]) * A(yl[j * st]);
+#pragma omp simd
+    for (int64_t j = 0; j < n; ++j) dl[j * st] = T(A(yl[j * st]) * (A(gl[j * st]) - s));
+  }
+}
+
 template <class T>
 static void softmax_backward_lines(const T* g, const T* y, T* dx, int64_t outer, int64_t n, int64_t inner, bool log) {
-  using A = acc_t<T>;
   for_each_line(outer, n, inner, [=](int64_t off, int64_t st) {
-    const T *gl = g + off, *yl = y + off;
-    T* dl = dx + off;
-    A s = 0;
-    if (log) {
-      for (int64_t j = 0; j < n; ++j) s += A(gl[j * st]);
-      for (int64_t j = 0; j < n; ++j) dl[j * st] = T(A(gl[j * st]) - std::exp(A(yl[j * st])) * s);
-    } else {
-      for (int64_t j = 0; j < n; ++j) s += A(gl[j * st]) * A(yl[j * st]);
-      for (int64_t j = 0; j < n; ++j) dl[j * st] = T(A(yl[j * st]) * (A(gl[j * st]) - s));
-    }
+    if (st == 1) softmax_backward_line<T, true>(g + off, y + off, dx + off, n, 1, log);
+    else softmax_backward_line<T, false>(g + off, y + off, dx + off, n, st, log);
   });
 }
 
