@@ -11,6 +11,9 @@
 #   experiments/bench/compare.sh cross_entropy [BUILD_DIR]
 #                         cross-entropy-fwd, cross-entropy-fwd-bwd (N = 1024, C = 50257), against
 #                         experiments/bench/torch_cross_entropy.py rather than the reference
+#   experiments/bench/compare.sh softmax [BUILD_DIR]
+#                         softmax-1024x50257, log-softmax-1024x50257 (forward + backward over a
+#                         language model's logits), against experiments/bench/torch_softmax.py
 #   experiments/bench/compare.sh lm_head [BUILD_DIR]   lm-head-loss: gpt2-mini's head and loss
 #                         (1024 x 256 by 50257), unfused and linear_cross_entropy in chunks, against
 #                         F.cross_entropy(F.linear(x, W), t) of experiments/bench/torch_lm_head.py
@@ -42,7 +45,7 @@
 # BUILD_DIR defaults to build. THREADS and REPS may be set in the environment.
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-which="${1:?usage: compare.sh all|sgemm|layers|layer_norm|cross_entropy|lm_head|generate|attention|mixer|gpt2 [BUILD_DIR]}"
+which="${1:?usage: compare.sh all|sgemm|layers|layer_norm|cross_entropy|softmax|lm_head|generate|attention|mixer|gpt2 [BUILD_DIR]}"
 build="${2:-build}"
 case "$build" in /*) ;; *) build="$repo/$build" ;; esac
 threads="${THREADS:-2}"
@@ -177,6 +180,7 @@ case "$which" in
   layer_norm) bench=bench_layer_norm; workloads=layer-norm-1024x768; reps="${REPS:-50}"
     reference="$repo/experiments/bench/torch_layer_norm.py" ;;
   cross_entropy) bench=bench_cross_entropy; torch_script="$repo/experiments/bench/torch_cross_entropy.py"; reps="${REPS:-20}" ;;
+  softmax) bench=bench_softmax; torch_script="$repo/experiments/bench/torch_softmax.py"; reps="${REPS:-10}" ;;
   gpt2) bench=bench_gpt2; workloads=gpt2-mini,gpt2-mini-cpmumoe,gpt2-mini-trmumoe; reps="${REPS:-10}"
     if [ "${DTYPE:-float32}" = bf16 ]; then
       torch_script="$repo/experiments/bench/torch_gpt2_autocast.py"; extra=(--dtype bf16 --workload gpt2-mini)
@@ -186,7 +190,7 @@ case "$which" in
     extra=(--batch "${BATCH:-1}" --dtype "${DTYPE:-float32}") ;;
   attention) bench=bench_attention; torch_script="$repo/experiments/bench/torch_attention.py"; reps="${REPS:-20}" ;;
   mixer) bench=bench_mixer; workloads=mixer-fmnist,mixer-fmnist-cpmumoe; reps="${REPS:-10}" ;;
-  *) echo "compare.sh: unknown benchmark '$which' (sgemm, layers, layer_norm, cross_entropy, lm_head, generate, attention, mixer or gpt2)" >&2; exit 2 ;;
+  *) echo "compare.sh: unknown benchmark '$which' (sgemm, layers, layer_norm, cross_entropy, softmax, lm_head, generate, attention, mixer or gpt2)" >&2; exit 2 ;;
 esac
 reference="${reference:-$repo/../shared/reference/torch_reference.py}"
 [ -x "$build/experiments/$bench" ] || { echo "compare.sh: $build/experiments/$bench not built" >&2; exit 1; }
