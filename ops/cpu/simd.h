@@ -133,6 +133,19 @@ inline Vec<double>::type widen_to_double(HalfFloats h) {
   return __builtin_convertvector(h, Vec<double>::type);
 }
 
+// The low and high halves of a float vector's lanes, widened to doubles (widen_to_double):
+// a float32 sum carried in double, a vector at a time.
+template <std::size_t Offset, std::size_t... L>
+inline HalfFloats float_half(Vec<float>::type v, std::index_sequence<L...>) {
+  return __builtin_shufflevector(v, v, (L + Offset)...);
+}
+inline Vec<double>::type low_to_double(Vec<float>::type v) {
+  return widen_to_double(float_half<0>(v, std::make_index_sequence<Vec<double>::width>()));
+}
+inline Vec<double>::type high_to_double(Vec<float>::type v) {
+  return widen_to_double(float_half<Vec<double>::width>(v, std::make_index_sequence<Vec<double>::width>()));
+}
+
 // v's lanes rounded to bfloat16 into p[0, width): to nearest, ties to even, NaN as the one
 // quiet NaN 0x7fc0, bit for bit what bfloat16_t(float) gives (tensor/half.h), so that a
 // kernel that rounds its float32 results here writes what rounding them by a copy would.

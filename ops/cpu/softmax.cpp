@@ -6,12 +6,44 @@
 // library's scalar exp, one element at a time.
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 #include "ops/cpu/lines.h"
+#include "ops/cpu/simd.h"
 #include "ops/cpu/vec_exp.h"
 #include "ops/kernels/softmax.h"
 
 namespace mu::cpu {
+
+// Σ exp(x[j] - m) over a float32 line of unit stride, each exponential also stored to y
+// when y is given. On whole vectors, as the cross-entropy lines (loss.cpp): exp_lanes,
+// whose clamps are one instruction each, and the sum's lanes widened by widen_to_double;
+// GCC's vectorisation of the generic loop blends each clamp and splits each widening
+// into 128-bit pieces. The last partial vector is padded with -inf (exp 0).
+static double exp_sum_unit(const float* x, float* y, int64_t n, float m) {
+  using VF = Vec<float>::type;
+  using VD = Vec<double>::type;
+  constexpr int W = Vec<float>::width;
+  VD lo{}, hi{};
+  const int64_t whole = n / W * W;
+  for (int64_t j = 0; j < whole; j += W) {
+    const VF e = exp_lanes(load(x + j) - m);
+    if (y) store(y + j, e);
+    lo += low_to_double(e);
+    hi += high_to_double(e);
+  }
+  if (whole < n) {
+    float xp[W], e[W];
+    for (int l = 0; l < W; ++l) xp[l] = whole + l < n ? x[whole + l] : -std::numeric_limits<float>::infinity();
+    const VF ev = exp_lanes(load(xp) - m);
+    store(e, ev);
+    if (y)
+      for (int64_t l = 0; whole + l < n; ++l) y[whole + l] = e[l];
+    lo += low_to_double(ev);
+    hi += high_to_double(ev);
+  }
+  return lane_sum<double, Vec<double>::width>(lo + hi);
+}
 
 // One line of n elements, `stride` apart (1 when Unit).
 template <class T, bool Unit>
@@ -23,20 +55,29 @@ static void softmax_line(const T* xl, T* yl, int64_t n, int64_t stride, bool log
   // the sum through exp(NaN - m).
 #pragma omp simd reduction(max : m)
   for (int64_t j = 0; j < n; ++j) m = xl[j * st] > m ? xl[j * st] : m;
+  constexpr bool kVec = Unit && std::is_same_v<T, float>;  // exp_sum_unit's lines
   A s = 0;
   if (log) {
+    if constexpr (kVec) {
+      s = exp_sum_unit(xl, nullptr, n, m);
+    } else {
 #pragma omp simd reduction(+ : s)
-    for (int64_t j = 0; j < n; ++j) s += A(exp_fast<T>(xl[j * st] - m));
+      for (int64_t j = 0; j < n; ++j) s += A(exp_fast<T>(xl[j * st] - m));
+    }
     const T ls = T(std::log(s));
 #pragma omp simd
     for (int64_t j = 0; j < n; ++j) yl[j * st] = xl[j * st] - m - ls;
   } else {
     // exp once: keep it in y, then scale by the sum.
+    if constexpr (kVec) {
+      s = exp_sum_unit(xl, yl, n, m);
+    } else {
 #pragma omp simd reduction(+ : s)
-    for (int64_t j = 0; j < n; ++j) {
-      const T e = exp_fast<T>(xl[j * st] - m);
-      yl[j * st] = e;
-      s += A(e);
+      for (int64_t j = 0; j < n; ++j) {
+        const T e = exp_fast<T>(xl[j * st] - m);
+        yl[j * st] = e;
+        s += A(e);
+      }
     }
     const A inv = A(1) / s;
 #pragma omp simd
