@@ -10,10 +10,11 @@ benchmarks; compare.sh softmax runs both sides:
 import argparse
 import json
 import statistics
-import time
 
 import torch
 import torch.nn.functional as F
+
+from torch_cross_entropy import timed  # the same warm-up and timing loop, beside this file
 
 
 def main():
@@ -33,13 +34,7 @@ def main():
             x.grad = None
             fn(x, -1).backward(g)
 
-        for _ in range(a.warmup):
-            step()
-        ms = []
-        for _ in range(a.reps):
-            t0 = time.perf_counter()
-            step()
-            ms.append((time.perf_counter() - t0) * 1e3)
+        ms = timed(step, a.reps, a.warmup)
         med = statistics.median(ms)
         print(json.dumps({'workload': name, 'impl': 'pytorch', 'threads': a.threads, 'median_ms': round(med, 3),
                           'min_ms': round(min(ms), 3), 'max_ms': round(max(ms), 3), 'bytes': nbytes,
