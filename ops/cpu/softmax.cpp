@@ -1,9 +1,9 @@
 // CPU kernels of softmax and log_softmax (declared in ops/kernels/softmax.h): one
 // numerically stable pass per line, the line's max subtracted before exp, sums carried
-// in double for float32. exp is the vectorisable exp_fast (ops/cpu/vec_exp.h); a line
-// with unit stride (softmax over the last dim) is a unit-stride loop the compiler
-// vectorises. The sampler's softmax over GPT-2's 50257 logits took 225 µs with the
-// library's scalar exp, one element at a time.
+// in double for float32. exp is the vectorisable exp_fast (ops/cpu/vec_exp.h), or
+// exp_lanes on whole vectors for float32 lines of unit stride (softmax over the last dim);
+// every loop is one the compiler vectorises. The sampler's softmax over GPT-2's 50257
+// logits took 225 µs with the library's scalar exp, one element at a time.
 #include <cmath>
 #include <limits>
 #include <type_traits>
