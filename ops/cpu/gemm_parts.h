@@ -7,7 +7,7 @@
 #pragma once
 #include <omp.h>
 #if defined(__x86_64__)
-#include <immintrin.h>  // load_first's masked loads
+#include <immintrin.h>  // load_first's masked loads, gemm_small.cpp's masked stores
 #endif
 
 #include <algorithm>

@@ -62,40 +62,41 @@ constexpr int kWF = Vec<float>::width;
 // are x Φ(x) = 0 on the left (x on the right, gradient 1), the exponentials are set to 0.
 constexpr float kUp = 64, kDown = 0x1p-64f;  // the exponent added, and the scale back
 
-// The two exponentials of GELU and its derivative, 2^64 times their value.
+// What GELU and its derivative share, on every lane: u = t/2 = 1 / (2 + |x|/√2) and one
+// exponential, 2^64 times its value: exp(-x²/2 + P(t)) for GELU (Φ(-|x|) = u e 2^-64),
+// exp(-x²/2) for the derivative (WithP false; see gelu_grad_lanes). |x| is capped at 16.
 struct GeluTail {
-  VF u;  // t/2 = 1 / (2 + |x|/√2), |x| capped at 16
-  VF e;  // 2^64 exp(-x²/2 + P(t)): Φ(-|x|) = u e 2^-64
-  VF minus_half_sq;  // -x²/2 of the capped |x|
-  decltype(VF{} < VF{}) in_range;  // |x| < 16
+  VF u;
+  VF e;  // 0 where |x| >= 16
 };
 
-// With ax = min(|x|, 16) (NaN passes), Φ(-|x|) = u exp(a + b), a = -ax²/2 and b = P(t) -
-// (the rounding error of ax²)/2 ~ O(1). exp(a + b) = 2^n exp(r) with n = round((a + b) /
-// ln 2) and r = (a - n ln2_hi) + b - n ln2_lo: a - n ln2_hi is exact (both are multiples
-// of 2^-17 and the difference is below 2), so a + b is never rounded as a whole (rounding
-// it cost up to 4e-6 relative at x = -13).
+// With ax = min(|x|, 16) (NaN passes), the exponential is exp(a + b), a = -ax²/2 and b =
+// P(t) (for GELU) - (the rounding error of ax²)/2 ~ O(1). exp(a + b) = 2^n exp(r) with n =
+// round((a + b) / ln 2) and r = (a - n ln2_hi) + b - n ln2_lo: a - n ln2_hi is exact (both
+// are multiples of 2^-17 and the difference is below 2), so a + b is never rounded as a
+// whole (rounding it cost up to 4e-6 relative at x = -13).
+template <bool WithP>
 [[gnu::always_inline]] inline GeluTail gelu_tail(VF x) {
   using namespace exp_constants;
   GeluTail g;
   const VF ax = min_of(16.0f, VF((VI(x) & 0x7fffffff)));
-  g.in_range = ax < 16.0f;
   g.u = 1.0f / (ax * float(fn::kSqrt1_2) + 2.0f);
   const VF sq = ax * ax, sq_lo = ax * ax - sq;  // exact where the multiply-add fuses (GCC's default)
-  const VF a = sq * -0.5f, b = sq_lo * -0.5f + erfc_exponent(g.u);
-  g.minus_half_sq = a;
+  VF b = sq_lo * -0.5f;
+  if constexpr (WithP) b += erfc_exponent(g.u);
+  const VF a = sq * -0.5f;
   const VF t = (a + b) * kLog2e + kRound;  // n in the low mantissa bits (see kRound)
   const VF n = t - kRound;
   const VF r = ((a - n * kLn2Hi) + b) - n * kLn2Lo;
   const VF e = exp_reduced(r) * exp2_of_rounded(t, int(kUp));
-  g.e = g.in_range ? e : VF{};
+  g.e = ax < 16.0f ? e : VF{};
   return g;
 }
 
 // x Φ(x) on every lane: x (1 - q) on the right, x q on the left, q = Φ(-|x|) = u e 2^-64
 // with x u e formed before the scale (x u is about -1.2 where the product underflows).
 [[gnu::always_inline]] inline VF gelu_lanes(VF x) {
-  const GeluTail g = gelu_tail(x);
+  const GeluTail g = gelu_tail<true>(x);
   const VF q = (g.u * g.e) * kDown;
   return x >= 0.0f ? x * (1.0f - q) : ((x * g.u) * g.e) * kDown;
 }
@@ -120,22 +121,13 @@ struct GeluTail {
 }
 
 // g (Φ(x) + x φ(x)), φ(x) = exp(-x²/2) / √(2π), on every lane, with gauss = 2^64
-// exp(-x²/2) (the capped |x|; 0 beyond the cap, as gelu_tail's e): Φ(-|x|) = u gauss
-// Q(u) 2^-64 and x φ(x) = x gauss 2^-64 / √(2π), each scaled back last, so that both
-// keep their digits down to the normals. exp(-x²/2) is reduced as gelu_tail reduces its
-// exponent: the rounding error of x² folded into exp's own range reduction.
+// exp(-x²/2) (gelu_tail without P: 0 beyond the cap, the rounding error of x² folded into
+// exp's own range reduction): Φ(-|x|) = u gauss Q(u) 2^-64 and x φ(x) = x gauss 2^-64 /
+// √(2π), each scaled back last, so that both keep their digits down to the normals.
 [[gnu::always_inline]] inline VF gelu_grad_lanes(VF g, VF x) {
-  using namespace exp_constants;
-  const VF ax = min_of(16.0f, VF((VI(x) & 0x7fffffff)));
-  const VF u = 1.0f / (ax * float(fn::kSqrt1_2) + 2.0f);
-  const VF sq = ax * ax, sq_lo = ax * ax - sq;  // exact where the multiply-add fuses (GCC's default)
-  const VF a = sq * -0.5f, b = sq_lo * -0.5f;
-  const VF t = (a + b) * kLog2e + kRound, n = t - kRound;
-  const VF r = ((a - n * kLn2Hi) + b) - n * kLn2Lo;
-  const VF e = exp_reduced(r) * exp2_of_rounded(t, int(kUp));
-  const VF gauss = ax < 16.0f ? e : VF{};
-  const VF q = ((u * gauss) * phi_ratio(u)) * kDown;
-  const VF x_phi = ((x * float(fn::kInvSqrt2Pi)) * gauss) * kDown;
+  const GeluTail tl = gelu_tail<false>(x);
+  const VF q = ((tl.u * tl.e) * phi_ratio(tl.u)) * kDown;
+  const VF x_phi = ((x * float(fn::kInvSqrt2Pi)) * tl.e) * kDown;
   return g * ((x >= 0.0f ? 1.0f - q : q) + x_phi);
 }
 
