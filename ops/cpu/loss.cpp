@@ -126,8 +126,7 @@ void backward_line(const T* x, T* dx, int64_t stride, const T* w, int64_t C, int
 // scalar exp_vec calls vectorises, but GCC turns its clamps into blends (vec_exp.h).
 using VF = Vec<float>::type;
 constexpr int kW = Vec<float>::width;
-using VD = Vec<double>::type;  // half a float vector's lanes, in double
-
+using VD = Vec<double>::type;  // half a float vector's lanes, in double (low_to_double, high_to_double)
 
 // A forward line's running state: the max so far (NaN never wins it, as in the scalar
 // loop), and in double, on vector lanes, sum exp(x - ref) for ref = m (0 while m is
@@ -154,8 +153,7 @@ struct LineSums {
 template <bool Smooth, bool Weighted, class X>
 void add_chunk(LineSums& ls, const X* xe, const X* xs, const float* w, int64_t n) {
   VF mv = VF{} + ls.m;
-  int64_t j = 0;
-  for (; j < n; j += kW) {
+  for (int64_t j = 0; j < n; j += kW) {
     const VF v = load_as<float>(xe + j);
     mv = v > mv ? v : mv;
   }
@@ -170,7 +168,7 @@ void add_chunk(LineSums& ls, const X* xe, const X* xs, const float* w, int64_t n
     ls.m = mb;
   }
   const float ref = ls.m == -std::numeric_limits<float>::infinity() ? 0.0f : ls.m;
-  j = 0;
+  int64_t j = 0;
   for (; j + 2 * kW <= n; j += 2 * kW)
     ls.add_exp(exp_lanes(load_as<float>(xe + j) - ref) + exp_lanes(load_as<float>(xe + j + kW) - ref));
   if (j < n) ls.add_exp(exp_lanes(load_as<float>(xe + j) - ref));

@@ -52,8 +52,7 @@ using WidenF = HalfFloats;  // kWD floats
   std::memcpy(&h, p, sizeof(h));
   return h;
 }
-[[gnu::always_inline]] inline VD widen(WidenF h) { return widen_to_double(h); }
-[[gnu::always_inline]] inline VD widen(const float* p) { return widen(load_widen(p)); }
+[[gnu::always_inline]] inline VD widen(const float* p) { return widen_to_double(load_widen(p)); }
 
 double lanes_sum(VD v) {
   double s = 0;
@@ -138,8 +137,8 @@ void row_grad_sums(const float* g, const float* x, const float* w, float m, floa
           const WidenF s = load_widen(fb + j) + gv;
           std::memcpy(fb + j, &s, sizeof(s));
         }
-        u = widen(gw);
-        v = widen(gw * xh);
+        u = widen_to_double(gw);
+        v = widen_to_double(gw * xh);
       },
       [&](int64_t j, double& u, double& v) {
         const float xh = (x[j] - m) * rs, gw = w ? g[j] * w[j] : g[j];
