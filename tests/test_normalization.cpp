@@ -355,6 +355,10 @@ TEST_CASE("batch_norm equals the composed formula in training and eval, and move
       // and many channels in one row.
       {{2, 40, 400}, ChannelLayout::First}, {{9000, 3}, ChannelLayout::Last},
       {{2, 3, 5000}, ChannelLayout::Last},
+      // The CPU's float32 sums: channels-last rows of one whole vector of channels and a
+      // part of one, over a number of rows that ends a block and a group of four early;
+      // channels-first lines shorter than a vector.
+      {{203, 13}, ChannelLayout::Last},     {{7, 13, 3}, ChannelLayout::First},
   };
   const double momentum = 0.1, eps = 1e-5;
   for (Device dev : test_devices())
@@ -409,6 +413,27 @@ TEST_CASE("batch_norm equals the composed formula in training and eval, and move
           check_close(rm.cpu(), want_rm, dt == kFloat64 ? 1e-12 : 1e-6);
           check_close(rv.cpu(), want_rv, dt == kFloat64 ? 1e-12 : 1e-6);
         }
+}
+
+TEST_CASE("batch_norm's statistics of channels far from zero keep their variance") {
+  // Values 1e6 + N(0, 1) in float32: Σx² / n and mean² are about 1e12 times the variance,
+  // so an unshifted one-pass Σx² / n - mean² in double would carry an error of order
+  // 1e-16 x 1e12 x sqrt(n), near 1e-2 of it; the running statistics against brute_stats'
+  // two passes in double.
+  manual_seed(6);
+  for (Device dev : test_devices())
+    for (ChannelLayout layout : {ChannelLayout::Last, ChannelLayout::First}) {
+      INFO(dev.str() << " " << layout_name(layout));
+      const Shape shape = layout == ChannelLayout::Last ? Shape{4000, 11} : Shape{40, 11, 100};
+      Tensor x = randn(shape) + 1e6;
+      Tensor rm = on(zeros({11}), dev), rv = on(zeros({11}), dev);
+      batch_norm(on(x, dev), rm, rv, Tensor(), Tensor(), true, 1.0, 1e-5, layout);
+      ChannelStats s = brute_stats(x, layout);
+      std::vector<double> want_rv(11);
+      for (size_t k = 0; k < 11; ++k) want_rv[k] = s.var[k] * double(s.n) / double(s.n - 1);
+      check_close(rm.cpu(), s.mean, 1e-7);
+      check_close(rv.cpu(), want_rv, 1e-5);
+    }
 }
 
 TEST_CASE("batch_norm without running statistics; strided running statistics are written back") {

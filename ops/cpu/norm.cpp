@@ -1,11 +1,13 @@
 // CPU kernels of layer_norm and batch_norm (declared in ops/kernels/norm.h). Statistics
-// are sums carried in double: for float32 rows one pass of shifted sums (row_moments),
-// otherwise two passes (the mean, then the squared deviations from it). Parameter
-// gradients, which sum over rows that different threads own, are summed per thread into
-// private arrays that are added up afterwards in thread order: no races, and the same
-// result for the same thread count.
+// are sums carried in double: for float32 one pass of shifted sums (row_moments for a
+// layer_norm row, channel_moments_f32 for a batch_norm channel), for float64 two passes
+// (the mean, then the squared deviations from it). Sums over rows that different threads
+// own (parameter gradients, batch statistics) are summed per thread into private arrays
+// that are added up afterwards in thread order: no races, and the same result for the
+// same thread count.
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <type_traits>
@@ -346,6 +348,200 @@ static std::vector<A> channel_sums(int64_t outer, int64_t c, int64_t inner, Term
   return sum_partials(part, nt, len);
 }
 
+// ---------------------------------------------------------------- float32 channel sums
+//
+// The float32 statistics on vectors, summed in double. With channels along the rows
+// (inner == 1) a thread's rows are taken in blocks that stay in L1, and within a block
+// kWD channels at a time, their sums in registers across the block's rows (four rows at
+// a time, eight dependency chains): the generic loop above adds every row into memory,
+// one store-to-load chain per channel a row. Lines (inner > 1) are summed as LayerNorm's
+// rows (row_sums) and combined per channel. A thread's partial sums go to its own slice
+// of the partial arrays, added in thread order: the same result for the same thread count.
+namespace {
+
+constexpr int64_t kRowBlock = 64;  // rows of a block: 64 x 64 channels is 16 KB
+
+// Channels rounded up to whole vectors of doubles: the length of the per-channel double
+// arrays below, whose lanes past c are zero.
+int64_t padded_channels(int64_t c) { return (c + kWD - 1) / kWD * kWD; }
+
+// n <= kWD floats from p widened to doubles, the lanes past n zero.
+template <bool Full>
+[[gnu::always_inline]] inline VD widen_first(const float* p, int64_t n) {
+  if constexpr (Full) {
+    return widen(p);
+  } else {
+    WidenF h{};
+    for (int64_t i = 0; i < n; ++i) h[i] = p[i];
+    return widen_to_double(h);
+  }
+}
+
+[[gnu::always_inline]] inline VD load_vd(const double* p) {
+  VD v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+[[gnu::always_inline]] inline void add_vd(double* p, VD v) {
+  v += load_vd(p);
+  std::memcpy(p, &v, sizeof(v));
+}
+
+// Adds the per-channel sums (Σu, Σv) over rows [r0, r1) of row-major (rows, c) data to
+// su[0, cp) and sv[0, cp) (cp = padded_channels(c)). terms(full, e, j, n, u, v) sets the
+// terms of channels j .. j + n - 1 (n <= kWD) of the row whose first element is e, zero
+// in the lanes past n; `full` is std::true_type when n == kWD.
+template <class Terms>
+void row_channel_sums(int64_t r0, int64_t r1, int64_t c, double* su, double* sv, Terms terms) {
+  for (int64_t b0 = r0; b0 < r1; b0 += kRowBlock) {
+    const int64_t b1 = std::min(b0 + kRowBlock, r1);
+    for (int64_t j = 0; j < c; j += kWD) {
+      const int64_t n = std::min<int64_t>(kWD, c - j);
+      auto block = [&](auto full) {
+        VD u[4] = {}, v[4] = {};
+        int64_t r = b0;
+        for (; r + 4 <= b1; r += 4)
+          for (int q = 0; q < 4; ++q) {
+            VD tu, tv;
+            terms(full, (r + q) * c, j, n, tu, tv);
+            u[q] += tu;
+            v[q] += tv;
+          }
+        for (; r < b1; ++r) {
+          VD tu, tv;
+          terms(full, r * c, j, n, tu, tv);
+          u[0] += tu;
+          v[0] += tv;
+        }
+        add_vd(su + j, (u[0] + u[1]) + (u[2] + u[3]));
+        add_vd(sv + j, (v[0] + v[1]) + (v[2] + v[3]));
+      };
+      if (n == kWD) block(std::true_type{});
+      else block(std::false_type{});
+    }
+  }
+}
+
+// Partial sums of a team: [thread][2][cp] doubles, zeroed.
+struct ChannelPartials {
+  int64_t cp;
+  int nt;
+  std::vector<double> data;
+  ChannelPartials(int64_t c, int threads)
+      : cp(padded_channels(c)), nt(threads), data(size_t(threads) * 2 * size_t(cp), 0.0) {}
+  double* su(int t) { return data.data() + size_t(t) * 2 * size_t(cp); }
+  double* sv(int t) { return su(t) + cp; }
+};
+
+// Per-channel mean and biased variance of (outer, c, inner) float32 x, in one pass of
+// shifted double sums (row_moments' scheme: the shift of channel k is one of its values,
+// x at (0, k, 0), or 0 where that is not finite).
+void channel_moments_f32(const float* x, int64_t outer, int64_t c, int64_t inner, std::vector<double>& mean,
+                         std::vector<double>& var) {
+  const int nt = threads_for(outer * c * inner);
+  ChannelPartials part(c, nt);
+  std::vector<double> shift(size_t(part.cp), 0.0);
+  for (int64_t k = 0; k < c; ++k) {
+    const float first = x[k * inner];  // (0, k, 0)
+    shift[size_t(k)] = std::isfinite(first) ? double(first) : 0.0;
+  }
+  const double* sp = shift.data();
+  parallel_team(nt, [&](int t, int tn) {
+    double *su = part.su(t), *sv = part.sv(t);
+    if (inner == 1) {
+      row_channel_sums(outer * t / tn, outer * (t + 1) / tn, c, su, sv,
+                       [=](auto full, int64_t e, int64_t j, int64_t cnt, VD& u, VD& v) {
+                         u = widen_first<decltype(full)::value>(x + e + j, cnt) - load_vd(sp + j);
+                         v = u * u;
+                       });
+      return;
+    }
+    const int64_t lines = outer * c, l0 = lines * t / tn, l1 = lines * (t + 1) / tn;
+    for (int64_t l = l0; l < l1; ++l) {
+      const float* xl = x + l * inner;
+      const int64_t k = l % c;
+      const double sh = sp[k];
+      double s1, s2;
+      row_sums(
+          inner, s1, s2,
+          [&](int64_t j, VD& u, VD& v) {
+            u = widen(xl + j) - sh;
+            v = u * u;
+          },
+          [&](int64_t j, double& u, double& v) {
+            u = double(xl[j]) - sh;
+            v = u * u;
+          });
+      su[k] += s1;
+      sv[k] += s2;
+    }
+  });
+  const double n = double(outer * inner);
+  mean.assign(size_t(c), 0.0);
+  var.assign(size_t(c), 0.0);
+  for (int64_t k = 0; k < c; ++k) {
+    double s1 = 0, s2 = 0;
+    for (int t = 0; t < nt; ++t) {
+      s1 += part.su(t)[k];
+      s2 += part.sv(t)[k];
+    }
+    const double ms = s1 / n, v = s2 / n - ms * ms;
+    mean[size_t(k)] = sp[k] + ms;
+    var[size_t(k)] = v < 0 ? 0.0 : v;  // rounding below 0 for a constant channel; NaN stays
+  }
+}
+
+// The backward's per-channel sums of float32 g and x: Σ g and Σ g (x - mean), in double.
+void channel_grad_sums_f32(const float* g, const float* x, const float* mean, int64_t outer, int64_t c,
+                           int64_t inner, std::vector<double>& sg, std::vector<double>& sgx) {
+  const int nt = threads_for(outer * c * inner);
+  ChannelPartials part(c, nt);
+  if (inner == 1) {
+    std::vector<double> m(size_t(part.cp), 0.0);
+    for (int64_t k = 0; k < c; ++k) m[size_t(k)] = double(mean[k]);
+    const double* mp = m.data();
+    parallel_team(nt, [&](int t, int tn) {
+      row_channel_sums(outer * t / tn, outer * (t + 1) / tn, c, part.su(t), part.sv(t),
+                       [=](auto full, int64_t e, int64_t j, int64_t cnt, VD& u, VD& v) {
+                         constexpr bool kFull = decltype(full)::value;
+                         u = widen_first<kFull>(g + e + j, cnt);
+                         v = u * (widen_first<kFull>(x + e + j, cnt) - load_vd(mp + j));
+                       });
+    });
+  } else {
+    parallel_team(nt, [&](int t, int tn) {
+      double *su = part.su(t), *sv = part.sv(t);
+      const int64_t lines = outer * c, l0 = lines * t / tn, l1 = lines * (t + 1) / tn;
+      for (int64_t l = l0; l < l1; ++l) {
+        const float *gl = g + l * inner, *xl = x + l * inner;
+        const double m = double(mean[l % c]);
+        double s1, s2;
+        row_sums(
+            inner, s1, s2,
+            [&](int64_t j, VD& u, VD& v) {
+              u = widen(gl + j);
+              v = u * (widen(xl + j) - m);
+            },
+            [&](int64_t j, double& u, double& v) {
+              u = double(gl[j]);
+              v = u * (double(xl[j]) - m);
+            });
+        su[l % c] += s1;
+        sv[l % c] += s2;
+      }
+    });
+  }
+  sg.assign(size_t(c), 0.0);
+  sgx.assign(size_t(c), 0.0);
+  for (int64_t k = 0; k < c; ++k)
+    for (int t = 0; t < nt; ++t) {
+      sg[size_t(k)] += part.su(t)[k];
+      sgx[size_t(k)] += part.sv(t)[k];
+    }
+}
+
+}  // namespace
+
 template <class T>
 static void batch_norm_forward_typed(const T* x, const T* w, const T* b, T* rm, T* rv, T* y, T* mean, T* invstd,
                                      int64_t outer, int64_t c, int64_t inner, bool training, double momentum,
@@ -353,18 +549,25 @@ static void batch_norm_forward_typed(const T* x, const T* w, const T* b, T* rm, 
   using A = acc_t<T>;
   if (training) {
     const int64_t n = outer * inner;  // values per channel
-    std::vector<A> s = channel_sums<1, A>(outer, c, inner, [=](int64_t e, int64_t, A* acc, int64_t) {
-      acc[0] += A(x[e]);
-    });
-    std::vector<A> m(static_cast<size_t>(c));
-    for (int64_t k = 0; k < c; ++k) m[size_t(k)] = s[size_t(k)] / A(n);
-    const A* mp = m.data();
-    std::vector<A> v = channel_sums<1, A>(outer, c, inner, [=](int64_t e, int64_t k, A* acc, int64_t) {
-      A d = A(x[e]) - mp[k];
-      acc[0] += d * d;
-    });
+    std::vector<A> m, v;  // per channel: the mean and the biased variance
+    if constexpr (std::is_same_v<T, float>) {
+      channel_moments_f32(x, outer, c, inner, m, v);
+    } else {
+      // Two passes: the mean, then the squared deviations from it.
+      std::vector<A> s = channel_sums<1, A>(outer, c, inner, [=](int64_t e, int64_t, A* acc, int64_t) {
+        acc[0] += A(x[e]);
+      });
+      m.resize(size_t(c));
+      for (int64_t k = 0; k < c; ++k) m[size_t(k)] = s[size_t(k)] / A(n);
+      const A* mp = m.data();
+      v = channel_sums<1, A>(outer, c, inner, [=](int64_t e, int64_t k, A* acc, int64_t) {
+        A d = A(x[e]) - mp[k];
+        acc[0] += d * d;
+      });
+      for (A& q : v) q /= A(n);
+    }
     for (int64_t k = 0; k < c; ++k) {
-      const A var = v[size_t(k)] / A(n);  // biased: what the batch is normalised by
+      const A var = v[size_t(k)];  // biased: what the batch is normalised by
       mean[k] = T(m[size_t(k)]);
       invstd[k] = T(A(1) / std::sqrt(var + A(eps)));
       if (rm) {
@@ -400,11 +603,19 @@ static void batch_norm_backward_typed(const T* g, const T* x, const T* mean, con
   const int64_t n = outer * inner;
   const bool need_sums = dw || db || (dx && training);
   std::vector<A> s;  // [2][c]: sum g, sum g xm
-  if (need_sums)
-    s = channel_sums<2, A>(outer, c, inner, [=](int64_t e, int64_t k, A* acc, int64_t st) {
-      acc[0] += A(g[e]);
-      acc[st] += A(g[e]) * A(x[e] - mean[k]);
-    });
+  if (need_sums) {
+    if constexpr (std::is_same_v<T, float>) {
+      std::vector<double> sg, sgx;
+      channel_grad_sums_f32(g, x, mean, outer, c, inner, sg, sgx);
+      s = std::move(sg);
+      s.insert(s.end(), sgx.begin(), sgx.end());
+    } else {
+      s = channel_sums<2, A>(outer, c, inner, [=](int64_t e, int64_t k, A* acc, int64_t st) {
+        acc[0] += A(g[e]);
+        acc[st] += A(g[e]) * A(x[e] - mean[k]);
+      });
+    }
+  }
   for (int64_t k = 0; k < c; ++k) {
     if (db) db[k] = T(s[size_t(k)]);
     if (dw) dw[k] = T(s[size_t(c + k)] * A(invstd[k]));
