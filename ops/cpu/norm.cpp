@@ -91,6 +91,20 @@ template <class Terms, class Tail>
   }
 }
 
+// (Σd, Σd²) over the deviations d = x[j] - shift of x[0, n).
+[[gnu::always_inline]] inline void shifted_sums(const float* x, int64_t n, double shift, double& s1, double& s2) {
+  row_sums(
+      n, s1, s2,
+      [&](int64_t j, VD& u, VD& v) {
+        u = widen(x + j) - shift;
+        v = u * u;
+      },
+      [&](int64_t j, double& u, double& v) {
+        u = double(x[j]) - shift;
+        v = u * u;
+      });
+}
+
 // The mean and the biased variance of a row in one pass, from the deviations d = x - c
 // from its first element c: mean = c + Σd / n, var = Σd² / n - (Σd / n)². The shift
 // bounds the cancellation: (c - mean)² <= n var, as c is one of the values, so the
@@ -102,16 +116,7 @@ void row_moments(const float* x, int64_t n, double& mean, double& var) {
   // is 0 then. An empty row has none.
   const double c = n > 0 && std::isfinite(x[0]) ? double(x[0]) : 0.0;
   double s1, s2;
-  row_sums(
-      n, s1, s2,
-      [&](int64_t j, VD& u, VD& v) {
-        u = widen(x + j) - c;
-        v = u * u;
-      },
-      [&](int64_t j, double& u, double& v) {
-        u = double(x[j]) - c;
-        v = u * u;
-      });
+  shifted_sums(x, n, c, s1, s2);
   const double ms = s1 / double(n);
   mean = c + ms;
   const double v = s2 / double(n) - ms * ms;
@@ -425,10 +430,8 @@ void row_channel_sums(int64_t r0, int64_t r1, int64_t c, double* su, double* sv,
 // Partial sums of a team: [thread][2][cp] doubles, zeroed.
 struct ChannelPartials {
   int64_t cp;
-  int nt;
   std::vector<double> data;
-  ChannelPartials(int64_t c, int threads)
-      : cp(padded_channels(c)), nt(threads), data(size_t(threads) * 2 * size_t(cp), 0.0) {}
+  ChannelPartials(int64_t c, int threads) : cp(padded_channels(c)), data(size_t(threads) * 2 * size_t(cp), 0.0) {}
   double* su(int t) { return data.data() + size_t(t) * 2 * size_t(cp); }
   double* sv(int t) { return su(t) + cp; }
 };
@@ -458,20 +461,9 @@ void channel_moments_f32(const float* x, int64_t outer, int64_t c, int64_t inner
     }
     const int64_t lines = outer * c, l0 = lines * t / tn, l1 = lines * (t + 1) / tn;
     for (int64_t l = l0; l < l1; ++l) {
-      const float* xl = x + l * inner;
       const int64_t k = l % c;
-      const double sh = sp[k];
       double s1, s2;
-      row_sums(
-          inner, s1, s2,
-          [&](int64_t j, VD& u, VD& v) {
-            u = widen(xl + j) - sh;
-            v = u * u;
-          },
-          [&](int64_t j, double& u, double& v) {
-            u = double(xl[j]) - sh;
-            v = u * u;
-          });
+      shifted_sums(x + l * inner, inner, sp[k], s1, s2);
       su[k] += s1;
       sv[k] += s2;
     }
@@ -491,9 +483,10 @@ void channel_moments_f32(const float* x, int64_t outer, int64_t c, int64_t inner
   }
 }
 
-// The backward's per-channel sums of float32 g and x: Σ g and Σ g (x - mean), in double.
-void channel_grad_sums_f32(const float* g, const float* x, const float* mean, int64_t outer, int64_t c,
-                           int64_t inner, std::vector<double>& sg, std::vector<double>& sgx) {
+// The backward's per-channel sums of float32 g and x in double, as [2][c]: Σ g, then
+// Σ g (x - mean).
+std::vector<double> channel_grad_sums_f32(const float* g, const float* x, const float* mean, int64_t outer,
+                                          int64_t c, int64_t inner) {
   const int nt = threads_for(outer * c * inner);
   ChannelPartials part(c, nt);
   if (inner == 1) {
@@ -531,13 +524,13 @@ void channel_grad_sums_f32(const float* g, const float* x, const float* mean, in
       }
     });
   }
-  sg.assign(size_t(c), 0.0);
-  sgx.assign(size_t(c), 0.0);
+  std::vector<double> s(2 * size_t(c), 0.0);
   for (int64_t k = 0; k < c; ++k)
     for (int t = 0; t < nt; ++t) {
-      sg[size_t(k)] += part.su(t)[k];
-      sgx[size_t(k)] += part.sv(t)[k];
+      s[size_t(k)] += part.su(t)[k];
+      s[size_t(c + k)] += part.sv(t)[k];
     }
+  return s;
 }
 
 }  // namespace
@@ -605,10 +598,7 @@ static void batch_norm_backward_typed(const T* g, const T* x, const T* mean, con
   std::vector<A> s;  // [2][c]: sum g, sum g xm
   if (need_sums) {
     if constexpr (std::is_same_v<T, float>) {
-      std::vector<double> sg, sgx;
-      channel_grad_sums_f32(g, x, mean, outer, c, inner, sg, sgx);
-      s = std::move(sg);
-      s.insert(s.end(), sgx.begin(), sgx.end());
+      s = channel_grad_sums_f32(g, x, mean, outer, c, inner);
     } else {
       s = channel_sums<2, A>(outer, c, inner, [=](int64_t e, int64_t k, A* acc, int64_t st) {
         acc[0] += A(g[e]);
