@@ -9,8 +9,10 @@
 //    releases do (it must start at zero);
 //  - no engine at all: both directions decline and leave the outputs alone, and the shape
 //    is remembered (no graph built again); a shape seen before reuses its plan;
-//  - the calls the path must decline: dropout, a head dim not a multiple of 8 or above
-//    128, float32, MUMOE_ATTENTION naming another path, a decoding step (unless forced);
+//  - a plan whose first execution cuDNN refuses: declined, its plan forgotten, the shape
+//    declined from then on without building or executing anything;
+//  - the calls the path must decline: q off a 16-byte boundary, dropout, a head dim not a
+//    multiple of 8 or above 128, float32, MUMOE_ATTENTION naming another path, a decoding step (unless forced);
 //  - nothing against the API's rules (emu_cudnn::violations), every variant pack and
 //    every plan that did not finalize destroyed.
 #include "cudnn_cuda.h"
@@ -76,19 +78,23 @@ static Run run(int64_t B, int64_t H, int64_t Tq, int64_t Tk, int D, bool causal,
 // Out and lse within 1e-2 (P is rounded to bfloat16 before P V), the gradients within 1e-2.
 static bool good(const Run& r) { return r.fwd_took && r.bwd_took && r.worst_fwd <= 1e-2 && r.worst_bwd <= 1e-2; }
 
-// Whether the path declines both directions of a call (q of dtype dt) and leaves the outputs alone.
+// Whether the path declines both directions of a call (q of dtype dt, starting q_offset
+// elements into its buffer) and leaves the outputs alone.
 template <class T>
-static bool declines(int D, double dropout) {
+static bool declines(int D, double dropout, int64_t q_offset = 0) {
   const int64_t T_ = 8;
   AttentionCase<T> c = attention_case<T>(2, T_, T_, D, false, 0, 0.1, 3);
+  std::vector<T> qbuf(size_t(q_offset) + c.q.size());
+  std::copy(c.q.begin(), c.q.end(), qbuf.begin() + q_offset);
   std::vector<T> out(c.q.size(), from_d<T>(NAN)), dq = out, dk = out, dv = out;
   std::vector<float> lse(c.lse.size(), NAN);
   kernels::AttentionParams prm;
   prm.dropout_p = dropout;
   const Shape s{1, 2, T_, D};
-  const bool f = ck::attention_forward_cudnn(emu_view(c.q, s), emu_view(c.k, s), emu_view(c.v, s), emu_view(out, s),
+  const EmuTensor q = emu_view(qbuf, s, {}, q_offset);
+  const bool f = ck::attention_forward_cudnn(q, emu_view(c.k, s), emu_view(c.v, s), emu_view(out, s),
                                              emu_view(lse, {1, 2, T_}), prm);
-  const bool b = ck::attention_backward_cudnn(emu_view(c.q, s), emu_view(c.k, s), emu_view(c.v, s), emu_view(out, s),
+  const bool b = ck::attention_backward_cudnn(q, emu_view(c.k, s), emu_view(c.v, s), emu_view(out, s),
                                               emu_view(lse, {1, 2, T_}), emu_view(c.dO, s), emu_view(dq, s),
                                               emu_view(dk, s), emu_view(dv, s), prm);
   bool untouched = true;
@@ -151,6 +157,21 @@ int main() {
   report("no engine: the shape is remembered", emu_cudnn::graphs_finalized == graphs_after);
   emu_cudnn::accept = [](const emu_cudnn::Desc&) { return true; };
 
+  // A plan that finalizes but whose first execution cuDNN refuses: both directions decline,
+  // outputs untouched, and the plans are forgotten (destroyed; the shape's later calls
+  // decline without building or executing anything).
+  emu_cudnn::execute_refuses = true;
+  const Run refused = run(1, 1, 20, 20, 32, false, 13, true);
+  emu_cudnn::execute_refuses = false;
+  const int graphs_refused = emu_cudnn::graphs_finalized, execs_refused = emu_cudnn::executions;
+  const Run after = run(1, 1, 20, 20, 32, false, 13, true);
+  report("a first execution refused: both directions decline and leave the outputs alone",
+         !refused.fwd_took && !refused.bwd_took && refused.untouched);
+  report("a first execution refused: the shape declines from then on, nothing built or run",
+         !after.fwd_took && !after.bwd_took && after.untouched && emu_cudnn::graphs_finalized == graphs_refused &&
+             emu_cudnn::executions == execs_refused);
+
+  report("q not on a 16-byte boundary declined", declines<bf16>(64, 0, /*q_offset=*/1));
   report("dropout declined", declines<bf16>(64, 0.1));
   report("D = 36 declined", declines<bf16>(36, 0));
   report("D = 136 declined", declines<bf16>(136, 0));

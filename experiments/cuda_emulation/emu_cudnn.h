@@ -22,8 +22,9 @@
 //
 // Knobs for the harness: which graphs an engine takes (accept), a first engine
 // configuration whose plan fails to finalize (so the next must be tried), cudnnCreate
-// failing, matmuls into real float tensors that add into them (as older releases did with
-// the dQ accumulator), and the workspace size plans report.
+// failing, executions refused (a plan that finalized but will not run), matmuls into real
+// float tensors that add into them (as older releases did with the dQ accumulator), and
+// the workspace size plans report.
 #pragma once
 #include <cudnn.h>
 #include "emu_queue.h"
@@ -78,6 +79,7 @@ inline std::set<Desc*> live;  // descriptors created and not destroyed
 inline std::function<bool(const Desc& graph)> accept = [](const Desc&) { return true; };
 inline bool first_engine_fails = false;
 inline bool create_fails = false;
+inline bool execute_refuses = false;  // every execution returns NOT_SUPPORTED (a plan that finalized yet fails)
 inline bool matmul_adds_into_real_float = false;
 inline int64_t workspace_bytes = 1000;  // not a multiple of 256: the caller rounds
 inline int graphs_finalized = 0, executions = 0, creates = 0;
@@ -631,6 +633,7 @@ inline cudnnStatus_t cudnnBackendExecute(cudnnHandle_t h, cudnnBackendDescriptor
   if (!p->finalized || p->type != CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR || !v->finalized ||
       v->type != CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR)
     return violation("an execution of something not a finalized plan and variant pack"), CUDNN_STATUS_BAD_PARAM;
+  if (execute_refuses) return CUDNN_STATUS_NOT_SUPPORTED;
   if (!emu_deferred()) return execute(p, v);
   // On the stream (emu_queue.h). What cuDNN reads at the call is read now: the variant
   // pack (the caller may destroy it on return) and the host values of the by-value

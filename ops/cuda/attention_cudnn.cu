@@ -178,6 +178,7 @@ struct Plan {
   int64_t workspace = 0;
   int form = 0;            // which graph form an engine took (the backward tries two)
   const char* what = "";   // that form in words, for MUMOE_CUDNN_LOG
+  bool has_run = false;    // an execution succeeded: a later failure is an error, not a refusal
 };
 
 struct Shape5 {
@@ -438,8 +439,11 @@ void log_plan(const char* op, const Shape5& s, const Plan* plan) {
 }
 
 // Runs plan with the tensors named by uids (device pointers, or host pointers for the
-// by-value scalars) and workspace ws.
-void execute(cudnnHandle_t handle, const Plan& plan, const int64_t* uids, void* const* ptrs, int64_t n, void* ws,
+// by-value scalars) and workspace ws, returning true. A plan's first execution may still
+// be refused (an engine that finalized for the graph but rejects it when run): that
+// returns false, and the caller forgets the plan and leaves the call to the framework's
+// kernels. A failure after a successful run is an error.
+bool execute(cudnnHandle_t handle, Plan& plan, const int64_t* uids, void* const* ptrs, int64_t n, void* ws,
              const char* op, const Tensor& q, const Tensor& k) {
   Desc pack(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
   MU_CHECK(bool(pack), op, " (cuDNN): cannot create a variant pack");
@@ -454,7 +458,19 @@ void execute(cudnnHandle_t handle, const Plan& plan, const int64_t* uids, void* 
   chk(cudnnBackendSetAttribute(pack.get(), CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ws),
       "setting the workspace");
   chk(cudnnBackendFinalize(pack.get()), "finalizing the variant pack");
-  chk(cudnnBackendExecute(handle, plan.plan.get(), pack.get()), "cudnnBackendExecute");
+  const cudnnStatus_t r = cudnnBackendExecute(handle, plan.plan.get(), pack.get());
+  if (r != CUDNN_STATUS_SUCCESS && !plan.has_run) {
+    // A launch cuDNN could not make leaves its error as the runtime's last one, which the
+    // framework's next kernel launch would otherwise report as its own.
+    (void)cudaGetLastError();
+    if (const char* log = std::getenv("MUMOE_CUDNN_LOG"); log != nullptr && std::strcmp(log, "1") == 0)
+      std::fprintf(stderr, "[mumoe] %s (cuDNN) refused at its first execution (%s): the framework's kernel\n", op,
+                   cudnnGetErrorString(r));
+    return false;
+  }
+  chk(r, "cudnnBackendExecute");
+  plan.has_run = true;
+  return true;
 }
 
 // Bytes rounded up to a 256-byte boundary (each tensor carved out of one workspace starts on one).
@@ -468,6 +484,9 @@ bool attention_forward_cudnn(const Tensor& q, const Tensor& k, const Tensor& v, 
                              const kernels::AttentionParams& params) {
   const Shape5 s{q.size(0), q.size(1), q.size(2), k.size(2), q.size(3)};
   if (!cudnn_takes(q, s, params)) return false;
+  // The graph declares every tensor 16-byte aligned (GraphBuilder::tensor): a view that starts
+  // elsewhere goes to the framework's kernels.
+  if (!attention_aligned16({&q, &k, &v, &out, &lse})) return false;
   const int dev = q.device().index;
   DeviceState& st = state(dev);
   std::lock_guard<std::mutex> lock(st.mu);  // one handle: one caller at a time
@@ -479,7 +498,7 @@ bool attention_forward_cudnn(const Tensor& q, const Tensor& k, const Tensor& v, 
     it = st.plans.emplace(key, build_forward(handle, s, params.causal)).first;
     log_plan("attention_forward", s, it->second.get());
   }
-  const Plan* plan = it->second.get();
+  Plan* plan = it->second.get();
   if (plan == nullptr) return false;
 
   // The stats (float, dense (B, H, Tq, 1)) are the lse tensor itself (float32 for
@@ -489,7 +508,10 @@ bool attention_forward_cudnn(const Tensor& q, const Tensor& k, const Tensor& v, 
   int64_t uids[] = {kQ, kK, kV, kO, kStats, kScale, kNegInf};
   void* ptrs[] = {q.raw_data(), k.raw_data(), v.raw_data(), out.raw_data(), lse.raw_data(), &scale, &neg_inf};
   const int64_t n = params.causal ? 7 : 6;  // -inf is in the graph only when causal
-  execute(handle, *plan, uids, ptrs, n, ws.as<void>(), "attention_forward", q, k);
+  if (!execute(handle, *plan, uids, ptrs, n, ws.as<void>(), "attention_forward", q, k)) {
+    it->second.reset();  // refused: the shape's later calls go to the framework's kernels at once
+    return false;
+  }
   return true;
 }
 
@@ -501,6 +523,7 @@ bool attention_backward_cudnn(const Tensor& q, const Tensor& k, const Tensor& v,
                               const kernels::AttentionParams& params) {
   const Shape5 s{q.size(0), q.size(1), q.size(2), k.size(2), q.size(3)};
   if (!cudnn_takes(q, s, params) || lse.dtype() != DType::Float32) return false;
+  if (!attention_aligned16({&q, &k, &v, &out, &lse, &grad_out, &dq, &dk, &dv})) return false;  // as the forward
   const int dev = q.device().index;
   DeviceState& st = state(dev);
   std::lock_guard<std::mutex> lock(st.mu);
@@ -514,7 +537,7 @@ bool attention_backward_cudnn(const Tensor& q, const Tensor& k, const Tensor& v,
     it = st.plans.emplace(key, std::move(built)).first;
     log_plan("attention_backward", s, it->second.get());
   }
-  const Plan* plan = it->second.get();
+  Plan* plan = it->second.get();
   if (plan == nullptr) return false;
 
   // One allocation: cuDNN's workspace, then Δ (B·H·Tq floats), then the dQ accumulator
@@ -542,8 +565,11 @@ bool attention_backward_cudnn(const Tensor& q, const Tensor& k, const Tensor& v,
     use_uids.push_back(uids[i]);
     use_ptrs.push_back(ptrs[i]);
   }
-  execute(handle, *plan, use_uids.data(), use_ptrs.data(), int64_t(use_uids.size()), base, "attention_backward", q,
-          k);
+  if (!execute(handle, *plan, use_uids.data(), use_ptrs.data(), int64_t(use_uids.size()), base, "attention_backward",
+               q, k)) {
+    it->second.reset();  // refused: the shape's later calls go to the framework's kernels at once
+    return false;
+  }
   return true;
 }
 

@@ -13,7 +13,11 @@
 //   dQ_i += dS K_j                     warp w's rows, added into a float32 dQ in global
 //                                      memory (other key tiles add theirs: atomics)
 //   dV_j += Pdᵀ dO_i,  dK_j += dSᵀ Q_i   warp w: key rows 16w..16w+15
-// then dK_j, dV_j are rounded to bfloat16 and dQ is rounded once after all blocks. The
+// then dK_j, dV_j are rounded to bfloat16 and dQ is rounded once after all blocks. dK and
+// dV are summed in a fixed order; dQ's float32 sums take the key tiles in whatever order
+// the hardware runs the atomics, so its last bits (and, rarely, a bfloat16 rounding of
+// it) may differ between two runs of the same call. MUMOE_ATTENTION=tiled gives a
+// backward that sums every gradient in a fixed order (ops/cuda/attention.cu). The
 // probabilities and the dropout mask are the other paths', entry for entry (the row
 // formulas of attention_gemm.cu, ops/cuda/attention_common.cuh).
 #include <mma.h>

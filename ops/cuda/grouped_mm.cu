@@ -19,6 +19,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdint>
 #include <type_traits>
@@ -50,6 +51,30 @@ void view(const Mat<T>& a, const char* name, const char* op, cublasOperation_t& 
   MU_CHECK(cuda::cublas_view(a.rows, a.cols, a.sr, a.sc, t, ld), op, ": ", name, " (", a.rows, " x ", a.cols,
            ", strides ", a.sr, ", ", a.sc, ") has no layout cuBLAS can read; the op should have made it dense");
   check_int(ld, "a leading dimension", op);
+}
+
+// The grouped call's operand pointers reach the device as kernel arguments, which a launch
+// copies when it is made: the host array may go as soon as the launch returns. (A
+// cudaMemcpyAsync from pageable memory documents no such staging; the copy might read the
+// array after it is gone.) kPointerChunk pointers a launch: 2 KB of arguments, within
+// the 4 KB every architecture takes.
+constexpr int kPointerChunk = 256;
+struct PointerChunk {
+  const void* p[kPointerChunk];
+};
+__global__ void write_pointers_kernel(PointerChunk chunk, int n, const void** dst) {
+  if (int(threadIdx.x) < n) dst[threadIdx.x] = chunk.p[threadIdx.x];
+}
+
+// dst[0, n) = src[0, n) on the stream, dst in device memory.
+void upload_pointers(const void** dst, const std::vector<const void*>& src, cudaStream_t stream) {
+  for (size_t at = 0; at < src.size(); at += kPointerChunk) {
+    const int n = int(std::min<size_t>(kPointerChunk, src.size() - at));
+    PointerChunk chunk{};
+    std::copy(src.begin() + std::ptrdiff_t(at), src.begin() + std::ptrdiff_t(at) + n, chunk.p);
+    write_pointers_kernel<<<1, kPointerChunk, 0, stream>>>(chunk, n, dst + at);
+    MU_CUDA_CHECK_LAUNCH("grouped_mm (operand pointers)");
+  }
 }
 
 // One GEMM in cuBLAS's terms: cᵀ (m x n, ld m) = op(a) (m x k) · op(b) (k x n).
@@ -102,8 +127,7 @@ void run(cublasHandle_t h, cudaStream_t stream, int device, const std::vector<Pr
         !is_bf16 && cuda::allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
     if (ps.size() > 1) {
       // Each problem a group of one: per-group sizes and scalars on the host, the operand
-      // pointers in device memory (copied from pageable memory asynchronously: the driver
-      // stages such small copies at once, so the host arrays may go when this returns).
+      // pointers in device memory (upload_pointers).
       const size_t n = ps.size();
       std::vector<cublasOperation_t> ta(n), tb(n);
       std::vector<int> m(n), nn(n), k(n), lda(n), ldb(n), ldc(n), size(n, 1);
@@ -116,8 +140,7 @@ void run(cublasHandle_t h, cudaStream_t stream, int device, const std::vector<Pr
         ptrs[i] = p.a, ptrs[n + i] = p.b, ptrs[2 * n + i] = p.c;
       }
       cuda::Workspace dev_ptrs(3 * n * sizeof(void*), device);
-      MU_CUDA_CHECK(cudaMemcpyAsync(dev_ptrs.as<void>(), ptrs.data(), 3 * n * sizeof(void*), cudaMemcpyHostToDevice,
-                                    stream));
+      upload_pointers(dev_ptrs.as<const void*>(), ptrs, stream);
       const void* const* a = dev_ptrs.as<const void*>();
       const cublasStatus_t st = cublasGemmGroupedBatchedEx(
           h, ta.data(), tb.data(), m.data(), nn.data(), k.data(), alpha.data(), a, type, lda.data(), a + n, type,

@@ -298,7 +298,8 @@ constexpr int kScanThreads = 512;
 // totals in shared memory, a carry running from chunk to chunk. The sums are those of
 // the CPU up to the rounding of the acc_t additions (exact for int64).
 template <class T>
-__global__ void cumsum_scan_kernel(T* out, const T* x, int64_t lines, int64_t n, bool reverse) {
+__global__ void __launch_bounds__(kScanThreads)
+    cumsum_scan_kernel(T* out, const T* x, int64_t lines, int64_t n, bool reverse) {
   using A = cuda::acc_t<T>;
   __shared__ A warp_tot[kScanThreads / 32];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -370,13 +371,18 @@ struct PosOrder {
 };
 
 constexpr int64_t kSharedSortMax = 2048;  // longest line sorted in shared memory
+// Threads of a sort block: one per compared pair, up to this. The kernels are compiled
+// for it (__launch_bounds__): at most 64 registers a thread, else a block of 1024 would
+// not launch.
+constexpr int kSortMaxThreads = 1024;
 
 // Lines up to kSharedSortMax: one block per line (grid-stride). The line's values and
 // positions (padded to the power of two P) are sorted in shared memory by PosOrder, a
 // total order, so the result is the stable order; the first k positions are written.
 template <class T>
-__global__ void sort_shared_kernel(int64_t* idx, const T* x, int64_t lines, int64_t n, int64_t inner, int64_t k,
-                                   int64_t P, bool descending) {
+__global__ void __launch_bounds__(kSortMaxThreads)
+    sort_shared_kernel(int64_t* idx, const T* x, int64_t lines, int64_t n, int64_t inner, int64_t k, int64_t P,
+                       bool descending) {
   extern __shared__ __align__(16) unsigned char smem[];  // values first: aligned for T
   T* vals = reinterpret_cast<T*>(smem);
   int* pos = reinterpret_cast<int*>(vals + P);
@@ -400,8 +406,9 @@ __global__ void sort_shared_kernel(int64_t* idx, const T* x, int64_t lines, int6
 // Longer lines: the same, on positions in a global workspace of P per block, the values
 // read from x.
 template <class T>
-__global__ void sort_global_kernel(int64_t* idx, const T* x, int64_t* work, int64_t lines, int64_t n, int64_t inner,
-                                   int64_t k, int64_t P, bool descending) {
+__global__ void __launch_bounds__(kSortMaxThreads)
+    sort_global_kernel(int64_t* idx, const T* x, int64_t* work, int64_t lines, int64_t n, int64_t inner, int64_t k,
+                       int64_t P, bool descending) {
   int64_t* pos = work + int64_t(blockIdx.x) * P;
   const PosOrder<T> order{descending, n};
   for (int64_t l = blockIdx.x; l < lines; l += gridDim.x) {
@@ -424,7 +431,7 @@ void sort_indices(const Tensor& idx, const Tensor& x, int64_t outer, int64_t n, 
   cudaStream_t s = cuda::stream(x);
   const int64_t P = cuda::next_pow2(n);
   // Half as many threads as elements (one per compared pair), a multiple of 32, <= 1024.
-  const int threads = int(P / 2 < 32 ? 32 : P / 2 > 1024 ? 1024 : P / 2);
+  const int threads = int(P / 2 < 32 ? 32 : P / 2 > kSortMaxThreads ? kSortMaxThreads : P / 2);
   dispatch_numeric(x.dtype(), "sort", [&](auto tag) {
     using T = decltype(tag);
     int64_t* pi = static_cast<int64_t*>(idx.raw_data());

@@ -218,8 +218,11 @@ __global__ void norm_parts_kernel(const T* x, int64_t n, double p, int mode, dou
   if (threadIdx.x == 0) part[blockIdx.x] = acc;
 }
 
-// Pass 2: one block combines one tensor's partials the same way into *out.
-__global__ void norm_total_kernel(const double* part, int64_t parts, bool inf, double* out) {
+// Pass 2: one block of kNormTotalThreads combines one tensor's partials the same way
+// into *out.
+constexpr int kNormTotalThreads = 1024;
+__global__ void __launch_bounds__(kNormTotalThreads)
+    norm_total_kernel(const double* part, int64_t parts, bool inf, double* out) {
   __shared__ double scratch[32];
   double acc = 0.0;
   for (int64_t i = threadIdx.x; i < parts; i += blockDim.x) acc = combine(acc, part[i], inf);
@@ -309,7 +312,7 @@ static double norm_power_sum(const std::vector<Tensor>& xs, double p) {
       });
     }
     // An empty tensor's total is 0 (the one-block pass over no partials).
-    norm_total_kernel<<<1, 1024, 0, s>>>(part + at, parts, inf, totals + i);
+    norm_total_kernel<<<1, kNormTotalThreads, 0, s>>>(part + at, parts, inf, totals + i);
     MU_CUDA_CHECK_LAUNCH("clip_grad_norm (total)");
     at += parts;
   }
