@@ -207,6 +207,59 @@ TEST_CASE("max/min/argmax/argmin along one dim match brute force") {
   }
 }
 
+// Rows long enough for the CPU's vector extremum (four vectors and more), each with what
+// the lanes' order could get wrong: a NaN (first in the row, inside the vector part, in
+// the remainder past the last whole vector), an extremum that is zero (-0.0 before +0.0:
+// the first one's sign), the extremum twice (the first index), and plain random values.
+// Values and indices against ref_arg's rule, signs of zeros included.
+TEST_CASE("max/min/argmax/argmin over long contiguous rows: NaN, signed zeros, ties") {
+  manual_seed(21);
+  for (int64_t n : {63, 64, 65, 100, 257}) {
+    std::vector<std::vector<double>> rows;
+    for (int r = 0; r < 9; ++r) rows.push_back(randn({n}, kFloat64).to_vector<double>());
+    rows[0][0] = kNaN;
+    rows[1][37] = kNaN;
+    rows[2][size_t(n - 1)] = kNaN;
+    for (double& v : rows[3]) v = -std::fabs(v) - 1;  // max -0.0 (first), then +0.0
+    rows[3][20] = -0.0, rows[3][50] = 0.0;
+    for (double& v : rows[4]) v = std::fabs(v) + 1;  // min +0.0 (first), then -0.0
+    rows[4][9] = 0.0, rows[4][61] = -0.0;
+    rows[5][10] = rows[5][50] = 9.0;  // max twice
+    rows[6][12] = rows[6][60] = -9.0;  // min twice
+    rows[7][size_t(n - 1)] = 9.0;  // the max in the remainder (n = 65, 100) or last vector
+    std::vector<double> flat;
+    for (const auto& row : rows) flat.insert(flat.end(), row.begin(), row.end());
+    for (Device dev : test_devices())
+      for (DType dt : {kFloat32, kFloat64}) {
+        INFO(dev.str() << " " << dtype_name(dt) << " rows of " << n);
+        Tensor x = on(from_vector(flat, {int64_t(rows.size()), n}, kFloat64).to(dt), dev);
+        for (bool take_max : {true, false}) {
+          ValuesIndices got = take_max ? mu::max(x, 1) : mu::min(x, 1);
+          std::vector<double> values = (take_max ? amax(x, {1}) : amin(x, {1})).to_vector<double>();
+          std::vector<double> mv = got.values.to_vector<double>();
+          std::vector<int64_t> at = (take_max ? argmax(x, 1) : argmin(x, 1)).to_vector<int64_t>();
+          std::vector<int64_t> mi = got.indices.to_vector<int64_t>();
+          for (size_t r = 0; r < rows.size(); ++r) {
+            INFO("row " << r << (take_max ? " max" : " min"));
+            const std::vector<double> row = x.cpu().to(kFloat64).select(0, int64_t(r)).to_vector<double>();
+            const int64_t want_at = ref_arg(row, take_max);
+            const double want = row[size_t(want_at)];
+            CHECK(at[r] == want_at);
+            CHECK(mi[r] == want_at);
+            for (double v : {values[r], mv[r]}) {
+              if (std::isnan(want)) {
+                CHECK(std::isnan(v));
+              } else {
+                CHECK(v == want);
+                CHECK(std::signbit(v) == std::signbit(want));
+              }
+            }
+          }
+        }
+      }
+  }
+}
+
 TEST_CASE("argmax/argmin of bfloat16 values: the index of the narrow values, first among ties") {
   for (Device dev : test_devices()) {
     INFO(dev.str());

@@ -312,6 +312,24 @@ struct BFloat16Direct {
   }
 };
 
+// where's dense runs as a select the compiler vectorises: both values loaded whatever the
+// condition, which is read as its byte. (As `c ? a : b` on bool elements GCC branches on
+// every one, and a random mask mispredicts half of them: 2.2 ns an element on Zen 5.)
+struct WhereRuns {
+  template <class T>
+  T operator()(bool c, T a, T b) const {
+    return fn::Where{}(c, a, b);
+  }
+  template <class T>
+  void run(T* o, const bool* c, const T* a, const T* b, int64_t n) const {
+    const auto* byte = reinterpret_cast<const uint8_t*>(c);  // 0 or 1
+    for (int64_t i = 0; i < n; ++i) {
+      const T u = a[i], v = b[i];
+      o[i] = byte[i] ? u : v;
+    }
+  }
+};
+
 template <class F>
 static void map_kernel(const Tensor& out, const std::array<Tensor, 3>& in_given, const F& f) {
   if constexpr (kBFloat16Direct<F>) {
@@ -356,7 +374,8 @@ static void map_kernel(const Tensor& out, const std::array<Tensor, 3>& in_given,
     } else if constexpr (F::arity == 2) {
       map_n<TO, T, T>(out, {in[0], in[1]}, f);
     } else if constexpr (F::select) {
-      map_n<TO, bool, T, T>(out, {in[0], in[1], in[2]}, f);
+      static_assert(std::is_same_v<F, fn::Where>, "where is the one select functor");
+      map_n<TO, bool, T, T>(out, {in[0], in[1], in[2]}, WhereRuns{});
     } else {
       map_n<TO, T, T, T>(out, {in[0], in[1], in[2]}, f);
     }
