@@ -115,6 +115,62 @@ TEST_CASE("float32 gelu (exact and tanh) and its gradient are accurate to a few 
   }
 }
 
+// float32 tanh and sigmoid against long double over [-20, 20] (a 1/256 grid), small
+// arguments and sigmoid's left tail down through the subnormals (to -104, where it rounds
+// to zero), then the special values. Errors in float32 ulp of the reference where that is
+// a normal float; below the normals, within 2^-149 on the CPU (its exp keeps the
+// subnormals) and 2^-126 on other devices (a flush to zero).
+TEST_CASE("float32 tanh and sigmoid are accurate to a few ulp, in their tails and at the special values") {
+  std::vector<double> xs;
+  for (int i = -20 * 256; i <= 20 * 256; ++i) xs.push_back(i / 256.0);
+  for (double v : {1e-30, 1e-10, 1e-5, 3e-3, 0.5493, 0.55, 0.5507})
+    xs.push_back(v), xs.push_back(-v);
+  for (double v = -80; v >= -104; v -= 0.125) xs.push_back(v);
+  const Tensor x32 = from_vector<double>(xs, {int64_t(xs.size())}).to(kFloat32);
+  const std::vector<double> xv = x32.to_vector<double>();
+  auto ulp_error = [](double got, long double want, bool cpu) {
+    const float w = float(want);
+    if (std::fabs(w) < 0x1p-126f) return std::fabs(double(got - double(want))) <= (cpu ? 0x1p-149 : 0x1p-126) ? 0.0 : 1e9;
+    const double ulp = double(std::nextafter(std::fabs(w), INFINITY) - std::fabs(w));
+    return double(std::fabs((long double)got - want)) / ulp;
+  };
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    const std::vector<double> t = tanh(on(x32, dev)).to_vector<double>(), sg = sigmoid(on(x32, dev)).to_vector<double>();
+    double tworst = 0, sworst = 0;
+    for (size_t i = 0; i < xv.size(); ++i) {
+      INFO("x = " << xv[i]);
+      const long double x = xv[i];
+      const long double want_s = x >= 0 ? 1 / (1 + std::exp(-x)) : std::exp(x) / (1 + std::exp(x));
+      tworst = std::max(tworst, ulp_error(t[i], std::tanh(x), dev.is_cpu()));
+      sworst = std::max(sworst, ulp_error(sg[i], want_s, dev.is_cpu()));
+      CHECK(std::signbit(t[i]) == std::signbit(xv[i]));
+    }
+    MESSAGE(dev.str() << ": tanh within " << tworst << " ulp, sigmoid " << sworst);
+    CHECK(tworst <= 4);
+    CHECK(sworst <= 4);
+    if (dev.is_cpu()) {  // ops/cpu/map.cpp's lanes: 1.43 and 2.40 ulp over every 97th float32
+      CHECK(tworst <= 1.5);
+      CHECK(sworst <= 2.5);
+    }
+    const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
+    const Tensor special = on(from_vector<double>({0.0, -0.0, inf, -inf, nan}, {5}).to(kFloat32), dev);
+    const std::vector<double> ts = tanh(special).to_vector<double>(), ss = sigmoid(special).to_vector<double>();
+    CHECK(ts[0] == 0.0);
+    CHECK_FALSE(std::signbit(ts[0]));
+    CHECK(ts[1] == 0.0);
+    CHECK(std::signbit(ts[1]));
+    CHECK(ts[2] == 1.0);
+    CHECK(ts[3] == -1.0);
+    CHECK(std::isnan(ts[4]));
+    CHECK(ss[0] == 0.5);
+    CHECK(ss[1] == 0.5);
+    CHECK(ss[2] == 1.0);
+    CHECK(ss[3] == 0.0);
+    CHECK(std::isnan(ss[4]));
+  }
+}
+
 // float32 GELU and its gradient where the tails run out: beyond ±10 up to ±20 (past
 // -13.2, below which x Φ(x) is no longer a normal float, and past the |x| cap of 16)
 // against float64, and at the special values. Below the normals a result must be a zero
