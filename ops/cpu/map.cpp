@@ -2,9 +2,10 @@
 // strided loop of ops/cpu/map.h per functor and scalar type, registered into the
 // functor's table (ops/kernels/map.h). The CPU has no 16-bit float arithmetic: 16-bit
 // float operands and outputs (autocast's bfloat16 activations) are widened to float32
-// copies, computed in float32 and rounded once into the output.
+// copies, computed in float32 and rounded once into the output. float32 exp, log, tanh,
+// sigmoid and GELU (and GELU's gradient) are written on whole vectors below, since libm's
+// functions keep a loop scalar; where is a select on its dense runs.
 #include "ops/cpu/map.h"
-
 
 #include <algorithm>
 #include <bit>
@@ -378,9 +379,19 @@ struct BFloat16Direct {
   }
 };
 
-// where's dense runs as a select the compiler vectorises: both values loaded whatever the
-// condition, which is read as its byte. (As `c ? a : b` on bool elements GCC branches on
-// every one, and a random mask mispredicts half of them: 2.2 ns an element on Zen 5.)
+// where's runs, dense or with broadcast operands (a scalar: masked_fill's value, the zero
+// of where's gradient), as a select the compiler vectorises: both values loaded whatever
+// the condition, which is read as its byte. (As `c ? a : b` on bool elements GCC branches
+// on every one, and a random mask mispredicts half of them: 2.2 ns an element on Zen 5.)
+// C, A, B: whether the condition and each value step along the run (else one element).
+template <bool C, bool A, bool B, class T>
+void select_run(T* o, const bool* c, const T* a, const T* b, int64_t n) {
+  const auto* byte = reinterpret_cast<const uint8_t*>(c);  // 0 or 1
+  for (int64_t i = 0; i < n; ++i) {
+    const T u = a[A ? i : 0], v = b[B ? i : 0];
+    o[i] = byte[C ? i : 0] ? u : v;
+  }
+}
 struct WhereRuns {
   template <class T>
   T operator()(bool c, T a, T b) const {
@@ -388,10 +399,20 @@ struct WhereRuns {
   }
   template <class T>
   void run(T* o, const bool* c, const T* a, const T* b, int64_t n) const {
-    const auto* byte = reinterpret_cast<const uint8_t*>(c);  // 0 or 1
-    for (int64_t i = 0; i < n; ++i) {
-      const T u = a[i], v = b[i];
-      o[i] = byte[i] ? u : v;
+    select_run<true, true, true>(o, c, a, b, n);
+  }
+  // A run of dense output whose operands' strides st[1..3] are each 0 or 1.
+  template <class T, class Strides>
+  void run_broadcast(T* o, const bool* c, const T* a, const T* b, const Strides& st, int64_t n) const {
+    switch ((st[1] != 0) * 4 + (st[2] != 0) * 2 + (st[3] != 0)) {
+      case 0: return select_run<false, false, false>(o, c, a, b, n);
+      case 1: return select_run<false, false, true>(o, c, a, b, n);
+      case 2: return select_run<false, true, false>(o, c, a, b, n);
+      case 3: return select_run<false, true, true>(o, c, a, b, n);
+      case 4: return select_run<true, false, false>(o, c, a, b, n);
+      case 5: return select_run<true, false, true>(o, c, a, b, n);
+      case 6: return select_run<true, true, false>(o, c, a, b, n);
+      default: return select_run<true, true, true>(o, c, a, b, n);
     }
   }
 };

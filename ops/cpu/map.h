@@ -61,6 +61,11 @@ void map_n_impl(const Tensor& out, const std::array<Tensor, sizeof...(TI)>& in_g
         for (int64_t i = 0; i < n; ++i) o[i * st[0]] = f(std::get<K>(x)[i * st[K + 1]]...);
       }
     } else {
+      // A functor that has its own loop for a dense output with operands dense or
+      // broadcast (where's select) takes such runs.
+      if constexpr (requires { f.run_broadcast(o, std::get<K>(x)..., st, n); })
+        if (st[0] == 1 && (((st[K + 1] == 0) | (st[K + 1] == 1)) && ...))
+          return f.run_broadcast(o, std::get<K>(x)..., st, n);
       for (int64_t i = 0; i < n; ++i) o[i * st[0]] = f(std::get<K>(x)[i * st[K + 1]]...);
     }
   }, /*free_order=*/N == 1);
