@@ -231,9 +231,12 @@ struct TanhLanes {
 [[gnu::always_inline]] inline VF log_lanes(VF x) {
   using namespace exp_constants;
   const auto sub = x < 0x1p-126f;  // subnormal (and 0 or negative, set aside below)
-  const VI bits = VI(sub ? x * 0x1p23f : x);
-  const VI e = (bits - 0x3f3504f3) >> 23;  // 0x3f3504f3: √½
-  const VF f = VF(bits - (e << 23)) - 1.0f;
+  // The bits as unsigned, whose arithmetic wraps (a negative x's would overflow as int);
+  // e from an arithmetic shift of the difference read as signed.
+  using VU = Vec<uint32_t>::type;
+  const VU bits = VU(sub ? x * 0x1p23f : x);
+  const VI e = VI(bits - 0x3f3504f3u) >> 23;  // 0x3f3504f3: √½
+  const VF f = VF(bits - (VU(e) << 23)) - 1.0f;
   VF r = f * 0.07342003f + -0.116628826f;
   r = r * f + 0.11632271f;
   r = r * f + -0.12396117f;
