@@ -427,57 +427,57 @@ void row_channel_sums(int64_t r0, int64_t r1, int64_t c, double* su, double* sv,
   }
 }
 
-// Partial sums of a team: [thread][2][cp] doubles, zeroed.
-struct ChannelPartials {
-  int64_t cp;
-  std::vector<double> data;
-  ChannelPartials(int64_t c, int threads) : cp(padded_channels(c)), data(size_t(threads) * 2 * size_t(cp), 0.0) {}
-  double* su(int t) { return data.data() + size_t(t) * 2 * size_t(cp); }
-  double* sv(int t) { return su(t) + cp; }
-};
+// Per-channel (Σu, Σv) of (outer, c, inner) float32 data, in double, as [2][c]. Channels
+// along the rows (inner == 1): row_channel_sums with row_terms. Lines (inner > 1):
+// line_sums(l, su, sv) sums line l (channel l mod c). Each thread's rows or lines go into
+// its own [2][cp] slice, added up in thread order (sum_partials).
+template <class RowTerms, class LineSums>
+std::vector<double> channel_pair_sums(int64_t outer, int64_t c, int64_t inner, RowTerms row_terms,
+                                      LineSums line_sums) {
+  const int nt = threads_for(outer * c * inner);
+  const int64_t cp = padded_channels(c);
+  std::vector<double> part(size_t(nt) * 2 * size_t(cp), 0.0);
+  parallel_team(nt, [&](int t, int tn) {
+    double* su = part.data() + size_t(t) * 2 * size_t(cp);
+    double* sv = su + cp;
+    if (inner == 1) return row_channel_sums(outer * t / tn, outer * (t + 1) / tn, c, su, sv, row_terms);
+    const int64_t lines = outer * c, l0 = lines * t / tn, l1 = lines * (t + 1) / tn;
+    for (int64_t l = l0; l < l1; ++l) {
+      double s1, s2;
+      line_sums(l, s1, s2);
+      su[l % c] += s1;
+      sv[l % c] += s2;
+    }
+  });
+  std::vector<double> s = sum_partials(part, nt, 2 * size_t(cp));  // [2][cp]
+  s.erase(s.begin() + c, s.begin() + cp);                             // [2][c]
+  s.resize(2 * size_t(c));
+  return s;
+}
 
 // Per-channel mean and biased variance of (outer, c, inner) float32 x, in one pass of
 // shifted double sums (row_moments' scheme: the shift of channel k is one of its values,
 // x at (0, k, 0), or 0 where that is not finite).
 void channel_moments_f32(const float* x, int64_t outer, int64_t c, int64_t inner, std::vector<double>& mean,
                          std::vector<double>& var) {
-  const int nt = threads_for(outer * c * inner);
-  ChannelPartials part(c, nt);
-  std::vector<double> shift(size_t(part.cp), 0.0);
+  std::vector<double> shift(size_t(padded_channels(c)), 0.0);
   for (int64_t k = 0; k < c; ++k) {
     const float first = x[k * inner];  // (0, k, 0)
     shift[size_t(k)] = std::isfinite(first) ? double(first) : 0.0;
   }
   const double* sp = shift.data();
-  parallel_team(nt, [&](int t, int tn) {
-    double *su = part.su(t), *sv = part.sv(t);
-    if (inner == 1) {
-      row_channel_sums(outer * t / tn, outer * (t + 1) / tn, c, su, sv,
-                       [=](auto full, int64_t e, int64_t j, int64_t cnt, VD& u, VD& v) {
-                         u = widen_first<decltype(full)::value>(x + e + j, cnt) - load_vd(sp + j);
-                         v = u * u;
-                       });
-      return;
-    }
-    const int64_t lines = outer * c, l0 = lines * t / tn, l1 = lines * (t + 1) / tn;
-    for (int64_t l = l0; l < l1; ++l) {
-      const int64_t k = l % c;
-      double s1, s2;
-      shifted_sums(x + l * inner, inner, sp[k], s1, s2);
-      su[k] += s1;
-      sv[k] += s2;
-    }
-  });
+  const std::vector<double> s = channel_pair_sums(
+      outer, c, inner,
+      [=](auto full, int64_t e, int64_t j, int64_t cnt, VD& u, VD& v) {
+        u = widen_first<decltype(full)::value>(x + e + j, cnt) - load_vd(sp + j);
+        v = u * u;
+      },
+      [=](int64_t l, double& s1, double& s2) { shifted_sums(x + l * inner, inner, sp[l % c], s1, s2); });
   const double n = double(outer * inner);
   mean.assign(size_t(c), 0.0);
   var.assign(size_t(c), 0.0);
   for (int64_t k = 0; k < c; ++k) {
-    double s1 = 0, s2 = 0;
-    for (int t = 0; t < nt; ++t) {
-      s1 += part.su(t)[k];
-      s2 += part.sv(t)[k];
-    }
-    const double ms = s1 / n, v = s2 / n - ms * ms;
+    const double ms = s[size_t(k)] / n, v = s[size_t(c + k)] / n - ms * ms;
     mean[size_t(k)] = sp[k] + ms;
     var[size_t(k)] = v < 0 ? 0.0 : v;  // rounding below 0 for a constant channel; NaN stays
   }
@@ -487,50 +487,30 @@ void channel_moments_f32(const float* x, int64_t outer, int64_t c, int64_t inner
 // Σ g (x - mean).
 std::vector<double> channel_grad_sums_f32(const float* g, const float* x, const float* mean, int64_t outer,
                                           int64_t c, int64_t inner) {
-  const int nt = threads_for(outer * c * inner);
-  ChannelPartials part(c, nt);
-  if (inner == 1) {
-    std::vector<double> m(size_t(part.cp), 0.0);
-    for (int64_t k = 0; k < c; ++k) m[size_t(k)] = double(mean[k]);
-    const double* mp = m.data();
-    parallel_team(nt, [&](int t, int tn) {
-      row_channel_sums(outer * t / tn, outer * (t + 1) / tn, c, part.su(t), part.sv(t),
-                       [=](auto full, int64_t e, int64_t j, int64_t cnt, VD& u, VD& v) {
-                         constexpr bool kFull = decltype(full)::value;
-                         u = widen_first<kFull>(g + e + j, cnt);
-                         v = u * (widen_first<kFull>(x + e + j, cnt) - load_vd(mp + j));
-                       });
-    });
-  } else {
-    parallel_team(nt, [&](int t, int tn) {
-      double *su = part.su(t), *sv = part.sv(t);
-      const int64_t lines = outer * c, l0 = lines * t / tn, l1 = lines * (t + 1) / tn;
-      for (int64_t l = l0; l < l1; ++l) {
+  std::vector<double> m(size_t(padded_channels(c)), 0.0);
+  for (int64_t k = 0; k < c; ++k) m[size_t(k)] = double(mean[k]);
+  const double* mp = m.data();
+  return channel_pair_sums(
+      outer, c, inner,
+      [=](auto full, int64_t e, int64_t j, int64_t cnt, VD& u, VD& v) {
+        constexpr bool kFull = decltype(full)::value;
+        u = widen_first<kFull>(g + e + j, cnt);
+        v = u * (widen_first<kFull>(x + e + j, cnt) - load_vd(mp + j));
+      },
+      [=](int64_t l, double& s1, double& s2) {
         const float *gl = g + l * inner, *xl = x + l * inner;
-        const double m = double(mean[l % c]);
-        double s1, s2;
+        const double ml = mp[l % c];
         row_sums(
             inner, s1, s2,
             [&](int64_t j, VD& u, VD& v) {
               u = widen(gl + j);
-              v = u * (widen(xl + j) - m);
+              v = u * (widen(xl + j) - ml);
             },
             [&](int64_t j, double& u, double& v) {
               u = double(gl[j]);
-              v = u * (double(xl[j]) - m);
+              v = u * (double(xl[j]) - ml);
             });
-        su[l % c] += s1;
-        sv[l % c] += s2;
-      }
-    });
-  }
-  std::vector<double> s(2 * size_t(c), 0.0);
-  for (int64_t k = 0; k < c; ++k)
-    for (int t = 0; t < nt; ++t) {
-      s[size_t(k)] += part.su(t)[k];
-      s[size_t(c + k)] += part.sv(t)[k];
-    }
-  return s;
+      });
 }
 
 }  // namespace
