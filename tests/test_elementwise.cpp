@@ -851,7 +851,7 @@ TEST_CASE("bfloat16 add, sub, mul, div: the float32 operation rounded once, over
 // value, rounded once, bit for bit (which is also what the other devices compute). Runs
 // past one chunk (512) with a tail, a strided view, and the values at the ends of GELU's
 // range (below -13 its result is a subnormal or 0, above 16 it is x) and of exp's.
-TEST_CASE("bfloat16 gelu, its gradient and exp: the float32 op on the widened values, rounded once") {
+TEST_CASE("bfloat16 gelu, its gradient, exp, log, tanh, sigmoid: the float32 op on the widened values, rounded once") {
   Generator gen(29);
   Tensor x = (randn({3, 700}, TensorOptions(kFloat32), &gen) * 4.0);
   std::vector<float> xs = floats(x);
@@ -872,6 +872,9 @@ TEST_CASE("bfloat16 gelu, its gradient and exp: the float32 op on the widened va
     NoGradGuard no_grad;
     CHECK(same_bits(gelu(x16), gelu(x32).to(kBFloat16)) == 0);
     CHECK(same_bits(exp(x16), exp(x32).to(kBFloat16)) == 0);
+    CHECK(same_bits(log(x16), log(x32).to(kBFloat16)) == 0);  // NaN for the negative half, -inf at 0
+    CHECK(same_bits(tanh(x16), tanh(x32).to(kBFloat16)) == 0);
+    CHECK(same_bits(sigmoid(x16), sigmoid(x32).to(kBFloat16)) == 0);
     CHECK(same_bits(gelu(x16.t()), gelu(x32.t()).to(kBFloat16)) == 0);  // strided: element by element
   }
   Tensor a = x16.detach().requires_grad_(), b = x32.detach().requires_grad_();

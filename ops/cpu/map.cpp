@@ -63,6 +63,9 @@ constexpr int kWF = Vec<float>::width;
 // are x Φ(x) = 0 on the left (x on the right, gradient 1), the exponentials are set to 0.
 constexpr float kUp = 64, kDown = 0x1p-64f;  // the exponent added, and the scale back
 
+// |x| on every lane: the sign bit cleared.
+[[gnu::always_inline]] inline VF abs_lanes(VF x) { return VF(VI(x) & 0x7fffffff); }
+
 // What GELU and its derivative share, on every lane: u = t/2 = 1 / (2 + |x|/√2) and one
 // exponential, 2^64 times its value: exp(-x²/2 + P(t)) for GELU (Φ(-|x|) = u e 2^-64),
 // exp(-x²/2) for the derivative (WithP false; see gelu_grad_lanes). |x| is capped at 16.
@@ -80,7 +83,7 @@ template <bool WithP>
 [[gnu::always_inline]] inline GeluTail gelu_tail(VF x) {
   using namespace exp_constants;
   GeluTail g;
-  const VF ax = min_of(16.0f, VF((VI(x) & 0x7fffffff)));
+  const VF ax = min_of(16.0f, abs_lanes(x));
   g.u = 1.0f / (ax * float(fn::kSqrt1_2) + 2.0f);
   const VF sq = ax * ax, sq_lo = ax * ax - sq;  // exact where the multiply-add fuses (GCC's default)
   VF b = sq_lo * -0.5f;
@@ -207,7 +210,7 @@ struct ExpLanes {
 // pattern ((1 - e) / (1 + e) there: 1.50; libm's tanhf 2.13, and it kept the loop scalar,
 // 17 ns an element on one Zen 5 core).
 [[gnu::always_inline]] inline VF tanh_lanes(VF x) {
-  const VF ax = VF(VI(x) & 0x7fffffff), s = x * x;
+  const VF ax = abs_lanes(x), s = x * x;
   VF q = s * 0.002923103f + -0.008854963f;
   q = q * s + 0.021917323f;
   q = q * s + -0.05397769f;
@@ -263,7 +266,7 @@ struct LogLanes {
 // is subnormal (where that form flushed to zero, from x = -88.7).
 struct SigmoidLanes {
   VF operator()(VF x) const {
-    const VF e = exp_full_lanes(-VF(VI(x) & 0x7fffffff));
+    const VF e = exp_full_lanes(-abs_lanes(x));
     return (x >= 0.0f ? VF{} + 1.0f : e) / (1.0f + e);
   }
 };

@@ -264,10 +264,10 @@ int64_t first_equal(const T* v, int64_t n, T m) {
   return n;  // unreachable when m is in v
 }
 
-// Whether a run of n elements with stride st takes vector_extremum.
+// Whether a float run of n elements with stride st takes vector_extremum.
 template <class T>
 bool vector_run(int64_t n, int64_t st) {
-  return std::is_floating_point_v<T> && st == 1 && n >= 4 * Vec<T>::width;
+  return st == 1 && n >= 4 * Vec<T>::width;
 }
 
 static void extremum(const Tensor& out, const Tensor& x, const ReducePlan& p, bool take_max) {
