@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "helpers.h"
+#include "ops/kernels/attention.h"
 
 using namespace mu;
 
@@ -209,6 +210,31 @@ TEST_CASE("dropout: the same generator state draws the same mask on every device
       CHECK(mb[i] == (m[i] == 0 ? 0.0 : 1.3359375));
     }
   }
+}
+
+TEST_CASE("dropout: every element's factor is the documented hash of its position, at every length") {
+  // The mask element by element from attention_dropout_bits, one counter at a time; the
+  // kernels draw eight counters at a time and split long tensors over threads. Lengths
+  // around a vector (7, 8, 9), a thread's block (4095-4097) and several blocks on several
+  // threads with a remainder (100003); p from a few dropped to nearly all.
+  for (Device dev : test_devices())
+    for (DType dt : {kFloat32, kFloat64})
+      for (int64_t n : {1, 7, 8, 9, 4095, 4096, 4097, 100003})
+        for (double p : {0.001, 0.1, 0.5, 0.999}) {
+          INFO(dev.str() << " " << dtype_name(dt) << ", n " << n << ", p " << p);
+          Generator g(1000 + uint64_t(n)), copy(1000 + uint64_t(n));
+          const uint64_t key = kernels::attention_dropout_key(copy.next_u64());
+          const uint64_t threshold = kernels::attention_dropout_threshold(p);
+          std::vector<double> m = dropout(ones({n}, TensorOptions(dt).device(dev)), p, true, &g).to_vector<double>();
+          const double kept = dt == kFloat32 ? double(float(1 / (1 - p))) : 1 / (1 - p);
+          int64_t wrong = 0, first = -1;
+          for (int64_t i = 0; i < n; ++i) {
+            const double want = kernels::attention_dropout_bits(key, uint64_t(i)) >= threshold ? kept : 0.0;
+            if (m[size_t(i)] != want && wrong++ == 0) first = i;
+          }
+          INFO("first wrong element " << first);
+          CHECK(wrong == 0);
+        }
 }
 
 TEST_CASE("dropout: identity in eval or with p = 0, zeros with p = 1, errors outside [0, 1]") {

@@ -36,6 +36,7 @@
 #include <limits>
 #include <vector>
 
+#include "ops/cpu/dropout_lanes.h"
 #include "ops/cpu/loops.h"
 #include "ops/cpu/simd.h"
 #include "ops/cpu/widen.h"
@@ -303,13 +304,15 @@ inline T dot(const T* x, const T* y, int64_t n) {
 // Multiplies the dropout factor (0 when dropped, 1 / (1 - p) when kept) into x[i], the
 // entry of query q0 + i and key kj, for i < Bq. The counter of (qi, kj) is
 // (bh Tq + qi) Tk + kj, so consecutive queries are Tk apart.
+// Eight queries at a time (ops/cpu/dropout_lanes.h); Bq is a multiple of 8.
 template <class T>
 inline void apply_dropout(const Geometry& g, int64_t bh, int64_t q0, int64_t kj, const T* x, T* out) {
+  static_assert(Bq % 8 == 0);
   const uint64_t base = uint64_t((bh * g.Tq + q0) * g.Tk + kj), step = uint64_t(g.Tk);
-  const T keep = T(g.keep_scale);
-  for (int64_t i = 0; i < Bq; ++i) {
-    const bool kept = kernels::attention_dropout_bits(g.key, base + uint64_t(i) * step) >= g.threshold;
-    out[i] = kept ? x[i] * keep : T(0);
+  const auto keep = typename DropoutLanes<T>::type{} + T(g.keep_scale);
+  for (int64_t i = 0; i < Bq; i += 8) {
+    const auto kept = dropout_kept8<T>(g.key, base + uint64_t(i) * step, step, g.threshold);
+    dropout_store8(out + i, dropout_select8<T>(kept, dropout_load8(x + i) * keep));
   }
 }
 

@@ -1,5 +1,7 @@
 // CPU kernel of the dropout mask (declared in ops/kernels/dropout.h): every element's
-// bits come from its position alone, so the threads may split the range any way.
+// bits come from its position alone, so the threads may split the range any way. The
+// hash runs on eight counters at once (ops/cpu/dropout_lanes.h).
+#include "ops/cpu/dropout_lanes.h"
 #include "ops/cpu/loops.h"
 #include "ops/kernels/dropout.h"
 
@@ -7,8 +9,14 @@ namespace mu::cpu {
 
 template <class T>
 static void fill_mask(T* m, int64_t n, uint64_t key, uint64_t threshold, T kept) {
-  parallel_for_if(n, n > kParallelGrain && !omp_in_parallel(), [&](int64_t i) {
-    m[i] = kernels::attention_dropout_bits(key, uint64_t(i)) >= threshold ? kept : T(0);
+  constexpr int64_t kBlock = 4096;  // elements a thread takes at a time (a multiple of 8)
+  const auto keep = typename DropoutLanes<T>::type{} + kept;
+  parallel_for_if((n + kBlock - 1) / kBlock, n > kParallelGrain && !omp_in_parallel(), [&](int64_t b) {
+    const int64_t end = std::min(n, (b + 1) * kBlock);
+    int64_t i = b * kBlock;
+    for (; i + 8 <= end; i += 8)
+      dropout_store8(m + i, dropout_select8<T>(dropout_kept8<T>(key, uint64_t(i), 1, threshold), keep));
+    for (; i < end; ++i) m[i] = kernels::attention_dropout_bits(key, uint64_t(i)) >= threshold ? kept : T(0);
   });
 }
 
