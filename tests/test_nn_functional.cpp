@@ -303,7 +303,9 @@ std::vector<double> ref_softmax_grad(const Shape& s, int64_t dim, const std::vec
 // The shapes take each mapping of the CUDA kernels (ops/cuda/lines.cuh): contiguous lines
 // longer than a block's reach (a block per line), many short contiguous lines (a warp per
 // line, more lines than the grid has warps), and strided lines whose count along inner is
-// not a multiple of the tile (37, 5) or exceeds the grid (137600); lines holding NaN, only
+// not a multiple of the tile (37, 5) or exceeds the grid (137600); on the CPU, strided
+// lines one at a time (inner 5) or in blocks of 64 side by side (inner 8, 37, two whole
+// blocks and 3 lines over in 131, more than two thousand in 137600); lines holding NaN, only
 // -inf, or some -inf sit in each. Forward and backward on every device, against double.
 TEST_CASE("softmax and log_softmax on every line scheme, with NaN and -inf lines, values and gradients") {
   struct Case {
@@ -311,7 +313,7 @@ TEST_CASE("softmax and log_softmax on every line scheme, with NaN and -inf lines
     int64_t dim;
   };
   const std::vector<Case> cases = {{{6, 2000}, 1}, {{17000, 3}, 1}, {{3, 1500, 37}, 1}, {{7, 3, 5}, 1},
-                                   {{2, 137600}, 0}};
+                                   {{2, 137600}, 0}, {{4, 50, 131}, 1}, {{5, 9, 8}, 1}};
   for (Device dev : test_devices())
     for (DType dt : {kFloat64, kFloat32})
       for (const Case& c : cases) {

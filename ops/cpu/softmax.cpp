@@ -85,8 +85,78 @@ static void softmax_line(const T* xl, T* yl, int64_t n, int64_t stride, bool log
   }
 }
 
+// Lines along a dim other than the last lie side by side, inner elements apart: walked
+// one line at a time, every element is a cache line of its own. Instead a
+// task takes up to kCols neighbouring lines of one o and walks them row by row, each row a
+// contiguous run of columns, the per-line max and sum kept in arrays: the same
+// three passes (max, exp and sum, scale) as softmax_line, every loop a vector loop over
+// columns. Calls body(o, first column, number of columns).
+constexpr int64_t kCols = 64;
+// Below 8 lines side by side the strided lines are faster: a row of 2 or 4 columns is
+// part of a vector, and each row's sums, loaded and stored again in part-vectors, wait on
+// the previous row's store ([4096, 64, 4] over dim 1: 0.84 ms strided, 8.0 ms in columns;
+// [4096, 32, 8]: 1.05 and 0.75 ms).
+constexpr int64_t kColumnsFrom = 8;
+template <class F>
+static void for_each_column_block(int64_t outer, int64_t n, int64_t inner, F body) {
+  const int64_t blocks = (inner + kCols - 1) / kCols, tasks = outer * blocks;
+  const bool par = outer * n * inner >= kParallelGrain && tasks > 1 && !omp_in_parallel();
+  parallel_for_if(tasks, par, [&](int64_t t) {
+    const int64_t o = t / blocks, c0 = t % blocks * kCols;
+    body(o, c0, std::min(kCols, inner - c0));
+  });
+}
+
+template <class T>
+static void softmax_columns(const T* x, T* y, int64_t outer, int64_t n, int64_t inner, bool log) {
+  using A = acc_t<T>;
+  for_each_column_block(outer, n, inner, [=](int64_t o, int64_t c0, int64_t w) {
+    const T* xb = x + o * n * inner + c0;
+    T* yb = y + o * n * inner + c0;
+    T m[kCols];
+    A s[kCols];
+    for (int64_t c = 0; c < w; ++c) m[c] = -std::numeric_limits<T>::infinity(), s[c] = 0;
+    // NaN never compares greater: m is each line's max of its numbers, and a NaN reaches
+    // the line's sum through exp(NaN - m), as in softmax_line.
+    for (int64_t j = 0; j < n; ++j) {
+      const T* xr = xb + j * inner;
+#pragma omp simd
+      for (int64_t c = 0; c < w; ++c) m[c] = xr[c] > m[c] ? xr[c] : m[c];
+    }
+    for (int64_t j = 0; j < n; ++j) {
+      const T* xr = xb + j * inner;
+      T* yr = yb + j * inner;
+#pragma omp simd
+      for (int64_t c = 0; c < w; ++c) {
+        const T e = exp_fast<T>(xr[c] - m[c]);
+        if (!log) yr[c] = e;  // exp once: kept in y, then scaled by the sum
+        s[c] += A(e);
+      }
+    }
+    if (log) {
+      T ls[kCols];
+      for (int64_t c = 0; c < w; ++c) ls[c] = T(std::log(s[c]));
+      for (int64_t j = 0; j < n; ++j) {
+        const T* xr = xb + j * inner;
+        T* yr = yb + j * inner;
+#pragma omp simd
+        for (int64_t c = 0; c < w; ++c) yr[c] = xr[c] - m[c] - ls[c];
+      }
+    } else {
+      A inv[kCols];
+      for (int64_t c = 0; c < w; ++c) inv[c] = A(1) / s[c];
+      for (int64_t j = 0; j < n; ++j) {
+        T* yr = yb + j * inner;
+#pragma omp simd
+        for (int64_t c = 0; c < w; ++c) yr[c] = T(A(yr[c]) * inv[c]);
+      }
+    }
+  });
+}
+
 template <class T>
 static void softmax_lines(const T* x, T* y, int64_t outer, int64_t n, int64_t inner, bool log) {
+  if (inner >= kColumnsFrom) return softmax_columns(x, y, outer, n, inner, log);
   for_each_line(outer, n, inner, [=](int64_t off, int64_t st) {
     if (st == 1) softmax_line<T, true>(x + off, y + off, n, 1, log);
     else softmax_line<T, false>(x + off, y + off, n, st, log);
@@ -117,8 +187,38 @@ static void softmax_backward_line(const T* gl, const T* yl, T* dl, int64_t n, in
   }
 }
 
+// The gradient of lines side by side, kCols of them at a time, as the forward's
+// softmax_columns.
+template <class T>
+static void softmax_backward_columns(const T* g, const T* y, T* dx, int64_t outer, int64_t n, int64_t inner,
+                                     bool log) {
+  using A = acc_t<T>;
+  for_each_column_block(outer, n, inner, [=](int64_t o, int64_t c0, int64_t w) {
+    const int64_t base = o * n * inner + c0;
+    A s[kCols];
+    for (int64_t c = 0; c < w; ++c) s[c] = 0;
+    for (int64_t j = 0; j < n; ++j) {
+      const T *gr = g + base + j * inner, *yr = y + base + j * inner;
+#pragma omp simd
+      for (int64_t c = 0; c < w; ++c) s[c] += log ? A(gr[c]) : A(gr[c]) * A(yr[c]);
+    }
+    for (int64_t j = 0; j < n; ++j) {
+      const T *gr = g + base + j * inner, *yr = y + base + j * inner;
+      T* dr = dx + base + j * inner;
+      if (log) {
+#pragma omp simd
+        for (int64_t c = 0; c < w; ++c) dr[c] = T(A(gr[c]) - A(exp_fast<T>(yr[c])) * s[c]);
+      } else {
+#pragma omp simd
+        for (int64_t c = 0; c < w; ++c) dr[c] = T(A(yr[c]) * (A(gr[c]) - s[c]));
+      }
+    }
+  });
+}
+
 template <class T>
 static void softmax_backward_lines(const T* g, const T* y, T* dx, int64_t outer, int64_t n, int64_t inner, bool log) {
+  if (inner >= kColumnsFrom) return softmax_backward_columns(g, y, dx, outer, n, inner, log);
   for_each_line(outer, n, inner, [=](int64_t off, int64_t st) {
     if (st == 1) softmax_backward_line<T, true>(g + off, y + off, dx + off, n, 1, log);
     else softmax_backward_line<T, false>(g + off, y + off, dx + off, n, st, log);
