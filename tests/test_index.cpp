@@ -375,6 +375,47 @@ TEST_CASE("cumsum matches brute force; its gradient is the reversed cumsum") {
   }
 }
 
+// Rows summed eight at a time, each row a few steps behind the one before (the CPU's
+// cumsum over the last dim): groups of eight with rows left over (19 = 2 x 8 + 3), rows
+// shorter than the stagger of the eight (5) and longer (300, and 4096, a power of two),
+// forward and from the end (the gradient), float32 (summed in double) and int64 (exact,
+// wrapping past the largest value, as torch's).
+TEST_CASE("cumsum over the last dim of many long rows matches brute force, from either end") {
+  for (Device dev : test_devices())
+    for (int64_t n : {5, 300, 4096}) {
+      INFO(dev.str() << ", rows of " << n);
+      manual_seed(uint64_t(n));
+      // float32 sums are carried in double and rounded once: within an ulp of the double
+      // reference (which may add in another order: the exact sums differ in double's last
+      // bits at most).
+      auto within_ulp = [](const Tensor& got, const std::vector<double>& want) {
+        std::vector<double> gv = got.to_vector<double>();
+        REQUIRE(gv.size() == want.size());
+        int64_t wrong = 0, first = -1;
+        for (size_t i = 0; i < gv.size(); ++i)
+          if (!(std::fabs(gv[i] - want[i]) <= std::fabs(want[i]) * 0x1p-23) && wrong++ == 0) first = int64_t(i);
+        INFO("first element off: " << first);
+        CHECK(wrong == 0);
+      };
+      Tensor x = randn({19, n}, kFloat64).to(kFloat32).to(kFloat64);  // float32 values
+      within_ulp(cumsum(on(x.to(kFloat32), dev), 1), ref_cumsum(x, 1));
+      Tensor xl = on(x.to(kFloat32), dev).requires_grad_();
+      Tensor g = randn({19, n}, kFloat64).to(kFloat32).to(kFloat64);
+      cumsum(xl, 1).backward(on(g.to(kFloat32), dev));
+      within_ulp(xl.grad(), ref_cumsum(g, 1, true));
+      // int64: each row's running sum, exactly; row 4's first element starts near the top
+      // so that its sum wraps (two's complement, as torch's).
+      std::vector<int64_t> iv(size_t(19 * n)), want(iv.size());
+      for (size_t i = 0; i < iv.size(); ++i) iv[i] = int64_t(i % 1000) - 500;
+      iv[size_t(4 * n)] = std::numeric_limits<int64_t>::max() - 100;
+      for (int64_t r = 0; r < 19; ++r) {
+        uint64_t s = 0;
+        for (int64_t j = 0; j < n; ++j) want[size_t(r * n + j)] = int64_t(s += uint64_t(iv[size_t(r * n + j)]));
+      }
+      CHECK(cumsum(on(from_vector(iv, {19, n}), dev), 1).to_vector<int64_t>() == want);
+    }
+}
+
 // Storage dtypes on every device, empty tensors included: cumsum sums the narrow
 // integers as int64 and the 16-bit floats in float32, each prefix rounded once (as torch);
 // gather and index_select move any dtype's elements unchanged; scatter_add and index_add

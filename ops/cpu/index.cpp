@@ -97,11 +97,72 @@ static void add_rows(const T* g, T* grad, const int64_t* idx, int64_t outer, int
   });
 }
 
+// Running sums of contiguous rows (cumsum over the last dim): each row's sum is a chain
+// of dependent adds, one add's latency (4 cycles for double) an element, and kept in an
+// array GCC stored and reloaded it each time as well. Eight rows run side by side, their
+// chains interleaved in registers; each row still adds in its own order.
+constexpr int64_t kScanRows = 8;
+// Row r runs kScanSkew steps behind row r - 1: in rows of a power-of-two length the same
+// step of each row falls on addresses equal modulo 4 KiB, whose loads the core then holds
+// behind the other rows' stores ([1024, 4096] float32: 4.8 ms in step, 1.4 ms for rows
+// of 4100).
+constexpr int64_t kScanSkew = 16, kScanRamp = (kScanRows - 1) * kScanSkew;
+
+// kScanRows rows of n from x to out; Reverse: from the end.
+template <class T, bool Reverse>
+static void cumsum_row_group(const T* x, T* out, int64_t n) {
+  using A = acc_t<T>;
+  A acc[kScanRows] = {};
+  // Step k of row r is element k of the row, or n - 1 - k when Reverse.
+  auto at = [n](int64_t r, int64_t k) { return r * n + (Reverse ? n - 1 - k : k); };
+  for (int64_t s = 0; s < n + kScanRamp; ++s) {
+    if (s >= kScanRamp && s < n) {
+      for (int64_t r = 0; r < kScanRows; ++r) {  // a constant count: unrolled, acc in registers
+        const int64_t i = at(r, s - r * kScanSkew);
+        acc[r] = fn::wrapping_add(acc[r], A(x[i]));  // integers wrap, as torch's
+        out[i] = T(acc[r]);
+      }
+    } else {  // the ramps: the rows that have started and not yet finished
+      for (int64_t r = 0; r < kScanRows; ++r) {
+        const int64_t k = s - r * kScanSkew;
+        if (k < 0 || k >= n) continue;
+        acc[r] = fn::wrapping_add(acc[r], A(x[at(r, k)]));
+        out[at(r, k)] = T(acc[r]);
+      }
+    }
+  }
+}
+
+template <class T>
+static void cumsum_rows(const T* x, T* out, int64_t rows, int64_t n, bool reverse) {
+  using A = acc_t<T>;
+  // Tasks: groups of kScanRows rows, then each row left over alone (on its own thread
+  // when there are few rows).
+  const int64_t groups = rows / kScanRows, tasks = groups + rows % kScanRows;
+  const bool par = rows * n >= kParallelGrain && tasks > 1 && !omp_in_parallel();
+  parallel_for_if(tasks, par, [&](int64_t t) {
+    if (t < groups) {
+      const int64_t off = t * kScanRows * n;
+      if (reverse) cumsum_row_group<T, true>(x + off, out + off, n);
+      else cumsum_row_group<T, false>(x + off, out + off, n);
+      return;
+    }
+    const int64_t r = groups * kScanRows + (t - groups);
+    A acc = 0;
+    for (int64_t s = 0; s < n; ++s) {
+      const int64_t j = reverse ? n - 1 - s : s;
+      acc = fn::wrapping_add(acc, A(x[r * n + j]));
+      out[r * n + j] = T(acc);
+    }
+  });
+}
+
 // Running sums along the middle axis of x viewed as (outer, n, inner), dense; from the
 // end when `reverse`. Tasks are (o, block of columns): each owns its outputs.
 template <class T>
 static void cumsum_lines(const T* x, T* out, int64_t outer, int64_t n, int64_t inner, bool reverse) {
   using A = acc_t<T>;
+  if (inner == 1) return cumsum_rows(x, out, outer, n, reverse);
   constexpr int64_t kBlock = 256;
   int64_t col_blocks = (inner + kBlock - 1) / kBlock, tasks = outer * col_blocks;
   bool par = outer * n * inner >= kParallelGrain && tasks > 1 && !omp_in_parallel();
