@@ -20,8 +20,9 @@ void Linear::reset_parameters() {
   // kaiming_uniform with a = sqrt(5): gain sqrt(1/3), so bound = sqrt(3) * gain / sqrt(in)
   // = 1/sqrt(in), the same bound torch then uses for the bias.
   init::kaiming_uniform_(weight, std::sqrt(5.0));
-  if (bias.defined() && options_.in_features() > 0) {
-    double bound = 1 / std::sqrt(double(options_.in_features()));
+  // With no inputs the bound 1/sqrt(in) is infinite; torch's bound is then 0, a zero bias.
+  if (bias.defined()) {
+    double bound = options_.in_features() > 0 ? 1 / std::sqrt(double(options_.in_features())) : 0.0;
     init::uniform_(bias, -bound, bound);
   }
 }

@@ -40,7 +40,18 @@ Tensor Module::register_buffer(const std::string& name, Tensor t) {
 void Module::add_child(const std::string& name, std::shared_ptr<Module> m) {
   check_new_name(name);
   MU_CHECK(m != nullptr, type_name_, ": child module \"", name, "\" is null");
+  // A module inside itself would make every walk of the tree (parameters, state_dict,
+  // train, apply) endless.
+  MU_CHECK(!m->holds(this), type_name_, ": child module \"", name, "\" (", m->type_name(), ") ",
+           m.get() == this ? "is this module itself" : "already holds this module", ": modules must form a tree, not a cycle");
   children_.emplace_back(name, std::move(m));
+}
+
+bool Module::holds(const Module* m) const {
+  if (m == this) return true;
+  for (const auto& [n, c] : children_)
+    if (c->holds(m)) return true;
+  return false;
 }
 
 void Module::collect(const std::string& prefix, bool params, bool bufs, bool recurse, StateDict& out) const {

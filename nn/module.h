@@ -76,6 +76,7 @@ class Module {
 
  private:
   void add_child(const std::string& name, std::shared_ptr<Module> m);
+  bool holds(const Module* m) const;  // m is this module or inside it
   void check_new_name(const std::string& name) const;
   void collect(const std::string& prefix, bool params, bool bufs, bool recurse, StateDict& out) const;
   void collect_modules(std::vector<Module*>& out, std::set<const Module*>& seen);

@@ -1,5 +1,6 @@
 // Views, which share storage with their input, and ops that join, split or mask whole
 // tensors. A view's gradient is the inverse re-indexing of the output gradient.
+#include <algorithm>
 #include <numeric>
 #include <optional>
 
@@ -352,6 +353,9 @@ static Tensor triangle(const Tensor& x, int64_t k, bool lower) {
   const char* op = lower ? "tril" : "triu";
   MU_CHECK(x.dim() >= 2, op, ": expects a tensor with at least 2 dimensions, got shape ", shape_str(x.shape()));
   int64_t r = x.size(-2), c = x.size(-1);
+  // col - row lies in [-(r - 1), c - 1]: a diagonal beyond keeps all or none, and one just
+  // past that range says the same while it converts exactly (INT64_MAX does not).
+  k = std::clamp<int64_t>(k, -r, c);
   const TensorOptions index(TensorOptions(kInt64).device(x.device()));
   Tensor rows = arange(r, index).reshape({r, 1}), cols = arange(c, index).reshape({1, c});
   Tensor keep = lower ? le(cols - rows, full({}, double(k), index)) : ge(cols - rows, full({}, double(k), index));

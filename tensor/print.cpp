@@ -77,7 +77,7 @@ struct Printer {
 
   void choose_format() {
     if (t.dtype() == kBool) f.kind = Formatter::Bool;
-    if (t.dtype() == kInt64) f.kind = Formatter::Int;
+    if (!is_floating(t.dtype()) && t.dtype() != kBool) f.kind = Formatter::Int;  // every integer dtype
     double max_abs = 0, min_abs = INFINITY;
     bool all_int = true;
     visit_values(0, t.storage_offset(), [&](double v) {

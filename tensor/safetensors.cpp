@@ -382,6 +382,8 @@ SafetensorsFile load_safetensors(const std::string& path) {
   } catch (const json::parse_error& e) {
     // e.byte counts from 1 within the header, which starts at file byte 8.
     MU_FAIL(path, ": the header is not valid JSON (error at file byte ", 8 + e.byte - 1, "): ", e.what());
+  } catch (const json::exception& e) {  // a number beyond double's range (out_of_range 406), ...
+    MU_FAIL(path, ": the header (file bytes 8 to ", 8 + n - 1, ") cannot be read as JSON: ", e.what());
   }
   MU_CHECK(header.is_object(), path, ": the header is a JSON ", header.type_name(), ", not an object");
 

@@ -111,6 +111,12 @@ double norm_cdf(double x) { return (1 + std::erf(x / std::sqrt(2.0))) / 2; }
 
 // ---------------------------------------------------------------- Linear
 
+TEST_CASE("Linear with no inputs has a zero bias (torch's bound 1/sqrt(0) taken as 0): its output is the bias") {
+  nn::Linear fc(0, 3);
+  CHECK(fc.bias.to_vector<float>() == std::vector<float>(3, 0.0f));
+  CHECK(fc.forward(ones({2, 0})).to_vector<float>() == std::vector<float>(6, 0.0f));
+}
+
 TEST_CASE("Linear matches x·Wᵀ + b computed with loops") {
   manual_seed(0);
   nn::Linear fc(5, 4);

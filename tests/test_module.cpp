@@ -105,6 +105,25 @@ TEST_CASE("duplicate, invalid and null registrations are refused by name") {
   CHECK(m.children().size() == 1);
 }
 
+TEST_CASE("a module cannot hold itself, directly or through its children: the tree stays finite") {
+  auto a = std::make_shared<nn::Module>("A"), b = std::make_shared<nn::Module>("B"), c = std::make_shared<nn::Module>("C");
+  a->register_parameter("w", zeros({2}));
+  a->register_module("b", b);
+  b->register_module("c", c);
+  CHECK_THROWS_MU(a->register_module("self", a), "A: child module \"self\" (A) is this module itself");
+  CHECK_THROWS_MU(c->register_module("a", a), "C: child module \"a\" (A) already holds this module");
+  CHECK_THROWS_MU(b->register_module("a", a), "modules must form a tree, not a cycle");
+  // Refused, so nothing was added, and every walk of the tree ends.
+  CHECK(c->children().empty());
+  CHECK(names(a->named_parameters()) == std::vector<std::string>{"w"});
+  CHECK(a->state_dict().size() == 1);
+  // A child shared by two parents (no cycle) is still taken.
+  auto d = std::make_shared<nn::Module>("D");
+  b->register_module("d", d);
+  c->register_module("d", d);
+  CHECK(a->modules().size() == 4);
+}
+
 TEST_CASE("buffers are listed apart from parameters and take no gradient") {
   manual_seed(1);
   Net net;

@@ -396,6 +396,12 @@ TEST_CASE("hand-written headers: each malformation is named") {
     CHECK_THROWS_MU(load_safetensors(p), needle);
   };
 
+  // A number beyond double's range is valid JSON syntax that the reader refuses: a
+  // mu::Error naming the file and the header's bytes, not the JSON library's exception.
+  check("{\"x\":{\"dtype\":\"F32\",\"shape\":[1e999],\"data_offsets\":[0,8]}}", f32x2,
+        p + ": the header (file bytes 8 to ");
+  check("{\"x\":{\"dtype\":\"F32\",\"shape\":[1e999],\"data_offsets\":[0,8]}}", f32x2, "cannot be read as JSON");
+
   // A valid foreign file (Python's json.dumps spacing, no checksum) loads.
   write_bytes(p, assemble("{\"__metadata__\": {\"format\": \"pt\"}, \"x\": {\"dtype\": \"F32\", \"shape\": [2], "
                           "\"data_offsets\": [0, 8]}}",

@@ -1,4 +1,6 @@
 // cat, stack, split, chunk, tril, triu against element-by-element expectations.
+#include <limits>
+
 #include "helpers.h"
 
 using namespace mu;
@@ -46,14 +48,25 @@ TEST_CASE("split and chunk return views covering the tensor") {
 
 TEST_CASE("tril and triu keep the right triangle for every diagonal offset") {
   Tensor x = arange(1, 13, 1, kFloat64).reshape({3, 4});
-  for (int64_t k = -3; k <= 4; ++k) {
+  const int64_t kMax = std::numeric_limits<int64_t>::max(), kMin = std::numeric_limits<int64_t>::min();
+  for (int64_t k : {kMin, int64_t(-1000), int64_t(-4), int64_t(-3), int64_t(-2), int64_t(-1), int64_t(0), int64_t(1),
+                    int64_t(2), int64_t(3), int64_t(4), int64_t(5), int64_t(1000), kMax}) {
+    INFO("diagonal " << k);
     Tensor lo = tril(x, k), up = triu(x, k);
     for (int64_t i = 0; i < 3; ++i)
       for (int64_t j = 0; j < 4; ++j) {
-        CHECK(lo.at({i, j}) == (j - i <= k ? x.at({i, j}) : 0.0));
+        CHECK(lo.at({i, j}) == (j - i <= k ? x.at({i, j}) : 0.0));  // j - i never overflows here
         CHECK(up.at({i, j}) == (j - i >= k ? x.at({i, j}) : 0.0));
       }
   }
   Tensor batched = ones({2, 3, 3});
   CHECK(tril(batched).sum().item() == 12.0);
+}
+
+TEST_CASE("eye: n x m, square by default; a negative size is refused") {
+  Tensor e = eye(2, 3, kFloat64);
+  CHECK(e.to_vector<double>() == std::vector<double>{1, 0, 0, 0, 1, 0});
+  CHECK(eye(2).shape() == Shape{2, 2});
+  CHECK_THROWS_MU(eye(2, -2), "eye: negative number of columns -2");
+  CHECK_THROWS_MU(eye(-1), "eye: negative size -1");
 }

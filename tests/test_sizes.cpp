@@ -2,6 +2,7 @@
 // int64 (or past what any machine can allocate) is refused with a mu::Error naming the op
 // and the sizes. Each case picks sizes whose true product or sum is known to exceed
 // 2^63 - 1 (or 2^48 bytes), so a wrapped computation would have answered instead.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -114,4 +115,22 @@ TEST_CASE("the loader's batch count near int64's end, and int64 values exact abo
 TEST_CASE("randperm of a size no buffer can hold is a mu::Error, not a std:: exception") {
   CHECK_THROWS_MU(randperm(int64_t(1) << 62), "randperm: n = 4611686018427387904 needs more than 281474976710656 bytes");
   CHECK_THROWS_MU(randperm(-3), "randperm: negative n -3");
+}
+
+TEST_CASE("randperm refuses a dtype that cannot hold every value 0 to n - 1 exactly, and fills those that can") {
+  CHECK_THROWS_MU(randperm(300, TensorOptions(kBFloat16)),
+                  "randperm: n = 300 is too large for bfloat16, which holds the integers 0 to 256 exactly");
+  CHECK_THROWS_MU(randperm(2050, TensorOptions(kFloat16)), "too large for float16");
+  CHECK_THROWS_MU(randperm(129, TensorOptions(kInt8)), "too large for int8");
+  CHECK_THROWS_MU(randperm(3, TensorOptions(kBool)), "too large for bool");
+  // At the largest n of each: a permutation of 0 .. n - 1.
+  for (auto [n, dt] : {std::pair{int64_t(257), kBFloat16}, {int64_t(2049), kFloat16}, {int64_t(128), kInt8},
+                       {int64_t(256), kUInt8}, {int64_t(2), kBool}}) {
+    INFO(dtype_name(dt));
+    std::vector<double> v = randperm(n, TensorOptions(dt)).to_vector<double>();
+    std::sort(v.begin(), v.end());
+    bool perm = int64_t(v.size()) == n;
+    for (int64_t i = 0; perm && i < n; ++i) perm = v[size_t(i)] == double(i);
+    CHECK(perm);
+  }
 }

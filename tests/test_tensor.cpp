@@ -162,6 +162,9 @@ TEST_CASE("printing shows values, shape and dtype, and summarises large tensors"
   std::string s = tensor({{1.5, 2.0}, {3.0, 4.25}}).str();
   CHECK(s == "tensor([[1.5000, 2.0000],\n        [3.0000, 4.2500]], shape=[2, 2], dtype=float32)");
   CHECK(tensor({1, 2, 3}).str() == "tensor([1, 2, 3], shape=[3], dtype=int64)");
+  // Every integer dtype prints integers (as torch).
+  CHECK(tensor({-3, 100}).to(kInt8).str() == "tensor([ -3, 100], shape=[2], dtype=int8)");
+  CHECK(tensor({200, 0}).to(kUInt8).str() == "tensor([200,   0], shape=[2], dtype=uint8)");
   CHECK(tensor({1.0, 2.0}, kFloat64).str() == "tensor([1., 2.], shape=[2], dtype=float64)");
   CHECK(scalar_tensor(2.0).str() == "tensor(2., shape=[], dtype=float32)");
   std::string big = arange(0, 2000, 1, kFloat32).str();
