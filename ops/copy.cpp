@@ -60,6 +60,7 @@ Tensor& Tensor::fill_(double value) {
 
 Tensor& Tensor::copy_(const Tensor& src) {
   check_inplace(*this, "copy_");
+  check_distinct_elements(*this, "copy_");
   MU_CHECK(src.device() == device(), "copy_: source on ", src.device().str(), ", destination on ", device().str(),
            "; move the source with .to(device) first");
   MU_CHECK(src.dim() <= dim() && broadcast_shapes(src.shape(), shape(), "copy_") == shape(), "copy_: source of shape ",

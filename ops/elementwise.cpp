@@ -108,6 +108,21 @@ Tensor square(const Tensor& x) {
 
 Tensor clamp(const Tensor& x, double lo, double hi) {
   bool has_lo = !std::isnan(lo), has_hi = !std::isnan(hi);
+  if (x.defined() && !x.is_floating_point()) {
+    // An integer tensor's bounds: a fraction or an infinity makes the result float32 (torch's
+    // promotion: clamp(int64 {0, 5, 10}, 2.5, 7.5) is {2.5, 5, 7.5}); an integer bound must
+    // fit the dtype (the functor converts it to the element type).
+    auto integral = [](double v) { return std::isnan(v) || (std::isfinite(v) && v == std::trunc(v)); };
+    if (!integral(lo) || !integral(hi)) return clamp(x.to(kFloat32), lo, hi);
+    // A bound past the dtype's range on its own side binds nothing (clamp(x, 0, 1e30) of
+    // int64 is clamp_min(x, 0)); one past the other side would give values the dtype
+    // cannot hold, and check_value_fits says so.
+    const auto [least, most] = integer_range(x.dtype());
+    if (has_lo && lo <= least) has_lo = false;
+    if (has_hi && hi >= most) has_hi = false;
+    if (has_lo) check_value_fits(lo, x.dtype(), "clamp");
+    if (has_hi) check_value_fits(hi, x.dtype(), "clamp");
+  }
   Tensor y = map(fn::Clamp{{}, lo, hi, has_lo, has_hi}, {x});
   // The gradient passes where x lies inside [lo, hi] (bounds included, as PyTorch).
   return record("ClampBackward", y, {x}, [xs = save(x), lo, hi, has_lo, has_hi](const Tensor& g) -> TensorList {
@@ -129,6 +144,11 @@ namespace {
 // autocast's activations meeting a float32 bias or residual) are not converted: the
 // kernels read each in its own dtype and write the promoted one, and the engine
 // rounds each gradient to its operand's dtype.
+//
+// A 16-bit float result computes in float32 (the kernels widen as they read): a 0-dim
+// float operand beside it (a number, with_number) goes in as float32, not rounded to 16
+// bits first, and the result, float16 or bfloat16 by result_type's ranks (map reads them
+// alike), is rounded once. torch does the same: float16 x / 1e5 is not x / inf.
 std::pair<Tensor, Tensor> promoted(const Tensor& a, const Tensor& b, bool floating = false) {
   if (!a.defined() || !b.defined()) return {a, b};  // map() names the undefined operand
   DType r = result_type(a, b);
@@ -136,16 +156,31 @@ std::pair<Tensor, Tensor> promoted(const Tensor& a, const Tensor& b, bool floati
   if (r == kFloat32 && is_floating(a.dtype()) && is_floating(b.dtype()) && compute_dtype(a.dtype()) == kFloat32 &&
       compute_dtype(b.dtype()) == kFloat32)
     return {a, b};
+  if (r == kBFloat16 || r == kFloat16) {
+    auto side = [r](const Tensor& t) { return t.dim() == 0 && is_floating(t.dtype()) ? t.to(kFloat32) : t.to(r); };
+    if ((a.dim() == 0) != (b.dim() == 0)) return {side(a), side(b)};
+  }
   return {a.to(r), b.to(r)};
 }
 
-// The 0-dim tensor standing for the number `v` beside tensor t, and t, both in the dtype
-// PyTorch computes `t op v` in (an integer tensor and 0.5 give float32).
+// The 0-dim tensor standing for the number `v` beside tensor t, and t, in the dtypes
+// PyTorch computes `t op v` in (an integer tensor and 0.5 give float32; a 16-bit float
+// tensor with dimensions keeps its dtype, the number float32: see promoted; a 0-dim one
+// takes the number in its own dtype, as scalar_like).
 std::pair<Tensor, Tensor> with_number(const Tensor& t, Scalar v, bool floating = false) {
   MU_CHECK(t.defined(), "an op between a tensor and a number got an undefined tensor");
   DType r = result_type(t, v);
   if (floating && !is_floating(r)) r = kFloat32;
-  return {t.to(r), full({}, v.to_double(), TensorOptions(r).device(t.device()))};
+  const DType number = (r == kBFloat16 || r == kFloat16) && t.dim() > 0 ? kFloat32 : r;
+  // An integer number beside an integer tensor goes in as the integer itself (a double
+  // would round it above 2^53).
+  if (!is_floating(number) && v.has_int64()) {
+    // The number takes the tensor's integer dtype (int8 x + 2 is int8), so it must fit it.
+    if (number != kInt64)
+      check_value_fits(double(v.to_int64()), number, "an op between a tensor and a number");
+    return {t.to(r), from_vector(std::vector<int64_t>{v.to_int64()}, {}, TensorOptions(number)).to(t.device())};
+  }
+  return {t.to(r), full({}, v.to_double(), TensorOptions(number).device(t.device()))};
 }
 
 }  // namespace
@@ -389,15 +424,24 @@ Tensor Tensor::clamp(double min, double max) const { return mu::clamp(*this, min
 
 // self <- f(self, other), other broadcast to self's shape.
 template <class F>
-static Tensor& inplace(Tensor& self, const Tensor& other, const F& f) {
-  check_inplace(self, F::name);
+static Tensor& inplace(Tensor& self, const Tensor& other, const F& f, const char* op) {
+  check_inplace(self, op);
+  check_distinct_elements(self, op);
   // A source sharing the destination's memory (x.add_(x.t())) is read from a private copy.
   Tensor src = other.storage() == self.storage() ? other.clone() : other;
+  // A 0-dim float beside a 16-bit float self is read in float32 (see promoted): x.add_(1e5)
+  // on float16 -6e4 gives 4e4, not inf.
+  const bool narrow_self = self.dtype() == kBFloat16 || self.dtype() == kFloat16;
+  if (src.defined() && narrow_self && src.dim() == 0 && self.dim() > 0 && is_floating(src.dtype())) {
+    detail::map_into(self, f, {self, src.to(kFloat32)});
+    self.bump_version();
+    return self;
+  }
   if (src.defined() && src.dtype() != self.dtype()) {
     // PyTorch's rule for in-place ops: the promoted result must fit self's dtype (a float
     // never goes into an integer tensor); then other is read in self's dtype.
     DType r = result_type(self, src);
-    MU_CHECK(can_cast(r, self.dtype()), F::name, ": the result type ", dtype_name(r),
+    MU_CHECK(can_cast(r, self.dtype()), op, ": the result type ", dtype_name(r),
              " cannot be written into a tensor of dtype ", dtype_name(self.dtype()), " (self ",
              shape_str(self.shape()), ", other ", dtype_name(src.dtype()), " ", shape_str(src.shape()), ")");
     src = src.to(self.dtype());
@@ -410,16 +454,23 @@ static Tensor& inplace(Tensor& self, const Tensor& other, const F& f) {
 Tensor& Tensor::add_(const Tensor& other, double alpha) {
   MU_CHECK(is_floating(dtype()) || (std::isfinite(alpha) && alpha == std::trunc(alpha) && std::fabs(alpha) < 9.2e18),
            "add_: alpha ", alpha, " is not an integer but the tensor is ", dtype_name(dtype()));
-  return inplace(*this, other, fn::AddScaled{{}, alpha});
+  return inplace(*this, other, fn::AddScaled{{}, alpha}, "add_");
 }
 Tensor& Tensor::add_(double value) { return add_(detail::scalar_like(*this, value, "add_")); }
-Tensor& Tensor::mul_(const Tensor& other) { return inplace(*this, other, fn::Mul{}); }
+Tensor& Tensor::mul_(const Tensor& other) { return inplace(*this, other, fn::Mul{}, "mul_"); }
 Tensor& Tensor::mul_(double value) { return mul_(detail::scalar_like(*this, value, "mul_")); }
 Tensor& Tensor::div_(const Tensor& other) {
   // True division has a floating-point result, which an integer tensor cannot hold.
   MU_CHECK(is_floating(dtype()), "div_: the result type of true division is floating point and cannot be written into a "
            "tensor of dtype ", dtype_name(dtype()), "; use div(a, b, \"trunc\") or \"floor\"");
-  return inplace(*this, other, fn::Div{});
+  return inplace(*this, other, fn::Div{}, "div_");
+}
+// A division, not a product with 1 / value: x / 1e-310 is 1e10 times x, where 1 / 1e-310
+// is inf, and the quotient is rounded once.
+Tensor& Tensor::div_(double value) {
+  MU_CHECK(is_floating(dtype()), "div_: the result type of true division is floating point and cannot be written into a "
+           "tensor of dtype ", dtype_name(dtype()), "; use div(a, b, \"trunc\") or \"floor\"");
+  return div_(detail::scalar_like(*this, value, "div_"));
 }
 
 }  // namespace mu

@@ -108,13 +108,13 @@ std::array<Tensor, 3> checked_operands(std::initializer_list<Tensor> operands) {
   return in;
 }
 
-// The dtype the value operands as given promote to (they passed checked_operands).
+// The dtype the value operands as given promote to (they passed checked_operands), by
+// torch's ranks (result_type): a 0-dim operand does not widen one with dimensions, so a
+// float16 tensor and a float32 0-dim tensor (a number kept in float32, with_number) give
+// float16, computed in float32 and rounded once.
 template <class F>
 DType promote_given(std::initializer_list<Tensor> operands) {
-  const size_t first = F::select ? 1 : 0;
-  DType d = operands.begin()[first].dtype();
-  for (size_t j = first + 1; j < operands.size(); ++j) d = promote_types(d, operands.begin()[j].dtype());
-  return d;
+  return result_type(operands.begin() + (F::select ? 1 : 0), operands.end());
 }
 
 // Runs F's kernel into out, which has the result dtype: directly when the kernels
@@ -165,11 +165,16 @@ void map_into(const Tensor& out, const F& f, std::initializer_list<Tensor> opera
   run_map(out, in, f);
 }
 
-// A 0-dim tensor holding `v` in t's dtype and on t's device, for tensor-scalar arithmetic.
+// A 0-dim tensor holding `v` in t's dtype and on t's device, for tensor-scalar arithmetic;
+// in float32 beside a 16-bit float t with dimensions, whose ops compute in float32 (as
+// torch keeps the number: float16 x + 1e5 is not x + inf, and x * (1/3) is not x times
+// 1/3 in 8 bits). A 0-dim t takes it in its own dtype: two 0-dim operands promote as
+// equals, and float32 would widen the result.
 inline Tensor scalar_like(const Tensor& t, double v, const char* op) {
   MU_CHECK(t.is_floating_point() || v == double(int64_t(v)), op, ": scalar ", v,
            " is not an integer but the tensor is ", dtype_name(t.dtype()), "; convert it with .to(kFloat32)");
-  return full({}, v, TensorOptions(t.dtype()).device(t.device()));
+  const DType d = t.is_floating_point() && t.dim() > 0 ? compute_dtype(t.dtype()) : t.dtype();
+  return full({}, v, TensorOptions(d).device(t.device()));
 }
 
 }  // namespace mu::detail

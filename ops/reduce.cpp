@@ -15,26 +15,35 @@ using autograd::record;
 using autograd::save;
 using autograd::TensorList;
 
-Tensor sum(const Tensor& x, const Shape& dims, bool keepdim) {
+static bool is_narrow_float(DType t) { return t == kBFloat16 || t == kFloat16; }
+
+// sum; a 16-bit float x's sum is left in float32 when `round` is false (for mean, which
+// divides before it rounds).
+static Tensor sum_impl(const Tensor& x, const Shape& dims, bool keepdim, bool round) {
   // The narrow integers sum as int64, as in PyTorch (the result is int64).
   if (!is_compute_dtype(x.dtype()) && !is_floating(x.dtype())) return sum(in_compute_dtype(x), dims, keepdim);
   ReducePlan p = plan_reduce(x, dims, keepdim, "sum");
   // The 16-bit floats (autocast's bfloat16 activations) are summed in float32 by the
   // kernel, which reads them as they are, and the result rounded back once, as in
   // PyTorch; bool counts in int64.
-  const bool narrow_float = x.dtype() == kBFloat16 || x.dtype() == kFloat16;
+  const bool narrow_float = is_narrow_float(x.dtype());
   const DType acc = narrow_float ? kFloat32 : x.dtype() == kBool ? kInt64 : x.dtype();
   Tensor y = empty(p.out_shape, TensorOptions(acc).device(x.device()));
   kernels::sum(x.device(), y, x, p);
-  if (narrow_float) y = detail::cast(y, x.dtype());
+  if (narrow_float && round) y = detail::cast(y, x.dtype());
   return record("SumBackward", y, {x}, [keep = p.keep_shape, sx = x.shape()](const Tensor& g) -> TensorList {
     return {g.reshape(keep).expand(sx)};
   });
 }
 
+Tensor sum(const Tensor& x, const Shape& dims, bool keepdim) { return sum_impl(x, dims, keepdim, true); }
+
 Tensor mean(const Tensor& x, const Shape& dims, bool keepdim) {
   MU_CHECK(x.is_floating_point(), "mean: needs a floating-point tensor, got ", dtype_name(x.dtype()));
   ReducePlan p = plan_reduce(x, dims, keepdim, "mean");
+  // A 16-bit float's mean is the float32 sum divided in float32, rounded once (a float16
+  // sum of 1e5 ones is inf, a bfloat16 sum of 1000 threes 3008), as torch's.
+  if (is_narrow_float(x.dtype())) return (sum_impl(x, dims, keepdim, false) / double(p.inner)).to(x.dtype());
   return sum(x, dims, keepdim) / double(p.inner);
 }
 
@@ -81,6 +90,9 @@ Tensor var(const Tensor& x, const Shape& dims, int64_t correction, bool keepdim)
   MU_CHECK(x.is_floating_point(), "var: needs a floating-point tensor, got ", dtype_name(x.dtype()));
   MU_CHECK(correction >= 0, "var: correction must be non-negative, got ", correction);
   ReducePlan p = plan_reduce(x, dims, keepdim, "var");
+  // 16-bit floats in float32 throughout, rounded once (their squares and sums overflow
+  // float16, and each rounding to 8 bits would cost bfloat16 its digits), as torch's.
+  if (is_narrow_float(x.dtype())) return var(x.to(kFloat32), dims, correction, keepdim).to(x.dtype());
   Tensor d = x - mean(x, dims, true);
   // As torch: divide by max(0, n - correction), so too few elements give inf or NaN.
   double denom = double(std::max<int64_t>(0, p.inner - correction));

@@ -83,6 +83,12 @@ DType result_type(const Tensor& a, const Tensor& b) {
   return s.result();
 }
 
+DType result_type(const Tensor* first, const Tensor* last) {
+  State s;
+  for (const Tensor* t = first; t != last; ++t) s.add(*t);
+  return s.result();
+}
+
 DType result_type(const Tensor& a, Scalar b) {
   State s;
   s.add(a);

@@ -23,6 +23,7 @@ DType promote_types(DType a, DType b);
 
 DType result_type(const Tensor& a, const Tensor& b);
 DType result_type(const Tensor& a, Scalar b);
+DType result_type(const Tensor* first, const Tensor* last);  // over the tensors [first, last)
 
 // Whether a result of dtype `from` may be written into a tensor of dtype `to` (torch's
 // can_cast, used by in-place ops): not a float into an integer or a bool, not an

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "tensor/error.h"
 #include "tensor/half.h"
@@ -93,20 +94,28 @@ inline DType compute_dtype(DType t) {
 // an infinity, or a value outside the dtype's range. Used where a number becomes an
 // element (full, fill_, set, from_vector), where a silent truncation or wrap would be a
 // wrong answer. Floating dtypes take any number (rounding is their nature).
+// The least and the greatest value of an integer or bool dtype, as doubles (int64's
+// greatest, 2^63 - 1, rounds up to 2^63).
+inline std::pair<double, double> integer_range(DType t) {
+  switch (t) {
+    case DType::Bool: return {0, 1};
+    case DType::Int8: return {-128, 127};
+    case DType::Int16: return {-32768, 32767};
+    case DType::Int32: return {-2147483648.0, 2147483647.0};
+    case DType::UInt8: return {0, 255};
+    default: return {-9223372036854775808.0, 9223372036854775808.0};
+  }
+}
+
 inline void check_value_fits(double v, DType t, const char* op) {
   if (is_floating(t)) return;
   if (t == DType::Bool) {
     MU_CHECK(v == 0 || v == 1, op, ": value ", v, " is not a bool (0 or 1)");
     return;
   }
-  double lo = -9223372036854775808.0, hi = 9223372036854775808.0;  // [-2^63, 2^63)
-  switch (t) {
-    case DType::Int8: lo = -128, hi = 128; break;
-    case DType::Int16: lo = -32768, hi = 32768; break;
-    case DType::Int32: lo = -2147483648.0, hi = 2147483648.0; break;
-    case DType::UInt8: lo = 0, hi = 256; break;
-    default: break;
-  }
+  const auto [lo, most] = integer_range(t);
+  // [-2^63, 2^63) for int64, whose greatest value is not a double.
+  const double hi = t == DType::Int64 ? most : most + 1;
   MU_CHECK(v == std::trunc(v), op, ": value ", v, " is not an integer but the dtype is ", dtype_name(t));
   MU_CHECK(v >= lo && v < hi, op, ": value ", v, " does not fit in ", dtype_name(t), " (range [", lo, ", ", hi - 1,
            "])");

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <type_traits>
 
+
 namespace mu {
 
 class Scalar {
@@ -20,9 +21,23 @@ class Scalar {
       : value_(static_cast<double>(v)),
         kind_(std::is_same_v<T, bool>        ? Kind::Bool
               : std::is_integral_v<T>        ? Kind::Integral
-                                             : Kind::Floating) {}
+                                             : Kind::Floating) {
+    // An integer is also kept exactly: a double holds integers up to 2^53 only, and
+    // int64 x + (2^62 + 1) must add exactly that. (An unsigned value above int64's range
+    // has only its double.)
+    if constexpr (std::is_integral_v<T>) {
+      if (std::is_signed_v<T> || static_cast<uint64_t>(v) <= static_cast<uint64_t>(INT64_MAX)) {
+        int_ = static_cast<int64_t>(v);
+        exact_int_ = true;
+      }
+    }
+  }
 
   double to_double() const { return value_; }
+  // Whether the value is an integer held exactly (a bool or an integer up to int64's
+  // range), and that integer.
+  bool has_int64() const { return exact_int_; }
+  int64_t to_int64() const { return int_; }
   Kind kind() const { return kind_; }
   bool is_bool() const { return kind_ == Kind::Bool; }
   bool is_integral() const { return kind_ == Kind::Integral; }
@@ -30,6 +45,8 @@ class Scalar {
 
  private:
   double value_;
+  int64_t int_ = 0;
+  bool exact_int_ = false;
   Kind kind_;
 };
 

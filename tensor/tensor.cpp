@@ -167,6 +167,13 @@ void check_inplace(const Tensor& t, const char* op) {
           ", output of ", t.grad_fn()->name(), "); use the out-of-place form");
 }
 
+void check_distinct_elements(const Tensor& t, const char* op) {
+  for (int64_t d = 0; d < t.dim(); ++d)
+    MU_CHECK(t.stride(d) != 0 || t.size(d) <= 1, op, ": more than one element of the written-to tensor ",
+             t.describe(), " refers to one memory location (dim ", d, " has size ", t.size(d),
+             " and stride 0, an expanded view); write into a copy of it (.contiguous() or .clone())");
+}
+
 // ---------------------------------------------------------------- factories
 
 Tensor empty(const Shape& shape, TensorOptions opts) {
@@ -229,8 +236,9 @@ Tensor arange(double start, double end, double step, TensorOptions opts) {
 Tensor arange(int64_t end, TensorOptions opts) { return arange(0, double(end), 1, opts); }
 
 Tensor eye(int64_t n, int64_t m, TensorOptions opts) {
-  if (m < 0) m = n;
+  if (m == -1) m = n;  // the default: square
   MU_CHECK(n >= 0, "eye: negative size ", n);
+  MU_CHECK(m >= 0, "eye: negative number of columns ", m, " (-1, the default, means n)");
   return build_on_host({n, m}, opts, [&](int64_t i) { return i / m == i % m ? 1.0 : 0.0; });
 }
 

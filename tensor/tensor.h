@@ -200,7 +200,7 @@ class Tensor {
   Tensor& mul_(const Tensor& other);
   Tensor& mul_(double value);
   Tensor& div_(const Tensor& other);
-  Tensor& div_(double value) { return mul_(1.0 / value); }
+  Tensor& div_(double value);
 
   std::string str() const;
   // "Tensor[float32, [2, 3], cpu]": for error messages.
@@ -225,6 +225,10 @@ Tensor make_view(const std::shared_ptr<Storage>& storage, const Shape& shape, co
                  int64_t offset, DType dtype);
 // Refuses an in-place write to `t` that autograd could not account for.
 void check_inplace(const Tensor& t, const char* op);
+// Refuses to write elementwise into t when two of its elements share memory (a dim
+// expanded by stride 0): each write would land on the others, and the result would
+// depend on the order (x.expand({4}).add_(1) adding 4 times), as torch refuses.
+void check_distinct_elements(const Tensor& t, const char* op);
 
 // ---- factories
 Tensor empty(const Shape& shape, TensorOptions opts = {});

@@ -178,3 +178,108 @@ TEST_CASE("storage-dtype tensors print, fill, and load into a module's float32 p
   CHECK(lin.state_dict()[0].second.dtype() == kFloat32);
   CHECK(lin.forward(tensor({{4.0, 2.0}})).item() == 1.0 - 1.0 + 3.0);
 }
+
+// A number beside a float16 or bfloat16 tensor is kept in float32 and the result rounded
+// once (torch's rule for Python numbers): not rounded to 16 bits first, where 1e5 is
+// float16's inf and 1/3 keeps 8 bits in bfloat16. The expected values: the definition
+// written out with the conversions of tensor/half.h.
+TEST_CASE("a number beside a 16-bit float tensor stays float32; the result is rounded once") {
+  auto h = [](float v) { return half_t::to_float(half_t::from_float(v)); };
+  auto b = [](float v) { return bfloat16_t::to_float(bfloat16_t::from_float(v)); };
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    auto f16 = [&](double v) { return on(full({2}, v, kFloat16), dev); };
+    auto first = [](const Tensor& t) { return t.to(kFloat64).to_vector<double>()[0]; };
+    CHECK((f16(1.0) / 1e5).dtype() == kFloat16);
+    CHECK(first(f16(1.0) / 1e5) == h(1.0f / 1e5f));
+    CHECK(first(f16(60000.0) / 1e5) == h(h(60000.0f) / 1e5f));
+    CHECK(first(f16(INFINITY) / 1e5) == INFINITY);
+    CHECK(first(f16(-60000.0) + 1e5) == h(h(-60000.0f) + 1e5f));
+    CHECK(first(f16(1e-4) * 1e5) == h(h(1e-4f) * 1e5f));
+    CHECK(first(1e5 - f16(60000.0)) == h(1e5f - h(60000.0f)));
+    const std::vector<float> xs = {3.0f, -7.5f, 0.1f, 1000.0f};
+    Tensor xb = on(from_vector(xs, {4}), dev).to(kBFloat16);
+    std::vector<double> third = (xb * (1.0 / 3)).to_vector<double>();
+    for (size_t i = 0; i < xs.size(); ++i) CHECK(third[i] == b(b(xs[i]) * float(1.0 / 3)));
+    // In place likewise.
+    Tensor a = f16(-60000.0);
+    a.add_(1e5);
+    CHECK(first(a) == h(h(-60000.0f) + 1e5f));
+    Tensor d = f16(1.0);
+    d.div_(1e5);
+    CHECK(first(d) == h(1.0f / 1e5f));
+    // masked_fill writes the number rounded once.
+    CHECK(first(masked_fill(xb, on(ones({4}), dev) > 0, 1.0 / 3)) == b(float(1.0 / 3)));
+    // A 0-dim tensor keeps its dtype with a number.
+    CHECK((on(full({}, 3.0, kBFloat16), dev) * 0.5).dtype() == kBFloat16);
+  }
+}
+
+TEST_CASE("mean and var of 16-bit floats are computed in float32 and rounded once") {
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    // A float16 sum of 100000 ones is inf; a bfloat16 sum of 1000 threes is 3008.
+    CHECK(mean(on(ones({100000}, kFloat16), dev)).item<double>() == 1.0);
+    CHECK(mean(on(full({70000}, 0.5, kFloat16), dev)).item<double>() == 0.5);
+    CHECK(mean(on(full({1000}, 3.0, kBFloat16), dev)).item<double>() == 3.0);
+    CHECK(var(on(ones({100000}, kFloat16), dev)).item<double>() == 0.0);
+    CHECK(mean(on(ones({10}, kBFloat16), dev)).dtype() == kBFloat16);
+    // Rows of bfloat16 values: each row's mean and variance are the float64 ones of the
+    // same values, rounded once to bfloat16 (float32's error is far below bfloat16's ulp).
+    manual_seed(3);
+    Tensor x = randn({6, 500}).to(kBFloat16);
+    std::vector<double> xv = x.to_vector<double>();
+    std::vector<double> m = mean(on(x, dev), {1}).to_vector<double>(), v = var(on(x, dev), {1}).to_vector<double>();
+    for (int r = 0; r < 6; ++r) {
+      double s = 0, ss = 0;
+      for (int j = 0; j < 500; ++j) s += xv[size_t(r * 500 + j)];
+      const double mu = s / 500;
+      for (int j = 0; j < 500; ++j) ss += (xv[size_t(r * 500 + j)] - mu) * (xv[size_t(r * 500 + j)] - mu);
+      INFO("row " << r);
+      CHECK(m[size_t(r)] == bfloat16_t::to_float(bfloat16_t::from_float(float(mu))));
+      CHECK(v[size_t(r)] == bfloat16_t::to_float(bfloat16_t::from_float(float(ss / 499))));
+    }
+  }
+}
+
+TEST_CASE("integer numbers beside integer tensors are exact past 2^53; a number must fit the tensor's dtype") {
+  const int64_t big = (int64_t(1) << 62) + 1, odd = (int64_t(1) << 53) + 1;
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    Tensor one = on(from_vector(std::vector<int64_t>{1}, {1}), dev);
+    CHECK((one + big).to_vector<int64_t>() == std::vector<int64_t>{big + 1});
+    CHECK((one * odd).to_vector<int64_t>() == std::vector<int64_t>{odd});
+    CHECK((big - one).to_vector<int64_t>() == std::vector<int64_t>{big - 1});
+    Tensor t = on(from_vector(std::vector<int64_t>{odd, odd - 1}, {2}), dev);
+    CHECK((t == odd).to_vector<bool>() == std::vector<bool>{true, false});
+    CHECK((t < odd).to_vector<bool>() == std::vector<bool>{false, true});
+    CHECK(where(t == odd, t, big).to_vector<int64_t>() == std::vector<int64_t>{odd, big});
+    Tensor i8 = on(tensor({1.0, 2.0}), dev).to(kInt8);
+    CHECK((i8 + 100).to_vector<int64_t>() == std::vector<int64_t>{101, 102});
+    CHECK_THROWS_MU(i8 + 300, "an op between a tensor and a number: value 300 does not fit in int8");
+  }
+}
+
+TEST_CASE("clamp of an integer tensor: fractional or infinite bounds give float32, integer bounds must fit or bind nothing") {
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    Tensor x = on(from_vector(std::vector<int64_t>{0, 5, 10}, {3}), dev);
+    Tensor f = clamp(x, 2.5, 7.5);
+    CHECK(f.dtype() == kFloat32);
+    CHECK(f.to_vector<double>() == std::vector<double>{2.5, 5.0, 7.5});
+    CHECK(clamp(x, -INFINITY, INFINITY).to_vector<double>() == std::vector<double>{0.0, 5.0, 10.0});
+    // A bound past the dtype's range on its own side binds nothing; past the other side
+    // its values do not fit.
+    CHECK(clamp(x, 0, 1e30).dtype() == kInt64);
+    CHECK(clamp(x, 0, 1e30).to_vector<int64_t>() == std::vector<int64_t>{0, 5, 10});
+    CHECK(clamp(x, -1e30, 3).to_vector<int64_t>() == std::vector<int64_t>{0, 3, 3});
+    CHECK_THROWS_MU(clamp(x, 1e30, 2e30), "clamp: value 1e+30 does not fit in int64");
+    Tensor i = clamp(x, 1, 7);
+    CHECK(i.dtype() == kInt64);
+    CHECK(i.to_vector<int64_t>() == std::vector<int64_t>{1, 5, 7});
+    CHECK(clamp_max(x, 3).to_vector<int64_t>() == std::vector<int64_t>{0, 3, 3});
+    Tensor i8 = on(tensor({0.0, 5.0}), dev).to(kInt8);
+    CHECK_THROWS_MU(clamp_min(i8, 300), "clamp: value 300 does not fit in int8");
+    CHECK(clamp_min(i8, 3).to_vector<int64_t>() == std::vector<int64_t>{3, 5});
+  }
+}

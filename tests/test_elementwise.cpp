@@ -950,3 +950,44 @@ TEST_CASE("dense views at any element offset: maps, copies, conversions, in-plac
     }
   }
 }
+
+TEST_CASE("div_ by a number divides (not a product with its reciprocal), and refuses integer tensors") {
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    Tensor tiny = on(tensor({1e-300, -3e-300}, kFloat64), dev);
+    tiny.div_(1e-310);  // 1 / 1e-310 is inf in double
+    std::vector<double> t = tiny.to_vector<double>();
+    CHECK(t[0] == 1e-300 / 1e-310);
+    CHECK(t[1] == -3e-300 / 1e-310);
+    // Rounded once: every element the float32 quotient of its own value.
+    Tensor x = on(arange(1, 2000, 1, TensorOptions(kFloat32)), dev);
+    Tensor y = x.clone();
+    y.div_(3.0);
+    std::vector<float> xv = x.to_vector<float>(), yv = y.to_vector<float>();
+    int64_t wrong = 0;
+    for (size_t i = 0; i < xv.size(); ++i) wrong += yv[i] != xv[i] / 3.0f;
+    CHECK(wrong == 0);
+    Tensor i = on(tensor({1, 2}), dev);
+    CHECK_THROWS_MU(i.div_(2.0), "div_: the result type of true division is floating point");
+  }
+}
+
+TEST_CASE("writing elementwise into an expanded view is refused: its elements share memory") {
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    Tensor e = on(zeros({1}), dev).expand({4});
+    CHECK_THROWS_MU(e.add_(on(ones({4}), dev)), "add_: more than one element of the written-to tensor");
+    CHECK_THROWS_MU(e.copy_(on(arange(0, 4, 1, TensorOptions(kFloat32)), dev)), "dim 0 has size 4 and stride 0");
+    CHECK_THROWS_MU(e.mul_(2.0), "mul_: more than one element");
+    Tensor row = on(ones({1, 3}), dev).expand({2, 3});
+    CHECK_THROWS_MU(row.add_(on(ones({2, 3}), dev)), "an expanded view");
+    // Nothing was written; an expanded size-1 dim and a transposed view are fine.
+    CHECK(e.to_vector<float>() == std::vector<float>(4, 0.0f));
+    Tensor one = on(zeros({3, 1}), dev).expand({3, 1});
+    one.add_(on(ones({3, 1}), dev));
+    CHECK(one.to_vector<float>() == std::vector<float>(3, 1.0f));
+    Tensor sq = on(arange(0, 4, 1, TensorOptions(kFloat32)), dev).reshape({2, 2});
+    sq.t().add_(on(ones({2, 2}), dev));
+    CHECK(sq.to_vector<float>() == std::vector<float>{1, 2, 3, 4});
+  }
+}
