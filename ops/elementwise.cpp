@@ -459,17 +459,20 @@ Tensor& Tensor::add_(const Tensor& other, double alpha) {
 Tensor& Tensor::add_(double value) { return add_(detail::scalar_like(*this, value, "add_")); }
 Tensor& Tensor::mul_(const Tensor& other) { return inplace(*this, other, fn::Mul{}, "mul_"); }
 Tensor& Tensor::mul_(double value) { return mul_(detail::scalar_like(*this, value, "mul_")); }
+// True division has a floating-point result, which an integer tensor cannot hold.
+static void require_floating_quotient(const Tensor& self) {
+  MU_CHECK(is_floating(self.dtype()), "div_: the result type of true division is floating point and cannot be written "
+           "into a tensor of dtype ", dtype_name(self.dtype()), "; use div(a, b, \"trunc\") or \"floor\"");
+}
 Tensor& Tensor::div_(const Tensor& other) {
-  // True division has a floating-point result, which an integer tensor cannot hold.
-  MU_CHECK(is_floating(dtype()), "div_: the result type of true division is floating point and cannot be written into a "
-           "tensor of dtype ", dtype_name(dtype()), "; use div(a, b, \"trunc\") or \"floor\"");
+  require_floating_quotient(*this);
   return inplace(*this, other, fn::Div{}, "div_");
 }
 // A division, not a product with 1 / value: x / 1e-310 is 1e10 times x, where 1 / 1e-310
-// is inf, and the quotient is rounded once.
+// is inf, and the quotient is rounded once. (Checked first: scalar_like would name the
+// number, not the division, for an integer tensor.)
 Tensor& Tensor::div_(double value) {
-  MU_CHECK(is_floating(dtype()), "div_: the result type of true division is floating point and cannot be written into a "
-           "tensor of dtype ", dtype_name(dtype()), "; use div(a, b, \"trunc\") or \"floor\"");
+  require_floating_quotient(*this);
   return div_(detail::scalar_like(*this, value, "div_"));
 }
 

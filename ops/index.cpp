@@ -212,7 +212,7 @@ static Tensor cumsum_dir(const Tensor& x, int64_t dim, bool reverse) {
     return is_floating(x.dtype()) ? y.to(x.dtype()) : y;
   }
   Tensor xv = at_least_1d(x);
-  int64_t d = wrap_dim(dim, xv.dim(), op);
+  int64_t d = wrap_dim(dim, x.dim(), op);  // x's own count in the message: a 0-dim x takes 0 and -1
   auto [outer, n_d, inner] = line_geometry(xv.shape(), d);
   Tensor xc = xv.detach().contiguous(), y = empty_like(xc);
   kernels::cumsum(x.device(), y, xc, outer, xv.shape()[size_t(d)], inner, reverse);
@@ -237,7 +237,7 @@ static ValuesIndices sorted_prefix(const Tensor& x, int64_t dim, int64_t k, bool
     return {w.values.to(x.dtype()), w.indices};
   }
   Tensor xv = at_least_1d(x);
-  int64_t d = wrap_dim(dim, xv.dim(), op);
+  int64_t d = wrap_dim(dim, x.dim(), op);  // x's own count in the message: a 0-dim x takes 0 and -1
   int64_t n = xv.shape()[size_t(d)];
   MU_CHECK(k >= 0 && k <= n, op, ": k = ", k, " is out of range for dimension ", d, " of size ", n);
   auto [outer, n_d, inner] = line_geometry(xv.shape(), d);
@@ -246,7 +246,8 @@ static ValuesIndices sorted_prefix(const Tensor& x, int64_t dim, int64_t k, bool
   Tensor xc = xv.detach().contiguous(), idx = empty(idx_shape, TensorOptions(kInt64).device(x.device()));
   kernels::sort_indices(x.device(), idx, xc, outer, n, inner, k, descending);
   Tensor values = gather(xv, d, idx);
-  if (x.dim() == 0) return {values.reshape({}), idx.reshape({})};
+  // A 0-dim x gives 0-dim results, but for k = 0: nothing, of shape [0].
+  if (x.dim() == 0 && k == 1) return {values.reshape({}), idx.reshape({})};
   return {values, idx};
 }
 

@@ -793,3 +793,18 @@ TEST_CASE("more elements or lines than one pass of a CUDA grid: gather, scatter_
     check_equal(s.indices, os, sidx);
   }
 }
+
+TEST_CASE("cumsum, sort and topk of a 0-dim tensor: dims 0 and -1, errors that count its 0 dimensions") {
+  Tensor s = scalar_tensor(2.0);
+  CHECK(cumsum(s, 0).item<double>() == 2.0);
+  CHECK(cumsum(s, -1).dim() == 0);
+  CHECK_THROWS_MU(cumsum(s, 1), "cumsum: dimension 1 out of range for a tensor with 0 dimensions");
+  CHECK(topk(s, 1).values.dim() == 0);
+  CHECK(topk(s, 1).values.item<double>() == 2.0);
+  // k = 0 of a 0-dim tensor: nothing, as an empty 1-D tensor.
+  ValuesIndices none = topk(s, 0);
+  CHECK(none.values.shape() == Shape{0});
+  CHECK(none.indices.shape() == Shape{0});
+  CHECK_THROWS_MU(topk(s, 2), "topk: k = 2 is out of range for dimension 0 of size 1");
+  CHECK_THROWS_MU(sort(s, 2), "sort: dimension 2 out of range for a tensor with 0 dimensions");
+}

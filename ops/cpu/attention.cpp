@@ -312,7 +312,7 @@ inline void apply_dropout(const Geometry& g, int64_t bh, int64_t q0, int64_t kj,
   const auto keep = typename DropoutLanes<T>::type{} + T(g.keep_scale);
   for (int64_t i = 0; i < Bq; i += 8) {
     const auto kept = dropout_kept8<T>(g.key, base + uint64_t(i) * step, step, g.threshold);
-    dropout_store8(out + i, dropout_select8<T>(kept, dropout_load8(x + i) * keep));
+    store(out + i, dropout_select8<T>(kept, load<T, typename DropoutLanes<T>::type>(x + i) * keep));
   }
 }
 

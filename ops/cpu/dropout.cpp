@@ -3,6 +3,7 @@
 // hash runs on eight counters at once (ops/cpu/dropout_lanes.h).
 #include "ops/cpu/dropout_lanes.h"
 #include "ops/cpu/loops.h"
+#include "ops/cpu/simd.h"
 #include "ops/kernels/dropout.h"
 
 namespace mu::cpu {
@@ -15,7 +16,7 @@ static void fill_mask(T* m, int64_t n, uint64_t key, uint64_t threshold, T kept)
     const int64_t end = std::min(n, (b + 1) * kBlock);
     int64_t i = b * kBlock;
     for (; i + 8 <= end; i += 8)
-      dropout_store8(m + i, dropout_select8<T>(dropout_kept8<T>(key, uint64_t(i), 1, threshold), keep));
+      store(m + i, dropout_select8<T>(dropout_kept8<T>(key, uint64_t(i), 1, threshold), keep));
     for (; i < end; ++i) m[i] = kernels::attention_dropout_bits(key, uint64_t(i)) >= threshold ? kept : T(0);
   });
 }

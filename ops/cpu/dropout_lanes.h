@@ -57,15 +57,4 @@ inline typename DropoutLanes<T>::type dropout_select8(typename DropoutLanes<T>::
   return v;
 }
 
-template <class T>
-inline typename DropoutLanes<T>::type dropout_load8(const T* p) {
-  typename DropoutLanes<T>::type v;
-  std::memcpy(&v, p, sizeof(v));
-  return v;
-}
-template <class T>
-inline void dropout_store8(T* p, typename DropoutLanes<T>::type v) {
-  std::memcpy(p, &v, sizeof(v));
-}
-
 }  // namespace mu::cpu

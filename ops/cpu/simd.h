@@ -34,15 +34,16 @@ struct Vec {
   static constexpr int width = kVecBytes / int(sizeof(T));
 };
 
-// One vector from / to memory of any alignment.
-template <class T>
-inline typename Vec<T>::type load(const T* p) {
-  typename Vec<T>::type v;
+// One vector from / to memory of any alignment: a full register of T, or the vector
+// type V given (eight float32 lanes, say).
+template <class T, class V = typename Vec<T>::type>
+inline V load(const T* p) {
+  V v;
   std::memcpy(&v, p, sizeof(v));
   return v;
 }
-template <class T>
-inline void store(T* p, typename Vec<T>::type v) {
+template <class T, class V>
+inline void store(T* p, V v) {
   std::memcpy(p, &v, sizeof(v));
 }
 
