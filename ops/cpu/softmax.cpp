@@ -85,18 +85,20 @@ static void softmax_line(const T* xl, T* yl, int64_t n, int64_t stride, bool log
   }
 }
 
-// Lines along a dim other than the last lie side by side, inner elements apart: walked
-// one line at a time, every element is a cache line of its own. Instead a
-// task takes up to kCols neighbouring lines of one o and walks them row by row, each row a
-// contiguous run of columns, the per-line max and sum kept in arrays: the same
-// three passes (max, exp and sum, scale) as softmax_line, every loop a vector loop over
-// columns. Calls body(o, first column, number of columns).
+// Lines side by side taken together (below), at most kCols of them.
 constexpr int64_t kCols = 64;
 // Below 8 lines side by side the strided lines are faster: a row of 2 or 4 columns is
 // part of a vector, and each row's sums, loaded and stored again in part-vectors, wait on
 // the previous row's store ([4096, 64, 4] over dim 1: 0.84 ms strided, 8.0 ms in columns;
 // [4096, 32, 8]: 1.05 and 0.75 ms).
 constexpr int64_t kColumnsFrom = 8;
+
+// Lines along a dim other than the last lie side by side, inner elements apart: walked
+// one line at a time, every element is a cache line of its own. Instead a task takes up
+// to kCols neighbouring lines of one o and walks them row by row, each row a contiguous
+// run of columns, the per-line max and sum kept in arrays: the same three passes (max,
+// exp and sum, scale) as softmax_line, every loop a vector loop over columns. Calls
+// body(o, first column, number of columns).
 template <class F>
 static void for_each_column_block(int64_t outer, int64_t n, int64_t inner, F body) {
   const int64_t blocks = (inner + kCols - 1) / kCols, tasks = outer * blocks;
