@@ -192,7 +192,12 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& target_in, const Cro
   // vocabulary) matrix.
   const bool direct = autograd::is_autocast_enabled() && logits_in.defined() && logits_in.dtype() == kBFloat16 &&
                       target_in.defined() && !is_floating(target_in.dtype()) && !options.weight().defined();
-  const Tensor logits = direct ? logits_in : autograd::autocast::to_full(logits_in);
+  const Tensor full_logits = direct ? logits_in : autograd::autocast::to_full(logits_in);
+  // float16 logits are widened exactly to float32 (the kernels read bfloat16 as it is, not
+  // float16); the loss is float32, as for bfloat16, and the gradient comes back rounded
+  // once to float16 through the recorded cast.
+  const Tensor logits =
+      full_logits.defined() && full_logits.dtype() == kFloat16 ? full_logits.to(kFloat32) : full_logits;
   const Tensor target = autograd::autocast::to_full(target_in);
   check_reduction("cross_entropy", options.reduction());
   double s = options.label_smoothing();

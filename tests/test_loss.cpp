@@ -306,6 +306,23 @@ TEST_CASE("cross_entropy on bfloat16 logits equals float32 on the same values on
       }
 }
 
+TEST_CASE("cross_entropy on float16 logits equals float32 on the same values; the gradient is rounded once") {
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    manual_seed(77);
+    const Tensor x = (randn({5, 11}, kFloat64) * 3.0).to(kFloat16);
+    const Tensor t = on(from_vector(std::vector<int64_t>{0, 3, 10, 2, 7}, {5}), dev);
+    Tensor xh = on(x, dev).requires_grad_(), xf = on(x.to(kFloat32), dev).requires_grad_();
+    Tensor lh = cross_entropy(xh, t), lf = cross_entropy(xf, t);
+    CHECK(lh.dtype() == kFloat32);
+    CHECK(lh.item<double>() == lf.item<double>());
+    lh.backward();
+    lf.backward();
+    CHECK(xh.grad().dtype() == kFloat16);
+    CHECK(max_abs_diff(xh.grad(), xf.grad().to(kFloat16)) == 0);
+  }
+}
+
 // When the logits are a temporary that only the loss keeps (a model's head output), the
 // CPU and CUDA kernels write their gradient over them instead of into a new tensor; retaining the graph
 // keeps them. The gradient must be the same bits either way, on every layout and option,
