@@ -150,27 +150,23 @@ Tensor randint(int64_t low, int64_t high, const Shape& shape, TensorOptions opts
 }
 
 // The largest m such that every integer 0..m is exact in dtype t (each of randperm's
-// values must be, or the permutation repeats values).
-static int64_t largest_exact_count(DType t) {
+// values must be, or the permutation repeats values): 2^(mantissa bits + 1) for a float,
+// the greatest value for an integer or bool (tensor/dtype.h's integer_range).
+static int64_t largest_exact_integer(DType t) {
   switch (t) {
     case DType::Float32: return int64_t(1) << 24;
     case DType::Float64: return int64_t(1) << 53;
     case DType::BFloat16: return 256;
     case DType::Float16: return 2048;
-    case DType::Int8: return 127;
-    case DType::UInt8: return 255;
-    case DType::Int16: return 32767;
-    case DType::Int32: return 2147483647;
-    case DType::Int64: return std::numeric_limits<int64_t>::max();
-    case DType::Bool: return 1;
+    case DType::Int64: return std::numeric_limits<int64_t>::max();  // not a double
+    default: return int64_t(integer_range(t).second);
   }
-  return 0;
 }
 
 Tensor randperm(int64_t n, TensorOptions opts, Generator* gen) {
   MU_CHECK(n >= 0, "randperm: negative n ", n);
-  MU_CHECK(n - 1 <= largest_exact_count(opts.dtype()), "randperm: n = ", n, " is too large for ", dtype_name(opts.dtype()),
-           ", which holds the integers 0 to ", largest_exact_count(opts.dtype()), " exactly, not 0 to ", n - 1);
+  MU_CHECK(n - 1 <= largest_exact_integer(opts.dtype()), "randperm: n = ", n, " is too large for ", dtype_name(opts.dtype()),
+           ", which holds the integers 0 to ", largest_exact_integer(opts.dtype()), " exactly, not 0 to ", n - 1);
   // The host buffer is checked like a tensor's bytes, so a huge n is a mu::Error here,
   // not a std::length_error or bad_alloc from the vector.
   MU_CHECK(n <= kMaxAllocationBytes / int64_t(sizeof(int64_t)), "randperm: n = ", n, " needs more than ",
