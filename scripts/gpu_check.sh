@@ -74,6 +74,15 @@ if [[ $what == test || $what == all ]]; then
   failed=$(grep -v " rc=0 \| rc=77 " "$out/tests_summary.txt" | awk '{print $1}' | tr '\n' ' ')
   unfinished=$(for s in $suites; do grep -q "^$s " "$out/tests_summary.txt" || printf '%s ' "$s"; done)
   echo "tests: $(( $(date +%s) - start )) s; failed: ${failed:-none}; unfinished: ${unfinished:-none}"
+  # SANITIZE_FAILED=1: the first failing suite again under compute-sanitizer's memcheck
+  # (an out-of-bounds or misaligned access named by kernel and address), appended to tests.log.
+  if [[ ${SANITIZE_FAILED:-0} == 1 && -n ${failed:-} ]] && command -v compute-sanitizer >/dev/null; then
+    for name in $(printf '%s\n' $failed | head -1); do
+      echo "===== compute-sanitizer $name" >>"$out/tests.log"
+      MUMOE_TEST_DEVICES=cuda MUMOE_SOURCE_DIR=$repo MUMOE_PYTHON=python3 OMP_NUM_THREADS=2 timeout 90 \
+        compute-sanitizer --tool memcheck --print-limit 20 "$bin/tests/$name" 2>&1 | tail -80 >>"$out/tests.log"
+    done
+  fi
 fi
 
 if [[ $what == bench || $what == all ]]; then
