@@ -95,6 +95,16 @@ void synchronize(int device) { MU_CUDA_CHECK(cudaStreamSynchronize(stream(device
 void set_allow_tf32(bool allow) { g_allow_tf32 = allow; }
 bool allow_tf32() { return g_allow_tf32; }
 
+// cuBLAS's math mode. Always with reduced-precision reductions refused: by default cuBLAS
+// may add a split-K product's partial sums in the output's dtype, so that a bfloat16
+// product of few rows and a long depth (a decoding step's) was rounded to 8 bits several
+// times, not once as its float32 sums promise (4 x 2100 by 2100 x 257: 0.2 off on values
+// near 46, twice bfloat16's rounding; test_autocast on an H200).
+static cublasMath_t math_mode(bool tf32) {
+  return cublasMath_t((tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH) |
+                      CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION);
+}
+
 cublasHandle_t cublas(int device) {
   cudaStream_t s = stream(device);
   PerDevice& d = per_device(device);
@@ -105,10 +115,10 @@ cublasHandle_t cublas(int device) {
     // behind the allocator's back (32 MiB: what cuBLAS asks for on Hopper).
     constexpr size_t kWorkspace = size_t(32) << 20;
     MU_CUBLAS_CHECK(cublasSetWorkspace(d.cublas, allocate(kWorkspace, device), kWorkspace));
-    MU_CUBLAS_CHECK(cublasSetMathMode(d.cublas, CUBLAS_DEFAULT_MATH));
+    MU_CUBLAS_CHECK(cublasSetMathMode(d.cublas, math_mode(false)));
   });
   if (d.cublas_tf32 != g_allow_tf32) {
-    MU_CUBLAS_CHECK(cublasSetMathMode(d.cublas, g_allow_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+    MU_CUBLAS_CHECK(cublasSetMathMode(d.cublas, math_mode(g_allow_tf32)));
     d.cublas_tf32 = g_allow_tf32;
   }
   return d.cublas;
@@ -137,6 +147,22 @@ bool caching_enabled() {
     return !(env && env[0] == '1');
   }();
   return on;
+}
+
+// MUMOE_CUDA_POISON=1: every block handed out is first filled with all-ones bytes (NaN in
+// every float dtype, -1 in the integers), as the emulated device fills its blocks, so that
+// a kernel reading memory nothing wrote gives NaN instead of whatever the block held last.
+bool poison_enabled() {
+  static const bool on = [] {
+    const char* env = std::getenv("MUMOE_CUDA_POISON");
+    return env && env[0] == '1';
+  }();
+  return on;
+}
+
+void* handed_out(void* p, size_t sz, int device) {
+  if (poison_enabled()) MU_CUDA_CHECK(cudaMemsetAsync(p, 0xff, sz, stream(device)));
+  return p;
 }
 
 // Size classes: multiples of 512 bytes below 1 MiB, of 2 MiB below 64 MiB, and of 1/8 of
@@ -190,7 +216,7 @@ void* allocate(size_t nbytes, int device) {
       c.free_blocks.erase(it);
       c.st.cached_bytes -= int64_t(sz);
       note_allocated(c.st, sz);
-      return p;
+      return handed_out(p, sz, device);
     }
   }
   MU_CUDA_CHECK(cudaSetDevice(device));
@@ -212,7 +238,7 @@ void* allocate(size_t nbytes, int device) {
   MU_CHECK(err == cudaSuccess, "cudaMalloc(", sz, " bytes) on cuda:", device, " failed: ", cudaGetErrorName(err),
            " (", cudaGetErrorString(err), ")");
   note_allocated(c.st, sz);
-  return p;
+  return handed_out(p, sz, device);
 }
 
 void deallocate(void* ptr, size_t nbytes, int device) {
