@@ -1,7 +1,8 @@
 // CUDA grouped matrix-product kernels (declared in ops/kernels/grouped_mm.h; the CPU
 // twin is ops/cpu/grouped_mm.cpp): the non-empty groups' GEMMs as one
 // cublasGemmGroupedBatchedEx call (float32, bfloat16), or one GEMM per group (float64, a
-// single group, or where cuBLAS refuses the grouped call), on the device's stream without
+// single group, matrix-vector problems, or where cuBLAS refuses the grouped call; see
+// run()), on the device's stream without
 // any host synchronisation (the offsets are host integers: every GEMM's sizes are known
 // without reading the device). One call instead of one per group matters for many small
 // groups: 128 experts of ~256 rows each took 1.27 ms per call as 128 launches on an H200.
@@ -125,16 +126,31 @@ void run(cublasHandle_t h, cudaStream_t stream, int device, const std::vector<Pr
     const cudaDataType_t type = is_bf16 ? CUDA_R_16BF : CUDA_R_32F;
     const cublasComputeType_t compute =
         !is_bf16 && cuda::allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-    if (ps.size() > 1) {
+    // Matrix-vector problems (m = 1 or n = 1: an expert of width 1, a group of one row,
+    // or such a weight gradient) go through cublasGemmEx one by one, the rest through one
+    // grouped call. On an H200 (cuBLAS 13.0) the grouped call returned success yet left
+    // rows of such bfloat16 products unwritten or wrong while the same problems one by one
+    // were right: K 8, N 1 with groups of 1, 11 and 8 rows (m = 1); and the weight
+    // gradient of four experts of width 1, m = 8 with n = 1.
+    std::vector<Problem> vectors, grouped;
+    for (const Problem& p : ps) (p.m == 1 || p.n == 1 ? vectors : grouped).push_back(p);
+    const float alpha1 = 1, beta0 = 0;  // the scale type of CUBLAS_COMPUTE_32F* is float
+    auto one_by_one = [&](const std::vector<Problem>& list) {
+      for (const Problem& p : list)
+        MU_CUBLAS_CHECK(cublasGemmEx(h, p.ta, p.tb, p.m, p.n, p.k, &alpha1, p.a, type, p.lda, p.b, type, p.ldb,
+                                     &beta0, p.c, type, p.ldc, compute, CUBLAS_GEMM_DEFAULT));
+    };
+    one_by_one(vectors);
+    if (grouped.size() > 1) {
       // Each problem a group of one: per-group sizes and scalars on the host, the operand
       // pointers in device memory (upload_pointers).
-      const size_t n = ps.size();
+      const size_t n = grouped.size();
       std::vector<cublasOperation_t> ta(n), tb(n);
       std::vector<int> m(n), nn(n), k(n), lda(n), ldb(n), ldc(n), size(n, 1);
       std::vector<float> alpha(n, 1.f), beta(n, 0.f);
       std::vector<const void*> ptrs(3 * n);
       for (size_t i = 0; i < n; ++i) {
-        const Problem& p = ps[i];
+        const Problem& p = grouped[i];
         ta[i] = p.ta, tb[i] = p.tb, m[i] = p.m, nn[i] = p.n, k[i] = p.k;
         lda[i] = p.lda, ldb[i] = p.ldb, ldc[i] = p.ldc;
         ptrs[i] = p.a, ptrs[n + i] = p.b, ptrs[2 * n + i] = p.c;
@@ -151,10 +167,7 @@ void run(cublasHandle_t h, cudaStream_t stream, int device, const std::vector<Pr
       MU_CHECK(st == CUBLAS_STATUS_NOT_SUPPORTED, "cublasGemmGroupedBatchedEx failed: ", cublasGetStatusName(st), " (",
                cublasGetStatusString(st), ")");
     }
-    const float alpha = 1, beta = 0;  // the scale type of CUBLAS_COMPUTE_32F* is float
-    for (const Problem& p : ps)
-      MU_CUBLAS_CHECK(cublasGemmEx(h, p.ta, p.tb, p.m, p.n, p.k, &alpha, p.a, type, p.lda, p.b, type, p.ldb, &beta,
-                                   p.c, type, p.ldc, compute, CUBLAS_GEMM_DEFAULT));
+    one_by_one(grouped);
   }
 }
 
