@@ -11,7 +11,9 @@
 #   each float32 path; shapes: one bf16 GPT-2 step's kernel table by argument signature)
 # Environment: SUITE_TIMEOUT (s, per test suite, default 240), TESTS_TIMEOUT (s, all
 # suites, default 600), JOBS (suites at once, default 6), BENCH_TIMEOUT (s, the whole
-# comparison with PyTorch, default 300), FUSED_TIMEOUT (s, default 150).
+# comparison with PyTorch, default 300), FUSED_TIMEOUT (s, default 150), SANITIZE_FAILED (1: the
+# first failing suite again under compute-sanitizer); MUMOE_CUDA_POISON=1 runs everything over
+# poisoned blocks (README, Environment), which turns a read of unwritten memory into NaN.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD

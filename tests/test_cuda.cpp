@@ -70,6 +70,29 @@ TEST_CASE("the caching allocator reuses a freed block and counts live, peak and 
   CHECK(cuda::memory_stats(0).peak_bytes == cuda::memory_stats(0).allocated_bytes);
 }
 
+TEST_CASE("MUMOE_CUDA_POISON=1: every block handed out holds all-ones bytes, a reused one too") {
+  // ctest runs this case again as test_cuda_poison with the variable set.
+  const char* v = std::getenv("MUMOE_CUDA_POISON");
+  const bool poison = v && v[0] == '1';
+  const char* no_caching = std::getenv("MUMOE_NO_CACHING");
+  const bool caching = !(no_caching && no_caching[0] == '1');
+  std::printf("MUMOE_CUDA_POISON %s, caching %s\n", poison ? "on" : "off", caching ? "on" : "off");
+  const TensorOptions i32 = TensorOptions(kInt32).device(Device::cuda());
+  const void* first = nullptr;
+  {
+    Tensor a = full({1000}, 3.0, i32);  // written, then freed into the cache
+    first = a.raw_data();
+    CHECK(a.cpu().to_vector<int64_t>() == std::vector<int64_t>(1000, 3));
+  }
+  Tensor b = empty({1000}, i32);
+  const std::vector<int64_t> got = b.cpu().to_vector<int64_t>();
+  if (poison) {
+    CHECK(got == std::vector<int64_t>(1000, -1));  // all-ones bytes, whatever the block held
+  } else if (caching && b.raw_data() == first) {
+    CHECK(got == std::vector<int64_t>(1000, 3));  // the freed tensor's values: what poison replaces
+  }
+}
+
 TEST_CASE("out of device memory is an error naming the bytes requested and held") {
   // 2^46 bytes (64 TiB): more than any device has, less than the allocator's cap.
   CHECK_THROWS_MU(empty({int64_t(1) << 44}, TensorOptions(kFloat32).device(Device::cuda())),

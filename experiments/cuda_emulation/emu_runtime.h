@@ -107,6 +107,7 @@ inline const char* emu_cublas_name(cublasStatus_t) { return "a cuBLAS status"; }
 #define cudaEventDestroy emu_cudaEventDestroy
 #define cudaMallocHost emu_cudaMallocHost
 #define cudaMemcpyAsync emu_cudaMemcpyAsync
+#define cudaMemsetAsync(p, v, n, s) emu_memset_async((p), (v), (n), (s))  // MUMOE_CUDA_POISON's fill
 #define cudaMemcpyPeerAsync emu_cudaMemcpyPeerAsync
 #define cudaGetErrorName emu_cudaGetErrorName
 #define cudaGetErrorString emu_cudaGetErrorName
