@@ -247,10 +247,18 @@ Tensor Tensor::grad() const {
   return g ? Tensor(g) : Tensor();
 }
 
+// As torch's `p.grad = g`: the gradient matches the tensor in shape, dtype and device,
+// so that an optimizer, backward's accumulation and a checkpoint never meet a mismatch
+// long after the call that made it.
 void Tensor::set_grad(const Tensor& g) const {
-  if (g.defined())
+  if (g.defined()) {
     MU_CHECK(g.shape() == shape(), "set_grad: gradient of shape ", shape_str(g.shape()),
              " for a tensor of shape ", shape_str(shape()));
+    MU_CHECK(g.dtype() == dtype(), "set_grad: gradient of dtype ", dtype_name(g.dtype()), " for a tensor of dtype ",
+             dtype_name(dtype()), "; convert it first with .to(", dtype_name(dtype()), ")");
+    MU_CHECK(g.device() == device(), "set_grad: gradient on ", g.device().str(), " for a tensor on ",
+             device().str(), "; move it first with .to(", device().str(), ")");
+  }
   checked()->grad = g.defined() ? g.impl_ptr() : nullptr;
 }
 

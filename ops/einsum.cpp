@@ -559,9 +559,21 @@ std::pair<Tensor, Labels> contract_pair(const Tensor& a, const Labels& la, const
     p1.insert(p1.end(), p3.begin(), p3.end());
     return p1;
   };
-  if (contracted.empty() || (m == 1 && n == 1)) {
-    // No GEMM form (a Hadamard or outer product), or one dot product per batch entry:
-    // broadcast multiply, then sum the contracted letters.
+  // Integer operands have no GEMM kernel (as matmul, which refuses them): their
+  // contractions are broadcast products summed, exact as torch's CPU einsum is, within a
+  // bound on the products held at once.
+  const bool integral = !is_floating(x.dtype());
+  if (integral && !contracted.empty() && !(m == 1 && n == 1)) {
+    constexpr int64_t kMaxProducts = int64_t(1) << 28;
+    const double products = double(nb) * double(m) * double(n) * double(k);
+    MU_CHECK(products <= double(kMaxProducts), "einsum: ", dtype_name(x.dtype()),
+             " operands are contracted as broadcast products, here ", int64_t(products), " of them (", nb,
+             " batch entries of ", m, " x ", k, " by ", k, " x ", n, "), more than ", kMaxProducts,
+             " at once; convert the operands to float64, exact for integers below 2^53");
+  }
+  if (contracted.empty() || (m == 1 && n == 1) || integral) {
+    // No GEMM form (a Hadamard or outer product), one dot product per batch entry, or
+    // integers: broadcast multiply, then sum the contracted letters.
     Labels xa = order(batch, a_only, contracted), yb = order(batch, b_only, contracted);
     Tensor xp = x.permute(positions(lx, xa)), yp = y.permute(positions(ly, yb));
     Shape xs, ys;
@@ -677,6 +689,8 @@ Tensor einsum(const std::string& spec, const std::vector<Tensor>& operands_in) {
     shapes.push_back(operands[k].shape());
   }
   Problem p = build_problem(spec, shapes);
+  MU_CHECK(operands.empty() || operands[0].dtype() != kBool, "einsum: bool operands are not supported (\"", spec,
+           "\"); convert them with .to(kInt64) or .to(kFloat32)");
   for (size_t k = 1; k < operands.size(); ++k) {
     MU_CHECK(operands[k].dtype() == operands[0].dtype(), "einsum: operand ", k, " has dtype ",
              dtype_name(operands[k].dtype()), " but operand 0 has ", dtype_name(operands[0].dtype()));
@@ -703,7 +717,11 @@ Tensor einsum(const std::string& spec, const std::vector<Tensor>& operands_in) {
     p.prepared[k] = after;  // same set, in the operand's own dim order
   }
 
-  return contract_all(prepared, p.prepared, p.output, p.sizes);
+  Tensor r = contract_all(prepared, p.prepared, p.output, p.sizes);
+  // Integer sums come out as int64 (sum's promotion); einsum keeps its operands' dtype,
+  // as torch's does.
+  if (!is_floating(operands[0].dtype()) && r.dtype() != operands[0].dtype()) r = r.to(operands[0].dtype());
+  return r;
 }
 
 EinsumPath einsum_path(const std::string& spec, const std::vector<Shape>& shapes) {

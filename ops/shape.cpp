@@ -242,28 +242,41 @@ Tensor Tensor::flatten(int64_t start, int64_t end) const {
 
 Tensor cat(const std::vector<Tensor>& ts, int64_t dim) {
   MU_CHECK(!ts.empty(), "cat: expects a non-empty list of tensors");
-  const Tensor& first = ts[0];
+  // torch's legacy rule: a 1-D tensor of size 0 joins tensors of any shape and adds
+  // nothing (an accumulator that starts as empty({0})). The shape comes from the first
+  // other tensor; if all are such, the result is one too.
+  auto skipped = [](const Tensor& t) { return t.dim() == 1 && t.shape()[0] == 0; };
+  size_t ref = 0;
+  while (ref < ts.size() && skipped(ts[ref])) ++ref;
+  if (ref == ts.size()) ref = 0;
+  const Tensor& first = ts[ref];
   int64_t d = wrap_sized_dim(dim, first.dim(), "cat");
   Shape out_shape = first.shape();
   out_shape[size_t(d)] = 0;
   for (size_t i = 0; i < ts.size(); ++i) {
     const Tensor& t = ts[i];
     detail::require_same(first, t, "cat");
+    if (i != ref && skipped(t)) continue;
     MU_CHECK(t.dim() == first.dim(), "cat: tensor ", i, " has ", t.dim(), " dimensions (shape ", shape_str(t.shape()),
-             ") but tensor 0 has ", first.dim(), " (shape ", shape_str(first.shape()), ")");
+             ") but tensor ", ref, " has ", first.dim(), " (shape ", shape_str(first.shape()), ")");
     for (int64_t k = 0; k < t.dim(); ++k)
       MU_CHECK(k == d || t.shape()[size_t(k)] == first.shape()[size_t(k)], "cat: sizes must match except in dimension ",
-               d, ": tensor ", i, " has shape ", shape_str(t.shape()), ", tensor 0 has ", shape_str(first.shape()));
+               d, ": tensor ", i, " has shape ", shape_str(t.shape()), ", tensor ", ref, " has ",
+               shape_str(first.shape()));
     out_shape[size_t(d)] = checked_add(out_shape[size_t(d)], t.shape()[size_t(d)], "cat: sizes along dimension ", d);
   }
   Tensor out = empty(out_shape, TensorOptions(first.dtype()).device(first.device()));
-  std::vector<int64_t> sizes;
+  std::vector<int64_t> sizes;  // along d; -1 for a skipped tensor
   {
     NoGradGuard g;
     int64_t at = 0;
-    for (const Tensor& t : ts) {
-      int64_t n = t.shape()[size_t(d)];
-      out.narrow(d, at, n).copy_(t);
+    for (size_t i = 0; i < ts.size(); ++i) {
+      if (i != ref && skipped(ts[i])) {
+        sizes.push_back(-1);
+        continue;
+      }
+      int64_t n = ts[i].shape()[size_t(d)];
+      out.narrow(d, at, n).copy_(ts[i]);
       sizes.push_back(n);
       at += n;
     }
@@ -272,6 +285,10 @@ Tensor cat(const std::vector<Tensor>& ts, int64_t dim) {
     TensorList grads;
     int64_t at = 0;
     for (int64_t n : sizes) {
+      if (n < 0) {
+        grads.push_back(zeros({0}, TensorOptions(g.dtype()).device(g.device())));
+        continue;
+      }
       grads.push_back(g.narrow(d, at, n));
       at += n;
     }

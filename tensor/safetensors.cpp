@@ -377,8 +377,26 @@ SafetensorsFile load_safetensors(const std::string& path) {
   read_all(fd.fd, text.data(), n, 8, path);
 
   json header;
+  // The format forbids a key twice in one object; JSON parsers keep the first or the
+  // last, so such a header can show one tensor to a checker and another to a loader.
+  // The parse records the first repeat and the tensor entry it is in.
+  std::vector<std::set<std::string>> open_objects;
+  std::string entry, repeated, repeated_in;
+  const json::parser_callback_t note_keys = [&](int depth, json::parse_event_t event, json& parsed) {
+    if (event == json::parse_event_t::object_start) open_objects.emplace_back();
+    if (event == json::parse_event_t::object_end && !open_objects.empty()) open_objects.pop_back();
+    if (event == json::parse_event_t::key && !open_objects.empty()) {
+      const std::string key = parsed.get<std::string>();
+      if (depth == 1) entry = key;
+      if (!open_objects.back().insert(key).second && repeated.empty()) {
+        repeated = key;
+        repeated_in = depth == 1 ? std::string("the header") : "entry \"" + entry + "\"";
+      }
+    }
+    return true;
+  };
   try {
-    header = json::parse(text);
+    header = json::parse(text, note_keys);
   } catch (const json::parse_error& e) {
     // e.byte counts from 1 within the header, which starts at file byte 8.
     MU_FAIL(path, ": the header is not valid JSON (error at file byte ", 8 + e.byte - 1, "): ", e.what());
@@ -386,6 +404,8 @@ SafetensorsFile load_safetensors(const std::string& path) {
     MU_FAIL(path, ": the header (file bytes 8 to ", 8 + n - 1, ") cannot be read as JSON: ", e.what());
   }
   MU_CHECK(header.is_object(), path, ": the header is a JSON ", header.type_name(), ", not an object");
+  MU_CHECK(repeated.empty(), path, ": key \"", repeated, "\" appears twice in ", repeated_in,
+           " (the format allows each key once: readers disagree on which one counts)");
 
   SafetensorsFile out;
   out.path = path;

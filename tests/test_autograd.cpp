@@ -368,3 +368,20 @@ TEST_CASE("gradcheck refuses parameters it cannot differentiate, naming them") {
   o.directions = -1;
   CHECK_THROWS_MU(autograd::gradcheck(fn, {x}, o), "directions must be 0 (element by element) or more, got -1");
 }
+
+// As torch's `p.grad = g`: shape, dtype and device must match, each mismatch named when it
+// is made rather than at the optimizer's step.
+TEST_CASE("set_grad refuses a gradient of another shape, dtype or device") {
+  Tensor p = zeros({3}, kFloat64).requires_grad_();
+  CHECK_THROWS_MU(p.set_grad(zeros({4}, kFloat64)), "set_grad: gradient of shape [4] for a tensor of shape [3]");
+  CHECK_THROWS_MU(p.set_grad(zeros({3}, kFloat32)),
+                  "set_grad: gradient of dtype float32 for a tensor of dtype float64; convert it first with .to(float64)");
+  CHECK_FALSE(p.grad().defined());  // a refused gradient is not kept
+  p.set_grad(ones({3}, kFloat64));
+  CHECK(p.grad().to_vector<double>() == std::vector<double>{1, 1, 1});
+  p.set_grad(Tensor());
+  CHECK_FALSE(p.grad().defined());
+  if (cuda::is_available())
+    CHECK_THROWS_MU(p.set_grad(zeros({3}, TensorOptions(kFloat64).device(Device::cuda()))),
+                    "set_grad: gradient on cuda:0 for a tensor on cpu");
+}

@@ -508,6 +508,22 @@ TEST_CASE("hand-written headers: each malformation is named") {
   // Element values that are not of the type.
   check("{\"m\":{\"dtype\":\"BOOL\",\"shape\":[2],\"data_offsets\":[0,2]}}", std::string("\x01\x02", 2),
         "entry \"m\" (BOOL) holds byte 2");
+  // A key twice in one object: one reader keeps the first, another the last (here U8 [4]
+  // against F32 [1] over the same four bytes), so the file is refused.
+  const std::string one = bytes_of(std::vector<float>{1.0f});
+  check("{\"w\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[0,4]},"
+        "\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}",
+        one, p + ": key \"w\" appears twice in the header");
+  check("{\"w\":{\"dtype\":\"U8\",\"shape\":[4],\"dtype\":\"F32\",\"data_offsets\":[0,4]}}", one,
+        "key \"dtype\" appears twice in entry \"w\"");
+  check("{\"__metadata__\":{\"format\":\"pt\",\"format\":\"np\"},"
+        "\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}",
+        one, "key \"format\" appears twice in entry \"__metadata__\"");
+  // The same key in two different objects is no repeat.
+  write_bytes(p, assemble("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+                          "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
+                          f32x2));
+  check_same(load_safetensors(p).get("b"), tensor({2.0}));
 }
 
 TEST_CASE("BF16 entries load as bfloat16 with their bits, and widen exactly to float32") {

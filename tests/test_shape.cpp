@@ -20,6 +20,25 @@ TEST_CASE("cat joins along any dim") {
   CHECK(cat({arange(2), arange(3)}).to_vector<int64_t>() == std::vector<int64_t>{0, 1, 0, 1, 2});
 }
 
+// torch's legacy rule: a 1-D tensor of size 0 joins tensors of any shape, adding nothing;
+// its gradient is empty too.
+TEST_CASE("cat skips 1-D empty tensors beside tensors of other shapes") {
+  Tensor a = arange(0, 6, 1, kFloat64).reshape({2, 3}).requires_grad_();
+  Tensor e = zeros({0}, kFloat64).requires_grad_();
+  Tensor r = cat({e, a, e}, 1);
+  CHECK(r.shape() == Shape{2, 3});
+  CHECK(r.to_vector<double>() == a.to_vector<double>());
+  (r * arange(0, 6, 1, kFloat64).reshape({2, 3})).sum().backward();
+  CHECK(a.grad().to_vector<double>() == std::vector<double>{0, 1, 2, 3, 4, 5});
+  REQUIRE(e.grad().defined());
+  CHECK(e.grad().shape() == Shape{0});
+  CHECK(cat({a, e, a.detach()}, 0).shape() == Shape{4, 3});
+  CHECK(cat({e, e}).shape() == Shape{0});
+  // Only a 1-D empty one is skipped: [0, 3] still has to match, and dtypes still agree.
+  CHECK_THROWS_MU(cat({zeros({0, 2}, kFloat64), a}, 0), "cat: sizes must match except in dimension 0");
+  CHECK_THROWS_MU(cat({zeros({0}, kFloat32), a}, 0), "cat: dtype mismatch");
+}
+
 TEST_CASE("stack adds a new dim") {
   Tensor a = tensor({1.0, 2.0}), b = tensor({3.0, 4.0});
   Tensor s0 = stack({a, b});
