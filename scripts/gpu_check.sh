@@ -5,10 +5,11 @@
 # programs do not load there or were built from other sources, from a build on the spot (CUDA toolkit, CMake, a compiler,
 # and the header dependencies carried in .gpu_deps/ from scripts/gpu_deps.sh).
 # Logs go to $OUT (default ./gpu_out); the end of the output is a short summary.
-#   bash scripts/gpu_check.sh [test|bench|sparse|gpt2|attention|shapes|all]   (default all; sparse:
+#   bash scripts/gpu_check.sh [test|bench|sparse|gpt2|attention|shapes|generate|all]   (default all; sparse:
 #   the sparse-MoE scaling benchmark alone; gpt2: the bf16 comparison and a profiled step;
 #   attention: each attention path of the framework beside PyTorch, and float32 GPT-2 with
-#   each float32 path; shapes: one bf16 GPT-2 step's kernel table by argument signature)
+#   each float32 path; shapes: one bf16 GPT-2 step's kernel table by argument signature;
+#   generate: GPT-2 sampling's kernel table beside its wall time)
 # Environment: SUITE_TIMEOUT (s, per test suite, default 240), TESTS_TIMEOUT (s, all
 # suites, default 600), JOBS (suites at once, default 6), BENCH_TIMEOUT (s, the whole
 # comparison with PyTorch, default 300), FUSED_TIMEOUT (s, default 150), SANITIZE_FAILED (1: the
@@ -184,6 +185,17 @@ for raw in open(sys.argv[1]):
     elif rest.strip():
         print(raw.rstrip())
 PY
+fi
+
+if [[ $what == generate ]]; then
+  # Where a decoding step goes (GPT-2 124M, float32, 128 tokens after 128, both loops): the
+  # kernel table beside the wall time. Kernels summing to far less than the wall time put
+  # the bound on the host (launches, synchronisations, host loops), not the GPU.
+  MUMOE_PROFILE=1 timeout 120 "$bin/experiments/bench_generate" --model 124m --device cuda --prompt 128 --new 128 \
+    --reps 1 --warmup 1 >"$out/generate.txt" 2>"$out/generate_profile.txt"
+  echo "bench_generate rc=$?"
+  cat "$out/generate.txt"
+  head -30 "$out/generate_profile.txt"
 fi
 
 if [[ $what == shapes ]]; then
