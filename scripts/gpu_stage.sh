@@ -4,6 +4,12 @@
 # enough to carry to a GPU machine, with the hash of the sources they were built from
 # (scripts/gpu_source_hash.sh; build first: the hash is of the tree as it is now):
 #   bash scripts/gpu_stage.sh [BUILD_DIR]       (default build-gpu)
+# The GPU machine has no OpenBLAS, MPI or this machine's instruction set, so configure the
+# build folder without them; only the staged targets need building (45 MB staged, which
+# loaded and ran on an H200 machine):
+#   cmake -S . -B build-gpu -G Ninja -DMUMOE_CUDA=ON -DMUMOE_OPENBLAS=OFF -DMUMOE_MPI=OFF \
+#     -DMUMOE_NATIVE=OFF -DCMAKE_CXX_FLAGS=-march=x86-64-v3
+#   cmake --build build-gpu --target mumoe <the suites and programs below>
 # .gpu_bin/ is listed in .gitignore.
 set -euo pipefail
 cd "$(dirname "$0")/.."
