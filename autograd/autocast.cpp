@@ -69,7 +69,7 @@ size_t cached_casts() { return t_casts.size(); }
 DType low_dtype(const Tensor& x) { return t_enabled && x.dtype() == kFloat32 ? t_dtype : x.dtype(); }
 
 Tensor to_full(const Tensor& x) {
-  if (!t_enabled || !x.defined() || (x.dtype() != kBFloat16 && x.dtype() != kFloat16)) return x;
+  if (!t_enabled || !x.defined() || !is_16bit_float(x.dtype())) return x;
   return x.to(kFloat32);
 }
 

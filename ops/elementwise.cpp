@@ -156,7 +156,7 @@ std::pair<Tensor, Tensor> promoted(const Tensor& a, const Tensor& b, bool floati
   if (r == kFloat32 && is_floating(a.dtype()) && is_floating(b.dtype()) && compute_dtype(a.dtype()) == kFloat32 &&
       compute_dtype(b.dtype()) == kFloat32)
     return {a, b};
-  if (r == kBFloat16 || r == kFloat16) {
+  if (is_16bit_float(r)) {
     auto side = [r](const Tensor& t) { return t.dim() == 0 && is_floating(t.dtype()) ? t.to(kFloat32) : t.to(r); };
     if ((a.dim() == 0) != (b.dim() == 0)) return {side(a), side(b)};
   }
@@ -171,7 +171,7 @@ std::pair<Tensor, Tensor> with_number(const Tensor& t, Scalar v, bool floating =
   MU_CHECK(t.defined(), "an op between a tensor and a number got an undefined tensor");
   DType r = result_type(t, v);
   if (floating && !is_floating(r)) r = kFloat32;
-  const DType number = (r == kBFloat16 || r == kFloat16) && t.dim() > 0 ? kFloat32 : r;
+  const DType number = is_16bit_float(r) && t.dim() > 0 ? kFloat32 : r;
   // An integer number beside an integer tensor goes in as the integer itself (a double
   // would round it above 2^53).
   if (!is_floating(number) && v.has_int64()) {
@@ -431,7 +431,7 @@ static Tensor& inplace(Tensor& self, const Tensor& other, const F& f, const char
   Tensor src = other.storage() == self.storage() ? other.clone() : other;
   // A 0-dim float beside a 16-bit float self is read in float32 (see promoted): x.add_(1e5)
   // on float16 -6e4 gives 4e4, not inf.
-  const bool narrow_self = self.dtype() == kBFloat16 || self.dtype() == kFloat16;
+  const bool narrow_self = is_16bit_float(self.dtype());
   if (src.defined() && narrow_self && src.dim() == 0 && self.dim() > 0 && is_floating(src.dtype())) {
     detail::map_into(self, f, {self, src.to(kFloat32)});
     self.bump_version();

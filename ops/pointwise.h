@@ -70,7 +70,7 @@ DType result_dtype_for(DType t) {
 // Whether a map kernel reads operands of dtype t as they are when the functor computes
 // in c: t is c itself, or c is float32 and t a 16-bit float (widened as it is read).
 inline bool kernel_reads(DType t, DType c) {
-  return t == c || (c == kFloat32 && (t == kBFloat16 || t == kFloat16));
+  return t == c || (c == kFloat32 && is_16bit_float(t));
 }
 
 // The checks of map() and map_into(): the value operands (all but where's condition)

@@ -15,8 +15,6 @@ using autograd::record;
 using autograd::save;
 using autograd::TensorList;
 
-static bool is_narrow_float(DType t) { return t == kBFloat16 || t == kFloat16; }
-
 // sum; a 16-bit float x's sum is left in float32 when `round` is false (for mean, which
 // divides before it rounds).
 static Tensor sum_impl(const Tensor& x, const Shape& dims, bool keepdim, bool round) {
@@ -26,7 +24,7 @@ static Tensor sum_impl(const Tensor& x, const Shape& dims, bool keepdim, bool ro
   // The 16-bit floats (autocast's bfloat16 activations) are summed in float32 by the
   // kernel, which reads them as they are, and the result rounded back once, as in
   // PyTorch; bool counts in int64.
-  const bool narrow_float = is_narrow_float(x.dtype());
+  const bool narrow_float = is_16bit_float(x.dtype());
   const DType acc = narrow_float ? kFloat32 : x.dtype() == kBool ? kInt64 : x.dtype();
   Tensor y = empty(p.out_shape, TensorOptions(acc).device(x.device()));
   kernels::sum(x.device(), y, x, p);
@@ -43,7 +41,7 @@ Tensor mean(const Tensor& x, const Shape& dims, bool keepdim) {
   ReducePlan p = plan_reduce(x, dims, keepdim, "mean");
   // A 16-bit float's mean is the float32 sum divided in float32, rounded once (a float16
   // sum of 1e5 ones is inf, a bfloat16 sum of 1000 threes 3008), as torch's.
-  if (is_narrow_float(x.dtype())) return (sum_impl(x, dims, keepdim, false) / double(p.inner)).to(x.dtype());
+  if (is_16bit_float(x.dtype())) return (sum_impl(x, dims, keepdim, false) / double(p.inner)).to(x.dtype());
   return sum(x, dims, keepdim) / double(p.inner);
 }
 
@@ -92,7 +90,7 @@ Tensor var(const Tensor& x, const Shape& dims, int64_t correction, bool keepdim)
   ReducePlan p = plan_reduce(x, dims, keepdim, "var");
   // 16-bit floats in float32 throughout, rounded once (their squares and sums overflow
   // float16, and each rounding to 8 bits would cost bfloat16 its digits), as torch's.
-  if (is_narrow_float(x.dtype())) return var(x.to(kFloat32), dims, correction, keepdim).to(x.dtype());
+  if (is_16bit_float(x.dtype())) return var(x.to(kFloat32), dims, correction, keepdim).to(x.dtype());
   Tensor d = x - mean(x, dims, true);
   // As torch: divide by max(0, n - correction), so too few elements give inf or NaN.
   double denom = double(std::max<int64_t>(0, p.inner - correction));

@@ -74,6 +74,10 @@ inline bool is_floating(DType t) {
   return t == DType::Float32 || t == DType::Float64 || t == DType::BFloat16 || t == DType::Float16;
 }
 
+// bfloat16 and float16: stored in 16 bits, computed in float32 (sums, means and numbers
+// beside them are kept in float32 and the result rounded once).
+inline bool is_16bit_float(DType t) { return t == DType::BFloat16 || t == DType::Float16; }
+
 inline bool is_integral(DType t) {
   return t == DType::Int64 || t == DType::Int8 || t == DType::Int16 || t == DType::Int32 || t == DType::UInt8;
 }

@@ -180,7 +180,7 @@ static void sum(const Tensor& out, const Tensor& x, const ReducePlan& p) {
   if (x.dtype() == kBFloat16 && out.dtype() == kFloat32)
     if (auto L = column_sum_layout(x, p))
       return column_sums<bfloat16_t, double, float>(x.data_ptr<bfloat16_t>(), *L, out.data_ptr<float>());
-  if (x.dtype() == kBFloat16 || x.dtype() == kFloat16) return sum(out, widened(x), p);
+  if (is_16bit_float(x.dtype())) return sum(out, widened(x), p);
   if (x.dtype() == kFloat32 && sum_trailing_first<float>(out, x, p)) return;
   if (x.dtype() == kFloat64 && sum_trailing_first<double>(out, x, p)) return;
   MU_DISPATCH_ALL(x.dtype(), "sum", [&] {
