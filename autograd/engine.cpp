@@ -83,7 +83,9 @@ void set_history(const TensorList& outputs, const std::shared_ptr<Node>& node, c
   }
   node->num_outputs = uint32_t(outputs.size());
   for (size_t i = 0; i < outputs.size(); ++i) {
-    if (!outputs[i].defined()) continue;
+    // Integer and bool outputs (an index, a count, x.to(kInt64)) carry no gradient, as in
+    // torch: they get no history, and the node sees no gradient for them.
+    if (!outputs[i].defined() || !is_floating(outputs[i].dtype())) continue;
     TensorImpl* o = outputs[i].impl();
     o->grad_fn = node;
     o->output_nr = uint32_t(i);

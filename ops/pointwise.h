@@ -4,6 +4,7 @@
 // shapes). No autograd recording: gradient formulas use these to fuse a derivative
 // into one pass.
 #pragma once
+#include <cmath>
 #include <array>
 #include <initializer_list>
 
@@ -171,9 +172,10 @@ void map_into(const Tensor& out, const F& f, std::initializer_list<Tensor> opera
 // 1/3 in 8 bits). A 0-dim t takes it in its own dtype: two 0-dim operands promote as
 // equals, and float32 would widen the result.
 inline Tensor scalar_like(const Tensor& t, double v, const char* op) {
-  MU_CHECK(t.is_floating_point() || v == double(int64_t(v)), op, ": scalar ", v,
+  MU_CHECK(t.is_floating_point() || (std::isfinite(v) && v == std::floor(v)), op, ": scalar ", v,
            " is not an integer but the tensor is ", dtype_name(t.dtype()), "; convert it with .to(kFloat32)");
   const DType d = t.is_floating_point() && t.dim() > 0 ? compute_dtype(t.dtype()) : t.dtype();
+  if (!is_floating(d)) check_value_fits(v, d, op);  // named as the op, not as the fill inside full()
   return full({}, v, TensorOptions(d).device(t.device()));
 }
 

@@ -360,9 +360,16 @@ std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim) {
 
 std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim) {
   MU_CHECK(chunks > 0, "chunk: number of chunks must be positive, got ", chunks);
-  int64_t n = x.shape()[size_t(wrap_sized_dim(dim, x.dim(), "chunk"))];
+  const int64_t d = wrap_sized_dim(dim, x.dim(), "chunk");
+  const int64_t n = x.shape()[size_t(d)];
+  // An empty dimension gives `chunks` empty pieces, as torch's chunk does (split would give
+  // one): code that unpacks a fixed count (q, k, v of an empty batch) gets them all.
+  if (n == 0) {
+    MU_CHECK(chunks <= (int64_t(1) << 24), "chunk: ", chunks, " empty pieces of an empty dimension are too many");
+    return split(x, std::vector<int64_t>(size_t(chunks), 0), d);
+  }
   // ceil(n / chunks) without n + chunks - 1, which a huge chunk count would overflow.
-  return split(x, std::max<int64_t>(1, n / chunks + (n % chunks != 0)), dim);
+  return split(x, std::max<int64_t>(1, n / chunks + (n % chunks != 0)), d);
 }
 
 // Keeps elements with (col - row) on the kept side of the diagonal k.

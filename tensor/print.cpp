@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdio>
 #include <ostream>
+#include <string>
 
 #include "autograd/node.h"
 #include "tensor/tensor.h"
@@ -69,10 +70,25 @@ struct Printer {
     return v;
   }
 
-  void visit_values(int64_t d, int64_t off, const std::function<void(double)>& fn) const {
-    if (d == t.dim()) return fn(value(off));
+  // An element's text: integers read exactly as int64 (through double, values past 2^53
+  // printed as a neighbour), everything else through the format.
+  std::string cell(int64_t off) const {
+    if (f.kind != Formatter::Int) return f.fmt(value(off));
+    int64_t v = 0;
+    const char* base = static_cast<const char*>(t.storage()->data);
+    MU_DISPATCH_STORAGE(t.dtype(), "print",
+                        [&] { v = convert_element<int64_t>(reinterpret_cast<const scalar_t*>(base)[off]); });
+    return std::to_string(v);
+  }
+
+  void visit_offsets(int64_t d, int64_t off, const std::function<void(int64_t)>& fn) const {
+    if (d == t.dim()) return fn(off);
     for (int64_t i : shown(t.shape()[size_t(d)]))
-      if (i >= 0) visit_values(d + 1, off + i * t.strides()[size_t(d)], fn);
+      if (i >= 0) visit_offsets(d + 1, off + i * t.strides()[size_t(d)], fn);
+  }
+
+  void visit_values(int64_t d, int64_t off, const std::function<void(double)>& fn) const {
+    visit_offsets(d, off, [&](int64_t o) { fn(value(o)); });
   }
 
   void choose_format() {
@@ -94,12 +110,12 @@ struct Printer {
         f.kind = Formatter::Sci;
       else f.kind = Formatter::Fixed;
     }
-    visit_values(0, t.storage_offset(), [&](double v) { f.width = std::max<int>(f.width, int(f.fmt(v).size())); });
+    visit_offsets(0, t.storage_offset(), [&](int64_t o) { f.width = std::max<int>(f.width, int(cell(o).size())); });
   }
 
   void print(int64_t d, int64_t off, int indent) {
     if (d == t.dim()) {
-      std::string s = f.fmt(value(off));
+      std::string s = cell(off);
       out += std::string(size_t(f.width) - s.size(), ' ') + s;
       return;
     }

@@ -230,6 +230,16 @@ Tensor arange(double start, double end, double step, TensorOptions opts) {
   MU_CHECK(std::isfinite(count) && count < 9.2e18, "arange: [", start, ", ", end, ") in steps of ", step, " has ",
            count, " elements");
   int64_t n = int64_t(count);
+  // An integer dtype with whole start and step counts in int64, as torch does: in double,
+  // values past 2^53 would round (2^53 + 1 became 2^53, twice).
+  const auto whole = [](double v) { return v == std::floor(v) && std::fabs(v) < 9.2e18; };
+  if (is_integral(opts.dtype()) && whole(start) && whole(step)) {
+    const int64_t first = int64_t(start), by = int64_t(step);
+    int64_t last = 0;
+    MU_CHECK(n == 0 || (!__builtin_mul_overflow(n - 1, by, &last) && !__builtin_add_overflow(first, last, &last)),
+             "arange: [", first, ", ", end, ") in steps of ", by, " runs past int64's range");
+    return build_on_host({n}, opts, [&](int64_t i) { return first + i * by; });
+  }
   return build_on_host({n}, opts, [&](int64_t i) { return start + double(i) * step; });
 }
 

@@ -385,3 +385,28 @@ TEST_CASE("set_grad refuses a gradient of another shape, dtype or device") {
     CHECK_THROWS_MU(p.set_grad(zeros({3}, TensorOptions(kFloat64).device(Device::cuda()))),
                     "set_grad: gradient on cuda:0 for a tensor on cpu");
 }
+
+// Integer outputs carry no gradient (torch marks them non-differentiable): a custom
+// Function's index output and a float tensor converted to int64 have no history, and
+// backward through the float output is unchanged.
+struct ValuesAndIndex : autograd::Function<ValuesAndIndex> {
+  static TensorList forward(AutogradContext*, const Tensor& x) { return {x * 2.0, arange(x.numel())}; }
+  static TensorList backward(AutogradContext*, const TensorList& g) {
+    REQUIRE(g[0].defined());
+    return {g[0] * 2.0};
+  }
+};
+
+TEST_CASE("integer outputs of recorded ops and custom Functions do not require grad") {
+  Tensor x = tensor({1.0, 2.0, 3.0}, kFloat64).requires_grad_();
+  TensorList out = ValuesAndIndex::apply(x);
+  CHECK(out[0].requires_grad());
+  CHECK_FALSE(out[1].requires_grad());
+  CHECK(out[1].grad_fn() == nullptr);
+  out[0].sum().backward();
+  CHECK(x.grad().to_vector<double>() == std::vector<double>{2.0, 2.0, 2.0});
+  const Tensor as_int = (x * 1.5).to(kInt64);
+  CHECK_FALSE(as_int.requires_grad());
+  CHECK(as_int.to_vector<int64_t>() == std::vector<int64_t>{1, 3, 4});
+  CHECK_FALSE(lt(x, tensor({2.0}, kFloat64)).requires_grad());
+}

@@ -972,6 +972,19 @@ TEST_CASE("div_ by a number divides (not a product with its reciprocal), and ref
   }
 }
 
+// A number an integer tensor cannot hold is refused naming the op the user called (it
+// said fill_, from the 0-dim tensor made inside).
+TEST_CASE("numbers an integer tensor cannot hold: the error names the op") {
+  Tensor i32 = zeros({2}, kInt32);
+  CHECK_THROWS_MU(i32.add_(3e9), "add_: value 3e+09 does not fit in int32");
+  CHECK_THROWS_MU(i32.mul_(-3e9), "mul_: value -3e+09 does not fit in int32");
+  CHECK_THROWS_MU(masked_fill(ones({2}, kInt64), ones({2}, kBool), INFINITY),
+                  "masked_fill: scalar inf is not an integer but the tensor is int64");
+  CHECK_THROWS_MU(masked_fill(zeros({2}, kInt8), ones({2}, kBool), 300.0), "masked_fill: value 300 does not fit in int8");
+  i32.add_(2e9);  // fits
+  CHECK(i32.to_vector<int64_t>() == std::vector<int64_t>{2000000000, 2000000000});
+}
+
 TEST_CASE("writing elementwise into an expanded view is refused: its elements share memory") {
   for (Device dev : test_devices()) {
     INFO(dev.str());

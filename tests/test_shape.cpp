@@ -39,6 +39,20 @@ TEST_CASE("cat skips 1-D empty tensors beside tensors of other shapes") {
   CHECK_THROWS_MU(cat({zeros({0}, kFloat32), a}, 0), "cat: dtype mismatch");
 }
 
+// An empty dimension chunks into `chunks` empty pieces, as torch's chunk (q, k, v of an
+// empty batch unpack); split by a size still gives one.
+TEST_CASE("chunk of an empty dimension gives the asked number of empty pieces") {
+  const Tensor e = zeros({0, 4}).requires_grad_();
+  const std::vector<Tensor> parts = chunk(e, 3, 0);
+  REQUIRE(parts.size() == 3);
+  for (const Tensor& p : parts) CHECK(p.shape() == Shape{0, 4});
+  CHECK(split(e, 2, 0).size() == 1);
+  (parts[0].sum() + parts[2].sum()).backward();
+  REQUIRE(e.grad().defined());
+  CHECK(e.grad().shape() == Shape{0, 4});
+  CHECK(chunk(zeros({3, 0}), 2, 1).size() == 2);
+}
+
 TEST_CASE("stack adds a new dim") {
   Tensor a = tensor({1.0, 2.0}), b = tensor({3.0, 4.0});
   Tensor s0 = stack({a, b});

@@ -158,6 +158,25 @@ TEST_CASE("in-place ops write through and bump the version") {
   CHECK(a.to_vector<double>() == std::vector<double>{0, 2, 1, 3});
 }
 
+// int64 values past 2^53 print as stored (through double they printed as a neighbour),
+// and an int64 arange with whole start and step counts in integers there.
+TEST_CASE("int64 past 2^53: printed exactly, and arange counts exactly") {
+  const int64_t big = (int64_t(1) << 53) + 1;
+  const Tensor a = from_vector(std::vector<int64_t>{big, -big, INT64_MAX, INT64_MIN}, {4});
+  const std::string s = a.str();
+  INFO(s);
+  CHECK(s.find("9007199254740993") != std::string::npos);
+  CHECK(s.find("-9007199254740993") != std::string::npos);
+  CHECK(s.find("9223372036854775807") != std::string::npos);
+  CHECK(s.find("-9223372036854775808") != std::string::npos);
+  const Tensor r = arange(9007199254740990.0, 9007199254740994.0, 1.0, TensorOptions(kInt64));
+  CHECK(r.to_vector<int64_t>() ==
+        std::vector<int64_t>{9007199254740990, 9007199254740991, 9007199254740992, 9007199254740993});
+  CHECK(arange(10.0, 0.0, -3.0, TensorOptions(kInt64)).to_vector<int64_t>() == std::vector<int64_t>{10, 7, 4, 1});
+  // A fractional step on an integer dtype still goes through double, then converts.
+  CHECK(arange(0.0, 2.0, 0.5, TensorOptions(kInt64)).numel() == 4);
+}
+
 TEST_CASE("printing shows values, shape and dtype, and summarises large tensors") {
   std::string s = tensor({{1.5, 2.0}, {3.0, 4.25}}).str();
   CHECK(s == "tensor([[1.5000, 2.0000],\n        [3.0000, 4.2500]], shape=[2, 2], dtype=float32)");
