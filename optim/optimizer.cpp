@@ -97,15 +97,20 @@ const ParamState& Optimizer::state(size_t group, size_t index) const {
 
 void Optimizer::step() {
   NoGradGuard no_grad;
+  // Every group is checked before any is updated: a refused step leaves the parameters,
+  // the step counts and the moments as they were, not some groups stepped.
+  std::vector<std::vector<ParamUpdate>> per_group(groups_.size());
   for (size_t g = 0; g < groups_.size(); ++g) {
     const ParamGroup& group = groups_[g];
-    std::vector<ParamUpdate> items;
+    std::vector<ParamUpdate>& items = per_group[g];
     for (size_t i = 0; i < group.params.size(); ++i) {
       const Tensor& p = group.params[i];
       Tensor grad = p.grad();
       if (!grad.defined()) continue;  // as torch: no gradient, no update, no state change
       MU_CHECK(grad.shape() == p.shape() && grad.dtype() == p.dtype() && grad.device() == p.device(), name_,
                ": parameter ", i, " of group ", g, " is ", p.describe(), " but its gradient is ", grad.describe());
+      // An expanded parameter (stride 0) cannot be written element by element.
+      check_distinct_elements(p, name_.c_str());
       for (const auto& [b, t] : state_[g][i]) {
         if (b == "step") continue;  // the host-side counter, not a per-element buffer
         MU_CHECK(t.shape() == p.shape() && t.dtype() == p.dtype() && t.device() == p.device(), name_, ": state \"",
@@ -114,8 +119,9 @@ void Optimizer::step() {
       }
       items.push_back({p, grad, &state_[g][i]});
     }
-    if (!items.empty()) update(group, items);
   }
+  for (size_t g = 0; g < groups_.size(); ++g)
+    if (!per_group[g].empty()) update(groups_[g], per_group[g]);
 }
 
 void Optimizer::zero_grad() {

@@ -895,3 +895,28 @@ TEST_CASE("bad hyper-parameters and parameters are refused with clear errors") {
   CHECK_THROWS_MU(p.set_grad(tensor({1.0}, kFloat32)), "set_grad: gradient of dtype float32");
   CHECK_THROWS_MU(sgd.param_groups()[0].option("beta1"), "no option \"beta1\"");
 }
+
+// A step refused for one group's parameter (here an expanded view, which cannot be
+// written element by element) changes nothing in any group: parameters, step counts
+// and moments stay as they were, so the same optimizer steps on once the cause is fixed.
+TEST_CASE("a refused step changes nothing: every group is checked before any is updated") {
+  Tensor a = tensor({1.0, 2.0}, kFloat64).requires_grad_();
+  Tensor b = tensor({3.0}, kFloat64).expand({2}).requires_grad_();  // a leaf of stride 0
+  optim::AdamW opt({ParamGroup{.params = {a}}, ParamGroup{.params = {b}}}, optim::AdamWOptions(0.1));
+  a.set_grad(tensor({0.5, 0.5}, kFloat64));
+  b.set_grad(tensor({0.5, 0.5}, kFloat64));
+  CHECK_THROWS_MU(opt.step(), "AdamW: more than one element of the written-to tensor");
+  CHECK(a.to_vector<double>() == std::vector<double>{1.0, 2.0});
+  for (const auto& [key, t] : opt.state_dict()) {
+    INFO(key);
+    CHECK(key.rfind("state.", 0) != 0);  // no state was made
+  }
+  // With the expanded parameter out of the way the first group steps as a fresh optimizer's.
+  b.set_grad(Tensor());
+  opt.step();
+  Tensor fresh = tensor({1.0, 2.0}, kFloat64).requires_grad_();
+  optim::AdamW ref({fresh}, optim::AdamWOptions(0.1));
+  fresh.set_grad(tensor({0.5, 0.5}, kFloat64));
+  ref.step();
+  CHECK(a.to_vector<double>() == fresh.to_vector<double>());
+}
