@@ -249,11 +249,8 @@ Entry parse_entry(const std::string& file, const std::string& name, const json& 
            overflow ? std::string("more than 2^64") : std::to_string(nbytes));
   // Reached by a huge shape only when it is empty (else the check above fails): a size 0
   // makes no elements, but the strides are still products of the other sizes and must fit
-  // int64 as for any tensor ([0, 2^62, 2^62] has none).
-  int64_t stride_span = 1;
-  for (int64_t d : e.shape)
-    MU_CHECK(d == 0 || !__builtin_mul_overflow(stride_span, d, &stride_span), where, ": shape ", sh.dump(),
-             " cannot be held: the product of its nonzero sizes exceeds 2^63 - 1");
+  // int64 as for any tensor ([0, 2^62, 2^62] has none). The tensors' own check, named here.
+  numel_of(e.shape, where.c_str());
   return e;
 }
 

@@ -235,9 +235,7 @@ Tensor arange(double start, double end, double step, TensorOptions opts) {
   const auto whole = [](double v) { return v == std::floor(v) && std::fabs(v) < 9.2e18; };
   if (is_integral(opts.dtype()) && whole(start) && whole(step)) {
     const int64_t first = int64_t(start), by = int64_t(step);
-    int64_t last = 0;
-    MU_CHECK(n == 0 || (!__builtin_mul_overflow(n - 1, by, &last) && !__builtin_add_overflow(first, last, &last)),
-             "arange: [", first, ", ", end, ") in steps of ", by, " runs past int64's range");
+    if (n > 0) checked_add(first, checked_mul(n - 1, by, "arange: the last value"), "arange: the last value");
     return build_on_host({n}, opts, [&](int64_t i) { return first + i * by; });
   }
   return build_on_host({n}, opts, [&](int64_t i) { return start + double(i) * step; });

@@ -233,6 +233,10 @@ const std::vector<Kind>& kinds() {
     std::vector<Kind> kept;
     for (const Kind& kind : all)
       if (std::string(kind.name).find(only) != std::string::npos) kept.push_back(kind);
+    if (kept.empty()) {  // else every case would pass having checked nothing
+      std::fprintf(stderr, "MUMOE_RANDOM_KIND=%s matches no kind\n", only);
+      std::exit(2);
+    }
     return kept;
   }();
   return k;

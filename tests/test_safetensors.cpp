@@ -510,8 +510,7 @@ TEST_CASE("hand-written headers: each malformation is named") {
         "entry \"m\" (BOOL) holds byte 2");
   // An empty shape whose other sizes overflow int64 (no tensor can have its strides).
   check("{\"x\":{\"dtype\":\"F32\",\"shape\":[0,4611686018427387904,4611686018427387904],\"data_offsets\":[0,0]}}",
-        "", p + ": entry \"x\": shape [0,4611686018427387904,4611686018427387904] cannot be held: the product of its "
-        "nonzero sizes exceeds 2^63 - 1");
+        "", p + ": entry \"x\": shape [0, 4611686018427387904, 4611686018427387904] has too many elements");
   // A key twice in one object: one reader keeps the first, another the last (here U8 [4]
   // against F32 [1] over the same four bytes), so the file is refused.
   const std::string one = bytes_of(std::vector<float>{1.0f});
