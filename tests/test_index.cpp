@@ -746,6 +746,90 @@ TEST_CASE("sort and topk of lines longer than 2048 (and exactly 2048): stable on
   }
 }
 
+// The first k positions of each row of the 2-D x by a stable sort of the row's (value,
+// position) pairs, NaN above every number (-0 and +0 equal).
+std::vector<int64_t> ref_topk_rows(const Tensor& x, int64_t k, bool descending) {
+  const int64_t rows = x.size(0), n = x.size(1);
+  const std::vector<double> xv = x.to_vector<double>();
+  std::vector<int64_t> out;
+  for (int64_t r = 0; r < rows; ++r) {
+    std::vector<int64_t> pos(static_cast<size_t>(n));
+    std::iota(pos.begin(), pos.end(), int64_t(0));
+    const double* v = xv.data() + r * n;
+    std::stable_sort(pos.begin(), pos.end(), [&](int64_t a, int64_t b) {
+      const double p = v[a], q = v[b];
+      if (std::isnan(p) || std::isnan(q)) return descending ? std::isnan(p) && !std::isnan(q) : !std::isnan(p) && std::isnan(q);
+      return descending ? p > q : p < q;
+    });
+    out.insert(out.end(), pos.begin(), pos.begin() + k);
+  }
+  return out;
+}
+
+TEST_CASE("topk of long lines, k up to 2048: ties at the k-th place, signed zeros, infinities, int64 extremes") {
+  // Lines longer than 2048 with k <= 2048: on CUDA a radix selection of the k and a sort of
+  // those alone (the CPU: its one-pass selection or partial_sort), against a stable sort.
+  const double inf = std::numeric_limits<double>::infinity();
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    manual_seed(31);
+    struct Case {
+      const char* what;
+      Tensor x;  // 2-D
+      int64_t dim;
+      std::vector<int64_t> ks;
+    };
+    std::vector<Case> cases;
+    // GPT-2's vocabulary: distinct values, the selection ends within the key's bytes.
+    cases.push_back({"float32 logits", randn({3, 50257}, kFloat32) * 3.0, 1, {1, 50, 2048}});
+    // Seven values only: every k-th place a tie, broken by position.
+    {
+      const std::vector<double> pool = {-0.0, 0.0, inf, -inf, kNaN, 1.0, -1.0};
+      const std::vector<int64_t> pick = randint(0, 7, {2 * 5000}).to_vector<int64_t>();
+      std::vector<double> v;
+      for (int64_t p : pick) v.push_back(pool[size_t(p)]);
+      cases.push_back({"float64 of seven values", from_vector(v, {2, 5000}), 1, {1, 7, 2047, 2048}});
+    }
+    {
+      std::vector<int64_t> z = randint(-1000, 1000, {2, 4100}).to_vector<int64_t>();
+      z[17] = std::numeric_limits<int64_t>::min();
+      z[4000] = z[4100] = std::numeric_limits<int64_t>::max();
+      cases.push_back({"int64 with its extremes", from_vector(z, {2, 4100}), 1, {1, 100, 2048}});
+    }
+    // Lines along dim 0, inner stride 3.
+    cases.push_back({"float32 of four values, dim 0", randint(0, 4, {3000, 3}).to(kFloat32), 0, {1, 999, 2048}});
+    // Every value equal: the first k positions; 70000 positions take three bytes.
+    cases.push_back({"float32 all equal, 70000", full({1, 70000}, 2.5, kFloat32), 1, {1, 2048}});
+    cases.push_back({"float32 of two values, 70000", randint(0, 2, {1, 70000}).to(kFloat32), 1, {1, 1500, 2048}});
+    for (const Case& cs : cases) {
+      const Tensor rows = cs.dim == 1 ? cs.x : cs.x.t().contiguous();  // the lines as rows
+      const Tensor xd = on(cs.x, dev);
+      for (int64_t k : cs.ks)
+        for (bool desc : {false, true}) {
+          INFO(cs.what << ", k " << k << ", descending " << desc);
+          ValuesIndices t = topk(xd, k, cs.dim, desc);
+          Tensor ti = cs.dim == 1 ? t.indices : t.indices.t().contiguous();
+          Tensor tv = cs.dim == 1 ? t.values : t.values.t().contiguous();
+          const std::vector<int64_t> want = ref_topk_rows(rows, k, desc), got = ti.to_vector<int64_t>();
+          REQUIRE(got.size() == want.size());
+          int64_t wrong = 0, first = -1;
+          for (size_t i = 0; i < got.size(); ++i)
+            if (got[i] != want[i] && wrong++ == 0) first = int64_t(i);
+          INFO(wrong << " positions differ, the first at " << first);
+          CHECK(wrong == 0);
+          // The values are the rows' own at those positions (the sign of a zero too).
+          const std::vector<double> rv = rows.to_vector<double>(), tvv = tv.to_vector<double>();
+          int64_t bad = 0;
+          for (size_t i = 0; i < tvv.size(); ++i) {
+            const double w = rv[size_t(int64_t(i) / k * rows.size(1) + got[i])];
+            bad += !(std::isnan(w) ? std::isnan(tvv[i]) : tvv[i] == w && std::signbit(tvv[i]) == std::signbit(w));
+          }
+          CHECK(bad == 0);
+        }
+    }
+  }
+}
+
 TEST_CASE("more elements or lines than one pass of a CUDA grid: gather, scatter_add, index_select, cumsum, sort") {
   // A CUDA grid holds at most 4224 blocks: 1,081,344 threads of 256, 540,672 of 128, or
   // 4224 lines of one block each; beyond that the kernels loop.

@@ -160,6 +160,11 @@ inline float atomicAdd(float* p, float v) {
   *p = old + v;
   return old;
 }
+inline unsigned atomicAdd(unsigned* p, unsigned v) {
+  const unsigned old = *p;
+  *p = old + v;
+  return old;
+}
 
 // The high 32 bits of a 32 x 32-bit product (ops/cuda/strided.cuh's magic-number divisions).
 inline unsigned __umulhi(unsigned a, unsigned b) { return unsigned((uint64_t(a) * b) >> 32); }

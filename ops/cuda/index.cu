@@ -3,7 +3,10 @@
 // that lands in one element runs in the CPU's order, so results are deterministic and
 // equal the CPU's bit for bit (cumsum's block scan on few long lines excepted: equal up
 // to double rounding).
+#include <climits>
+#include <cstring>
 #include <cub/device/device_radix_sort.cuh>
+#include <type_traits>
 
 #include "ops/cuda/bitonic.cuh"
 #include "ops/cuda/dtypes.cuh"
@@ -424,6 +427,138 @@ __global__ void __launch_bounds__(kSortMaxThreads)
   }
 }
 
+// The first k of a long line (topk with k <= kSharedSortMax, e.g. a sampling step's top
+// k of GPT-2's 50257 logits), by radix selection rather than a sort of the whole line:
+// the bitonic sort of 50257 positions padded to 65536 is 136 stages over global memory,
+// milliseconds a line, where the selection reads the line once per byte of its keys.
+//
+// The first k in PosOrder are the k smallest pairs (key, position), key an unsigned
+// integer ordered as PosOrder orders the values (select_key). The k-th smallest pair is
+// found a byte at a time, from the key's top byte down to the position's lowest: a
+// histogram of the next byte over the pairs matching the bytes chosen so far, and the
+// byte whose bin holds the pair of the rank sought. It stops at the first bin that holds
+// exactly the pairs still wanted (with distinct values, within the key's bytes; ties at
+// the k-th place take the position's bytes too). The pairs whose chosen bytes are at or
+// below the prefix found are then the first k; they are gathered in shared memory and
+// sorted there.
+
+// 32-bit keys for float32, 64-bit for float64 and int64.
+template <class T>
+using SelectKey = std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>;
+
+// PosOrder's order of values (ascending, or descending) as the order of unsigned keys.
+template <class T>
+__device__ SelectKey<T> select_key(T x, bool descending) {
+  using K = SelectKey<T>;
+  constexpr K top = K(1) << (8 * sizeof(K) - 1);
+  K key;
+  if constexpr (std::is_floating_point_v<T>) {
+    if (x != x) {
+      key = ~K(0);  // NaN above every number; every NaN equal (ties by position)
+    } else {
+      const T v = x == T(0) ? T(0) : x;  // -0 equals +0: one key, so ties by position
+      K bits;
+      memcpy(&bits, &v, sizeof bits);
+      // Positives above negatives; negatives' magnitudes reversed.
+      key = (bits & top) ? ~bits : (bits | top);
+    }
+  } else {
+    key = K(x) ^ top;  // two's complement with the sign bit flipped orders as unsigned
+  }
+  return descending ? ~key : key;  // descending: the largest, and NaN, first
+}
+
+template <class K>
+struct KeyPos {
+  K key;
+  int pos;
+};
+
+// One block per line (grid-stride); `chosen` holds P = next_pow2(k) pairs in dynamic
+// shared memory; pos_bytes is the bytes of n - 1 (1 to 4).
+template <class T>
+__global__ void __launch_bounds__(kSortMaxThreads)
+    select_kernel(int64_t* idx, const T* x, int64_t lines, int64_t n, int64_t inner, int64_t k, int64_t P,
+                  int pos_bytes, bool descending) {
+  using K = SelectKey<T>;
+  constexpr int key_bytes = int(sizeof(K));
+  extern __shared__ __align__(16) unsigned char smem[];
+  KeyPos<K>* chosen = reinterpret_cast<KeyPos<K>*>(smem);
+  __shared__ unsigned hist[256];
+  // The bin found (its byte, the pairs in the bins below it, its own count), and the
+  // count of pairs gathered.
+  __shared__ unsigned found[4];
+  for (int64_t l = blockIdx.x; l < lines; l += gridDim.x) {
+    const int64_t o = l / inner, c = l - o * inner;
+    const T* xl = x + o * n * inner + c;
+    K want_key = 0, key_mask = 0;  // the key's bytes chosen so far, and which they are
+    unsigned want_pos = 0, pos_mask = 0;
+    unsigned rank = unsigned(k);  // the rank (from 1) sought among the pairs matching them
+    for (int b = 0; b < key_bytes + pos_bytes; ++b) {
+      const bool in_key = b < key_bytes;
+      const int shift = 8 * (in_key ? key_bytes - 1 - b : pos_bytes - 1 - (b - key_bytes));
+      __syncthreads();  // the previous byte's (or line's) hist and found were read
+      for (int i = threadIdx.x; i < 256; i += blockDim.x) hist[i] = 0;
+      __syncthreads();
+      for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+        const K key = select_key(xl[i * inner], descending);
+        if ((key & key_mask) != want_key || (unsigned(i) & pos_mask) != want_pos) continue;
+        atomicAdd(&hist[in_key ? unsigned(key >> shift) & 255u : (unsigned(i) >> shift) & 255u], 1u);
+      }
+      __syncthreads();
+      if (threadIdx.x < 32) {
+        // Lane j holds bins [8j, 8j + 8); the lanes' counts summed by a shuffle scan.
+        const int lane = int(threadIdx.x);
+        unsigned own = 0;
+        for (int j = 0; j < 8; ++j) own += hist[8 * lane + j];
+        unsigned upto = own;  // the bins of lanes 0..lane
+        for (int d = 1; d < 32; d <<= 1) {
+          const unsigned u = __shfl_up_sync(0xffffffffu, upto, d);
+          if (lane >= d) upto += u;
+        }
+        unsigned below = upto - own;
+        // rank never exceeds the pairs matching, so exactly one lane holds it.
+        if (below < rank && rank <= upto) {
+          int j = 8 * lane;
+          while (below + hist[j] < rank) below += hist[j++];
+          found[0] = unsigned(j);
+          found[1] = below;
+          found[2] = hist[j];
+        }
+      }
+      __syncthreads();
+      const unsigned byte = found[0];
+      rank -= found[1];
+      if (in_key) {
+        want_key |= K(byte) << shift;
+        key_mask |= K(255) << shift;
+      } else {
+        want_pos |= byte << shift;
+        pos_mask |= 255u << shift;
+      }
+      if (found[2] == rank) break;  // every pair in the bin is wanted
+    }
+    // Gather the pairs at or below the prefix (in any order), pad to P, sort.
+    if (threadIdx.x == 0) found[3] = 0;
+    __syncthreads();
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+      const K key = select_key(xl[i * inner], descending);
+      const K km = key & key_mask;
+      const unsigned pm = unsigned(i) & pos_mask;
+      if (km < want_key || (km == want_key && pm <= want_pos)) {
+        const unsigned slot = atomicAdd(&found[3], 1u);
+        if (slot < unsigned(k)) chosen[slot] = {key, int(i)};  // exactly k of them
+      }
+    }
+    for (int64_t j = k + threadIdx.x; j < P; j += blockDim.x) chosen[j] = {~K(0), INT_MAX};  // after every pair
+    cuda::block_bitonic_sort(chosen, P, [](const KeyPos<K>& a, const KeyPos<K>& b) {
+      return a.key != b.key ? a.key < b.key : a.pos < b.pos;
+    });
+    int64_t* dst = idx + o * k * inner + c;
+    for (int64_t j = threadIdx.x; j < k; j += blockDim.x) dst[j * inner] = chosen[j].pos;
+  }
+}
+
 void sort_indices(const Tensor& idx, const Tensor& x, int64_t outer, int64_t n, int64_t inner, int64_t k,
                   bool descending) {
   const int64_t lines = outer * inner;
@@ -440,6 +575,14 @@ void sort_indices(const Tensor& idx, const Tensor& x, int64_t outer, int64_t n, 
       const size_t smem = size_t(P) * (sizeof(T) + sizeof(int));
       sort_shared_kernel<T><<<cuda::grid_for(lines, 1), threads, smem, s>>>(pi, px, lines, n, inner, k, P, descending);
       MU_CUDA_CHECK_LAUNCH("sort");
+    } else if (k <= kSharedSortMax && n <= int64_t(INT_MAX) - kSharedSortMax) {
+      const int64_t Pk = cuda::next_pow2(k);
+      int pos_bytes = 1;  // the bytes of the largest position, n - 1
+      while (pos_bytes < 4 && ((n - 1) >> (8 * pos_bytes)) != 0) ++pos_bytes;
+      const size_t smem = size_t(Pk) * sizeof(KeyPos<SelectKey<T>>);
+      select_kernel<T><<<cuda::grid_for(lines, 1), kSortMaxThreads, smem, s>>>(pi, px, lines, n, inner, k, Pk,
+                                                                                pos_bytes, descending);
+      MU_CUDA_CHECK_LAUNCH("topk (radix selection)");
     } else {
       // One line in flight per block, a workspace of P positions for each: up to two
       // blocks per SM, fewer where that would take more than 256 MiB.
