@@ -91,7 +91,23 @@ Tensor gelu(const Tensor& x, const std::string& approximate) {
                 [xs = save(x)](const Tensor& g) -> TensorList { return {map(fn::GeluTanhGrad{}, {g, xs.get()})}; });
 }
 
+// A bool base has no power, as in torch (nor does the pair of two bools).
+static void check_pow_base(DType t, const Shape& shape) {
+  MU_CHECK(t != kBool, "pow: a bool base ", shape_str(shape),
+           " has no power; convert it with .to(kInt64) or .to(kFloat32)");
+}
+
 Tensor pow(const Tensor& x, double e) {
+  MU_CHECK(x.defined(), "pow: the base is an undefined tensor");
+  if (!x.is_floating_point()) {
+    check_pow_base(x.dtype(), x.shape());
+    // An integral exponent keeps the integers, exact (int_pow, ops/functors.h), as torch
+    // does; a fraction, an infinity or NaN gives float32 (int ** 2.5 in torch). |e| below
+    // 2^63 converts to int64 exactly.
+    if (!(e == std::trunc(e) && std::fabs(e) < 9223372036854775808.0)) return pow(x.to(kFloat32), e);
+    MU_CHECK(e >= 0, "pow: integers to negative integer powers are not allowed (", dtype_name(x.dtype()), " ",
+             shape_str(x.shape()), " to the power ", e, "); convert the base with .to(kFloat32) first");
+  }
   Tensor y = map(fn::PowScalar{{}, e}, {x});
   return record("PowBackward", y, {x}, [xs = save(x), e](const Tensor& g) -> TensorList {
     if (e == 0) return {zeros_like(g)};
@@ -245,8 +261,12 @@ Tensor div(const Tensor& a_in, const Tensor& b_in, const std::string& rounding_m
   return map(fn::DivRounded{{}, rounding_mode == "floor"}, {a, b});
 }
 
+// Integers to integer powers stay integers, exact and wrapping (int_pow): a negative
+// exponent gives 1, +-1 or 0, as torch's integer pow.
 Tensor pow(const Tensor& a_in, const Tensor& b_in) {
+  MU_CHECK(a_in.defined() && b_in.defined(), "pow: an operand is an undefined tensor");
   auto [a, b] = promoted(a_in, b_in);
+  check_pow_base(a.dtype(), a.shape());
   Tensor y = map(fn::Pow{}, {a, b});
   return record("PowBackward", y, {a, b}, [as = save(a), bs = save(b), ys = save(y)](const Tensor& g) -> TensorList {
     Tensor av = as.get(), bv = bs.get(), yv = ys.get();

@@ -21,6 +21,8 @@ Tensor sigmoid(const Tensor& x);
 Tensor relu(const Tensor& x);
 // approximate = "none" (erf form) or "tanh", as torch.nn.functional.gelu.
 Tensor gelu(const Tensor& x, const std::string& approximate = "none");
+// An integer x to an integral exponent >= 0 stays integer, exact (wrapping on overflow);
+// a negative integral one is an error and a fractional one gives float32, as in torch.
 Tensor pow(const Tensor& x, double exponent);
 Tensor square(const Tensor& x);
 // Either bound may be NaN to mean "no bound".
@@ -36,6 +38,8 @@ Tensor div(const Tensor& a, const Tensor& b);
 // Division rounded as torch.div(a, b, rounding_mode=...): "trunc" toward zero, "floor"
 // toward -infinity; integers stay integers (a zero divisor is an error), no gradient.
 Tensor div(const Tensor& a, const Tensor& b, const std::string& rounding_mode);
+// Integers to integer powers stay integers (exact, wrapping); a negative exponent gives 1
+// for the base 1, +-1 for -1 and 0 else, as torch.pow. A bool base is an error.
 Tensor pow(const Tensor& a, const Tensor& b);
 Tensor maximum(const Tensor& a, const Tensor& b);
 Tensor minimum(const Tensor& a, const Tensor& b);

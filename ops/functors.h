@@ -175,10 +175,28 @@ MU_HOST_DEVICE inline T pow_scalar(T v, double e) {
   if (e == -1) return T(1) / v;
   return m_pow(v, T(e));
 }
-struct PowScalar : Functor<1> {
+// An integer to an integer power, as torch computes it: exact, wrapping as the dtype's
+// products do (repeated squaring in unsigned arithmetic, where a signed overflow would be
+// undefined); a negative exponent gives 1 for the base 1, +-1 for -1, and 0 for every
+// other base, 0 included.
+template <class T>
+MU_HOST_DEVICE inline T int_pow(T base, T e) {
+  if (e < 0) return base == T(1) ? T(1) : base == T(-1) ? ((e & 1) ? T(-1) : T(1)) : T(0);
+  uint64_t r = 1, b = static_cast<uint64_t>(base);
+  for (uint64_t n = static_cast<uint64_t>(e); n != 0; n >>= 1) {
+    if (n & 1) r *= b;
+    b *= b;
+  }
+  return static_cast<T>(r);
+}
+// Integers only with an integral e >= 0 (pow(Tensor, double) sends the others to float32).
+struct PowScalar : Functor<1, Types::Numeric> {
   static constexpr const char* name = "pow";
   double e;
-  template <class T> MU_HOST_DEVICE T operator()(T v) const { return pow_scalar(v, e); }
+  template <class T> MU_HOST_DEVICE T operator()(T v) const {
+    if constexpr (std::is_integral_v<T>) return int_pow(v, T(e));
+    else return pow_scalar(v, e);
+  }
 };
 // Either bound may be absent (has_lo / has_hi false).
 struct Clamp : Functor<1, Types::Numeric> {
@@ -309,9 +327,12 @@ struct AddScaled : Functor<2, Types::Numeric> {
     else return T(u + alpha * v);
   }
 };
-struct Pow : Functor<2> {
+struct Pow : Functor<2, Types::Numeric> {
   static constexpr const char* name = "pow";
-  template <class T> MU_HOST_DEVICE T operator()(T u, T v) const { return m_pow(u, v); }
+  template <class T> MU_HOST_DEVICE T operator()(T u, T v) const {
+    if constexpr (std::is_integral_v<T>) return int_pow(u, v);
+    else return m_pow(u, v);
+  }
 };
 // NaN propagates from either side.
 struct Maximum : Functor<2, Types::Numeric> {

@@ -207,8 +207,8 @@ Tensor Tensor::squeeze() const {
 }
 
 Tensor Tensor::squeeze(int64_t d) const {
+  d = wrap_dim(d, dim(), "squeeze");  // a 0-dim tensor takes 0 and -1 only, as in torch
   if (dim() == 0) return *this;
-  d = wrap_dim(d, dim(), "squeeze");
   if (shape()[size_t(d)] != 1) return *this;
   Shape s = shape();
   s.erase(s.begin() + d);

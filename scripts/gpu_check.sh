@@ -5,11 +5,12 @@
 # programs do not load there or were built from other sources, from a build on the spot (CUDA toolkit, CMake, a compiler,
 # and the header dependencies carried in .gpu_deps/ from scripts/gpu_deps.sh).
 # Logs go to $OUT (default ./gpu_out); the end of the output is a short summary.
-#   bash scripts/gpu_check.sh [test|bench|sparse|gpt2|attention|shapes|generate|all]   (default all; sparse:
+#   bash scripts/gpu_check.sh [test|bench|sparse|gpt2|attention|shapes|generate|paper|all]   (default all; sparse:
 #   the sparse-MoE scaling benchmark alone; gpt2: the bf16 comparison and a profiled step;
 #   attention: each attention path of the framework beside PyTorch, and float32 GPT-2 with
 #   each float32 path; shapes: one bf16 GPT-2 step's kernel table by argument signature;
-#   generate: GPT-2 sampling's kernel table beside its wall time)
+#   generate: GPT-2 sampling's kernel table beside its wall time; paper: Table 3's GPT-2 recipe
+#   at paper scale for 60 steps a model on random tokens, interrupted and resumed)
 # Environment: SUITE_TIMEOUT (s, per test suite, default 240), TESTS_TIMEOUT (s, all
 # suites, default 600), JOBS (suites at once, default 6), BENCH_TIMEOUT (s, the whole
 # comparison with PyTorch, default 300), FUSED_TIMEOUT (s, default 150), SANITIZE_FAILED (1: the
@@ -185,6 +186,37 @@ for raw in open(sys.argv[1]):
     elif rest.strip():
         print(raw.rstrip())
 PY
+fi
+
+if [[ $what == paper ]]; then
+  # Table 3 (GPT-2) at paper scale on this GPU: repro_table3_gpt2 --scale paper (GPT-2 124M
+  # and its CPμMoE/TRμMoE twins, N = 256, Table 7's recipe, bfloat16) on random token files
+  # laid out as nanoGPT's OpenWebText (train.bin, val.bin: uint16), cut to 60 steps a model.
+  # The first run is interrupted part way (SIGINT, as Ctrl-C: a checkpoint is saved); the
+  # same command then continues it ("resuming" in its output), and check_repro.py checks
+  # the results. Random tokens keep the loss near ln 50257 = 10.8: a check of the recipe's
+  # machinery and speed on a GPU, not of the paper's numbers.
+  data=$out/owt_random runs=$out/paper_gpt2
+  rm -rf "$runs"
+  python3 - "$data" <<'PY'
+import array, os, sys
+d = sys.argv[1]
+os.makedirs(d, exist_ok=True)
+for name, n in (("train.bin", 4_000_000), ("val.bin", 400_000)):
+    ids = array.array("H", (t % 50257 for t in array.array("H", os.urandom(2 * n))))
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(ids.tobytes())
+PY
+  cmd=("$bin/experiments/repro_table3_gpt2" --scale paper --data "$data" --out-dir "$runs" --device cuda
+       --paper-steps 60 --micro-batch 8 --grad-accum 2 --eval-batches 4 --eval-every 20 --checkpoint-every 20)
+  start=$(date +%s)
+  timeout -s INT ${PAPER_INTERRUPT:-25} "${cmd[@]}" >"$out/paper.txt" 2>&1
+  echo "first run (interrupted after ${PAPER_INTERRUPT:-25} s): rc=$?" | tee -a "$out/paper.txt"
+  timeout 300 "${cmd[@]}" >>"$out/paper.txt" 2>&1
+  echo "second run: rc=$? ($(( $(date +%s) - start )) s both)" | tee -a "$out/paper.txt"
+  python3 experiments/check_repro.py --scale paper "$runs" repro_table3_gpt2 table3_gpt2.json 2>&1 | tail -5
+  grep -E "^(running|resuming)|interrupt|Table 3|^\|" "$out/paper.txt" | head -30
+  for f in "$runs"/runs/*.log; do echo "$f:"; tr "\r" "\n" <"$f" | grep -E "tok/s|^step [0-9]+:" | tail -3; done
 fi
 
 if [[ $what == generate ]]; then

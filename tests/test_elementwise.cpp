@@ -677,6 +677,57 @@ TEST_CASE("pow with exponents 2, 1, 0 and -1 gives std::pow's values and gradien
       }
 }
 
+// base^e by e multiplications, wrapping modulo 2^64 (unsigned: defined); a negative e as
+// torch's integer pow: 1 for 1, +-1 for -1, 0 else.
+static int64_t power_by_loop(int64_t base, int64_t e) {
+  if (e < 0) return base == 1 ? 1 : base == -1 ? (e % 2 != 0 ? -1 : 1) : 0;
+  uint64_t r = 1;
+  for (int64_t i = 0; i < e; ++i) r *= uint64_t(base);
+  return int64_t(r);
+}
+
+TEST_CASE("pow of integers stays integer: exact, wrapping, negative exponents as torch") {
+  std::vector<int64_t> bases, exps;
+  for (int64_t b : {-3, -2, -1, 0, 1, 2, 3, 7, 1000003})
+    for (int64_t e = -3; e <= 70; ++e) bases.push_back(b), exps.push_back(e);
+  const int64_t n = int64_t(bases.size());
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    auto ints = [&](const std::vector<int64_t>& v) { return on(from_vector(v, {int64_t(v.size())}), dev); };
+    const Tensor b = on(from_vector(bases, {n}), dev), e = on(from_vector(exps, {n}), dev);
+    const Tensor y = pow(b, e);
+    CHECK(y.dtype() == kInt64);
+    const std::vector<int64_t> yv = y.to_vector<int64_t>();
+    int64_t wrong = 0;
+    for (int64_t i = 0; i < n; ++i) wrong += yv[size_t(i)] != power_by_loop(bases[size_t(i)], exps[size_t(i)]);
+    CHECK(wrong == 0);
+    // torch.tensor([2, 3, -2, 0, 1, -1, 7]) ** torch.tensor([3, 0, -1, -2, 5, -3, 40]).
+    CHECK(pow(ints({2, 3, -2, 0, 1, -1, 7}), ints({3, 0, -1, -2, 5, -3, 40}))
+              .to_vector<int64_t>() == std::vector<int64_t>{8, 1, 0, 0, 1, -1, -6212923193149656639});
+    // int32 wraps as int32 products do: 2^31 and (-2)^31 are -2^31, 3^31 torch's 1264544299.
+    const Tensor i32 = ints({2, -2, 3}).to(kInt32);
+    const Tensor y32 = pow(i32, on(full({1}, 31.0, kInt32), dev));
+    CHECK(y32.dtype() == kInt32);
+    CHECK(y32.to_vector<int64_t>() == std::vector<int64_t>{-2147483648LL, -2147483648LL, 1264544299});
+    // A scalar exponent: integral >= 0 stays int64; a fraction gives float32.
+    const Tensor x = ints({-3, 0, 5, 3});
+    CHECK(pow(x, 3.0).dtype() == kInt64);
+    CHECK(pow(x, 3.0).to_vector<int64_t>() == std::vector<int64_t>{-27, 0, 125, 27});
+    CHECK(pow(x, 41.0).to_vector<int64_t>()[3] == power_by_loop(3, 41));
+    CHECK(pow(x, 0.0).to_vector<int64_t>() == std::vector<int64_t>{1, 1, 1, 1});
+    const Tensor half = pow(x, 0.5);
+    CHECK(half.dtype() == kFloat32);
+    const std::vector<double> hv = half.to_vector<double>();
+    CHECK(std::isnan(hv[0]));
+    CHECK(hv[2] == double(std::sqrt(5.0f)));
+    // With a float operand the pair promotes: int64 ** float64 is float64.
+    CHECK(pow(x, on(tensor({2.0}, kFloat64), dev)).to_vector<double>() == std::vector<double>{9, 0, 25, 9});
+    CHECK_THROWS_MU(pow(x, -1.0), "pow: integers to negative integer powers are not allowed (int64 [4] to the power -1)");
+    CHECK_THROWS_MU(pow(ints({1, 0}).to(kBool), 2.0), "pow: a bool base [2] has no power");
+    CHECK_THROWS_MU(pow(ints({1}).to(kBool), ints({1}).to(kBool)), "pow: a bool base [1] has no power");
+  }
+}
+
 TEST_CASE("clamp's gradient passes inside the bounds only") {
   for (Device dev : test_devices()) {
     INFO(dev.str());

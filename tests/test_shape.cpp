@@ -103,3 +103,19 @@ TEST_CASE("eye: n x m, square by default; a negative size is refused") {
   CHECK_THROWS_MU(eye(2, -2), "eye: negative number of columns -2");
   CHECK_THROWS_MU(eye(-1), "eye: negative size -1");
 }
+
+TEST_CASE("squeeze(dim) of a 0-dim tensor takes 0 and -1 and refuses any other dim, as torch") {
+  const Tensor s = scalar_tensor(1.5);
+  for (int64_t d : {0, -1}) {
+    const Tensor q = s.squeeze(d);
+    CHECK(q.dim() == 0);
+    CHECK(q.item<double>() == 1.5);
+  }
+  // torch.tensor(1.5).squeeze(3): "Dimension out of range (expected to be in range of [-1, 0], but got 3)".
+  CHECK_THROWS_MU(s.squeeze(3), "squeeze: dimension 3 out of range for a tensor with 0 dimensions (expected in [-1, 0])");
+  CHECK_THROWS_MU(s.squeeze(-2), "squeeze: dimension -2 out of range");
+  // A dimension of size other than 1 stays; of size 1 goes.
+  CHECK(ones({2, 1, 3}).squeeze(1).shape() == Shape{2, 3});
+  CHECK(ones({2, 1, 3}).squeeze(0).shape() == Shape{2, 1, 3});
+  CHECK_THROWS_MU(ones({2, 1, 3}).squeeze(3), "squeeze: dimension 3 out of range for a tensor with 3 dimensions");
+}
