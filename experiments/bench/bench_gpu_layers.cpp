@@ -11,10 +11,14 @@
 //     bfloat16 tensors themselves). fwd: scaled_dot_product_attention without a graph;
 //     fwd-bwd: clear the grads, sum(out * w).backward() for a fixed random w. flops, with the
 //     causal half of the T x T entries: 2 B H T² D forward, 7 B H T² D forward + backward.
+//   topk-b8-v50257-k200: a sampling step's top k (nanoGPT's sample.py: k 200) of 8 rows of
+//     GPT-2's 50257 logits, values and indices, no graph (bf16: bfloat16 logits). The
+//     floor is reading the logits once (1.6 MB in float32): a few microseconds, so both
+//     sides are bound by their launches and passes; gb_per_s is that read over the time.
 // Every step ends with cuda::synchronize before the clock is read.
 //
 //   bench_gpu_layers [--workload cpmumoe-layer,trmumoe-layer,attention-b8-h12-t1024-fwd,
-//                     attention-b8-h12-t1024-fwd-bwd] [--dtype fp32,bf16] [--tf32 0]
+//                     attention-b8-h12-t1024-fwd-bwd,topk-b8-v50257-k200] [--dtype fp32,bf16] [--tf32 0]
 //                    [--reps 20] [--warmup 3] [--device cuda]
 //
 // Without a CUDA device it says so on stderr and exits with status 3. --device cpu runs the
@@ -100,12 +104,31 @@ void run_attention(Device dev, const std::string& name, const std::string& dtype
   }
 }
 
+// topk-b8-v50257-k200: topk along the vocabulary.
+void run_topk(Device dev, const std::string& name, const std::string& dtype, bool tf32, const bench::Options& opt) {
+  const DType dt = bench::parse_bf16(kProg, dtype) ? kBFloat16 : kFloat32;
+  const int64_t B = 8, V = 50257, k = 200;
+  manual_seed(0);
+  const Tensor x = randn({B, V}).to(dt).to(dev);
+  auto step = [&] {
+    NoGradGuard ng;
+    topk(x, k, 1);
+    bench::sync(dev);
+  };
+  const bench::Timing t = bench::time_it(step, opt.reps, opt.warmup);
+  const double bytes = double(B * V) * double(element_size(dt));
+  bench::begin_line(dev, name + "-" + dtype, dtype, tf32, t);
+  std::printf(", \"bytes\": %.0f, \"gb_per_s\": %.2f", bytes, bytes / (t.median_ms * 1e-3) / 1e9);
+  bench::end_line();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   bench::Options opt(kProg, 20, 3,
                      {{"workload",
-                       "cpmumoe-layer,trmumoe-layer,attention-b8-h12-t1024-fwd,attention-b8-h12-t1024-fwd-bwd"},
+                       "cpmumoe-layer,trmumoe-layer,attention-b8-h12-t1024-fwd,attention-b8-h12-t1024-fwd-bwd,"
+                       "topk-b8-v50257-k200"},
                       {"dtype", "fp32,bf16"},
                       {"tf32", "0"},
                       {"device", "cuda"}});
@@ -124,6 +147,8 @@ int main(int argc, char** argv) {
         run_layer(dev, name, dtype, tf32, opt);
       } else if (name == "attention-b8-h12-t1024-fwd" || name == "attention-b8-h12-t1024-fwd-bwd") {
         run_attention(dev, name, dtype, tf32, opt);
+      } else if (name == "topk-b8-v50257-k200") {
+        run_topk(dev, name, dtype, tf32, opt);
       } else {
         std::fprintf(stderr, "%s: unknown workload %s\n", kProg, name.c_str());
         return 2;

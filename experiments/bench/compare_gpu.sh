@@ -71,6 +71,8 @@ for m in map(json.loads, sys.argv[2].splitlines()):
             extra += f"; FLOPs/token differ: {m['flops_per_token']:.0f} vs {r['flops_per_token']:.0f}"
     elif "tflops" in m:
         extra = f"{m['tflops']:.1f} vs {r['tflops']:.1f} TFLOP/s"
+    elif "gb_per_s" in m:
+        extra = f"{m['gb_per_s']:.1f} vs {r['gb_per_s']:.1f} GB/s of the input read once"
     print(f"{m['workload']:36} {m['median_ms']:10.3f} {r['median_ms']:10.3f} {m['median_ms'] / r['median_ms']:6.2f}  {extra}")
 print(f"\ndevice: {next(iter(ref.values()))['device']}; impl: {next(iter(ref.values()))['impl']}")
 PY

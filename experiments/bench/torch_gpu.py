@@ -178,7 +178,8 @@ class GPT(nn.Module):
 
 # ---------------------------------------------------------------- workloads
 GPT2_WORKLOADS = {'gpt2-124m': 'mlp', 'gpt2-124m-cpmumoe': 'cpmumoe'}
-LAYER_WORKLOADS = ['cpmumoe-layer', 'trmumoe-layer', 'attention-b8-h12-t1024-fwd', 'attention-b8-h12-t1024-fwd-bwd']
+LAYER_WORKLOADS = ['cpmumoe-layer', 'trmumoe-layer', 'attention-b8-h12-t1024-fwd', 'attention-b8-h12-t1024-fwd-bwd',
+                   'topk-b8-v50257-k200']
 
 
 def gpt2_model(name, ns=sys.modules[__name__]):
@@ -262,6 +263,16 @@ def bench_layer(name, dtype, a):
 
         # forward 2 flops per multiply-add, backward twice that
         layer_line(name, dtype, a, time_steps(step, a.reps, a.warmup), 6 * tokens * m.macs_per_token())
+        return
+    if name.startswith('topk-'):
+        x = torch.randn(8, 50257).to(torch.bfloat16 if bf16 else torch.float32).cuda()
+
+        def step():
+            with torch.no_grad(): torch.topk(x, 200, dim=1)
+
+        times = time_steps(step, a.reps, a.warmup)
+        nbytes = x.numel() * x.element_size()
+        line(name + '-' + dtype, dtype, a.tf32, times, bytes=nbytes, gb_per_s=round(nbytes / (times[0] * 1e-3) / 1e9, 2))
         return
     B, H, T, D = 8, 12, 1024, 64
     dt = torch.bfloat16 if bf16 else torch.float32
