@@ -386,7 +386,11 @@ __device__ __forceinline__ void grad_entry(const Geo<W>& g, int64_t bh, int64_t 
 }
 
 // dK and dV of one key tile: one block per (bh, key tile of BK keys), walking the query
-// tiles (from the one holding the tile's first key when causal). The tile is transposed:
+// tiles (from the one holding the tile's first key when causal). Key tiles in ascending
+// order, so that the long causal tiles start first: the first key tile sees every query,
+// the last only the last queries (started last, the long tiles left a tail of a few busy
+// SMs: a list schedule of GPT-2's 1536 blocks on 264 to 396 resident ones ends 12-18 %
+// later shortest-first than longest-first). The tile is transposed:
 // rows are keys, columns queries. Shared memory: K, V (BK rows), Q (scaled) and dO (BQ
 // rows), Pdᵀ and dSᵀ (BK x BQ), L and Di of the query tile. dK = scale dSᵀ Q is summed
 // against the scaled Q directly.
@@ -406,8 +410,7 @@ __global__ void __launch_bounds__(kThreads)
   W* Dis = Ls + BQ;
   const int ty = threadIdx.x / 8, tx = threadIdx.x % 8;
 
-  const int64_t nk = (g.Tk + BK - 1) / BK;
-  const int64_t bh = int64_t(blockIdx.x) % g.BH, k0 = (nk - 1 - int64_t(blockIdx.x) / g.BH) * BK;
+  const int64_t bh = int64_t(blockIdx.x) % g.BH, k0 = int64_t(blockIdx.x) / g.BH * BK;
   const int kv = int(g.Tk - k0 < BK ? g.Tk - k0 : BK);
   load_tile<V4>(Ks, k + bh * g.Tk * g.D, k0, kv, BK, g, W(1));
   load_tile<V4>(Vs, v + bh * g.Tk * g.D, k0, kv, BK, g, W(1));
