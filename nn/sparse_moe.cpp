@@ -243,7 +243,9 @@ SparseMoEResult SparseMoE::apply_logits(const SparseMoEOptions& o, const Tensor&
     valid[i] = r.experts[i] >= 0 ? 1.0 : 0.0;
   }
   const Tensor chosen = from_vector(safe, {T, K}).to(dev);
-  Tensor w = gather(all, 1, chosen);  // (T, K)
+  // The routing's indices were checked above (and token_of, pair_of are built from them):
+  // gathered without copying them back to the host for a second check.
+  Tensor w = detail::gather_in_range(all, 1, chosen);  // (T, K)
   if (o.selection() == Selection::NoisyTopK) w = softmax(w, -1);  // softmax over the K kept logits
   if (o.selection() == Selection::SoftmaxRenorm) w = w / sum(w, {-1}, true);
   if (r.dropped > 0) w = w * from_vector(valid, {T, K}, TensorOptions(w.dtype())).to(dev);
@@ -270,12 +272,12 @@ SparseMoEResult SparseMoE::apply_logits(const SparseMoEOptions& o, const Tensor&
     y = zeros({T, d}, TensorOptions(x.dtype()).device(dev)) + 0.0 * sum(w);  // no expert ran; w stays in the graph
   } else {
     const Tensor tok = index_tensor(token_of, dev), pairs = index_tensor(pair_of, dev);
-    const Tensor xs = index_select(x, 0, tok);                          // (A, d)
+    const Tensor xs = detail::index_select_in_range(x, 0, tok);         // (A, d)
     Tensor h = relu(grouped_mm(xs, wts.w1, offsets));                   // (A, G)
-    if (r.hidden_keep.defined()) h = h * index_select(r.hidden_keep.to(h.dtype()), 0, pairs);
+    if (r.hidden_keep.defined()) h = h * detail::index_select_in_range(r.hidden_keep.to(h.dtype()), 0, pairs);
     Tensor out = grouped_mm(h, wts.w2, offsets);                        // (A, d)
-    out = out * index_select(w.reshape({-1}), 0, pairs).unsqueeze(1);  // weighted
-    y = index_add(zeros({T, d}, TensorOptions(out.dtype()).device(dev)), 0, tok, out);
+    out = out * detail::index_select_in_range(w.reshape({-1}), 0, pairs).unsqueeze(1);  // weighted
+    y = detail::index_add_in_range(zeros({T, d}, TensorOptions(out.dtype()).device(dev)), 0, tok, out);
   }
 
   // Regularisers, on p = the batch mean of softmax(z) where they need it; in float32 at
@@ -294,8 +296,8 @@ SparseMoEResult SparseMoE::apply_logits(const SparseMoEOptions& o, const Tensor&
   }
   if (o.balance_weight() > 0 && o.selection() == Selection::NoisyTopK && T > 0) {
     // CV(importance)², importance_e = Σ_x w_e(x) (population variance over the experts).
-    const Tensor imp = index_add(zeros({N}, TensorOptions(w.dtype()).device(dev)), 0, chosen.reshape({-1}),
-                                 w.reshape({-1}));
+    const Tensor imp =
+        detail::index_add_in_range(zeros({N}, TensorOptions(w.dtype()).device(dev)), 0, chosen.reshape({-1}), w.reshape({-1}));
     const Tensor m = mean(imp);
     add(mean((imp - m) * (imp - m)) / (m * m) * o.balance_weight());
   }

@@ -58,7 +58,8 @@ static Tensor scatter_add_into_zeros(const Shape& shape, int64_t dim, const Tens
   });
 }
 
-Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
+// gather, its index bounds-checked when `check`.
+static Tensor gather_impl(const Tensor& x, int64_t dim, const Tensor& index, bool check) {
   require_int64_index(index, "gather");
   MU_CHECK(index.device() == x.device(), "gather: index on ", index.device().str(), ", input on ", x.device().str());
   MU_CHECK(index.dim() == x.dim(), "gather: index has ", index.dim(), " dimensions (shape ", shape_str(index.shape()),
@@ -69,7 +70,7 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
     MU_CHECK(k == d || iv.shape()[size_t(k)] <= xv.shape()[size_t(k)], "gather: index of shape ",
              shape_str(index.shape()), " is larger than the input of shape ", shape_str(x.shape()), " in dimension ", k,
              " (only dimension ", d, " may differ)");
-  check_bounds(iv, xv.shape()[size_t(d)], d, "gather");
+  if (check) check_bounds(iv, xv.shape()[size_t(d)], d, "gather");
   Tensor y = empty(iv.shape(), TensorOptions(x.dtype()).device(x.device()));
   kernels::gather(x.device(), y, xv.detach(), d, iv);
   y = y.reshape(index.shape());
@@ -77,6 +78,12 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
     Tensor iv = is.get();
     return {scatter_add_into_zeros(sxv, d, iv, g.reshape(iv.shape())).reshape(sx)};
   });
+}
+
+Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) { return gather_impl(x, dim, index, true); }
+
+Tensor detail::gather_in_range(const Tensor& x, int64_t dim, const Tensor& index) {
+  return gather_impl(x, dim, index, false);
 }
 
 Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src) {
@@ -127,15 +134,16 @@ Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tens
 // ---------------------------------------------------------------- index_select, embedding
 
 
-// index_select, with the op named in errors (embedding reports itself).
-static Tensor index_select_as(const Tensor& x, int64_t dim, const Tensor& index, const char* op) {
+// index_select, with the op named in errors (embedding reports itself), its index
+// bounds-checked when `check`.
+static Tensor index_select_as(const Tensor& x, int64_t dim, const Tensor& index, const char* op, bool check = true) {
   require_int64_index(index, op);
   MU_CHECK(index.device() == x.device(), op, ": index on ", index.device().str(), ", input on ", x.device().str());
   MU_CHECK(index.dim() <= 1, op, ": index must be 1-D, got shape ", shape_str(index.shape()));
   Tensor xv = at_least_1d(x);
   int64_t d = wrap_dim(dim, xv.dim(), op);
   int64_t n = xv.shape()[size_t(d)], m = index.numel();
-  check_bounds(index, n, d, op);
+  if (check) check_bounds(index, n, d, op);
   auto [outer, n_d, inner] = line_geometry(xv.shape(), d);
   Shape out_shape = xv.shape();
   out_shape[size_t(d)] = m;
@@ -157,7 +165,12 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
   return index_select_as(x, dim, index, "index_select");
 }
 
-Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src) {
+Tensor detail::index_select_in_range(const Tensor& x, int64_t dim, const Tensor& index) {
+  return index_select_as(x, dim, index, "index_select", false);
+}
+
+// index_add, its index bounds-checked when `check`.
+static Tensor index_add_impl(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src, bool check) {
   const char* op = "index_add";
   require_int64_index(index, op);
   MU_CHECK(index.device() == x.device() && src.device() == x.device(), op, ": x on ", x.device().str(), ", index on ",
@@ -171,20 +184,28 @@ Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor
   MU_CHECK(sv.shape() == want, op, ": src must have shape ", shape_str(want), " (x's with dimension ", d, " of size ",
            index.numel(), ", the index length), got ", shape_str(src.shape()));
   const int64_t n = xv.shape()[size_t(d)], m = index.numel();
-  check_bounds(index, n, d, op);
+  if (check) check_bounds(index, n, d, op);
   MU_CHECK(x.is_floating_point(), op, ": needs a floating-point tensor, got ", dtype_name(x.dtype()));
-  // The 16-bit floats add in float32 and are rounded back once.
+  // The 16-bit floats add in float32 and are rounded back once (the index checked above).
   if (!is_compute_dtype(x.dtype()))
-    return index_add(in_compute_dtype(x), dim, index, in_compute_dtype(src)).to(x.dtype());
+    return index_add_impl(in_compute_dtype(x), dim, index, in_compute_dtype(src), false).to(x.dtype());
   auto [outer, n_d, inner] = line_geometry(xv.shape(), d);
   Tensor ic = index.contiguous();
   Tensor y = xv.detach().contiguous().clone();
   kernels::index_add_rows(x.device(), y, sv.detach().contiguous(), ic, outer, n, m, inner);
   y = y.reshape(x.shape());
   return record("IndexAddBackward", y, {x, src}, [is = save(ic), d, ss = src.shape()](const Tensor& g) -> TensorList {
-    // x's gradient is g; src's is g read back at the index.
-    return {g, index_select(g, d, is.get()).reshape(ss)};
+    // x's gradient is g; src's is g read back at the index (checked by the forward).
+    return {g, index_select_as(g, d, is.get(), "index_add", false).reshape(ss)};
   });
+}
+
+Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src) {
+  return index_add_impl(x, dim, index, src, true);
+}
+
+Tensor detail::index_add_in_range(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src) {
+  return index_add_impl(x, dim, index, src, false);
 }
 
 Tensor embedding(const Tensor& weight, const Tensor& ids) {
@@ -245,7 +266,7 @@ static ValuesIndices sorted_prefix(const Tensor& x, int64_t dim, int64_t k, bool
   idx_shape[size_t(d)] = k;
   Tensor xc = xv.detach().contiguous(), idx = empty(idx_shape, TensorOptions(kInt64).device(x.device()));
   kernels::sort_indices(x.device(), idx, xc, outer, n, inner, k, descending);
-  Tensor values = gather(xv, d, idx);
+  Tensor values = detail::gather_in_range(xv, d, idx);  // positions in [0, n) by construction
   // A 0-dim x gives 0-dim results, but for k = 0: nothing, of shape [0].
   if (x.dim() == 0 && k == 1) return {values.reshape({}), idx.reshape({})};
   return {values, idx};

@@ -23,4 +23,16 @@ ValuesIndices sort(const Tensor& x, int64_t dim = -1, bool descending = false);
 // The k largest (or smallest) along dim, ordered, as torch.topk.
 ValuesIndices topk(const Tensor& x, int64_t k, int64_t dim = -1, bool largest = true);
 
+namespace detail {
+// gather, index_select and index_add without the bounds check, for an index known to be
+// in range: made by the library's own kernels (sort, topk, max and min along a dim) or
+// built on the host from values already checked there (a sparse MoE's routing). The check
+// copies the index to the host, on CUDA a synchronisation per call (each sampling step's
+// topk; several per sparse-MoE layer). The other checks (dtype, devices, shapes) stay.
+// An index out of range here reads or writes out of bounds: not for a user's index.
+Tensor gather_in_range(const Tensor& x, int64_t dim, const Tensor& index);
+Tensor index_select_in_range(const Tensor& x, int64_t dim, const Tensor& index);
+Tensor index_add_in_range(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src);
+}  // namespace detail
+
 }  // namespace mu

@@ -167,7 +167,9 @@ static ValuesIndices max_min(const Tensor& x, int64_t dim, bool keepdim, bool ta
   int64_t d = wrap_dim(dim, xv.dim(), op);
   Tensor idx = arg_extremum(xv, d, true, take_max, op);
   const Tensor xw = widened_for_order(xv, op);  // gather takes compute dtypes; narrowing back is exact
-  Tensor values = xw.dtype() == xv.dtype() ? gather(xv, d, idx) : gather(xw, d, idx).to(xv.dtype());
+  // The positions come from arg_extremum's kernel, in range: no host copy to check them.
+  Tensor values = xw.dtype() == xv.dtype() ? detail::gather_in_range(xv, d, idx)
+                                           : detail::gather_in_range(xw, d, idx).to(xv.dtype());
   return {values.reshape(out_shape), idx.reshape(out_shape)};
 }
 

@@ -6,6 +6,7 @@
 // Compiled by g++ (C++20) and nvcc (C++17): keep it C++17.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "tensor/allocator.h"
@@ -37,6 +38,16 @@ void empty_cache(int device = 0);
 // directly) and the call returns when the copy is done: the host memory may be reused at
 // once. Device to device is queued on the stream.
 void memcpy(void* dst, Device dst_dev, const void* src, Device src_dev, size_t nbytes);
+
+// Copies between the host and the device since the program started, each direction
+// counted per call of memcpy. Each one waits for the device's queued work (a
+// synchronisation: the GPU idles while the host catches up), so a count that grows every
+// step shows where a loop stalls the GPU, as torch.cuda.set_sync_debug_mode would.
+struct HostTransfers {
+  int64_t to_device = 0;
+  int64_t to_host = 0;
+};
+HostTransfers host_transfers(int device = 0);
 
 // Blocks until every kernel queued on the device's stream has finished (timing, and
 // before reading device memory outside the framework).

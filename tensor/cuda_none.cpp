@@ -22,6 +22,7 @@ void memcpy(void* dst, Device dd, const void* src, Device sd, size_t n) {
   MU_CHECK(dd.is_cpu() && sd.is_cpu(), kNoCuda);
   std::memcpy(dst, src, n);
 }
+HostTransfers host_transfers(int) { MU_FAIL(kNoCuda); }
 void synchronize(int) { MU_FAIL(kNoCuda); }
 static bool tf32 = false;
 void set_allow_tf32(bool allow) { tf32 = allow; }

@@ -166,3 +166,49 @@ TEST_CASE("copies on the device: strided, broadcast and converting, equal to the
   fw.narrow(1, 2, 3).fill_(7.5);
   CHECK(f.cpu().to_vector<float>() == fw.to_vector<float>());
 }
+
+TEST_CASE("sort, topk and max/min along a dim copy nothing to the host; gather's bounds check does") {
+  // Their positions come from the library's own kernels, in range: no index is copied to
+  // the host to be checked (each copy a synchronisation; a sampling step's topk and every
+  // top-k routing of a sparse MoE would stall the GPU). gather of a user's index is checked.
+  manual_seed(5);
+  const Tensor x = randn({4, 3000}).to(Device::cuda());
+  const cuda::HostTransfers before = cuda::host_transfers(0);
+  const ValuesIndices t = topk(x, 7, 1), s = sort(x, 1, true), mx = x.max(1), mn = x.min(1, true);
+  const cuda::HostTransfers after = cuda::host_transfers(0);
+  CHECK(after.to_host == before.to_host);
+  CHECK(after.to_device == before.to_device);
+  // The results, read back (copies now), agree with each other and the CPU.
+  const Tensor xc = x.cpu();
+  CHECK(t.indices.cpu().to_vector<int64_t>() == topk(xc, 7, 1).indices.to_vector<int64_t>());
+  CHECK(s.values.narrow(1, 0, 7).cpu().to_vector<float>() == t.values.cpu().to_vector<float>());
+  CHECK(mx.indices.cpu().to_vector<int64_t>() == xc.max(1).indices.to_vector<int64_t>());
+  CHECK(mn.values.cpu().to_vector<float>() == xc.min(1, true).values.to_vector<float>());
+  const Tensor idx = t.indices;  // on the device
+  const cuda::HostTransfers g0 = cuda::host_transfers(0);
+  const Tensor g = gather(x, 1, idx);
+  CHECK(cuda::host_transfers(0).to_host == g0.to_host + 1);
+  CHECK(g.cpu().to_vector<float>() == t.values.cpu().to_vector<float>());
+}
+
+TEST_CASE("index_add checks its index once: its backward copies nothing to the host") {
+  manual_seed(6);
+  const Tensor x = zeros({5, 3}).to(Device::cuda()).requires_grad_();
+  const Tensor src = randn({4, 3}).to(Device::cuda()).requires_grad_();
+  const Tensor idx = from_vector(std::vector<int64_t>{4, 0, 4, 2}, {4}).to(Device::cuda());
+  const cuda::HostTransfers f0 = cuda::host_transfers(0);
+  const Tensor y = index_add(x, 0, idx, src);
+  CHECK(cuda::host_transfers(0).to_host == f0.to_host + 1);  // the bounds check
+  const Tensor g = randn({5, 3}).to(Device::cuda());
+  const cuda::HostTransfers b0 = cuda::host_transfers(0);
+  y.backward(g);
+  CHECK(cuda::host_transfers(0).to_host == b0.to_host);
+  // src's gradient is g's rows at the index.
+  const std::vector<float> gv = g.cpu().to_vector<float>(), sg = src.grad().cpu().to_vector<float>();
+  const int64_t rows[4] = {4, 0, 4, 2};
+  for (int64_t i = 0; i < 4; ++i)
+    for (int64_t j = 0; j < 3; ++j) CHECK(sg[size_t(i * 3 + j)] == gv[size_t(rows[i] * 3 + j)]);
+  CHECK(x.grad().cpu().to_vector<float>() == gv);
+  CHECK_THROWS_MU(index_add(x, 0, from_vector(std::vector<int64_t>{5}, {1}).to(Device::cuda()), src.narrow(0, 0, 1)),
+                  "index_add: index 5 is out of bounds for dimension 0 with size 5");
+}

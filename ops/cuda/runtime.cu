@@ -2,6 +2,7 @@
 // discovery, the caching allocator, pinned staging buffers for host transfers, the one
 // stream and cuBLAS handle per device. Every CUDA and cuBLAS call is checked.
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -322,7 +323,17 @@ struct HeldStaging {
   }
 };
 
+// host_transfers' counts, per device.
+struct TransferCounters {
+  std::atomic<int64_t> to_device{0}, to_host{0};
+};
+TransferCounters& transfer_counters(int device) {
+  static TransferCounters* all = new TransferCounters[kMaxDevices];  // never destroyed, as above
+  return all[device];
+}
+
 void host_to_device(void* dst, const void* src, size_t n, int device) {
+  transfer_counters(device).to_device.fetch_add(1, std::memory_order_relaxed);
   HeldStaging h(device);
   Staging& s = h.s;
   cudaStream_t st = h.stream;
@@ -340,6 +351,7 @@ void host_to_device(void* dst, const void* src, size_t n, int device) {
 }
 
 void device_to_host(void* dst, const void* src, size_t n, int device) {
+  transfer_counters(device).to_host.fetch_add(1, std::memory_order_relaxed);
   HeldStaging h(device);
   Staging& s = h.s;
   cudaStream_t st = h.stream;
@@ -362,6 +374,12 @@ void device_to_host(void* dst, const void* src, size_t n, int device) {
 }
 
 }  // namespace
+
+HostTransfers host_transfers(int device) {
+  require_device(device);
+  const TransferCounters& c = transfer_counters(device);
+  return {c.to_device.load(std::memory_order_relaxed), c.to_host.load(std::memory_order_relaxed)};
+}
 
 void memcpy(void* dst, Device dd, const void* src, Device sd, size_t n) {
   if (n == 0) return;
