@@ -13,7 +13,8 @@
 #   at paper scale for 60 steps a model on random tokens, interrupted and resumed)
 # Environment: SUITE_TIMEOUT (s, per test suite, default 240), TESTS_TIMEOUT (s, all
 # suites, default 600), JOBS (suites at once, default 6), BENCH_TIMEOUT (s, the whole
-# comparison with PyTorch, default 300), FUSED_TIMEOUT (s, default 150), SANITIZE_FAILED (1: the
+# comparison with PyTorch, default 300), FUSED_TIMEOUT (s, default 150), PAPER_TIMEOUT (s, the
+# resumed paper run, default 300), SANITIZE_FAILED (1: the
 # first failing suite again under compute-sanitizer); MUMOE_CUDA_POISON=1 runs everything over
 # poisoned blocks (README, Environment), which turns a read of unwritten memory into NaN.
 set -uo pipefail
@@ -161,14 +162,17 @@ if [[ $what == attention ]]; then
   : >"$out/attention.txt"
   timeout 60 python3 experiments/bench/torch_gpu.py layers --workload $att --dtype fp32,bf16 --reps 20 |
     sed 's/^/torch: /' >>"$out/attention.txt"
-  for path in default tiled gemm; do
-    env $([[ $path != default ]] && echo MUMOE_ATTENTION=$path) timeout 60 "$bin/experiments/bench_gpu_layers" \
+  # separate: the tiled backward with its own dQ blocks (MUMOE_ATTENTION_DQ), beside the
+  # default, where the dK/dV blocks compute dQ's shares too.
+  for path in default tiled gemm separate; do
+    case $path in default) env= ;; separate) env=MUMOE_ATTENTION_DQ=separate ;; *) env=MUMOE_ATTENTION=$path ;; esac
+    env $env timeout 60 "$bin/experiments/bench_gpu_layers" \
       --workload $att --dtype fp32,bf16 --reps 20 2>&1 | sed "s/^/$path: /" >>"$out/attention.txt"
   done
   timeout 60 python3 experiments/bench/torch_gpu.py gpt2 --workload gpt2-124m --dtype fp32 --reps 5 |
     sed 's/^/torch: /' >>"$out/attention.txt"
-  for path in default tiled; do
-    env $([[ $path != default ]] && echo MUMOE_ATTENTION=$path) timeout 60 "$bin/experiments/bench_gpu_gpt2" \
+  for path in default separate; do
+    env $([[ $path != default ]] && echo MUMOE_ATTENTION_DQ=$path) timeout 60 "$bin/experiments/bench_gpu_gpt2" \
       --workload gpt2-124m --dtype fp32 --reps 5 2>&1 | sed "s/^/$path: /" >>"$out/attention.txt"
   done
   # Where a float32 GPT-2 step goes, each side's kernel table (in $out/profile_fp32.txt).
@@ -212,7 +216,7 @@ PY
   start=$(date +%s)
   timeout -s INT ${PAPER_INTERRUPT:-25} "${cmd[@]}" >"$out/paper.txt" 2>&1
   echo "first run (interrupted after ${PAPER_INTERRUPT:-25} s): rc=$?" | tee -a "$out/paper.txt"
-  timeout 300 "${cmd[@]}" >>"$out/paper.txt" 2>&1
+  timeout ${PAPER_TIMEOUT:-300} "${cmd[@]}" >>"$out/paper.txt" 2>&1
   echo "second run: rc=$? ($(( $(date +%s) - start )) s both)" | tee -a "$out/paper.txt"
   python3 experiments/check_repro.py --scale paper "$runs" repro_table3_gpt2 table3_gpt2.json 2>&1 | tail -5
   grep -E "^(running|resuming)|interrupt|Table 3|^\|" "$out/paper.txt" | head -30

@@ -9,7 +9,8 @@
 // bfloat16 backward at D = 64 to the flash kernel; the cuBLAS path from 128 x 128 scores
 // on, except the float32 forward and the float32 backward at D = 64; MUMOE_ATTENTION=
 // tiled|gemm|flash forces its path where it applies; everything else runs the tiled kernels,
-// which also run forced over more shapes (head dims 1 to 128, Tq != Tk, dropout).
+// which also run forced over more shapes (head dims 1 to 128, Tq != Tk, dropout), their
+// backward twice: dQ fused into the dK/dV blocks, and MUMOE_ATTENTION_DQ=separate.
 #include "attention_op_cuda.h"
 #include <cstdio>
 #include "attention_reference.h"
@@ -47,11 +48,14 @@ static const char* tname() {
 // Forward then backward through the op's CUDA entry points with MUMOE_ATTENTION = force
 // (nullptr: unset); the paths taken must be want_fwd and want_bwd; `offset` elements of
 // misalignment for every operand.
+// dq_mode: MUMOE_ATTENTION_DQ (nullptr: unset, the tiled backward's fused dQ where it fits).
 template <class T>
-static void run(int64_t B, int64_t H, int64_t Tq, int64_t Tk, int D, bool causal, double p, const char* force,
-                const char* want_fwd, const char* want_bwd, int64_t offset = 0) {
+static void run_once(int64_t B, int64_t H, int64_t Tq, int64_t Tk, int D, bool causal, double p, const char* force,
+                     const char* want_fwd, const char* want_bwd, int64_t offset, const char* dq_mode) {
   if (force) setenv("MUMOE_ATTENTION", force, 1);
   else unsetenv("MUMOE_ATTENTION");
+  if (dq_mode) setenv("MUMOE_ATTENTION_DQ", dq_mode, 1);
+  else unsetenv("MUMOE_ATTENTION_DQ");
   const int64_t BH = B * H;
   const double scale = 1 / std::sqrt(double(D));
   AttentionCase<T> c = attention_case<T>(BH, Tq, Tk, D, causal, p, scale, 21);
@@ -85,13 +89,23 @@ static void run(int64_t B, int64_t H, int64_t Tq, int64_t Tk, int D, bool causal
   for (double x : e) worst = std::isnan(x) ? INFINITY : std::max(worst, x);
   const double tol = std::is_same_v<T, double> ? 1e-12 : std::is_same_v<T, float> ? 5e-6 : 1e-2;
   char what[256];
-  snprintf(what, sizeof what, "%s B%ld H%ld Tq%ld Tk%ld D%d causal%d p%.2f%s%s%s: %s/%s, worst %.2e", tname<T>(), B, H,
-           Tq, Tk, D, causal, p, force ? " MUMOE_ATTENTION=" : "", force ? force : "", offset ? " misaligned" : "",
-           fwd.c_str(), bwd.c_str(), worst);
+  snprintf(what, sizeof what, "%s B%ld H%ld Tq%ld Tk%ld D%d causal%d p%.2f%s%s%s%s: %s/%s, worst %.2e", tname<T>(), B,
+           H, Tq, Tk, D, causal, p, force ? " MUMOE_ATTENTION=" : "", force ? force : "", offset ? " misaligned" : "",
+           dq_mode ? " MUMOE_ATTENTION_DQ=separate" : "", fwd.c_str(), bwd.c_str(), worst);
   printf("%s\n", what);
   report(std::string(what) + ": within " + std::to_string(tol), worst <= tol);
   report(std::string(what) + ": paths " + want_fwd + "/" + want_bwd, fwd == want_fwd && bwd == want_bwd);
   unsetenv("MUMOE_ATTENTION");
+  unsetenv("MUMOE_ATTENTION_DQ");
+}
+
+// Each call once, and where the tiled backward runs it, again with its separate dQ blocks.
+template <class T>
+static void run(int64_t B, int64_t H, int64_t Tq, int64_t Tk, int D, bool causal, double p, const char* force,
+                const char* want_fwd, const char* want_bwd, int64_t offset = 0) {
+  run_once<T>(B, H, Tq, Tk, D, causal, p, force, want_fwd, want_bwd, offset, nullptr);
+  if (std::string(want_bwd) == "tiled")
+    run_once<T>(B, H, Tq, Tk, D, causal, p, force, want_fwd, want_bwd, offset, "separate");
 }
 
 int main() {

@@ -28,14 +28,20 @@
 // and lse = m + log l.
 //
 // Backward: a first kernel computes Di = dO_i · O_i and widens lse, one warp per row. Then
-// dK and dV come from one block per (b·h, key tile) walking the query tiles, and dQ from
-// one block per (b·h, query tile) walking the key tiles; both recompute P = exp(S - L)
-// and dS = P ∘ (dP - Di) (dropout: Pd ∘ dP - P Di) the same way. Every gradient element is
-// written by one thread that summed it in a fixed order: deterministic, no atomics.
+// dK and dV come from one block per (b·h, key tile) walking the query tiles; it recomputes
+// P = exp(S - L) and dS = P ∘ (dP - Di) (dropout: Pd ∘ dP - P Di) and, holding dS and K,
+// also its key tile's share of dQ = dS K, written to a scratch slab of its own; a last
+// kernel sums each query's shares in key-tile order. That is 5 tile products per (key
+// tile, query tile) pair. Where the slabs would not fit kFusedDqCap (or with
+// MUMOE_ATTENTION_DQ=separate) dQ comes instead from one block per (b·h, query tile)
+// walking the key tiles, which recomputes S and dP (7 products in all). Every gradient
+// element is summed by one thread in a fixed order: deterministic, no atomics.
 #include <cuda_runtime.h>
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <type_traits>
 
 #include "ops/cuda/attention_common.cuh"
@@ -254,6 +260,68 @@ __device__ __forceinline__ void acc_tiles(const W* P, int ldp, int n, const W* Z
   else tile_acc(P, ldp, n, Z, ldz, D, acc);
 }
 
+// The fused dQ of the dK/dV blocks: acc[a][c] += sum_{j < n} dS[i][j] · K[j][d] with dS
+// held transposed (Pt[j * ldp + i], as the dK/dV blocks keep it). The vector variant
+// (D = 64, 32 query rows) gives thread (r, cx) = (tid / 16, tid % 16) rows 4r .. 4r + 3 and
+// columns 4cx .. 4cx + 3, so that both operands are read 16 bytes at a time (one vector
+// of dSᵀ, four queries, and one of K, four dims, feed 16 multiply-adds); the scalar one
+// keeps the usual rows ty + 16a, columns tx + 8c.
+template <int RQ>
+__device__ __forceinline__ void dq_acc_v4(const float* Pt, int ldp, int n, const float* Z, int ldz,
+                                          float (&acc)[4][4]) {
+  static_assert(RQ == 2, "the vector variant's dK/dV blocks walk 32 queries");
+  const int r = threadIdx.x / 16, cx = threadIdx.x % 16;
+  for (int j = 0; j < n; ++j) {
+    const float4 p = *reinterpret_cast<const float4*>(Pt + j * ldp + 4 * r);
+    const float4 z = *reinterpret_cast<const float4*>(Z + j * ldz + 4 * cx);
+    const float pe[4] = {p.x, p.y, p.z, p.w}, ze[4] = {z.x, z.y, z.z, z.w};
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) acc[e][c] += pe[e] * ze[c];
+  }
+}
+template <class W, int RQ, int DC>
+__device__ __forceinline__ void dq_acc(const W* Pt, int ldp, int n, const W* Z, int ldz, int D, W (&acc)[RQ][DC]) {
+  const int ty = threadIdx.x / 8, tx = threadIdx.x % 8;
+  for (int j = 0; j < n; ++j) {
+    W p[RQ];
+#pragma unroll
+    for (int a = 0; a < RQ; ++a) p[a] = Pt[j * ldp + ty + 16 * a];
+#pragma unroll
+    for (int c = 0; c < DC; ++c) {
+      const int d = tx + 8 * c;
+      if (d < D) {
+        const W z = Z[j * ldz + d];
+#pragma unroll
+        for (int a = 0; a < RQ; ++a) acc[a][c] += p[a] * z;
+      }
+    }
+  }
+}
+
+// The fused dQ's scratch: key tile kt of head bh writes its partial dQ (rows of queries
+// it sees, unscaled) to rows [first, Tq) of its slab, the slabs of one head one after the
+// other (under a causal mask each key tile's slab starts at its first query tile, which
+// halves the scratch). Host and device code: the launch sizes it, the kernels index it.
+struct DqSlabs {
+  int64_t Tq, Tk;
+  int BK, BQ;
+  bool causal;
+  __host__ __device__ int64_t first(int64_t kt) const {  // the key tile's first query row
+    if (!causal) return 0;
+    const int64_t q0 = kt * BK / BQ * BQ;
+    return q0 < Tq ? q0 : Tq;
+  }
+  __host__ __device__ int64_t before(int64_t kt) const {  // rows of the slabs before kt's
+    int64_t rows = 0;
+    for (int64_t t = 0; t < kt; ++t) rows += Tq - first(t);
+    return rows;
+  }
+  __host__ __device__ int64_t tiles() const { return (Tk + BK - 1) / BK; }
+  __host__ __device__ int64_t per_head() const { return before(tiles()); }
+};
+
 // ---------------------------------------------------------------- forward
 
 // One block per (bh, query tile); tiles in reverse order, so that the long causal tiles
@@ -394,10 +462,11 @@ __device__ __forceinline__ void grad_entry(const Geo<W>& g, int64_t bh, int64_t 
 // rows are keys, columns queries. Shared memory: K, V (BK rows), Q (scaled) and dO (BQ
 // rows), Pdᵀ and dSᵀ (BK x BQ), L and Di of the query tile. dK = scale dSᵀ Q is summed
 // against the scaled Q directly.
-template <class T, class W, int BK, int BQ, int DC, bool V4>
+template <class T, class W, int BK, int BQ, int DC, bool V4, bool FUSED>
 __global__ void __launch_bounds__(kThreads)
     dkdv_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, const T* __restrict__ dout,
-                const W* __restrict__ lw, const W* __restrict__ di, T* __restrict__ dk, T* __restrict__ dv, Geo<W> g) {
+                const W* __restrict__ lw, const W* __restrict__ di, T* __restrict__ dk, T* __restrict__ dv,
+                W* __restrict__ dq_part, DqSlabs slabs, Geo<W> g) {
   constexpr int RA = BK / 16, RB = BQ / 8, LDT = V4 ? BQ + 4 : BQ + 1;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   W* Ks = reinterpret_cast<W*>(smem_raw);
@@ -420,6 +489,10 @@ __global__ void __launch_bounds__(kThreads)
   for (int a = 0; a < RA; ++a)
 #pragma unroll
     for (int c = 0; c < DC; ++c) dka[a][c] = dva[a][c] = 0;
+
+  // The fused dQ's slab of this key tile: its first query row, and its rows' offset in
+  // the head's part of the scratch.
+  const int64_t slab_first = FUSED ? slabs.first(k0 / BK) : 0, slab_row0 = FUSED ? slabs.before(k0 / BK) : 0;
 
   // Causal: queries before k0 see none of these keys.
   for (int64_t q0 = g.causal ? k0 / BQ * BQ : 0; q0 < g.Tq; q0 += BQ) {
@@ -452,6 +525,32 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();  // Pdᵀ and dSᵀ complete
     acc_tiles<V4>(Pt, LDT, qv, dOs, g.ld, g.D, dva);  // dV += Pdᵀ dO
     acc_tiles<V4>(dSt, LDT, qv, Qs, g.ld, g.D, dka);  // dK += dSᵀ (scale Q)
+    if constexpr (FUSED) {
+      // This key tile's share of dQ for the query tile, dS K (K unscaled, the scale comes
+      // in dq_sum_kernel), to the tile's rows of its scratch slab.
+      W* part = dq_part + (bh * slabs.per_head() + slab_row0 + (q0 - slab_first)) * g.D;
+      if constexpr (V4) {
+        float acc[4][4] = {};
+        dq_acc_v4<BQ / 16>(dSt, LDT, kv, Ks, g.ld, acc);
+        const int r = threadIdx.x / 16, cx = threadIdx.x % 16;
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          if (4 * r + e < qv)
+            *reinterpret_cast<float4*>(part + (4 * r + e) * 64 + 4 * cx) =
+                make_float4(acc[e][0], acc[e][1], acc[e][2], acc[e][3]);
+      } else {
+        W acc[BQ / 16][DC] = {};
+        dq_acc(dSt, LDT, kv, Ks, g.ld, g.D, acc);
+#pragma unroll
+        for (int a = 0; a < BQ / 16; ++a) {
+          const int i = ty + 16 * a;
+          if (i >= qv) continue;
+#pragma unroll
+          for (int c = 0; c < DC; ++c)
+            if (tx + 8 * c < g.D) part[i * g.D + tx + 8 * c] = acc[a][c];
+        }
+      }
+    }
   }
 
   T* dkh = dk + bh * g.Tk * g.D;
@@ -468,6 +567,29 @@ __global__ void __launch_bounds__(kThreads)
         dvh[(k0 + j) * g.D + d] = narrow<T>(dva[a][c]);
       }
     }
+  }
+}
+
+// The fused dQ's sum: dQ[bh][i][d] = scale · Σ_kt part_kt[i][d] over the key tiles that
+// query i sees (under a causal mask those with first key <= i), in ascending kt: one
+// thread per element, a fixed order, deterministic. Consecutive threads read consecutive
+// d of one row of each slab: coalesced.
+template <class T, class W>
+__global__ void dq_sum_kernel(const W* __restrict__ dq_part, T* __restrict__ dq, DqSlabs slabs, int64_t BH, int D,
+                              W scale) {
+  const int64_t n = BH * slabs.Tq * D, per_head = slabs.per_head(), tiles = slabs.tiles();
+  for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < n; e += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t bh = e / (slabs.Tq * D), i = e / D % slabs.Tq, d = e % D;
+    const W* head = dq_part + bh * per_head * D;
+    W sum = 0;
+    int64_t row0 = 0;  // the slab's first row in the head's scratch
+    for (int64_t kt = 0; kt < tiles; ++kt) {
+      const int64_t first = slabs.first(kt);
+      if (slabs.causal && kt * slabs.BK > i) break;  // this key tile and the later ones are after query i
+      sum += head[(row0 + i - first) * D + d];
+      row0 += slabs.Tq - first;
+    }
+    dq[e] = narrow<T>(sum * scale);
   }
 }
 
@@ -550,6 +672,16 @@ __global__ void __launch_bounds__(kThreads)
 template <class W> constexpr int kForwardBQ = std::is_same_v<W, double> ? 32 : 64;
 constexpr int kBK = 32;  // keys per tile, everywhere
 constexpr int kBQ = 32;  // queries per tile in the backward kernels
+// The fused dQ's scratch at most (GPT-2 124M, B 8, T 1024, causal: 214 MB of float32);
+// larger calls take the separate dq blocks.
+constexpr size_t kFusedDqCap = size_t(1) << 30;
+
+// MUMOE_ATTENTION_DQ=separate: the tiled backward's dQ from its own blocks even where the
+// fused one fits (benchmarks and tests of both).
+bool dq_separate_forced() {
+  const char* choice = std::getenv("MUMOE_ATTENTION_DQ");
+  return choice != nullptr && std::strcmp(choice, "separate") == 0;
+}
 
 template <class W>
 Geo<W> make_geo(const Tensor& q, const Tensor& k, const kernels::AttentionParams& p) {
@@ -674,11 +806,29 @@ void backward_launch(const Tensor& q, const Tensor& k, const Tensor& v, const Te
   const size_t smem_kv = (size_t(BK + BK + BQ + BQ) * g.ld + 2 * size_t(BK) * (BQ + PAD) + 2 * BQ) * sizeof(W);
   // Q, dO, K, V tiles and the dS tile.
   const size_t smem_q = (size_t(QQ + QQ + QK + QK) * g.ld + size_t(QQ) * (QK + PAD)) * sizeof(W);
+  // dQ fused into the dK/dV blocks (each writes its key tile's share to a scratch slab, a
+  // last kernel sums them: 5 tile products per pair of tiles instead of 7) when the
+  // scratch fits under kFusedDqCap, else the dq blocks recompute S and dP on their own.
+  const DqSlabs slabs{g.Tq, g.Tk, BK, BQ, g.causal};
+  const size_t part_bytes = size_t(g.BH) * size_t(slabs.per_head()) * size_t(g.D) * sizeof(W);
+  const bool fused = part_bytes <= kFusedDqCap && !dq_separate_forced();
+  cuda::Workspace part(fused ? part_bytes : 0, q.device().index);
   auto go = [&](auto dc) {
     constexpr int DC = decltype(dc)::value;
-    launch(dkdv_kernel<T, W, BK, BQ, DC, V4>, kblocks, smem_kv, q, "attention_backward (dk, dv)", qd, kd, vd, gd,
-           static_cast<const W*>(lw), static_cast<const W*>(di), static_cast<T*>(dk.raw_data()),
-           static_cast<T*>(dv.raw_data()), g);
+    auto dkdv = [&](auto fuse) {
+      launch(dkdv_kernel<T, W, BK, BQ, DC, V4, decltype(fuse)::value>, kblocks, smem_kv, q,
+             "attention_backward (dk, dv)", qd, kd, vd, gd, static_cast<const W*>(lw), static_cast<const W*>(di),
+             static_cast<T*>(dk.raw_data()), static_cast<T*>(dv.raw_data()), part.as<W>(), slabs, g);
+    };
+    if (fused) {
+      dkdv(std::true_type{});
+      const int64_t n = g.BH * g.Tq * g.D;
+      dq_sum_kernel<T, W><<<cuda::grid_for(n, 256), 256, 0, stream>>>(part.as<W>(), static_cast<T*>(dq.raw_data()),
+                                                                       slabs, g.BH, g.D, g.scale);
+      MU_CUDA_CHECK_LAUNCH("attention_backward (dq sum)");
+      return;
+    }
+    dkdv(std::false_type{});
     launch(dq_kernel<T, W, QQ, QK, DC, V4>, qblocks, smem_q, q, "attention_backward (dq)", qd, kd, vd, gd,
            static_cast<const W*>(lw), static_cast<const W*>(di), static_cast<T*>(dq.raw_data()), g);
   };
