@@ -159,33 +159,41 @@ TEST_CASE("attention at a 1024-token context matches the composed version (float
 
 // CUDA has two paths (ops/cuda/attention.cu's tiled kernels, and cuBLAS products with
 // row kernels between them for long sequences); MUMOE_ATTENTION forces either, so each
-// is checked on every shape, short and long, with and without dropout.
+// is checked on every shape, short and long, with and without dropout. The tiled
+// backward runs twice: dQ from the dK/dV blocks (the default), and from its own blocks
+// (MUMOE_ATTENTION_DQ=separate).
 TEST_CASE("attention on CUDA: the tiled kernels and the cuBLAS path each match the composed version") {
   const std::vector<Device>& devs = test_devices();
   if (std::none_of(devs.begin(), devs.end(), [](Device d) { return d.is_cuda(); })) return;
   const Device dev = Device::cuda();
-  for (const char* path : {"tiled", "gemm"}) {
-    INFO("MUMOE_ATTENTION=" << std::string(path));
+  const std::pair<const char*, const char*> modes[] = {{"tiled", nullptr}, {"tiled", "separate"}, {"gemm", nullptr}};
+  for (const auto& [path, dq_mode] : modes) {
+    INFO("MUMOE_ATTENTION=" << std::string(path) << " MUMOE_ATTENTION_DQ=" << (dq_mode ? dq_mode : "(unset)"));
     ::setenv("MUMOE_ATTENTION", path, 1);
+    if (dq_mode != nullptr) ::setenv("MUMOE_ATTENTION_DQ", dq_mode, 1);
+    else ::unsetenv("MUMOE_ATTENTION_DQ");
     for (const Shapes& s : std::vector<Shapes>{{2, 3, 5, 5, 8}, {1, 2, 129, 129, 64}, {2, 2, 300, 300, 16},
                                                {1, 1, 40, 40, 100}, {2, 2, 9, 67, 12}})
       for (DType dt : {kFloat64, kFloat32})
         for (bool causal : {false, true})
           if (!causal || s.Tq == s.Tk) check_against_composed(s, causal, dt, dev);
-    // Dropout: the same mask as the tiled kernel's, so the two paths give one result.
+    // Dropout: the same mask as the tiled kernel's (default dQ), so every mode gives one result.
     const Shapes s{2, 2, 160, 160, 32};
     Inputs in = make_inputs(s, kFloat32, dev, 77);
     ::setenv("MUMOE_ATTENTION", "tiled", 1);
+    ::unsetenv("MUMOE_ATTENTION_DQ");
     auto tiled = value_and_grads(in, [&](auto& q, auto& k, auto& v) {
       return scaled_dot_product_attention(q, k, v, true, 0.2, true, std::nullopt, 99);
     });
     ::setenv("MUMOE_ATTENTION", path, 1);
+    if (dq_mode != nullptr) ::setenv("MUMOE_ATTENTION_DQ", dq_mode, 1);
     auto other = value_and_grads(in, [&](auto& q, auto& k, auto& v) {
       return scaled_dot_product_attention(q, k, v, true, 0.2, true, std::nullopt, 99);
     });
     for (size_t i = 0; i < 4; ++i) CHECK(rel_err(other[i].cpu(), tiled[i].cpu()) <= 1e-5);
   }
   ::unsetenv("MUMOE_ATTENTION");
+  ::unsetenv("MUMOE_ATTENTION_DQ");
 }
 
 TEST_CASE("attention reads non-contiguous inputs and gives the same result") {
