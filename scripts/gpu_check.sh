@@ -5,12 +5,14 @@
 # programs do not load there or were built from other sources, from a build on the spot (CUDA toolkit, CMake, a compiler,
 # and the header dependencies carried in .gpu_deps/ from scripts/gpu_deps.sh).
 # Logs go to $OUT (default ./gpu_out); the end of the output is a short summary.
-#   bash scripts/gpu_check.sh [test|bench|sparse|gpt2|attention|shapes|generate|paper|all]   (default all; sparse:
+#   bash scripts/gpu_check.sh [test|bench|sparse|gpt2|attention|shapes|generate|paper|profile|all]   (default all; sparse:
 #   the sparse-MoE scaling benchmark alone; gpt2: the bf16 comparison and a profiled step;
 #   attention: each attention path of the framework beside PyTorch, and float32 GPT-2 with
 #   each float32 path; shapes: one bf16 GPT-2 step's kernel table by argument signature;
 #   generate: GPT-2 sampling's kernel table beside its wall time; paper: Table 3's GPT-2 recipe
-#   at paper scale for 60 steps a model on random tokens, interrupted and resumed)
+#   at paper scale for 60 steps a model on random tokens, interrupted and resumed; profile: a
+#   bf16 GPT-2 step's time and kernel table on each side, the float32 attention backward
+#   under Nsight Compute)
 # Environment: SUITE_TIMEOUT (s, per test suite, default 240), TESTS_TIMEOUT (s, all
 # suites, default 600), JOBS (suites at once, default 6), BENCH_TIMEOUT (s, the whole
 # comparison with PyTorch, default 300), FUSED_TIMEOUT (s, default 150), PAPER_TIMEOUT (s, the
@@ -221,6 +223,36 @@ PY
   python3 experiments/check_repro.py --scale paper "$runs" repro_table3_gpt2 table3_gpt2.json 2>&1 | tail -5
   grep -E "^(running|resuming)|interrupt|Table 3|^\|" "$out/paper.txt" | head -30
   for f in "$runs"/runs/*.log; do echo "$f:"; tr "\r" "\n" <"$f" | grep -E "tok/s|^step [0-9]+:" | tail -3; done
+fi
+
+if [[ $what == profile ]]; then
+  # A bfloat16 GPT-2 step on each side: times in one run, then each side's kernel table
+  # (in $out/profile_bf16.txt); and the float32 attention backward's kernels, ours and
+  # torch's, under Nsight Compute where the machine has it (occupancy, stall reasons,
+  # throughputs: $out/ncu.txt).
+  timeout 60 "$bin/experiments/bench_gpu_gpt2" --workload gpt2-124m --dtype bf16 --reps 10 --warmup 3 2>&1 |
+    sed 's/^/mumoe: /' | tee "$out/gpt2_bf16.txt"
+  timeout 90 python3 experiments/bench/torch_gpu.py gpt2 --workload gpt2-124m --dtype bf16 --reps 10 --warmup 3 2>&1 |
+    sed 's/^/torch: /' | tee -a "$out/gpt2_bf16.txt"
+  timeout 60 "$bin/experiments/bench_gpu_gpt2" --workload gpt2-124m --dtype bf16 --reps 2 --warmup 2 --profile 1 \
+    >/dev/null 2>"$out/profile_bf16.txt"
+  timeout 90 python3 experiments/bench/torch_gpu.py gpt2 --workload gpt2-124m --dtype bf16 --reps 2 --warmup 2 \
+    --profile 1 >/dev/null 2>>"$out/profile_bf16.txt"
+  ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  if [[ -n $ncu ]]; then
+    sections=(--section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats
+              --section SchedulerStats --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis)
+    timeout 90 "$ncu" --kernel-name regex:dkdv_kernel --launch-count 1 "${sections[@]}" \
+      "$bin/experiments/bench_gpu_layers" --workload attention-b8-h12-t1024-fwd-bwd --dtype fp32 --reps 1 --warmup 0 \
+      >"$out/ncu.txt" 2>&1
+    timeout 90 "$ncu" --kernel-name regex:fmha --launch-skip 1 --launch-count 1 "${sections[@]}" \
+      python3 experiments/bench/torch_gpu.py layers --workload attention-b8-h12-t1024-fwd-bwd --dtype fp32 --reps 1 \
+      --warmup 0 >>"$out/ncu.txt" 2>&1
+    grep -E "^  [a-z_]+.*\(|Duration|Registers Per|Achieved Occupancy|Theoretical Occupancy|Block Limit|Stall|Compute \(SM\) Throughput|Memory Throughput|Issue Slots Busy|No Eligible|Warp Cycles Per Issued" "$out/ncu.txt" | head -60
+  else
+    echo "no ncu on this machine"
+  fi
+  head -25 "$out/profile_bf16.txt"
 fi
 
 if [[ $what == generate ]]; then

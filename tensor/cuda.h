@@ -35,14 +35,18 @@ void empty_cache(int device = 0);
 
 // Copies nbytes between any two of host and device memory. From or to the host, the
 // bytes go through a pinned staging buffer (page-locked, so the copy engine reads it
-// directly) and the call returns when the copy is done: the host memory may be reused at
-// once. Device to device is queued on the stream.
+// directly). To the device, the call returns once the bytes are in the staging buffer
+// and the copy is queued on the stream (the host memory may be reused at once; kernels
+// queued after it see the bytes); at most two such copies are in flight, a third waits
+// for the oldest. To the host, it returns when the copy is done (after the work queued
+// before it). Device to device is queued on the stream.
 void memcpy(void* dst, Device dst_dev, const void* src, Device src_dev, size_t nbytes);
 
 // Copies between the host and the device since the program started, each direction
-// counted per call of memcpy. Each one waits for the device's queued work (a
-// synchronisation: the GPU idles while the host catches up), so a count that grows every
-// step shows where a loop stalls the GPU, as torch.cuda.set_sync_debug_mode would.
+// counted per call of memcpy. Each copy to the host waits for the device's queued work (a
+// synchronisation: the GPU idles while the host catches up), and a copy to the device
+// may wait for an earlier one, so a count that grows every step shows where a loop
+// stalls the GPU, as torch.cuda.set_sync_debug_mode would.
 struct HostTransfers {
   int64_t to_device = 0;
   int64_t to_host = 0;

@@ -90,6 +90,35 @@ static void check_deferred() {
   check(a == 2 && b == 1, "deferred: the device stream's synchronisation leaves another stream's work queued");
   emu_synchronize();
   check(b == 5, "deferred: the device's synchronisation runs every stream");
+
+  // host_to_device queues its copy and returns: the source may change at once, the
+  // destination is written when the device gets there. Two small copies in a row use the
+  // two staging buffers and wait for nothing; a third reuses the first's buffer, so it
+  // waits for that copy (and the work before it), not for the second.
+  int* d3 = static_cast<int*>(cuda::allocate(3 * sizeof(int), 0));
+  d3[0] = d3[1] = d3[2] = 0;
+  cuda::synchronize(0);
+  int x = 0;
+  emu_defer([d3] { d3[2] = -1; });  // work queued before the copies
+  for (int i = 0; i < 2; ++i) {
+    x = 10 + i;
+    cuda::memcpy(d3 + i, Device::cuda(0), &x, Device::cpu(), sizeof(int));
+  }
+  x = 99;  // the source reused at once
+  check(d3[0] == 0 && d3[1] == 0 && d3[2] == 0, "deferred: two copies to the device queued, nothing waited for");
+  x = 12;
+  cuda::memcpy(d3 + 2, Device::cuda(0), &x, Device::cpu(), sizeof(int));
+  x = 99;
+  check(d3[0] == 10 && d3[1] == 0 && d3[2] == -1, "deferred: a third copy waited for the first's buffer only");
+  cuda::synchronize(0);
+  check(d3[0] == 10 && d3[1] == 11 && d3[2] == 12, "deferred: each copy carried its source as it was at the call");
+  // A copy back to the host after a queued copy to the device sees it.
+  x = 7;
+  cuda::memcpy(d3, Device::cuda(0), &x, Device::cpu(), sizeof(int));
+  int back = 0;
+  cuda::memcpy(&back, Device::cpu(), d3, Device::cuda(0), sizeof(int));
+  check(back == 7, "deferred: a copy to the host sees a queued copy to the device");
+  cuda::deallocate(d3, 3 * sizeof(int), 0);
 }
 
 int main() {
@@ -151,6 +180,7 @@ int main() {
   for (size_t i = 0; i < n; ++i) src[i] = (unsigned char)(i * 2654435761u >> 13);
   void* dev = cuda::allocate(n, 0);
   cuda::memcpy(dev, Device::cuda(0), src.data(), Device::cpu(), n);
+  cuda::synchronize(0);  // the copy to the device is queued (deferred: not yet run)
   const bool dev_ok = std::memcmp(dev, src.data(), n) == 0;
   cuda::memcpy(back.data(), Device::cpu(), dev, Device::cuda(0), n);
   check(dev_ok && back == src, "host -> device -> host through the staging chunks");

@@ -490,9 +490,9 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int c = 0; c < DC; ++c) dka[a][c] = dva[a][c] = 0;
 
-  // The fused dQ's slab of this key tile: its first query row, and its rows' offset in
-  // the head's part of the scratch.
-  const int64_t slab_first = FUSED ? slabs.first(k0 / BK) : 0, slab_row0 = FUSED ? slabs.before(k0 / BK) : 0;
+  // The fused dQ's slab of this key tile holds query rows [first, Tq): query row i at
+  // scratch row part_row + i.
+  const int64_t part_row = FUSED ? bh * slabs.per_head() + slabs.before(k0 / BK) - slabs.first(k0 / BK) : 0;
 
   // Causal: queries before k0 see none of these keys.
   for (int64_t q0 = g.causal ? k0 / BQ * BQ : 0; q0 < g.Tq; q0 += BQ) {
@@ -528,7 +528,7 @@ __global__ void __launch_bounds__(kThreads)
     if constexpr (FUSED) {
       // This key tile's share of dQ for the query tile, dS K (K unscaled, the scale comes
       // in dq_sum_kernel), to the tile's rows of its scratch slab.
-      W* part = dq_part + (bh * slabs.per_head() + slab_row0 + (q0 - slab_first)) * g.D;
+      W* part = dq_part + (part_row + q0) * g.D;
       if constexpr (V4) {
         float acc[4][4] = {};
         dq_acc_v4<BQ / 16>(dSt, LDT, kv, Ks, g.ld, acc);

@@ -298,6 +298,7 @@ struct Staging {
   std::mutex mu;
   void* buf[2] = {nullptr, nullptr};
   cudaEvent_t done[2] = {nullptr, nullptr};  // the last copy out of / into buf[k] finished
+  int next = 0;  // the buffer host_to_device fills first: the one its last chunk did not use
 };
 
 Staging& staging(int device) {
@@ -339,15 +340,20 @@ void host_to_device(void* dst, const void* src, size_t n, int device) {
   cudaStream_t st = h.stream;
   const char* from = static_cast<const char*>(src);
   char* to = static_cast<char*>(dst);
-  for (size_t off = 0, k = 0; off < n; off += kChunk, k ^= 1) {
+  // The copy is queued, not waited for: the source has been copied into the staging
+  // buffers when this returns (the caller may reuse it), the device reads the destination
+  // in stream order, and whoever next fills a buffer first waits for its event. Each call
+  // starts in the buffer the last one did not end in, so that two small copies in a row
+  // (a batch's inputs and targets) neither wait for the device's queue to drain.
+  int k = s.next;
+  for (size_t off = 0; off < n; off += kChunk, k ^= 1) {
     const size_t len = std::min(kChunk, n - off);
     MU_CUDA_CHECK(cudaEventSynchronize(s.done[k]));  // the buffer's previous chunk has left
     std::memcpy(s.buf[k], from + off, len);
     MU_CUDA_CHECK(cudaMemcpyAsync(to + off, s.buf[k], len, cudaMemcpyHostToDevice, st));
     MU_CUDA_CHECK(cudaEventRecord(s.done[k], st));
   }
-  // The staging buffers are reused by the next call; the source may be reused at once.
-  MU_CUDA_CHECK(cudaStreamSynchronize(st));
+  s.next = k;
 }
 
 void device_to_host(void* dst, const void* src, size_t n, int device) {
@@ -358,6 +364,8 @@ void device_to_host(void* dst, const void* src, size_t n, int device) {
   const char* from = static_cast<const char*>(src);
   char* to = static_cast<char*>(dst);
   // Queue chunk k + 1 before copying chunk k out of its buffer, so that the two overlap.
+  // A host_to_device copy still queued out of a buffer is ahead of these in the stream:
+  // the device finishes reading it before it writes there.
   const size_t chunks = (n + kChunk - 1) / kChunk;
   auto queue = [&](size_t c) {
     const size_t off = c * kChunk, len = std::min(kChunk, n - off);
