@@ -82,7 +82,8 @@ static Tensor lines_input(int64_t outer, int64_t n, int64_t inner, DType dt, boo
 static void softmax_checks() {
   struct C { int64_t outer, n, inner; const char* path; };
   const C cs[] = {{20, 37, 1, "warp, grid-stride"}, {3, 1, 1, "warp, n 1"}, {2, 1024, 1, "warp, n 1024"},
-                  {4, 1100, 1, "block, grid-stride"}, {2, 13, 5, "column 8 x 32"},
+                  {4, 1100, 1, "block, grid-stride"}, {2, 8192, 1, "block of 1024 (few long lines)"},
+                  {2, 13, 5, "column 8 x 32"},
                   {3, 7, 40, "column 32 x 8, padded tile, grid-stride"}, {2, 300, 3, "column 4 x 64"},
                   {2, 0, 3, "empty"}};
   for (DType dt : {kFloat32, kFloat64})

@@ -6,6 +6,9 @@
 //   inner == 1, n <= 1024: one warp per line (4 lines per block of 128 threads); lane r
 //                          takes elements r, r + 32, ...
 //   inner == 1, n  > 1024: one block of 256 threads per line; thread r takes r, r + 256, ...
+//                          (1024 threads when a few lines are long: sampling's one row of
+//                          a 50257-word vocabulary runs on one SM, and its passes wait on
+//                          memory, each thread holding one load in flight at a time)
 //   inner  > 1:            a bx x by block (bx * by = 256) owns bx neighbouring lines of
 //                          one outer index: threadIdx.x picks the line (so a warp reads bx
 //                          consecutive addresses), threadIdx.y in [0, by) the elements
@@ -143,6 +146,10 @@ __global__ void lines_column_kernel(int64_t outer, int64_t inner, Body body) {
   }
 }
 
+// Below kFewLines lines of at least kLongLine elements, a contiguous line gets a block of
+// 1024 threads (the GPU has 132 SMs: fewer lines leave most of them idle).
+constexpr int64_t kFewLines = 64, kLongLine = 8192;
+
 // Runs body over the outer * inner lines of n elements (body.n == n) on the stream,
 // choosing the scheme described at the top. Nothing is launched without lines.
 template <class Body>
@@ -154,7 +161,8 @@ void launch_lines(int64_t outer, int64_t n, int64_t inner, cudaStream_t stream, 
     const int64_t blocks = (lines + per_block - 1) / per_block;
     lines_warp_kernel<<<unsigned(blocks < kMaxBlocks ? blocks : kMaxBlocks), threads, 0, stream>>>(lines, body);
   } else if (inner == 1) {
-    lines_block_kernel<<<unsigned(lines < kMaxBlocks ? lines : kMaxBlocks), 256, 0, stream>>>(lines, body);
+    const int threads = lines < kFewLines && n >= kLongLine ? 1024 : 256;
+    lines_block_kernel<<<unsigned(lines < kMaxBlocks ? lines : kMaxBlocks), threads, 0, stream>>>(lines, body);
   } else {
     // bx: the smallest power of two >= inner, at most 32 (a warp's worth of lines).
     int bx = 2;
