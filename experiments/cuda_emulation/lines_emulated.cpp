@@ -109,8 +109,12 @@ static void softmax_checks() {
 
 static void loss_checks() {
   struct C { int64_t outer, n, inner; const char* path; };
-  const C cs[] = {{13, 37, 1, "warp, grid-stride"}, {4, 1100, 1, "block, grid-stride"}, {2, 5, 7, "column 8 x 32"},
-                  {3, 40, 33, "column 32 x 8, padded tiles, grid-stride"}, {6, 1, 1, "one class"}};
+  // Contiguous lines are read 16 bytes at a time: lines of 37 and 1101 classes start at
+  // every phase of a vector (head, vectors, tail), lines of 3 hold no whole vector.
+  const C cs[] = {{13, 37, 1, "warp, grid-stride"}, {4, 1100, 1, "block, grid-stride"},
+                  {5, 1101, 1, "block, lines at every 16-byte phase"}, {7, 3, 1, "warp, no whole vector"},
+                  {2, 5, 7, "column 8 x 32"}, {3, 40, 33, "column 32 x 8, padded tiles, grid-stride"},
+                  {6, 1, 1, "one class"}};
   struct O { bool weighted; double eps; bool per_line_grad; };
   const O os[] = {{false, 0, false}, {true, 0.1, true}, {true, 0, false}, {false, 0.2, true}};
   const int64_t ignore = -100;
@@ -146,6 +150,45 @@ static void loss_checks() {
         kernels::cross_entropy_backward(kCpu, g, scale, x, target, w, sc, dc, L);
         compare(tag + " dlogits", de, dc, tol_of(dt));
       }
+  // bfloat16 logits (autocast's): read as they are, computed in float32 (the loss and
+  // upstream gradient float32), the gradient rounded once into bfloat16; the CPU kernel
+  // does the same, so both round the same float32 values (bounds: float32's sums in
+  // different orders, and at most one bfloat16 step where a value sits on a rounding edge).
+  for (const C& c : cs) {
+    if (c.inner != 1) continue;  // the contiguous layouts, where the vectors are
+    const std::string tag = "cross_entropy bfloat16 (" + std::to_string(c.outer) + ", " + std::to_string(c.n) + ", 1) " +
+                            c.path;
+    const int64_t lines = c.outer;
+    const Tensor x = lines_input(c.outer, c.n, 1, kFloat32).to(kBFloat16);
+    std::vector<int64_t> t(static_cast<size_t>(lines));
+    std::uniform_int_distribution<int64_t> cls(0, c.n - 1);
+    for (int64_t l = 0; l < lines; ++l) t[size_t(l)] = l % 5 == 4 ? ignore : cls(rng);
+    const Tensor target = from_vector(t, {lines});
+    const kernels::CrossEntropyLines L{c.outer, c.n, 1, ignore, 0.0};
+    const Tensor le = garbage({lines}, kFloat32), lc = empty({lines}, TensorOptions(kFloat32));
+    const Tensor se = garbage({lines}, kFloat64), sc = empty({lines}, TensorOptions(kFloat64));
+    ck::cross_entropy_forward(x, target, Tensor(), le, se, L);
+    kernels::cross_entropy_forward(kCpu, x, target, Tensor(), lc, sc, L);
+    compare(tag + " loss", le, lc, 1e-5);
+    compare(tag + " lse", se, sc, 1e-5);
+    const Tensor g = full({1}, 1.0, TensorOptions(kFloat32));
+    const Tensor de = garbage(x.shape(), kBFloat16), dc = empty(x.shape(), TensorOptions(kBFloat16));
+    ck::cross_entropy_backward(g, 1.0 / double(lines), x, target, Tensor(), sc, de, L);
+    kernels::cross_entropy_backward(kCpu, g, 1.0 / double(lines), x, target, Tensor(), sc, dc, L);
+    // Relative: each gradient element within one bfloat16 step (2^-8 relative) of the CPU's.
+    ++checks;
+    const auto e = de.to(kFloat64).to_vector<double>(), cv = dc.to(kFloat64).to_vector<double>();
+    int64_t bad = -1;
+    for (size_t i = 0; i < cv.size() && bad < 0; ++i)
+      if (!(std::abs(e[i] - cv[i]) <= std::abs(cv[i]) / 128 || (std::isnan(e[i]) && std::isnan(cv[i])))) bad = int64_t(i);
+    if (bad >= 0) {
+      ++failures;
+      printf("FAIL %s dlogits: element %ld emulated %.9g cpu %.9g\n", tag.c_str(), long(bad), e[size_t(bad)],
+             cv[size_t(bad)]);
+    } else if (getenv("EMU_VERBOSE")) {
+      printf("ok   %s dlogits (within one bfloat16 step)\n", tag.c_str());
+    }
+  }
 }
 
 // ---------------------------------------------------------------- layer_norm, batch_norm
