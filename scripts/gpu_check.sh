@@ -16,7 +16,7 @@
 # Environment: SUITE_TIMEOUT (s, per test suite, default 240), TESTS_TIMEOUT (s, all
 # suites, default 600), JOBS (suites at once, default 6), BENCH_TIMEOUT (s, the whole
 # comparison with PyTorch, default 300), FUSED_TIMEOUT (s, default 150), PAPER_TIMEOUT (s, the
-# resumed paper run, default 300), SANITIZE_FAILED (1: the
+# resumed paper run, default 300), NCU (0: profile without Nsight Compute), SANITIZE_FAILED (1: the
 # first failing suite again under compute-sanitizer); MUMOE_CUDA_POISON=1 runs everything over
 # poisoned blocks (README, Environment), which turns a read of unwritten memory into NaN.
 set -uo pipefail
@@ -239,7 +239,9 @@ if [[ $what == profile ]]; then
   timeout 90 python3 experiments/bench/torch_gpu.py gpt2 --workload gpt2-124m --dtype bf16 --reps 2 --warmup 2 \
     --profile 1 >/dev/null 2>>"$out/profile_bf16.txt"
   ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
-  if [[ -n $ncu ]]; then
+  if [[ ${NCU:-1} == 0 ]]; then
+    echo "NCU=0: no Nsight Compute run"
+  elif [[ -n $ncu ]]; then
     sections=(--section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats
               --section SchedulerStats --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis)
     timeout 90 "$ncu" --kernel-name regex:dkdv_kernel --launch-count 1 "${sections[@]}" \
