@@ -5,14 +5,14 @@
 # programs do not load there or were built from other sources, from a build on the spot (CUDA toolkit, CMake, a compiler,
 # and the header dependencies carried in .gpu_deps/ from scripts/gpu_deps.sh).
 # Logs go to $OUT (default ./gpu_out); the end of the output is a short summary.
-#   bash scripts/gpu_check.sh [test|bench|sparse|gpt2|attention|shapes|generate|paper|profile|all]   (default all; sparse:
+#   bash scripts/gpu_check.sh [test|bench|sparse|gpt2|attention|shapes|generate|paper|profile|pad|all]   (default all; sparse:
 #   the sparse-MoE scaling benchmark alone; gpt2: the bf16 comparison and a profiled step;
 #   attention: each attention path of the framework beside PyTorch, and float32 GPT-2 with
 #   each float32 path; shapes: one bf16 GPT-2 step's kernel table by argument signature;
 #   generate: GPT-2 sampling's kernel table beside its wall time; paper: Table 3's GPT-2 recipe
 #   at paper scale for 60 steps a model on random tokens, interrupted and resumed; profile: a
 #   bf16 GPT-2 step's time and kernel table on each side, the float32 attention backward
-#   under Nsight Compute)
+#   under Nsight Compute; pad: GPT-2 steps with and without the matmuls' padded buffers)
 # Environment: SUITE_TIMEOUT (s, per test suite, default 240), TESTS_TIMEOUT (s, all
 # suites, default 600), JOBS (suites at once, default 6), BENCH_TIMEOUT (s, the whole
 # comparison with PyTorch, default 300), FUSED_TIMEOUT (s, default 150), PAPER_TIMEOUT (s, the
@@ -255,6 +255,28 @@ if [[ $what == profile ]]; then
     echo "no ncu on this machine"
   fi
   head -25 "$out/profile_bf16.txt"
+fi
+
+if [[ $what == pad ]]; then
+  # GPT-2 124M steps (bf16, fp32) with the matmuls' padded buffers (the default) and
+  # without (MUMOE_MATMUL_PAD=never), beside torch, in one run.
+  : >"$out/pad.txt"
+  for dt in bf16 fp32; do
+    reps=$([[ $dt == bf16 ]] && echo 10 || echo 4)
+    for mode in default never; do
+      env $([[ $mode == never ]] && echo MUMOE_MATMUL_PAD=never) timeout 60 "$bin/experiments/bench_gpu_gpt2" \
+        --workload gpt2-124m --dtype $dt --reps $reps --warmup 2 2>&1 | grep '^{' | sed "s/^/$mode: /" >>"$out/pad.txt"
+    done
+    timeout 90 python3 experiments/bench/torch_gpu.py gpt2 --workload gpt2-124m --dtype $dt --reps $reps --warmup 2 \
+      2>&1 | grep '^{' | sed 's/^/torch: /' >>"$out/pad.txt"
+  done
+  python3 - "$out/pad.txt" <<'PY'
+import json, sys
+for raw in open(sys.argv[1]):
+    who, _, rest = raw.partition(': ')
+    j = json.loads(rest)
+    print(f"{who:8s} {j['workload']:22s} {j['median_ms']:9.3f} ms  peak {j.get('peak_memory_mb', 0):8.1f} MiB")
+PY
 fi
 
 if [[ $what == generate ]]; then

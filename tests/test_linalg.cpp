@@ -792,6 +792,40 @@ TEST_CASE("matmul on transposed, strided, expanded and permuted operands") {
   }
 }
 
+// Large float32 and bfloat16 products on CUDA copy a matrix whose start, leading dimension
+// or batch stride is not a multiple of 16 bytes through a padded buffer (ops/cuda/matmul.cu);
+// MUMOE_MATMUL_PAD=always does it at any size: odd widths and depths, transposed and
+// offset views, batched and broadcast operands, against the brute-force product.
+TEST_CASE("matmul on CUDA through padded buffers matches the brute-force product") {
+  const std::vector<Device>& devs = test_devices();
+  if (std::none_of(devs.begin(), devs.end(), [](Device d) { return d.is_cuda(); })) return;
+  const Device dev = Device::cuda();
+  manual_seed(5);
+  ::setenv("MUMOE_MATMUL_PAD", "always", 1);
+  for (DType dt : {kFloat32, kBFloat16}) {
+    INFO(dtype_name(dt));
+    auto r = [dt, dev](const Shape& s) { return on(randn(s, kFloat64).to(dt), dev); };
+    const std::vector<std::pair<Tensor, Tensor>> cases = {
+        {r({37, 65}), r({65, 51})},                                       // odd N and K: both misaligned
+        {r({65, 37}).t(), r({65, 51})},                                   // a column-major, ld 37
+        {r({37, 65}), r({51, 65}).t()},                                   // b column-major, ld 65
+        {r({37, 66}).slice(1, 1, 66), r({65, 48})},                       // a starting one element in
+        {r({3, 37, 65}), r({3, 65, 51})},                                 // batched, odd batch strides
+        {r({37, 65}).expand({3, 37, 65}), r({3, 51, 65}).transpose(1, 2)}  // broadcast a, transposed b
+    };
+    for (const auto& [a, b] : cases) {
+      INFO("a " << shape_str(a.shape()) << " strides " << shape_str(a.strides()) << ", b " << shape_str(b.shape())
+                << " strides " << shape_str(b.strides()));
+      Tensor y = matmul(a, b);
+      Tensor ref = ref_matmul(a.cpu().to(kFloat64), b.cpu().to(kFloat64));
+      // float32 sums; bfloat16: one rounding of each output (2^-9 relative) past them.
+      const double tol = dt == kFloat32 ? 1e-4 * (1 + std::sqrt(double(a.size(-1)))) : 2e-2 * std::sqrt(double(a.size(-1)));
+      CHECK(max_abs_diff(y.cpu().to(kFloat64), ref) <= tol);
+    }
+  }
+  ::unsetenv("MUMOE_MATMUL_PAD");
+}
+
 TEST_CASE("mm and bmm") {
   for (Device dev : test_devices()) {
     INFO(dev.str());

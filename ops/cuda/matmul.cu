@@ -13,11 +13,23 @@
 // Batch strides go to cuBLAS as they are, 0 included (a broadcast operand is read again
 // for every batch entry). K == 0 is an empty sum: out is set to zeros with a memset on
 // the stream, without calling cuBLAS.
+//
+// cuBLAS's fast kernels (tensor cores, 16-byte loads and stores) need every matrix to
+// start on 16 bytes, and its leading dimension and batch stride to be whole multiples of
+// 16 bytes; otherwise it falls back to kernels several times slower. GPT-2's vocabulary of
+// 50257 makes the logits' product (8192 x 768 x 50257) and both of its gradients miss
+// that: 6.7, 6.2 and 4.3 ms in bfloat16 on an H200, against about 1 ms each aligned. A
+// large product (kPadMinFlops and up) first copies such an operand into a buffer whose
+// leading dimension is rounded up to 16 bytes, and computes such an output there and
+// copies it out: one read and one write of the matrix, a fraction of a millisecond for
+// 800 MB. MUMOE_MATMUL_PAD=always pads whatever size (tests), =never never does.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <climits>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <type_traits>
 
@@ -73,6 +85,87 @@ Operand operand(const Tensor& t, bool batched, int64_t batch, std::unique_ptr<cu
   return o;
 }
 
+// dst (batch of rows x cols, leading dimension ldd, batch stride dbs) = src (the same with
+// lds, sbs): one block per row in a grid-stride loop, each thread moving 8 elements per
+// turn with all 8 loads issued before the stores (one load in flight per thread leaves
+// the copy waiting on memory latency instead of bandwidth).
+template <class T>
+__global__ void copy_rows_kernel(T* __restrict__ dst, int64_t ldd, int64_t dbs, const T* __restrict__ src, int64_t lds,
+                                 int64_t sbs, int64_t batch, int64_t rows, int64_t cols) {
+  constexpr int U = 8;
+  for (int64_t r = blockIdx.x; r < batch * rows; r += gridDim.x) {
+    const int64_t bi = r / rows, i = r % rows;
+    const T* s = src + bi * sbs + i * lds;
+    T* d = dst + bi * dbs + i * ldd;
+    for (int64_t c0 = 0; c0 < cols; c0 += int64_t(U) * blockDim.x) {
+      T v[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int64_t c = c0 + int64_t(u) * blockDim.x + threadIdx.x;
+        if (c < cols) v[u] = s[c];
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int64_t c = c0 + int64_t(u) * blockDim.x + threadIdx.x;
+        if (c < cols) d[c] = v[u];
+      }
+    }
+  }
+}
+
+template <class T>
+void copy_rows(T* dst, int64_t ldd, int64_t dbs, const T* src, int64_t lds, int64_t sbs, int64_t batch, int64_t rows,
+               int64_t cols, cudaStream_t stream) {
+  const int64_t lines = batch * rows;
+  copy_rows_kernel<T><<<unsigned(lines < MU_CUDA_MAX_BLOCKS ? lines : MU_CUDA_MAX_BLOCKS), 256, 0, stream>>>(
+      dst, ldd, dbs, src, lds, sbs, batch, rows, cols);
+  MU_CUDA_CHECK_LAUNCH("matmul (padding copy)");
+}
+
+constexpr double kPadMinFlops = double(int64_t(1) << 31);  // 2 GFLOP: ~0.1 ms of tensor-core work
+
+// Whether this product pads its misaligned matrices (see the top of the file).
+bool pad_wanted(double flops) {
+  const char* mode = std::getenv("MUMOE_MATMUL_PAD");
+  if (mode != nullptr && std::strcmp(mode, "always") == 0) return true;
+  if (mode != nullptr && std::strcmp(mode, "never") == 0) return false;
+  return flops >= kPadMinFlops;
+}
+
+// A matrix cuBLAS reads at full speed: 16-byte start, leading dimension and batch stride.
+template <class T>
+bool aligned_for_cublas(const void* p, int64_t ld, int64_t batch_stride) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0 && (ld * int64_t(sizeof(T))) % 16 == 0 &&
+         (batch_stride * int64_t(sizeof(T))) % 16 == 0;
+}
+
+// The leading dimension of `n` elements rounded up to 16 bytes.
+template <class T>
+int64_t padded_ld(int64_t n) {
+  constexpr int64_t per = 16 / int64_t(sizeof(T));
+  return (n + per - 1) / per * per;
+}
+
+// Operand o (rows x cols of the product, stored as its op says) moved into `ws` with a
+// padded leading dimension: the op stays, the storage's contiguous lines (rows for op N,
+// columns for op T) get the new stride.
+template <class T>
+Operand padded(const Operand& o, int64_t rows, int64_t cols, int64_t batch, int device,
+               std::unique_ptr<cuda::Workspace>& ws, cudaStream_t stream) {
+  const int64_t outer = o.op == CUBLAS_OP_N ? rows : cols, inner = o.op == CUBLAS_OP_N ? cols : rows;
+  const int64_t ld = padded_ld<T>(inner), copies = o.batch_stride == 0 ? 1 : batch;
+  auto buf = std::make_unique<cuda::Workspace>(size_t(copies * outer * ld) * sizeof(T), device);
+  copy_rows<T>(buf->as<T>(), ld, outer * ld, static_cast<const T*>(o.data), o.ld, o.batch_stride, copies, outer, inner,
+               stream);
+  Operand p;
+  p.data = buf->as<T>();
+  p.op = o.op;
+  p.ld = ld;
+  p.batch_stride = o.batch_stride == 0 ? 0 : outer * ld;
+  ws = std::move(buf);  // after the copy is queued: a packed source in ws lives until then
+  return p;
+}
+
 // cuBLAS takes sizes and leading dimensions as int: larger ones are refused by name.
 void check_int(int64_t v, const char* what, const Tensor& out, const Tensor& a, const Tensor& b) {
   MU_CHECK(v <= INT_MAX, "matmul on CUDA: ", what, " = ", v, " exceeds cuBLAS's int32 limit (", INT_MAX,
@@ -95,11 +188,28 @@ void matmul_typed(const Tensor& out, const Tensor& a, const Tensor& b) {
   check_int(K, "K (the inner size)", out, a, b);
   check_int(batch, "the batch size", out, a, b);
   std::unique_ptr<cuda::Workspace> wa, wb;  // packed copies, when an operand needs one
-  const Operand A = operand<T>(a, batched, batch, wa), B = operand<T>(b, batched, batch, wb);
+  Operand A = operand<T>(a, batched, batch, wa), B = operand<T>(b, batched, batch, wb);
+  // Misaligned matrices of a large float32 or bfloat16 product go through padded buffers.
+  void* c_data = out.raw_data();
+  int64_t ldc = N;
+  std::unique_ptr<cuda::Workspace> wc;
+  if constexpr (!std::is_same_v<T, double>) {
+    if (pad_wanted(2.0 * double(batch) * double(M) * double(N) * double(K))) {
+      const int dev = out.device().index;
+      if (!aligned_for_cublas<T>(A.data, A.ld, A.batch_stride)) A = padded<T>(A, M, K, batch, dev, wa, stream);
+      if (!aligned_for_cublas<T>(B.data, B.ld, B.batch_stride)) B = padded<T>(B, K, N, batch, dev, wb, stream);
+      if (!aligned_for_cublas<T>(c_data, N, batched ? M * N : 0)) {
+        ldc = padded_ld<T>(N);
+        wc = std::make_unique<cuda::Workspace>(size_t(batch * M * ldc) * sizeof(T), dev);
+        c_data = wc->as<T>();
+      }
+    }
+  }
   check_int(A.ld, "a's leading dimension", out, a, b);
   check_int(B.ld, "b's leading dimension", out, a, b);
+  check_int(ldc, "the output's leading dimension", out, a, b);
   const int m = int(N), n = int(M), k = int(K), count = int(batch);
-  const long long stride_c = batched ? (long long)(M * N) : 0;
+  const long long stride_c = batched ? (long long)(M * ldc) : 0;
   cublasHandle_t h = cuda::cublas(out.device().index);  // bound to `stream`
   // outᵀ (m x n, ld N) = bᵀ (m x k) · aᵀ (k x n): cuBLAS's A is b, its B is a.
   if constexpr (std::is_same_v<T, double>) {
@@ -118,8 +228,10 @@ void matmul_typed(const Tensor& out, const Tensor& a, const Tensor& b) {
     const float alpha = 1, beta = 0;  // the scale type of CUBLAS_COMPUTE_32F* is float
     MU_CUBLAS_CHECK(cublasGemmStridedBatchedEx(h, B.op, A.op, m, n, k, &alpha, B.data, type, int(B.ld),
                                                B.batch_stride, A.data, type, int(A.ld), A.batch_stride, &beta,
-                                               out.raw_data(), type, m, stride_c, count, compute,
+                                               c_data, type, int(ldc), stride_c, count, compute,
                                                CUBLAS_GEMM_DEFAULT));
+    // A padded output, copied into out (dense).
+    if (wc) copy_rows<T>(static_cast<T*>(out.raw_data()), N, M * N, wc->as<T>(), ldc, M * ldc, batch, M, N, stream);
   }
 }
 
