@@ -792,10 +792,11 @@ TEST_CASE("matmul on transposed, strided, expanded and permuted operands") {
   }
 }
 
-// Large float32 and bfloat16 products on CUDA copy a matrix whose start, leading dimension
-// or batch stride is not a multiple of 16 bytes through a padded buffer (ops/cuda/matmul.cu);
-// MUMOE_MATMUL_PAD=always does it at any size: odd widths and depths, transposed and
-// offset views, batched and broadcast operands, against the brute-force product.
+// Large bfloat16 products on CUDA (float32 under TF32) copy a matrix whose start, leading
+// dimension or batch stride is not a multiple of 16 bytes through a padded buffer
+// (ops/cuda/matmul.cu); MUMOE_MATMUL_PAD=always does it for any product, float32 too:
+// odd widths and depths, transposed and offset views, batched and broadcast operands,
+// against the brute-force product.
 TEST_CASE("matmul on CUDA through padded buffers matches the brute-force product") {
   const std::vector<Device>& devs = test_devices();
   if (std::none_of(devs.begin(), devs.end(), [](Device d) { return d.is_cuda(); })) return;

@@ -16,13 +16,17 @@
 //
 // cuBLAS's fast kernels (tensor cores, 16-byte loads and stores) need every matrix to
 // start on 16 bytes, and its leading dimension and batch stride to be whole multiples of
-// 16 bytes; otherwise it falls back to kernels several times slower. GPT-2's vocabulary of
-// 50257 makes the logits' product (8192 x 768 x 50257) and both of its gradients miss
-// that: 6.7, 6.2 and 4.3 ms in bfloat16 on an H200, against about 1 ms each aligned. A
-// large product (kPadMinFlops and up) first copies such an operand into a buffer whose
-// leading dimension is rounded up to 16 bytes, and computes such an output there and
-// copies it out: one read and one write of the matrix, a fraction of a millisecond for
-// 800 MB. MUMOE_MATMUL_PAD=always pads whatever size (tests), =never never does.
+// 16 bytes; otherwise it falls back to kernels several times slower. A large bfloat16
+// product (float32 under TF32 too; kPadMinFlops and up) whose N and K are whole multiples
+// of 16 bytes first copies such an operand into a buffer whose leading dimension is
+// rounded up to 16 bytes (and would compute a misaligned output there and copy it out):
+// one read and one write of the matrix. Measured on an H200 (GPT-2 124M, bf16): the tied
+// embedding's gradient, 50257 x 768 from the logits' gradient read transposed (leading
+// dimension 50257), went from 4.3 to 1.8 ms. Where N or K itself is odd (the logits'
+// product, N = 50257, and the features' gradient, K = 50257) padding the leading
+// dimensions alone bought no faster kernel, and the copies cost 1.1 and 1.2 ms: those
+// products are left as they are (padding their extents with zeros is what would help).
+// MUMOE_MATMUL_PAD=always pads every misaligned matrix of any product (tests), =never none.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -124,12 +128,17 @@ void copy_rows(T* dst, int64_t ldd, int64_t dbs, const T* src, int64_t lds, int6
 
 constexpr double kPadMinFlops = double(int64_t(1) << 31);  // 2 GFLOP: ~0.1 ms of tensor-core work
 
-// Whether this product pads its misaligned matrices (see the top of the file).
-bool pad_wanted(double flops) {
+// Whether this product (of element type T, N and K as named) pads its misaligned matrices
+// (see the top of the file).
+template <class T>
+bool pad_wanted(int64_t batch, int64_t M, int64_t N, int64_t K) {
   const char* mode = std::getenv("MUMOE_MATMUL_PAD");
   if (mode != nullptr && std::strcmp(mode, "always") == 0) return true;
   if (mode != nullptr && std::strcmp(mode, "never") == 0) return false;
-  return flops >= kPadMinFlops;
+  constexpr int64_t per = 16 / int64_t(sizeof(T));  // elements in 16 bytes
+  const bool tensor_cores = std::is_same_v<T, cuda::bf16> || cuda::allow_tf32();
+  return tensor_cores && N % per == 0 && K % per == 0 &&
+         2.0 * double(batch) * double(M) * double(N) * double(K) >= kPadMinFlops;
 }
 
 // A matrix cuBLAS reads at full speed: 16-byte start, leading dimension and batch stride.
@@ -189,12 +198,12 @@ void matmul_typed(const Tensor& out, const Tensor& a, const Tensor& b) {
   check_int(batch, "the batch size", out, a, b);
   std::unique_ptr<cuda::Workspace> wa, wb;  // packed copies, when an operand needs one
   Operand A = operand<T>(a, batched, batch, wa), B = operand<T>(b, batched, batch, wb);
-  // Misaligned matrices of a large float32 or bfloat16 product go through padded buffers.
+  // Misaligned matrices of a large product go through padded buffers (see the top).
   void* c_data = out.raw_data();
   int64_t ldc = N;
   std::unique_ptr<cuda::Workspace> wc;
   if constexpr (!std::is_same_v<T, double>) {
-    if (pad_wanted(2.0 * double(batch) * double(M) * double(N) * double(K))) {
+    if (pad_wanted<T>(batch, M, N, K)) {
       const int dev = out.device().index;
       if (!aligned_for_cublas<T>(A.data, A.ld, A.batch_stride)) A = padded<T>(A, M, K, batch, dev, wa, stream);
       if (!aligned_for_cublas<T>(B.data, B.ld, B.batch_stride)) B = padded<T>(B, K, N, batch, dev, wb, stream);
