@@ -10,15 +10,18 @@
 #   attention: each attention path of the framework beside PyTorch, and float32 GPT-2 with
 #   each float32 path; shapes: one bf16 GPT-2 step's kernel table by argument signature;
 #   generate: GPT-2 sampling's kernel table beside its wall time; paper: Table 3's GPT-2 recipe
-#   at paper scale for 60 steps a model on random tokens, interrupted and resumed; profile: a
+#   at paper scale for 60 steps a model on random tokens, then its Mixer recipe for one epoch
+#   of 1024 random 256 x 256 images, each interrupted and resumed; profile: a
 #   bf16 GPT-2 step's time and kernel table on each side, the float32 attention backward
 #   under Nsight Compute; pad: GPT-2 steps with and without the matmuls' padded buffers)
 # Environment: SUITE_TIMEOUT (s, per test suite, default 240), TESTS_TIMEOUT (s, all
 # suites, default 600), JOBS (suites at once, default 6), BENCH_TIMEOUT (s, the whole
-# comparison with PyTorch, default 300), FUSED_TIMEOUT (s, default 150), PAPER_TIMEOUT (s, the
-# resumed paper run, default 300), NCU (0: profile without Nsight Compute), SANITIZE_FAILED (1: the
-# first failing suite again under compute-sanitizer); MUMOE_CUDA_POISON=1 runs everything over
-# poisoned blocks (README, Environment), which turns a read of unwritten memory into NaN.
+# comparison with PyTorch, default 300), FUSED_TIMEOUT (s, default 150), PAPER_TIMEOUT (s,
+# each resumed paper run, default 300), PAPER_INTERRUPT and MIXER_INTERRUPT (s before each
+# paper run's Ctrl-C, defaults 25 and 20), NCU (0: profile without Nsight Compute),
+# SANITIZE_FAILED (1: the first failing suite again under compute-sanitizer);
+# MUMOE_CUDA_POISON=1 runs everything over poisoned blocks (README, Environment), which
+# turns a read of unwritten memory into NaN.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
@@ -223,6 +226,37 @@ PY
   python3 experiments/check_repro.py --scale paper "$runs" repro_table3_gpt2 table3_gpt2.json 2>&1 | tail -5
   grep -E "^(running|resuming)|interrupt|Table 3|^\|" "$out/paper.txt" | head -30
   for f in "$runs"/runs/*.log; do echo "$f:"; tr "\r" "\n" <"$f" | grep -E "tok/s|^step [0-9]+:" | tail -3; done
+  # Table 3 (MLP-Mixer) the same way: repro_table3_mixer --scale paper (Mixer S-16 and its
+  # twins at 224 x 224, Table 7's recipe, bfloat16) on random images in the image-array
+  # layout (data/image_arrays.h; 1024 training and 256 validation images of 256 x 256, 1000
+  # classes), one epoch of 64-image steps a model, interrupted and resumed.
+  mdata=$out/imagenet_random mruns=$out/paper_mixer
+  rm -rf "$mruns"
+  python3 - "$mdata" <<'PY'
+import array, json, os, sys
+d = sys.argv[1]
+os.makedirs(d, exist_ok=True)
+H = W = 256
+splits = {"train": 1024, "val": 256}
+for name, n in splits.items():
+    with open(os.path.join(d, name + ".images"), "wb") as f:
+        f.write(os.urandom(n * H * W * 3))
+    labels = array.array("H", (v % 1000 for v in array.array("H", os.urandom(2 * n))))
+    with open(os.path.join(d, name + ".labels"), "wb") as f:
+        f.write(labels.tobytes())  # little-endian on x86-64, as the layout says
+with open(os.path.join(d, "meta.json"), "w") as f:
+    json.dump({"format": "mumoe-image-arrays", "version": 1, "height": H, "width": W, "channels": 3,
+               "classes": 1000, "splits": splits}, f)
+PY
+  mcmd=("$bin/experiments/repro_table3_mixer" --scale paper --data "$mdata" --out-dir "$mruns" --device cuda
+        --micro-batch 64 --grad-accum 1 --paper-epochs 1 --eval-every 0 --checkpoint-every 4)
+  start=$(date +%s)
+  timeout -s INT ${MIXER_INTERRUPT:-20} "${mcmd[@]}" >"$out/paper_mixer.txt" 2>&1
+  echo "mixer, first run (interrupted after ${MIXER_INTERRUPT:-20} s): rc=$?" | tee -a "$out/paper_mixer.txt"
+  timeout ${PAPER_TIMEOUT:-300} "${mcmd[@]}" >>"$out/paper_mixer.txt" 2>&1
+  echo "mixer, second run: rc=$? ($(( $(date +%s) - start )) s both)" | tee -a "$out/paper_mixer.txt"
+  python3 experiments/check_repro.py --scale paper "$mruns" repro_table3_mixer table3_mixer.json 2>&1 | tail -5
+  grep -E "^(running|resuming)|interrupt|Table 3|^\|" "$out/paper_mixer.txt" | head -20
 fi
 
 if [[ $what == profile ]]; then

@@ -21,7 +21,7 @@ cp "$build"/libmumoe.so* "$out.partial/"
 for name in $(grep -oP '^mu_device_test\(\K\w+' tests/CMakeLists.txt; grep -oP '^mu_test\(\K\w+(?= .*\bcuda\b)' tests/CMakeLists.txt); do
   cp "$build/tests/$name" "$out.partial/tests/"
 done
-for name in bench_gpu_layers bench_gpu_gpt2 bench_gpu_fused_mumoe bench_cuda_linalg bench_sparse_moe bench_generate train_gpt2 repro_table3_gpt2; do
+for name in bench_gpu_layers bench_gpu_gpt2 bench_gpu_fused_mumoe bench_cuda_linalg bench_sparse_moe bench_generate train_gpt2 repro_table3_gpt2 train_mixer repro_table3_mixer; do
   cp "$build/experiments/$name" "$out.partial/experiments/"
 done
 # What they were built from: gpu_check.sh rebuilds rather than run binaries of other sources.
