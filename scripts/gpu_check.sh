@@ -292,13 +292,14 @@ if [[ $what == profile ]]; then
 fi
 
 if [[ $what == pad ]]; then
-  # GPT-2 124M steps (bf16, fp32) with the matmuls' padded buffers (the default) and
-  # without (MUMOE_MATMUL_PAD=never), beside torch, in one run.
+  # GPT-2 124M steps (bf16, fp32) with the matmuls' padded buffers as by default, with
+  # padded sizes too (MUMOE_MATMUL_PAD=extents: the logits' product and the features'
+  # gradient), and without (=never), beside torch, in one run.
   : >"$out/pad.txt"
   for dt in bf16 fp32; do
     reps=$([[ $dt == bf16 ]] && echo 10 || echo 4)
-    for mode in default never; do
-      env $([[ $mode == never ]] && echo MUMOE_MATMUL_PAD=never) timeout 60 "$bin/experiments/bench_gpu_gpt2" \
+    for mode in default extents never; do
+      env $([[ $mode != default ]] && echo MUMOE_MATMUL_PAD=$mode) timeout 60 "$bin/experiments/bench_gpu_gpt2" \
         --workload gpt2-124m --dtype $dt --reps $reps --warmup 2 2>&1 | grep '^{' | sed "s/^/$mode: /" >>"$out/pad.txt"
     done
     timeout 90 python3 experiments/bench/torch_gpu.py gpt2 --workload gpt2-124m --dtype $dt --reps $reps --warmup 2 \

@@ -25,8 +25,11 @@
 // dimension 50257), went from 4.3 to 1.8 ms. Where N or K itself is odd (the logits'
 // product, N = 50257, and the features' gradient, K = 50257) padding the leading
 // dimensions alone bought no faster kernel, and the copies cost 1.1 and 1.2 ms: those
-// products are left as they are (padding their extents with zeros is what would help).
-// MUMOE_MATMUL_PAD=always pads every misaligned matrix of any product (tests), =never none.
+// products are left as they are. Padding their sizes too (N and K rounded up to 16 bytes,
+// the operands' extra rows and columns zero, the output's extra columns dropped) is what
+// should bring the fast kernels: MUMOE_MATMUL_PAD=extents does that for large
+// tensor-core products, not yet timed on a GPU, so not the default. MUMOE_MATMUL_PAD=always
+// pads sizes and matrices of any float32 or bfloat16 product (tests), =never nothing.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -35,6 +38,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <string>
 #include <type_traits>
 
 #include "ops/cuda/cublas_view.cuh"
@@ -89,56 +93,73 @@ Operand operand(const Tensor& t, bool batched, int64_t batch, std::unique_ptr<cu
   return o;
 }
 
-// dst (batch of rows x cols, leading dimension ldd, batch stride dbs) = src (the same with
-// lds, sbs): one block per row in a grid-stride loop, each thread moving 8 elements per
-// turn with all 8 loads issued before the stores (one load in flight per thread leaves
-// the copy waiting on memory latency instead of bandwidth).
+// dst = src over a batch of lines (rows of a row-major matrix, columns of a column-major
+// one): dst holds d_outer lines of d_inner elements (leading dimension ldd, batch stride
+// dbs), src s_outer <= d_outer lines of s_inner <= d_inner (lds, sbs); what src lacks is
+// zero (a product's padded inner size must add nothing). One block per line in a
+// grid-stride loop, each thread moving 8 elements per turn with all 8 loads issued before
+// the stores (one load in flight per thread leaves a copy waiting on memory latency).
 template <class T>
-__global__ void copy_rows_kernel(T* __restrict__ dst, int64_t ldd, int64_t dbs, const T* __restrict__ src, int64_t lds,
-                                 int64_t sbs, int64_t batch, int64_t rows, int64_t cols) {
+__global__ void copy_lines_kernel(T* __restrict__ dst, int64_t ldd, int64_t dbs, int64_t d_outer, int64_t d_inner,
+                                  const T* __restrict__ src, int64_t lds, int64_t sbs, int64_t s_outer,
+                                  int64_t s_inner, int64_t batch) {
   constexpr int U = 8;
-  for (int64_t r = blockIdx.x; r < batch * rows; r += gridDim.x) {
-    const int64_t bi = r / rows, i = r % rows;
-    const T* s = src + bi * sbs + i * lds;
-    T* d = dst + bi * dbs + i * ldd;
-    for (int64_t c0 = 0; c0 < cols; c0 += int64_t(U) * blockDim.x) {
+  for (int64_t r = blockIdx.x; r < batch * d_outer; r += gridDim.x) {
+    const int64_t bi = r / d_outer, o = r % d_outer;
+    const int64_t have = o < s_outer ? s_inner : 0;  // elements of this line src holds
+    const T* s = src + bi * sbs + (o < s_outer ? o : 0) * lds;
+    T* d = dst + bi * dbs + o * ldd;
+    for (int64_t c0 = 0; c0 < d_inner; c0 += int64_t(U) * blockDim.x) {
       T v[U];
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         const int64_t c = c0 + int64_t(u) * blockDim.x + threadIdx.x;
-        if (c < cols) v[u] = s[c];
+        v[u] = c < have ? s[c] : T(0.0f);
       }
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         const int64_t c = c0 + int64_t(u) * blockDim.x + threadIdx.x;
-        if (c < cols) d[c] = v[u];
+        if (c < d_inner) d[c] = v[u];
       }
     }
   }
 }
 
 template <class T>
-void copy_rows(T* dst, int64_t ldd, int64_t dbs, const T* src, int64_t lds, int64_t sbs, int64_t batch, int64_t rows,
-               int64_t cols, cudaStream_t stream) {
-  const int64_t lines = batch * rows;
-  copy_rows_kernel<T><<<unsigned(lines < MU_CUDA_MAX_BLOCKS ? lines : MU_CUDA_MAX_BLOCKS), 256, 0, stream>>>(
-      dst, ldd, dbs, src, lds, sbs, batch, rows, cols);
+void copy_lines(T* dst, int64_t ldd, int64_t dbs, int64_t d_outer, int64_t d_inner, const T* src, int64_t lds,
+                int64_t sbs, int64_t s_outer, int64_t s_inner, int64_t batch, cudaStream_t stream) {
+  const int64_t lines = batch * d_outer;
+  copy_lines_kernel<T><<<unsigned(lines < MU_CUDA_MAX_BLOCKS ? lines : MU_CUDA_MAX_BLOCKS), 256, 0, stream>>>(
+      dst, ldd, dbs, d_outer, d_inner, src, lds, sbs, s_outer, s_inner, batch);
   MU_CUDA_CHECK_LAUNCH("matmul (padding copy)");
 }
 
 constexpr double kPadMinFlops = double(int64_t(1) << 31);  // 2 GFLOP: ~0.1 ms of tensor-core work
 
-// Whether this product (of element type T, N and K as named) pads its misaligned matrices
-// (see the top of the file).
+// n rounded up to a whole number of 16 bytes of T.
 template <class T>
-bool pad_wanted(int64_t batch, int64_t M, int64_t N, int64_t K) {
-  const char* mode = std::getenv("MUMOE_MATMUL_PAD");
-  if (mode != nullptr && std::strcmp(mode, "always") == 0) return true;
-  if (mode != nullptr && std::strcmp(mode, "never") == 0) return false;
-  constexpr int64_t per = 16 / int64_t(sizeof(T));  // elements in 16 bytes
+int64_t round16(int64_t n) {
+  constexpr int64_t per = 16 / int64_t(sizeof(T));
+  return (n + per - 1) / per * per;
+}
+
+// What a product pads (see the top of the file): nothing (on = false), or its misaligned
+// matrices with the inner size K and the width N as given (zeros past K and N).
+struct PadPlan {
+  bool on = false;
+  int64_t N = 0, K = 0;
+};
+template <class T>
+PadPlan pad_plan(int64_t batch, int64_t M, int64_t N, int64_t K) {
+  const char* env = std::getenv("MUMOE_MATMUL_PAD");
+  const std::string mode = env ? env : "";
+  if (mode == "never") return {};
+  if (mode == "always") return {true, round16<T>(N), round16<T>(K)};
   const bool tensor_cores = std::is_same_v<T, cuda::bf16> || cuda::allow_tf32();
-  return tensor_cores && N % per == 0 && K % per == 0 &&
-         2.0 * double(batch) * double(M) * double(N) * double(K) >= kPadMinFlops;
+  if (!tensor_cores || 2.0 * double(batch) * double(M) * double(N) * double(K) < kPadMinFlops) return {};
+  if (mode == "extents") return {true, round16<T>(N), round16<T>(K)};
+  if (N == round16<T>(N) && K == round16<T>(K)) return {true, N, K};
+  return {};
 }
 
 // A matrix cuBLAS reads at full speed: 16-byte start, leading dimension and batch stride.
@@ -148,29 +169,24 @@ bool aligned_for_cublas(const void* p, int64_t ld, int64_t batch_stride) {
          (batch_stride * int64_t(sizeof(T))) % 16 == 0;
 }
 
-// The leading dimension of `n` elements rounded up to 16 bytes.
+// Operand o (rows x cols of the product, stored as its op says) moved into `ws` as a
+// rows_p x cols_p matrix (zeros past rows and cols) with a 16-byte leading dimension: the op
+// stays, the storage's contiguous lines (rows for op N, columns for op T) get the stride.
 template <class T>
-int64_t padded_ld(int64_t n) {
-  constexpr int64_t per = 16 / int64_t(sizeof(T));
-  return (n + per - 1) / per * per;
-}
-
-// Operand o (rows x cols of the product, stored as its op says) moved into `ws` with a
-// padded leading dimension: the op stays, the storage's contiguous lines (rows for op N,
-// columns for op T) get the new stride.
-template <class T>
-Operand padded(const Operand& o, int64_t rows, int64_t cols, int64_t batch, int device,
-               std::unique_ptr<cuda::Workspace>& ws, cudaStream_t stream) {
-  const int64_t outer = o.op == CUBLAS_OP_N ? rows : cols, inner = o.op == CUBLAS_OP_N ? cols : rows;
-  const int64_t ld = padded_ld<T>(inner), copies = o.batch_stride == 0 ? 1 : batch;
-  auto buf = std::make_unique<cuda::Workspace>(size_t(copies * outer * ld) * sizeof(T), device);
-  copy_rows<T>(buf->as<T>(), ld, outer * ld, static_cast<const T*>(o.data), o.ld, o.batch_stride, copies, outer, inner,
-               stream);
+Operand padded(const Operand& o, int64_t rows, int64_t cols, int64_t rows_p, int64_t cols_p, int64_t batch,
+               int device, std::unique_ptr<cuda::Workspace>& ws, cudaStream_t stream) {
+  const bool n = o.op == CUBLAS_OP_N;
+  const int64_t outer = n ? rows : cols, inner = n ? cols : rows, outer_p = n ? rows_p : cols_p,
+                inner_p = n ? cols_p : rows_p;
+  const int64_t ld = round16<T>(inner_p), copies = o.batch_stride == 0 ? 1 : batch;
+  auto buf = std::make_unique<cuda::Workspace>(size_t(copies * outer_p * ld) * sizeof(T), device);
+  copy_lines<T>(buf->as<T>(), ld, outer_p * ld, outer_p, inner_p, static_cast<const T*>(o.data), o.ld, o.batch_stride,
+                outer, inner, copies, stream);
   Operand p;
   p.data = buf->as<T>();
   p.op = o.op;
   p.ld = ld;
-  p.batch_stride = o.batch_stride == 0 ? 0 : outer * ld;
+  p.batch_stride = o.batch_stride == 0 ? 0 : outer_p * ld;
   ws = std::move(buf);  // after the copy is queued: a packed source in ws lives until then
   return p;
 }
@@ -198,17 +214,21 @@ void matmul_typed(const Tensor& out, const Tensor& a, const Tensor& b) {
   check_int(batch, "the batch size", out, a, b);
   std::unique_ptr<cuda::Workspace> wa, wb;  // packed copies, when an operand needs one
   Operand A = operand<T>(a, batched, batch, wa), B = operand<T>(b, batched, batch, wb);
-  // Misaligned matrices of a large product go through padded buffers (see the top).
+  // Misaligned matrices of a large product go through padded buffers (see the top); the
+  // product runs over Np columns and an inner size Kp (N and K, or rounded up).
   void* c_data = out.raw_data();
-  int64_t ldc = N;
+  int64_t ldc = N, Np = N, Kp = K;
   std::unique_ptr<cuda::Workspace> wc;
   if constexpr (!std::is_same_v<T, double>) {
-    if (pad_wanted<T>(batch, M, N, K)) {
+    if (const PadPlan plan = pad_plan<T>(batch, M, N, K); plan.on) {
       const int dev = out.device().index;
-      if (!aligned_for_cublas<T>(A.data, A.ld, A.batch_stride)) A = padded<T>(A, M, K, batch, dev, wa, stream);
-      if (!aligned_for_cublas<T>(B.data, B.ld, B.batch_stride)) B = padded<T>(B, K, N, batch, dev, wb, stream);
-      if (!aligned_for_cublas<T>(c_data, N, batched ? M * N : 0)) {
-        ldc = padded_ld<T>(N);
+      Np = plan.N, Kp = plan.K;
+      if (Kp != K || !aligned_for_cublas<T>(A.data, A.ld, A.batch_stride))
+        A = padded<T>(A, M, K, M, Kp, batch, dev, wa, stream);
+      if (Kp != K || Np != N || !aligned_for_cublas<T>(B.data, B.ld, B.batch_stride))
+        B = padded<T>(B, K, N, Kp, Np, batch, dev, wb, stream);
+      if (Np != N || !aligned_for_cublas<T>(c_data, N, batched ? M * N : 0)) {
+        ldc = round16<T>(Np);
         wc = std::make_unique<cuda::Workspace>(size_t(batch * M * ldc) * sizeof(T), dev);
         c_data = wc->as<T>();
       }
@@ -217,7 +237,9 @@ void matmul_typed(const Tensor& out, const Tensor& a, const Tensor& b) {
   check_int(A.ld, "a's leading dimension", out, a, b);
   check_int(B.ld, "b's leading dimension", out, a, b);
   check_int(ldc, "the output's leading dimension", out, a, b);
-  const int m = int(N), n = int(M), k = int(K), count = int(batch);
+  check_int(Np, "N padded", out, a, b);
+  check_int(Kp, "K padded", out, a, b);
+  const int m = int(Np), n = int(M), k = int(Kp), count = int(batch);
   const long long stride_c = batched ? (long long)(M * ldc) : 0;
   cublasHandle_t h = cuda::cublas(out.device().index);  // bound to `stream`
   // outᵀ (m x n, ld N) = bᵀ (m x k) · aᵀ (k x n): cuBLAS's A is b, its B is a.
@@ -239,8 +261,9 @@ void matmul_typed(const Tensor& out, const Tensor& a, const Tensor& b) {
                                                B.batch_stride, A.data, type, int(A.ld), A.batch_stride, &beta,
                                                c_data, type, int(ldc), stride_c, count, compute,
                                                CUBLAS_GEMM_DEFAULT));
-    // A padded output, copied into out (dense).
-    if (wc) copy_rows<T>(static_cast<T*>(out.raw_data()), N, M * N, wc->as<T>(), ldc, M * ldc, batch, M, N, stream);
+    // A padded output, its first N columns copied into out (dense).
+    if (wc)
+      copy_lines<T>(static_cast<T*>(out.raw_data()), N, M * N, M, N, wc->as<T>(), ldc, M * ldc, M, N, batch, stream);
   }
 }
 
