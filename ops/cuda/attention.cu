@@ -227,14 +227,14 @@ __device__ __forceinline__ void tile_acc_v4(const float* P, int ldp, int n, cons
 }
 
 // acc[a][c] += sum_{j < n} P[ty + 16a][j] · Z[j][tx + 8c], for columns tx + 8c < D; P has
-// row stride ldp, Z row stride ldz.
-template <class W, int RA, int DC>
+// row stride ldp (held transposed with PT: P[i][j] at j * ldp + i), Z row stride ldz.
+template <class W, int RA, int DC, bool PT = false>
 __device__ __forceinline__ void tile_acc(const W* P, int ldp, int n, const W* Z, int ldz, int D, W (&acc)[RA][DC]) {
   const int ty = threadIdx.x / 8, tx = threadIdx.x % 8;
   for (int j = 0; j < n; ++j) {
     W p[RA];
 #pragma unroll
-    for (int a = 0; a < RA; ++a) p[a] = P[(ty + 16 * a) * ldp + j];
+    for (int a = 0; a < RA; ++a) p[a] = PT ? P[j * ldp + ty + 16 * a] : P[(ty + 16 * a) * ldp + j];
 #pragma unroll
     for (int c = 0; c < DC; ++c) {
       const int d = tx + 8 * c;
@@ -265,7 +265,7 @@ __device__ __forceinline__ void acc_tiles(const W* P, int ldp, int n, const W* Z
 // (D = 64, 32 query rows) gives thread (r, cx) = (tid / 16, tid % 16) rows 4r .. 4r + 3 and
 // columns 4cx .. 4cx + 3, so that both operands are read 16 bytes at a time (one vector
 // of dSᵀ, four queries, and one of K, four dims, feed 16 multiply-adds); the scalar one
-// keeps the usual rows ty + 16a, columns tx + 8c.
+// is tile_acc on the transposed tile (rows ty + 16a, columns tx + 8c).
 template <int RQ>
 __device__ __forceinline__ void dq_acc_v4(const float* Pt, int ldp, int n, const float* Z, int ldz,
                                           float (&acc)[4][4]) {
@@ -279,24 +279,6 @@ __device__ __forceinline__ void dq_acc_v4(const float* Pt, int ldp, int n, const
     for (int e = 0; e < 4; ++e)
 #pragma unroll
       for (int c = 0; c < 4; ++c) acc[e][c] += pe[e] * ze[c];
-  }
-}
-template <class W, int RQ, int DC>
-__device__ __forceinline__ void dq_acc(const W* Pt, int ldp, int n, const W* Z, int ldz, int D, W (&acc)[RQ][DC]) {
-  const int ty = threadIdx.x / 8, tx = threadIdx.x % 8;
-  for (int j = 0; j < n; ++j) {
-    W p[RQ];
-#pragma unroll
-    for (int a = 0; a < RQ; ++a) p[a] = Pt[j * ldp + ty + 16 * a];
-#pragma unroll
-    for (int c = 0; c < DC; ++c) {
-      const int d = tx + 8 * c;
-      if (d < D) {
-        const W z = Z[j * ldz + d];
-#pragma unroll
-        for (int a = 0; a < RQ; ++a) acc[a][c] += p[a] * z;
-      }
-    }
   }
 }
 
@@ -540,7 +522,7 @@ __global__ void __launch_bounds__(kThreads)
                 make_float4(acc[e][0], acc[e][1], acc[e][2], acc[e][3]);
       } else {
         W acc[BQ / 16][DC] = {};
-        dq_acc(dSt, LDT, kv, Ks, g.ld, g.D, acc);
+        tile_acc<W, BQ / 16, DC, true>(dSt, LDT, kv, Ks, g.ld, g.D, acc);
 #pragma unroll
         for (int a = 0; a < BQ / 16; ++a) {
           const int i = ty + 16 * a;
