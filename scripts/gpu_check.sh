@@ -216,15 +216,22 @@ for name, n in (("train.bin", 4_000_000), ("val.bin", 400_000)):
     with open(os.path.join(d, name), "wb") as f:
         f.write(ids.tobytes())
 PY
-  cmd=("$bin/experiments/repro_table3_gpt2" --scale paper --data "$data" --out-dir "$runs" --device cuda
-       --paper-steps 60 --micro-batch 8 --grad-accum 2 --eval-batches 4 --eval-every 20 --checkpoint-every 20)
-  start=$(date +%s)
-  timeout -s INT ${PAPER_INTERRUPT:-25} "${cmd[@]}" >"$out/paper.txt" 2>&1
-  echo "first run (interrupted after ${PAPER_INTERRUPT:-25} s): rc=$?" | tee -a "$out/paper.txt"
-  timeout ${PAPER_TIMEOUT:-300} "${cmd[@]}" >>"$out/paper.txt" 2>&1
-  echo "second run: rc=$? ($(( $(date +%s) - start )) s both)" | tee -a "$out/paper.txt"
-  python3 experiments/check_repro.py --scale paper "$runs" repro_table3_gpt2 table3_gpt2.json 2>&1 | tail -5
-  grep -E "^(running|resuming)|interrupt|Table 3|^\|" "$out/paper.txt" | head -30
+  # run_interrupted LOG SECONDS PROGRAM RUNS RESULTS COMMAND...: the command stopped by
+  # SIGINT after SECONDS, run again to the end, its RESULTS file in RUNS checked.
+  run_interrupted() {
+    local log=$1 after=$2 program=$3 runs=$4 results=$5 start
+    shift 5
+    start=$(date +%s)
+    timeout -s INT "$after" "$@" >"$log" 2>&1
+    echo "$program, first run (interrupted after $after s): rc=$?" | tee -a "$log"
+    timeout "${PAPER_TIMEOUT:-300}" "$@" >>"$log" 2>&1
+    echo "$program, second run: rc=$? ($(( $(date +%s) - start )) s both)" | tee -a "$log"
+    python3 experiments/check_repro.py --scale paper "$runs" "$program" "$results" 2>&1 | tail -5
+    grep -E "^(running|resuming)|interrupt|Table 3|^\|" "$log" | head -30
+  }
+  run_interrupted "$out/paper.txt" "${PAPER_INTERRUPT:-25}" repro_table3_gpt2 "$runs" table3_gpt2.json \
+    "$bin/experiments/repro_table3_gpt2" --scale paper --data "$data" --out-dir "$runs" --device cuda \
+    --paper-steps 60 --micro-batch 8 --grad-accum 2 --eval-batches 4 --eval-every 20 --checkpoint-every 20
   for f in "$runs"/runs/*.log; do echo "$f:"; tr "\r" "\n" <"$f" | grep -E "tok/s|^step [0-9]+:" | tail -3; done
   # Table 3 (MLP-Mixer) the same way: repro_table3_mixer --scale paper (Mixer S-16 and its
   # twins at 224 x 224, Table 7's recipe, bfloat16) on random images in the image-array
@@ -248,15 +255,9 @@ with open(os.path.join(d, "meta.json"), "w") as f:
     json.dump({"format": "mumoe-image-arrays", "version": 1, "height": H, "width": W, "channels": 3,
                "classes": 1000, "splits": splits}, f)
 PY
-  mcmd=("$bin/experiments/repro_table3_mixer" --scale paper --data "$mdata" --out-dir "$mruns" --device cuda
-        --micro-batch 64 --grad-accum 1 --paper-epochs 1 --eval-every 0 --checkpoint-every 4)
-  start=$(date +%s)
-  timeout -s INT ${MIXER_INTERRUPT:-20} "${mcmd[@]}" >"$out/paper_mixer.txt" 2>&1
-  echo "mixer, first run (interrupted after ${MIXER_INTERRUPT:-20} s): rc=$?" | tee -a "$out/paper_mixer.txt"
-  timeout ${PAPER_TIMEOUT:-300} "${mcmd[@]}" >>"$out/paper_mixer.txt" 2>&1
-  echo "mixer, second run: rc=$? ($(( $(date +%s) - start )) s both)" | tee -a "$out/paper_mixer.txt"
-  python3 experiments/check_repro.py --scale paper "$mruns" repro_table3_mixer table3_mixer.json 2>&1 | tail -5
-  grep -E "^(running|resuming)|interrupt|Table 3|^\|" "$out/paper_mixer.txt" | head -20
+  run_interrupted "$out/paper_mixer.txt" "${MIXER_INTERRUPT:-20}" repro_table3_mixer "$mruns" table3_mixer.json \
+    "$bin/experiments/repro_table3_mixer" --scale paper --data "$mdata" --out-dir "$mruns" --device cuda \
+    --micro-batch 64 --grad-accum 1 --paper-epochs 1 --eval-every 0 --checkpoint-every 4
 fi
 
 if [[ $what == profile ]]; then
