@@ -158,7 +158,7 @@ fi
 
 if wants matmul; then
   kernel_part matmul matmul.cu \
-    '#include "emu_cublas.h"\n#include <climits>\n#include "ops/cuda/cublas_view.cuh"\n#include "ops/kernels/linalg.h"'
+    '#include "emu_cublas.h"\n#include <climits>\n#include "ops/cuda/cublas_view.cuh"\n#include "ops/cuda/packs.cuh"\n#include "ops/kernels/linalg.h"'
 fi
 
 if wants grouped; then

@@ -5,12 +5,14 @@
 // `inner` apart, a column of a 2-d block per line with consecutive threads on
 // neighbouring positions (consecutive addresses). The forward reads a line once (a
 // running max with the sum of exponentials rescaled as it grows); the backward reads and
-// writes it once; a contiguous line is read (and its gradient written) 16 bytes at a time. float32 sums are carried in double; the log-sum-exp is float64
-// whatever the logits' dtype. bfloat16 logits (autocast's) are read as they are and
+// writes it once; a contiguous line is read (and its gradient written) 16 bytes at a
+// time. float32 sums are carried in double; the log-sum-exp is float64 whatever the
+// logits' dtype. bfloat16 logits (autocast's) are read as they are and
 // computed in float32, and their gradient is rounded once into bfloat16: no float32
 // copy of a (tokens x vocabulary) matrix on either side.
 #include "ops/cuda/dtypes.cuh"
 #include "ops/cuda/lines.cuh"
+#include "ops/cuda/packs.cuh"
 #include "ops/kernels/loss.h"
 
 namespace mu::cuda_kernels {
@@ -41,24 +43,24 @@ static const double* weight_total(const T* w, const CrossEntropyLines& L, const 
 }
 
 // A contiguous line read 16 bytes at a time: the elements before the first 16-byte
-// boundary (head), whole vectors of kVec<X> elements, and the rest (tail). A thread of a
-// group holds one 16-byte load in flight where it held one element's (2 bytes for
-// bfloat16): GPT-2's (8192 x 50257) logits were read at a fraction of the bandwidth.
+// boundary (head) and after the last whole pack (tail) one by one, the packs between as
+// single accesses. A thread of a group holds one 16-byte load in flight where it held
+// one element's (2 bytes for bfloat16): GPT-2's (8192 x 50257) logits were read at a
+// fraction of the bandwidth. The group's threads call one(j) for the single elements and
+// pack(j0) for the packs starting at element j0, each thread its own share, in no order.
 template <class X>
 constexpr int kVec = int(16 / sizeof(X));
 template <class X>
-struct alignas(16) Vec16 {
-  X v[kVec<X>];
-};
-struct VecSplit {
-  int64_t head, vectors;  // elements before the first vector; whole vectors after them
-};
-template <class X>
-__device__ __forceinline__ VecSplit vec_split(const X* line, int64_t len) {
+using Pack16 = cuda::Pack<X, kVec<X>>;
+template <class X, class G, class One, class PackFn>
+__device__ __forceinline__ void walk_line(const G& g, const X* line, int64_t len, One one, PackFn pack) {
   const auto addr = reinterpret_cast<uintptr_t>(line);
   int64_t head = int64_t((16 - addr % 16) % 16 / sizeof(X));
-  if (addr % sizeof(X) != 0 || head > len) head = len;  // never aligned, or too short: all scalar
-  return {head, (len - head) / kVec<X>};
+  if (addr % sizeof(X) != 0 || head > len) head = len;  // never aligned, or too short: all single
+  const int64_t packs = (len - head) / kVec<X>, tail = head + packs * kVec<X>;
+  for (int64_t j = g.rank; j < head; j += g.size) one(j);
+  for (int64_t q = g.rank; q < packs; q += g.size) pack(head + q * kVec<X>);
+  for (int64_t j = tail + g.rank; j < len; j += g.size) one(j);
 }
 
 // T: the arithmetic type (float32 or float64); X: the logits' storage type (T, or
@@ -103,40 +105,28 @@ struct CrossEntropyForward {
         mt = v;
       }
     };
+    auto one = [&](int64_t j) {
+      const T v = T(cuda::widen(xl[j * st]));
+      rise(v);
+      add(j, v);
+    };
     if (st == 1) {
-      // Contiguous: 16-byte vectors, each raising mt once to its largest element.
-      const VecSplit sp = vec_split(xl, len);
-      const int64_t tail0 = sp.head + sp.vectors * kVec<X>;
-      for (int64_t j = g.rank; j < sp.head; j += g.size) {
-        const T v = T(cuda::widen(xl[j]));
-        rise(v);
-        add(j, v);
-      }
-      const Vec16<X>* xv = reinterpret_cast<const Vec16<X>*>(xl + sp.head);
-      for (int64_t q = g.rank; q < sp.vectors; q += g.size) {
-        const Vec16<X> vec = xv[q];
+      // Contiguous: 16-byte packs, each raising mt once to its largest element.
+      walk_line(g, xl, len, one, [&](int64_t j0) {
+        const Pack16<X> p = *reinterpret_cast<const Pack16<X>*>(xl + j0);
         T v[kVec<X>];
         T top = -cuda::dev_inf<T>();
 #pragma unroll
         for (int e = 0; e < kVec<X>; ++e) {
-          v[e] = T(cuda::widen(vec.v[e]));
+          v[e] = T(cuda::widen(p.v[e]));
           top = v[e] > top ? v[e] : top;
         }
         rise(top);
 #pragma unroll
-        for (int e = 0; e < kVec<X>; ++e) add(sp.head + q * kVec<X> + e, v[e]);
-      }
-      for (int64_t j = tail0 + g.rank; j < len; j += g.size) {
-        const T v = T(cuda::widen(xl[j]));
-        rise(v);
-        add(j, v);
-      }
+        for (int e = 0; e < kVec<X>; ++e) add(j0 + e, v[e]);
+      });
     } else {
-      for (int64_t j = g.rank; j < len; j += g.size) {
-        const T v = T(cuda::widen(xl[j * st]));
-        rise(v);
-        add(j, v);
-      }
+      for (int64_t j = g.rank; j < len; j += g.size) one(j);
     }
     const T m = g.reduce(mt, cuda::MaxOf{}, -cuda::dev_inf<T>());
     // This thread's terms in units of the line's max (nothing when it saw only -inf).
@@ -211,21 +201,17 @@ struct CrossEntropyBackward {
       if (smooth) v -= w ? b * w[j] : b;
       return cuda::narrow<X>(v);
     };
-    // Contiguous logits and gradient on the same 16-byte phase: 16-byte vectors both ways.
+    // Contiguous logits and gradient on the same 16-byte phase: 16-byte packs both ways.
     if (st == 1 && (reinterpret_cast<uintptr_t>(xl) - reinterpret_cast<uintptr_t>(dl)) % 16 == 0) {
-      const VecSplit sp = vec_split(xl, n);
-      const int64_t tail0 = sp.head + sp.vectors * kVec<X>;
-      for (int64_t j = g.rank; j < sp.head; j += g.size) dl[j] = grad_of(j, xl[j]);
-      const Vec16<X>* xv = reinterpret_cast<const Vec16<X>*>(xl + sp.head);
-      Vec16<X>* dv = reinterpret_cast<Vec16<X>*>(dl + sp.head);
-      for (int64_t q = g.rank; q < sp.vectors; q += g.size) {
-        const Vec16<X> in = xv[q];
-        Vec16<X> out;
+      walk_line(
+          g, xl, n, [&](int64_t j) { dl[j] = grad_of(j, xl[j]); },
+          [&](int64_t j0) {
+            const Pack16<X> in = *reinterpret_cast<const Pack16<X>*>(xl + j0);
+            Pack16<X> out;
 #pragma unroll
-        for (int e = 0; e < kVec<X>; ++e) out.v[e] = grad_of(sp.head + q * kVec<X> + e, in.v[e]);
-        dv[q] = out;
-      }
-      for (int64_t j = tail0 + g.rank; j < n; j += g.size) dl[j] = grad_of(j, xl[j]);
+            for (int e = 0; e < kVec<X>; ++e) out.v[e] = grad_of(j0 + e, in.v[e]);
+            *reinterpret_cast<Pack16<X>*>(dl + j0) = out;
+          });
       return;
     }
     for (int64_t j = g.rank; j < n; j += g.size) dl[j * st] = grad_of(j, xl[j * st]);

@@ -43,6 +43,7 @@
 
 #include "ops/cuda/cublas_view.cuh"
 #include "ops/cuda/dtypes.cuh"
+#include "ops/cuda/packs.cuh"
 #include "ops/cuda/runtime.cuh"
 #include "ops/kernels/linalg.h"
 
@@ -165,8 +166,7 @@ PadPlan pad_plan(int64_t batch, int64_t M, int64_t N, int64_t K) {
 // A matrix cuBLAS reads at full speed: 16-byte start, leading dimension and batch stride.
 template <class T>
 bool aligned_for_cublas(const void* p, int64_t ld, int64_t batch_stride) {
-  return reinterpret_cast<uintptr_t>(p) % 16 == 0 && (ld * int64_t(sizeof(T))) % 16 == 0 &&
-         (batch_stride * int64_t(sizeof(T))) % 16 == 0;
+  return cuda::aligned16(p) && (ld * int64_t(sizeof(T))) % 16 == 0 && (batch_stride * int64_t(sizeof(T))) % 16 == 0;
 }
 
 // Operand o (rows x cols of the product, stored as its op says) moved into `ws` as a
