@@ -124,8 +124,8 @@ if [[ $what == bench || $what == all ]]; then
   timeout 90 python3 experiments/bench/torch_generate.py --model 124m --device cuda --prompt 128 --new 128 \
     --dtype bf16 --reps 3 --warmup 1 2>&1 | sed "s/^/generate: /" >>"$out/bench.txt"
   # Attention through each of the framework's own paths, beside the default choice above
-  # (float32: the tiled kernels' vector variant by default; bfloat16: cuDNN).
-  for path in gemm flash; do
+  # (float32: the tiled forward, the tensor-core backward; bfloat16: cuDNN).
+  for path in tiled gemm flash; do
     MUMOE_ATTENTION=$path timeout 60 "$bin/experiments/bench_gpu_layers" --reps 20 --dtype fp32,bf16 \
       --workload attention-b8-h12-t1024-fwd,attention-b8-h12-t1024-fwd-bwd 2>&1 |
       grep attention | sed "s/^/$path: /" >>"$out/bench.txt"
@@ -144,8 +144,8 @@ if [[ $what == bench || $what == all ]]; then
       --profile 1 >/dev/null 2>>"$out/profile.txt"
     head -45 "$out/profile.txt"
   fi
-  grep -v "^{\|^gemm\|^flash\|^recompute\|^chunked\|^\[mumoe\]" "$out/bench.txt" | tail -18
-  grep "^gemm\|^flash\|^recompute\|^chunked\|einsum_over_fused" "$out/bench.txt" | sed 's/"impl".*"median_ms"/.../'
+  grep -v "^{\|^tiled\|^gemm\|^flash\|^recompute\|^chunked\|^\[mumoe\]" "$out/bench.txt" | tail -18
+  grep "^tiled\|^gemm\|^flash\|^recompute\|^chunked\|einsum_over_fused" "$out/bench.txt" | sed 's/"impl".*"median_ms"/.../'
   grep "cuDNN" "$out/bench.txt" | sort | uniq -c
 fi
 
@@ -167,17 +167,23 @@ if [[ $what == attention ]]; then
   : >"$out/attention.txt"
   timeout 60 python3 experiments/bench/torch_gpu.py layers --workload $att --dtype fp32,bf16 --reps 20 |
     sed 's/^/torch: /' >>"$out/attention.txt"
-  # separate: the tiled backward with its own dQ blocks (MUMOE_ATTENTION_DQ), beside the
-  # default, where the dK/dV blocks compute dQ's shares too.
-  for path in default tiled gemm separate; do
-    case $path in default) env= ;; separate) env=MUMOE_ATTENTION_DQ=separate ;; *) env=MUMOE_ATTENTION=$path ;; esac
+  # default: float32's backward on the tensor cores (attention_flash_f32.cu), bfloat16
+  # through cuDNN; tiled: the tiled kernels, dQ from the dK/dV blocks; separate: the tiled
+  # backward with its own dQ blocks (MUMOE_ATTENTION_DQ); flash: bfloat16's own
+  # tensor-core backward instead of cuDNN's.
+  for path in default tiled gemm separate flash; do
+    case $path in
+      default) env= ;;
+      separate) env="MUMOE_ATTENTION=tiled MUMOE_ATTENTION_DQ=separate" ;;
+      *) env=MUMOE_ATTENTION=$path ;;
+    esac
     env $env timeout 60 "$bin/experiments/bench_gpu_layers" \
       --workload $att --dtype fp32,bf16 --reps 20 2>&1 | sed "s/^/$path: /" >>"$out/attention.txt"
   done
   timeout 60 python3 experiments/bench/torch_gpu.py gpt2 --workload gpt2-124m --dtype fp32 --reps 5 |
     sed 's/^/torch: /' >>"$out/attention.txt"
-  for path in default separate; do
-    env $([[ $path != default ]] && echo MUMOE_ATTENTION_DQ=$path) timeout 60 "$bin/experiments/bench_gpu_gpt2" \
+  for path in default tiled; do
+    env $([[ $path != default ]] && echo MUMOE_ATTENTION=$path) timeout 60 "$bin/experiments/bench_gpu_gpt2" \
       --workload gpt2-124m --dtype fp32 --reps 5 2>&1 | sed "s/^/$path: /" >>"$out/attention.txt"
   done
   # Where a float32 GPT-2 step goes, each side's kernel table (in $out/profile_fp32.txt).
@@ -279,7 +285,7 @@ if [[ $what == profile ]]; then
   elif [[ -n $ncu ]]; then
     sections=(--section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats
               --section SchedulerStats --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis)
-    timeout 90 "$ncu" --kernel-name regex:dkdv_kernel --launch-count 1 "${sections[@]}" \
+    timeout 90 "$ncu" --kernel-name regex:flash_backward_f32 --launch-count 1 "${sections[@]}" \
       "$bin/experiments/bench_gpu_layers" --workload attention-b8-h12-t1024-fwd-bwd --dtype fp32 --reps 1 --warmup 0 \
       >"$out/ncu.txt" 2>&1
     timeout 90 "$ncu" --kernel-name regex:fmha --launch-skip 1 --launch-count 1 "${sections[@]}" \

@@ -6,8 +6,8 @@
 // attention_reference.h. Each call's outputs start as NaN. Which path ran is read from the
 // stand-ins (cuDNN executions, cuBLAS GEMMs, the flash path's accumulator) and checked
 // against the rules the code documents: bfloat16 without dropout goes to cuDNN; the
-// bfloat16 backward at D = 64 to the flash kernel; the cuBLAS path from 128 x 128 scores
-// on, except the float32 forward and the float32 backward at D = 64; MUMOE_ATTENTION=
+// bfloat16 and float32 backwards at D = 64 (16-byte aligned) to the flash kernels; the
+// cuBLAS path from 128 x 128 scores on, except the float32 forward; MUMOE_ATTENTION=
 // tiled|gemm|flash forces its path where it applies; everything else runs the tiled kernels,
 // which also run forced over more shapes (head dims 1 to 128, Tq != Tk, dropout), their
 // backward twice: dQ fused into the dK/dV blocks, and MUMOE_ATTENTION_DQ=separate.
@@ -29,12 +29,14 @@ static void report(const std::string& what, bool ok) {
 }
 
 // What each direction's call went to, from the stand-ins' counters around it.
+// The float32 flash path is told by its launches' names.
 struct Seen {
   long cudnn = emu_cudnn::executions, gemm = emu_cublas_calls;
   int flash = emu_zeros_calls;
+  Seen() { emu_last_launch.clear(); }
   std::string path() const {
     if (emu_cudnn::executions != cudnn) return "cudnn";
-    if (emu_zeros_calls != flash) return "flash";
+    if (emu_zeros_calls != flash || emu_last_launch.find("flash f32") != std::string::npos) return "flash";
     if (emu_cublas_calls != gemm) return "gemm";
     return "tiled";
   }
@@ -116,8 +118,11 @@ int main() {
   run<bf16>(1, 1, 40, 40, 64, false, 0, "tiled", "tiled", "tiled");
   run<bf16>(1, 1, 40, 50, 48, false, 0.1, "gemm", "gemm", "gemm");
   run<bf16>(1, 1, 70, 70, 64, true, 0, "flash", "tiled", "flash");
-  // float32: the vector variant (D = 64, aligned), the scalar one, the cuBLAS backward
-  run<float>(1, 1, 130, 130, 64, true, 0.1, nullptr, "tiled", "tiled");
+  // float32: the tensor-core backward (D = 64, aligned) beside the tiled forward's vector
+  // variant, and forced back to the tiled kernels; the scalar variant, the cuBLAS backward
+  run<float>(1, 1, 130, 130, 64, true, 0.1, nullptr, "tiled", "flash");
+  run<float>(1, 1, 130, 130, 64, true, 0.1, "tiled", "tiled", "tiled");
+  run<float>(1, 2, 70, 70, 64, false, 0, "flash", "tiled", "flash");
   run<float>(1, 1, 130, 130, 32, false, 0, nullptr, "tiled", "gemm");
   run<float>(1, 1, 50, 50, 40, true, 0, nullptr, "tiled", "tiled");
   run<float>(1, 1, 50, 50, 64, true, 0.2, nullptr, "tiled", "tiled", 1);  // off 16 bytes: the scalar variant

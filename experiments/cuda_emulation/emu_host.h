@@ -23,8 +23,9 @@ namespace mu::cuda {
 // in every float dtype, where a small garbage value would go unnoticed).
 inline unsigned char emu_garbage_byte = 0xA7;
 inline cudaStream_t stream(int) { return nullptr; }
+// 256-byte aligned, as cudaMalloc's blocks are (WMMA stores want 32 bytes).
 inline void* allocate(size_t nbytes, int) {
-  void* p = std::malloc(nbytes ? nbytes : 1);
+  void* p = std::aligned_alloc(256, nbytes ? (nbytes + 255) / 256 * 256 : 256);
   std::memset(p, emu_garbage_byte, nbytes);
   return p;
 }

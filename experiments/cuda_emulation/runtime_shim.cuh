@@ -1,12 +1,13 @@
 // Stands in for ops/cuda/runtime.cuh under the emulation (run.sh installs it as
 // ops/cuda/runtime.cuh in front of the real one and appends the real grid_for): no
 // streams (launches run at once, in order), launch checks that pass, and a Workspace in
-// host memory filled with garbage (all bytes 0xff: NaN as a float or double, -1 as an
+// host memory (256-byte aligned, as device memory is) filled with garbage (all bytes 0xff: NaN as a float or double, -1 as an
 // integer), so that a partial read before it is written shows.
 #pragma once
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 
@@ -21,16 +22,21 @@ namespace mu::cuda {
 inline cudaStream_t stream(int) { return nullptr; }
 inline cudaStream_t stream(const Tensor&) { return nullptr; }
 
+// 256-byte aligned, as cudaMalloc's blocks are.
 class Workspace {
  public:
-  Workspace(size_t nbytes, int) : p_(new double[nbytes / 8 + 1]) { std::memset(p_.get(), 0xff, (nbytes / 8 + 1) * 8); }
+  Workspace(size_t nbytes, int) : n_((nbytes + 256) / 256 * 256), p_(std::aligned_alloc(256, n_)) {
+    std::memset(p_, 0xff, n_);
+  }
+  ~Workspace() { std::free(p_); }
   Workspace(const Workspace&) = delete;
   Workspace& operator=(const Workspace&) = delete;
   template <class T>
-  T* as() const { return reinterpret_cast<T*>(p_.get()); }
+  T* as() const { return reinterpret_cast<T*>(p_); }
 
  private:
-  std::unique_ptr<double[]> p_;
+  size_t n_;
+  void* p_;
 };
 
 }  // namespace mu::cuda

@@ -32,10 +32,15 @@
 // P = exp(S - L) and dS = P ∘ (dP - Di) (dropout: Pd ∘ dP - P Di) and, holding dS and K,
 // also its key tile's share of dQ = dS K, written to a scratch slab of its own; a last
 // kernel sums each query's shares in key-tile order. That is 5 tile products per (key
-// tile, query tile) pair. Where the slabs would not fit kFusedDqCap (or with
+// tile, query tile) pair. Where the slabs would not fit kDqSlabsCap (or with
 // MUMOE_ATTENTION_DQ=separate) dQ comes instead from one block per (b·h, query tile)
 // walking the key tiles, which recomputes S and dP (7 products in all). Every gradient
 // element is summed by one thread in a fixed order: deterministic, no atomics.
+//
+// The entry points offer each call first to cuDNN (attention_cudnn.cu: bfloat16 without
+// dropout), then, backward at D = 64, to the tensor-core kernels (attention_flash.cu for
+// bfloat16, attention_flash_f32.cu for float32), then to the cuBLAS path
+// (attention_gemm.cu, long sequences), and run the rest here.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -281,28 +286,6 @@ __device__ __forceinline__ void dq_acc_v4(const float* Pt, int ldp, int n, const
       for (int c = 0; c < 4; ++c) acc[e][c] += pe[e] * ze[c];
   }
 }
-
-// The fused dQ's scratch: key tile kt of head bh writes its partial dQ (rows of queries
-// it sees, unscaled) to rows [first, Tq) of its slab, the slabs of one head one after the
-// other (under a causal mask each key tile's slab starts at its first query tile, which
-// halves the scratch). Host and device code: the launch sizes it, the kernels index it.
-struct DqSlabs {
-  int64_t Tq, Tk;
-  int BK, BQ;
-  bool causal;
-  __host__ __device__ int64_t first(int64_t kt) const {  // the key tile's first query row
-    if (!causal) return 0;
-    const int64_t q0 = kt * BK / BQ * BQ;
-    return q0 < Tq ? q0 : Tq;
-  }
-  __host__ __device__ int64_t before(int64_t kt) const {  // rows of the slabs before kt's
-    int64_t rows = 0;
-    for (int64_t t = 0; t < kt; ++t) rows += Tq - first(t);
-    return rows;
-  }
-  __host__ __device__ int64_t tiles() const { return (Tk + BK - 1) / BK; }
-  __host__ __device__ int64_t per_head() const { return before(tiles()); }
-};
 
 // ---------------------------------------------------------------- forward
 
@@ -552,29 +535,6 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// The fused dQ's sum: dQ[bh][i][d] = scale · Σ_kt part_kt[i][d] over the key tiles that
-// query i sees (under a causal mask those with first key <= i), in ascending kt: one
-// thread per element, a fixed order, deterministic. Consecutive threads read consecutive
-// d of one row of each slab: coalesced.
-template <class T, class W>
-__global__ void dq_sum_kernel(const W* __restrict__ dq_part, T* __restrict__ dq, DqSlabs slabs, int64_t BH, int D,
-                              W scale) {
-  const int64_t n = BH * slabs.Tq * D, per_head = slabs.per_head(), tiles = slabs.tiles();
-  for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < n; e += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t bh = e / (slabs.Tq * D), i = e / D % slabs.Tq, d = e % D;
-    const W* head = dq_part + bh * per_head * D;
-    W sum = 0;
-    int64_t row0 = 0;  // the slab's first row in the head's scratch
-    for (int64_t kt = 0; kt < tiles; ++kt) {
-      const int64_t first = slabs.first(kt);
-      if (slabs.causal && kt * slabs.BK > i) break;  // this key tile and the later ones are after query i
-      sum += head[(row0 + i - first) * D + d];
-      row0 += slabs.Tq - first;
-    }
-    dq[e] = narrow<T>(sum * scale);
-  }
-}
-
 // dQ of one query tile: one block per (bh, query tile of BQ queries), walking the key
 // tiles (up to the diagonal when causal). Shared memory: Q (scaled) and dO (BQ rows), K
 // and V (BK rows), dS (BQ x BK). dQ = scale dS K: K is unscaled, the scale comes last.
@@ -654,9 +614,6 @@ __global__ void __launch_bounds__(kThreads)
 template <class W> constexpr int kForwardBQ = std::is_same_v<W, double> ? 32 : 64;
 constexpr int kBK = 32;  // keys per tile, everywhere
 constexpr int kBQ = 32;  // queries per tile in the backward kernels
-// The fused dQ's scratch at most (GPT-2 124M, B 8, T 1024, causal: 214 MB of float32);
-// larger calls take the separate dq blocks.
-constexpr size_t kFusedDqCap = size_t(1) << 30;
 
 // MUMOE_ATTENTION_DQ=separate: the tiled backward's dQ from its own blocks even where the
 // fused one fits (benchmarks and tests of both).
@@ -790,10 +747,10 @@ void backward_launch(const Tensor& q, const Tensor& k, const Tensor& v, const Te
   const size_t smem_q = (size_t(QQ + QQ + QK + QK) * g.ld + size_t(QQ) * (QK + PAD)) * sizeof(W);
   // dQ fused into the dK/dV blocks (each writes its key tile's share to a scratch slab, a
   // last kernel sums them: 5 tile products per pair of tiles instead of 7) when the
-  // scratch fits under kFusedDqCap, else the dq blocks recompute S and dP on their own.
-  const DqSlabs slabs{g.Tq, g.Tk, BK, BQ, g.causal};
+  // scratch fits under kDqSlabsCap, else the dq blocks recompute S and dP on their own.
+  const DqSlabs slabs{g.Tq, g.Tk, BK, BQ, g.causal, g.Tq};
   const size_t part_bytes = size_t(g.BH) * size_t(slabs.per_head()) * size_t(g.D) * sizeof(W);
-  const bool fused = part_bytes <= kFusedDqCap && !dq_separate_forced();
+  const bool fused = part_bytes <= kDqSlabsCap && !dq_separate_forced();
   cuda::Workspace part(fused ? part_bytes : 0, q.device().index);
   auto go = [&](auto dc) {
     constexpr int DC = decltype(dc)::value;
@@ -844,7 +801,8 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
 #ifdef MUMOE_CUDNN
   if (attention_backward_cudnn(q, k, v, out, lse, grad_out, dq, dk, dv, p)) return;  // bfloat16 without dropout
 #endif
-  if (attention_backward_flash(q, k, v, out, lse, grad_out, dq, dk, dv, p)) return;  // bfloat16, D = 64
+  if (attention_backward_flash(q, k, v, out, lse, grad_out, dq, dk, dv, p)) return;      // bfloat16, D = 64
+  if (attention_backward_flash_f32(q, k, v, out, lse, grad_out, dq, dk, dv, p)) return;  // float32, D = 64
   if (attention_gemm_wanted(q, k, true)) return attention_backward_gemm(q, k, v, out, lse, grad_out, dq, dk, dv, p);
   cuda::dispatch_float_bf16(q.dtype(), "attention_backward", [&](auto tag) {
     backward_typed<decltype(tag)>(q, k, v, out, lse, grad_out, dq, dk, dv, p);

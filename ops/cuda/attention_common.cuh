@@ -1,6 +1,7 @@
-// What both CUDA attention paths share (ops/cuda/attention.cu's tiled kernels and
-// ops/cuda/attention_gemm.cu's cuBLAS path), so that they compute the same function:
-// the dropout factor of one probability, and the backward's per-row terms. nvcc only.
+// What the CUDA attention paths share (ops/cuda/attention.cu's tiled kernels,
+// attention_gemm.cu's cuBLAS path, attention_flash*.cu's tensor-core backwards), so that
+// they compute the same function: the dropout factor of one probability, the backward's
+// per-row terms, and the scratch slabs of a dQ summed over key tiles. nvcc only.
 #pragma once
 #include <cstdint>
 #include <cstdlib>
@@ -80,6 +81,59 @@ __global__ void __launch_bounds__(256)
       di[r] = s;
       if (lw != nullptr) lw[r] = W(lse[r]);
     }
+  }
+}
+
+// The scratch of a backward whose key-tile blocks also compute their share of dQ
+// (attention.cu's fused tiled kernels, attention_flash_f32.cu): key tile kt of head bh
+// writes its partial dQ (rows of the queries it sees) to rows [first, rows) of its slab,
+// the slabs of one head one after the other (under a causal mask each key tile's slab
+// starts at its first query tile, which halves the scratch). rows is Tq, or Tq rounded up
+// to a whole query tile for a kernel that stores whole tiles. Host and device code: the
+// launch sizes it, the kernels index it.
+struct DqSlabs {
+  int64_t Tq, Tk;
+  int BK, BQ;
+  bool causal;
+  int64_t rows;  // a slab's row extent, Tq <= rows
+  __host__ __device__ int64_t first(int64_t kt) const {  // the key tile's first query row
+    if (!causal) return 0;
+    const int64_t q0 = kt * BK / BQ * BQ;
+    return q0 < rows ? q0 : rows;
+  }
+  __host__ __device__ int64_t before(int64_t kt) const {  // rows of the slabs before kt's
+    int64_t n = 0;
+    for (int64_t t = 0; t < kt; ++t) n += rows - first(t);
+    return n;
+  }
+  __host__ __device__ int64_t tiles() const { return (Tk + BK - 1) / BK; }
+  __host__ __device__ int64_t per_head() const { return before(tiles()); }
+};
+
+// The slabs at most (GPT-2 124M, B 8, T 1024, causal: 214 MB of float32); larger calls
+// take a path without them.
+constexpr size_t kDqSlabsCap = size_t(1) << 30;
+
+// dQ[bh][i][d] = scale · Σ_kt part_kt[i][d] over the key tiles that query i sees (under a
+// causal mask those with first key <= i), in ascending kt: one thread per element, a
+// fixed order, deterministic. Consecutive threads read consecutive d of one row of each
+// slab: coalesced.
+template <class T, class W>
+__global__ void dq_sum_kernel(const W* __restrict__ dq_part, T* __restrict__ dq, DqSlabs slabs, int64_t BH, int D,
+                              W scale) {
+  const int64_t n = BH * slabs.Tq * D, per_head = slabs.per_head(), tiles = slabs.tiles();
+  for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < n; e += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t bh = e / (slabs.Tq * D), i = e / D % slabs.Tq, d = e % D;
+    const W* head = dq_part + bh * per_head * D;
+    W sum = 0;
+    int64_t row0 = 0;  // the slab's first row in the head's scratch
+    for (int64_t kt = 0; kt < tiles; ++kt) {
+      const int64_t first = slabs.first(kt);
+      if (slabs.causal && kt * slabs.BK > i) break;  // this key tile and the later ones are after query i
+      sum += head[(row0 + i - first) * D + d];
+      row0 += slabs.rows - first;
+    }
+    dq[e] = cuda::narrow<T>(sum * scale);
   }
 }
 

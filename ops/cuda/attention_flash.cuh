@@ -1,4 +1,5 @@
-// The tensor-core attention backward for bfloat16 (ops/cuda/attention_flash.cu), which
+// The tensor-core attention backwards, for bfloat16 (ops/cuda/attention_flash.cu) and for
+// float32 at float32 accuracy (ops/cuda/attention_flash_f32.cu), which
 // ops/cuda/attention.cu tries before the cuBLAS path and its tiled kernels. nvcc only.
 #pragma once
 #include "ops/kernels/attention.h"
@@ -13,5 +14,12 @@ namespace mu::cuda_kernels {
 bool attention_backward_flash(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
                               const Tensor& grad_out, const Tensor& dq, const Tensor& dk, const Tensor& dv,
                               const kernels::AttentionParams& params);
+
+// The same for float32 q, k, v with D = 64 (float32 lse), every operand but dq 16-byte
+// aligned, dQ's scratch within kDqSlabsCap, MUMOE_ATTENTION not naming the tiled or cuBLAS
+// path; false, having done nothing, otherwise.
+bool attention_backward_flash_f32(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                                  const Tensor& lse, const Tensor& grad_out, const Tensor& dq, const Tensor& dk,
+                                  const Tensor& dv, const kernels::AttentionParams& params);
 
 }  // namespace mu::cuda_kernels
