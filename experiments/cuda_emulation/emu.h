@@ -169,6 +169,18 @@ inline unsigned atomicAdd(unsigned* p, unsigned v) {
 // The high 32 bits of a 32 x 32-bit product (ops/cuda/strided.cuh's magic-number divisions).
 inline unsigned __umulhi(unsigned a, unsigned b) { return unsigned((uint64_t(a) * b) >> 32); }
 
+// A float's bits as an unsigned and back.
+inline unsigned __float_as_uint(float x) {
+  unsigned u;
+  std::memcpy(&u, &x, sizeof u);
+  return u;
+}
+inline float __uint_as_float(unsigned u) {
+  float x;
+  std::memcpy(&x, &u, sizeof x);
+  return x;
+}
+
 // The block's instance of a static __shared__ array of type A (an array type), filled
 // with garbage on first use. Every thread of the block gets the same storage.
 template <class A>

@@ -8,10 +8,8 @@
 // rely on). Each operation is warp-collective: the warp meets at its barrier first, as
 // the _sync in the names requires. mma_sync sums in float32 in k order; the tensor cores'
 // order differs, so results agree to rounding. A tf32 operand takes part with its low 13
-// mantissa bits dropped, as the tensor cores read a float register (code that wants its
-// float32 value rounded first calls __float_to_tf32, round to nearest, ties away from
-// zero, as cvt.rna.tf32.f32 does), so a product missing its conversion or its split
-// into two tf32 halves shows as tf32's 2^-11 relative error.
+// mantissa bits dropped, as the tensor cores read a float register, so a product that
+// skipped its split into two tf32 halves shows as tf32's 2^-11 relative error.
 // The loads and stores check what the CUDA programming guide requires of their operands:
 // a pointer aligned to 256 bits and a pitch that is a multiple of 16 bytes (8 bfloat16s,
 // 4 floats); a kernel breaking either stops with a message.
@@ -52,16 +50,6 @@ struct fragment {
   static constexpr int num_elements = rows * cols;
   typename emu_storage<T>::type x[num_elements];
 };
-
-// x rounded to tf32 (10 mantissa bits): to nearest, ties away from zero; infinities and
-// NaNs as they are.
-inline float __float_to_tf32(float x) {
-  uint32_t u;
-  std::memcpy(&u, &x, 4);
-  if ((u & 0x7f800000u) != 0x7f800000u) u = (u + 0x1000u) & 0xffffe000u;
-  std::memcpy(&x, &u, 4);
-  return x;
-}
 
 inline void emu_warp_sync() { ctx->warp[linear_tid / 32]->arrive_and_wait(); }
 

@@ -3,13 +3,16 @@
 // before its cuBLAS and tiled paths).
 //
 // Every tile product runs on the tensor cores in tf32 (10 mantissa bits) with each
-// float32 operand split in two: x_hi = tf32(x) and x_lo = tf32(x - x_hi). Then
-//   a b = a_hi b_hi + a_hi b_lo + a_lo b_hi  (+ a_lo b_lo, ~2^-22 of a b, dropped):
-// three tensor-core products whose sum is float32's product to within a few units of its
-// last place (tf32 alone: 2^-11). Three of them still cost less than one on the float32
-// units (H100: ~495 dense tf32 TFLOP/s against ~67 float32). So this is not the TF32 a
-// user opts into for matmuls (cuda::set_allow_tf32): the results are float32's, and are
-// tested against float64 as the tiled kernels' are.
+// float32 operand split in two: x_hi, x rounded to tf32 (|x - x_hi| <= 2^-11 |x|), and
+// x_lo = x - x_hi, exact in float32, of which the tensor cores read the top 11
+// significant bits (an error <= 2^-21 |x|). Then
+//   a b = a_hi b_hi + a_hi b_lo + a_lo b_hi  (+ a_lo b_lo, <= 2^-22 |a b|, dropped):
+// three tensor-core products within ~2^-20 of a b at worst, where tf32 alone is 2^-11
+// and float32's own rounding 2^-24. On attention's gradients that is ~2e-6 of the largest
+// entry (emulated), beside ~5e-7 for the float32 tiled kernels: float32's tolerances, not
+// tf32's. Three products still cost less than one on the float32 units (H100: ~495 dense
+// tf32 TFLOP/s against ~67 float32). So this is not the TF32 a user opts into for matmuls
+// (cuda::set_allow_tf32), and it is tested against float64 at the float32 bounds.
 //
 // One block per (64-key tile j, head bh), four warps, laid out as attention_flash.cu's:
 // K_j and V_j stay in shared memory, dK_j and dV_j accumulate in the warps' fragments,
@@ -67,15 +70,18 @@ __device__ __forceinline__ void load_tile(float* dst, const float* src, int64_t 
   }
 }
 
-// A loaded fragment split into its tf32 high part (in place) and the tf32 rounding of the
-// rest. Element by element in the fragment's own layout, which is the same for both.
+// A loaded fragment split into its tf32 high part (in place) and the rest. Element by
+// element in the fragment's own layout, which is the same for both. The rounding is two
+// integer operations (half a tf32 unit added to the bits, the low 13 cut: to nearest,
+// ties away from zero, as cvt.rna.tf32.f32 rounds); the rest is left for the tensor cores
+// to truncate (its error 2^-11 of a part that is at most 2^-12 of x).
 template <class F>
 __device__ __forceinline__ void split_tf32(F& hi, F& lo) {
 #pragma unroll
   for (int t = 0; t < hi.num_elements; ++t) {
     const float x = hi.x[t];
-    hi.x[t] = wmma::__float_to_tf32(x);
-    lo.x[t] = wmma::__float_to_tf32(x - hi.x[t]);
+    hi.x[t] = __uint_as_float((__float_as_uint(x) + 0x1000u) & 0xffffe000u);
+    lo.x[t] = x - hi.x[t];
   }
 }
 
