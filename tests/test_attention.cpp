@@ -206,23 +206,27 @@ TEST_CASE("attention on CUDA: the tiled kernels, the cuBLAS path and the flash b
   ::unsetenv("MUMOE_ATTENTION_DQ");
 }
 
-// Every CUDA float32 backward sums each gradient element in a fixed order (no atomics):
-// the same call twice gives the same bits, on every path.
-TEST_CASE("attention's float32 backward on CUDA gives the same gradients bit for bit on every run") {
+// Every CUDA backward of the framework's own sums each gradient element in a fixed order
+// (no atomics): the same call twice gives the same bits, on every path (with dropout,
+// which bfloat16 takes past cuDNN).
+TEST_CASE("attention's backward on CUDA gives the same gradients bit for bit on every run") {
   const std::vector<Device>& devs = test_devices();
   if (std::none_of(devs.begin(), devs.end(), [](Device d) { return d.is_cuda(); })) return;
   const std::pair<const char*, const char*> modes[] = {
       {"flash", nullptr}, {"tiled", nullptr}, {"tiled", "separate"}, {"gemm", nullptr}};
-  Inputs in = make_inputs({2, 3, 300, 300, 64}, kFloat32, Device::cuda(), 5);
-  for (const auto& [path, dq_mode] : modes) {
-    INFO("MUMOE_ATTENTION=" << std::string(path) << " MUMOE_ATTENTION_DQ=" << (dq_mode ? dq_mode : "(unset)"));
-    ::setenv("MUMOE_ATTENTION", path, 1);
-    if (dq_mode != nullptr) ::setenv("MUMOE_ATTENTION_DQ", dq_mode, 1);
-    else ::unsetenv("MUMOE_ATTENTION_DQ");
-    auto f = [](auto& q, auto& k, auto& v) { return scaled_dot_product_attention(q, k, v, true, 0.1, true, {}, 7); };
-    auto a = value_and_grads(in, f);
-    auto b = value_and_grads(in, f);
-    for (size_t i = 0; i < 4; ++i) CHECK(max_abs_diff(a[i].cpu(), b[i].cpu()) == 0);
+  for (DType dt : {kFloat32, kBFloat16}) {
+    for (const auto& [path, dq_mode] : modes) {
+      INFO(dtype_name(dt) << " MUMOE_ATTENTION=" << std::string(path)
+                          << " MUMOE_ATTENTION_DQ=" << (dq_mode ? dq_mode : "(unset)"));
+      Inputs in = make_inputs({2, 3, 300, 300, 64}, dt, Device::cuda(), 5);
+      ::setenv("MUMOE_ATTENTION", path, 1);
+      if (dq_mode != nullptr) ::setenv("MUMOE_ATTENTION_DQ", dq_mode, 1);
+      else ::unsetenv("MUMOE_ATTENTION_DQ");
+      auto f = [](auto& q, auto& k, auto& v) { return scaled_dot_product_attention(q, k, v, true, 0.1, true, {}, 7); };
+      auto a = value_and_grads(in, f);
+      auto b = value_and_grads(in, f);
+      for (size_t i = 0; i < 4; ++i) CHECK(max_abs_diff(a[i].cpu(), b[i].cpu()) == 0);
+    }
   }
   ::unsetenv("MUMOE_ATTENTION");
   ::unsetenv("MUMOE_ATTENTION_DQ");

@@ -2,14 +2,11 @@
 // for Tensor in the extracted text (extract.py renames it), with the few methods the
 // host functions call; the runtime's stream, allocator and strided-operand packing are
 // given host definitions. Workspace memory is filled with garbage, like fresh device
-// memory. Also the two tensor operations a host side may make (zeros, and the float32 ->
-// bfloat16 copy that rounds a float accumulator), as emu_zeros and emu_copy, which run.sh
-// substitutes for zeros() and kernels::copy() where a file calls them.
+// memory.
 #pragma once
 #include "emu_extra.h"
 #include <cstdio>
 #include <cstdlib>
-#include <deque>
 #include <string>
 #include <vector>
 #include "ops/cuda/dtypes.cuh"
@@ -91,33 +88,3 @@ namespace mu::cuda {
 inline cudaStream_t stream(const EmuTensor&) { return nullptr; }
 }  // namespace mu::cuda
 
-namespace mu {
-// Storage of the tensors emu_zeros hands out, kept to the end of the program.
-inline std::deque<std::vector<double>> emu_storage;
-inline int emu_zeros_calls = 0;  // (the attention harness tells the flash path by it)
-
-// zeros(shape, options) on the emulated device: a row-major EmuTensor of all bits zero.
-inline EmuTensor emu_zeros(const Shape& shape, const TensorOptions& o) {
-  ++emu_zeros_calls;
-  int64_t n = 1;
-  for (int64_t s : shape) n *= s;
-  emu_storage.emplace_back(size_t(n * int64_t(element_size(o.dtype())) + 7) / 8, 0.0);
-  EmuTensor t = emu_view(emu_storage.back(), shape);  // row-major strides, in elements of any type
-  t.dt = o.dtype();
-  return t;
-}
-
-// kernels::copy(device, dst, src) for a contiguous float32 src into a contiguous bfloat16
-// dst of one shape, each value rounded to nearest even (ops/cuda/copy.cu's conversion,
-// which the elementwise harness checks); anything else stops the program.
-inline void emu_copy(Device, const EmuTensor& dst, const EmuTensor& src) {
-  if (dst.dtype() != DType::BFloat16 || src.dtype() != DType::Float32 || dst.shape() != src.shape() ||
-      !dst.is_contiguous() || !src.is_contiguous()) {
-    fprintf(stderr, "emu_copy: only contiguous float32 -> bfloat16 of one shape is emulated\n");
-    std::abort();
-  }
-  const float* s = static_cast<const float*>(src.raw_data());
-  __nv_bfloat16* d = static_cast<__nv_bfloat16*>(dst.raw_data());
-  for (int64_t i = 0; i < src.numel(); ++i) d[i] = __float2bfloat16_rn(s[i]);
-}
-}  // namespace mu

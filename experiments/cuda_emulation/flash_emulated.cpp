@@ -1,13 +1,17 @@
-// The tensor-core bfloat16 attention backward of ops/cuda/attention_flash.cu (its kernel
-// and host side, as written) under the host emulation, the WMMA fragments stood in for by
-// emu_wmma.h (which also checks every fragment pointer's alignment and pitch), against
-// the float64 reference of attention_reference.h: dq, dk and dv for partial 64-row
-// tiles, several key tiles per query tile and the reverse, causal masks with Tq = Tk,
-// Tq > Tk and Tq < Tk, dropout, one query and one key, and heads from two batch entries.
-// The forward's out (bfloat16) and lse (float32, scaled-score units) are the reference's,
-// rounded. The gradients start as NaN, so an entry never written shows. Then the calls
-// the path must decline, leaving every output untouched: D != 64, an operand off 16-byte
-// alignment, MUMOE_ATTENTION naming another path, no heads.
+// The tensor-core attention backward of ops/cuda/attention_flash.cu (its kernel for
+// bfloat16 and for float32, the dQ sum of attention_common.cuh and its host side, as
+// written) under the host emulation, the WMMA fragments stood in for by emu_wmma.h (which
+// checks every fragment pointer's alignment and pitch, and whose mma_sync reads a tf32
+// operand's top 19 bits, as the tensor cores do: a float32 product that skipped its split
+// into two tf32 halves shows as an error of ~1e-3), against the float64 reference of
+// attention_reference.h: dq, dk and dv for partial 64-row tiles (dQ's scratch rows
+// rounded up), several key tiles per query tile and the reverse, causal masks with Tq =
+// Tk, Tq > Tk and Tq < Tk, dropout, one query and one key, heads from two batch entries.
+// The forward's out (the tensors' type) and lse (float32, scaled-score units) are the
+// reference's, rounded. The gradients start as NaN, so an entry never written shows.
+// Then the calls the path must decline, leaving every output untouched: float64, D != 64,
+// an input off 16-byte alignment, MUMOE_ATTENTION naming the tiled or cuBLAS path, no
+// heads, no keys.
 #include "flash_cuda.h"
 #include <cstdio>
 #include "attention_reference.h"
@@ -15,53 +19,66 @@ using namespace mu;
 namespace ck = mu::cuda_kernels;
 using bf16 = __nv_bfloat16;
 
-
 static int failures = 0;
-static void report(const char* what, bool ok) {
-  if (!ok) printf("  FAIL: %s\n", what);
+static void report(const std::string& what, bool ok) {
+  if (!ok) printf("  FAIL: %s\n", what.c_str());
   failures += !ok;
 }
 
+template <class T>
+static const char* tname() {
+  return std::is_same_v<T, float> ? "f32" : std::is_same_v<T, double> ? "f64" : "bf16";
+}
+
 // One call through the flash path against the reference; returns the worst relative error.
+template <class T>
 static double run(int64_t B, int64_t H, int64_t Tq, int64_t Tk, bool causal, double p, uint64_t seed) {
   constexpr int D = 64;
   const int64_t BH = B * H;
   const double scale = 1 / std::sqrt(double(D));
-  AttentionCase<bf16> c = attention_case<bf16>(BH, Tq, Tk, D, causal, p, scale, seed);
-  std::vector<bf16> out(c.out.size());
+  AttentionCase<T> c = attention_case<T>(BH, Tq, Tk, D, causal, p, scale, seed);
+  std::vector<T> out(c.out.size());
   std::vector<float> lse(c.lse.size());
-  for (size_t i = 0; i < out.size(); ++i) out[i] = from_d<bf16>(c.out[i]);
+  for (size_t i = 0; i < out.size(); ++i) out[i] = from_d<T>(c.out[i]);
   for (size_t i = 0; i < lse.size(); ++i) lse[i] = float(c.lse[i]);
-  const bf16 nan = from_d<bf16>(NAN);
-  std::vector<bf16> dq(out.size(), nan), dk(size_t(BH * Tk * D), nan), dv(dk.size(), nan);
+  const T nan = from_d<T>(NAN);
+  std::vector<T> dq(out.size(), nan), dk(size_t(BH * Tk * D), nan), dv(dk.size(), nan);
   kernels::AttentionParams prm;
   prm.scale = scale, prm.causal = causal, prm.dropout_p = p, prm.seed = seed;
   const bool took = ck::attention_backward_flash(
       emu_view(c.q, {B, H, Tq, D}), emu_view(c.k, {B, H, Tk, D}), emu_view(c.v, {B, H, Tk, D}),
       emu_view(out, {B, H, Tq, D}), emu_view(lse, {B, H, Tq}), emu_view(c.dO, {B, H, Tq, D}),
       emu_view(dq, {B, H, Tq, D}), emu_view(dk, {B, H, Tk, D}), emu_view(dv, {B, H, Tk, D}), prm);
-  report("the flash path takes a bfloat16 D = 64 call", took);
+  report(std::string("the flash path takes a ") + tname<T>() + " D = 64 call", took);
   const double e[3] = {attention_error(dq, c.dq), attention_error(dk, c.dk), attention_error(dv, c.dv)};
-  printf("bf16 B%ld H%ld Tq%ld Tk%ld causal%d p%.2f: dq %.2e dk %.2e dv %.2e\n", B, H, Tq, Tk, causal, p, e[0], e[1],
-         e[2]);
+  printf("%s B%ld H%ld Tq%ld Tk%ld causal%d p%.2f: dq %.2e dk %.2e dv %.2e\n", tname<T>(), B, H, Tq, Tk, causal, p,
+         e[0], e[1], e[2]);
   double worst = 0;
   for (double x : e) worst = std::isnan(x) ? INFINITY : std::max(worst, x);
   return worst;
 }
 
-// Whether the path declines a call (returns false) and leaves the gradients as they were.
-static bool declines(int D, int64_t BH, int64_t misalign) {
-  const int64_t T = 8;
-  AttentionCase<bf16> c = attention_case<bf16>(std::max<int64_t>(BH, 1), T, T, D, false, 0, 0.1, 3);
-  std::vector<bf16> out(c.q.size() + 8), dq(c.q.size() + 8, from_d<bf16>(NAN)), dk = dq, dv = dq;
+// Whether the path declines a call (returns false) and leaves the gradients as they were;
+// misalign moves the inputs q, k, v and dO that many elements off their 16-byte start.
+template <class T>
+static bool declines(int D, int64_t BH, int64_t Tk, int64_t misalign) {
+  const int64_t Tq = 8;
+  AttentionCase<T> c = attention_case<T>(std::max<int64_t>(BH, 1), Tq, std::max<int64_t>(Tk, 1), D, false, 0, 0.1, 3);
+  auto moved = [&](std::vector<T> x) {
+    x.insert(x.begin(), size_t(misalign), T{});
+    return x;
+  };
+  std::vector<T> q = moved(c.q), k = moved(c.k), v = moved(c.v), g = moved(c.dO);
+  std::vector<T> out(c.q.size() + 8), dq(c.q.size() + 8, from_d<T>(NAN)), dk = dq, dv = dq;
   std::vector<float> lse(c.lse.size());
-  const Shape s{1, BH, T, D};
+  const Shape s{1, BH, Tq, D}, sk{1, BH, Tk, D};
   const bool took = ck::attention_backward_flash(
-      emu_view(c.q, s), emu_view(c.k, s), emu_view(c.v, s), emu_view(out, s), emu_view(lse, {1, BH, T}),
-      emu_view(c.dO, s), emu_view(dq, s, {}, misalign), emu_view(dk, s, {}, misalign), emu_view(dv, s, {}, misalign),
+      emu_view(q, s, {}, misalign), emu_view(k, sk, {}, misalign), emu_view(v, sk, {}, misalign), emu_view(out, s),
+      emu_view(lse, {1, BH, Tq}), emu_view(g, s, {}, misalign), emu_view(dq, s), emu_view(dk, sk), emu_view(dv, sk),
       kernels::AttentionParams{});
   bool untouched = true;
-  for (size_t i = 0; i < dq.size(); ++i) untouched &= std::isnan(float(dq[i])) && std::isnan(float(dk[i])) && std::isnan(float(dv[i]));
+  for (size_t i = 0; i < dq.size(); ++i)
+    untouched &= std::isnan(to_d(dq[i])) && std::isnan(to_d(dk[i])) && std::isnan(to_d(dv[i]));
   return !took && untouched;
 }
 
@@ -69,24 +86,40 @@ int main() {
   struct C { int64_t B, H, Tq, Tk; bool causal; double p; };
   const C cs[] = {{1, 2, 70, 70, true, 0},    {2, 1, 130, 130, true, 0.2}, {1, 1, 45, 150, false, 0.1},
                   {1, 1, 150, 40, true, 0},   {1, 1, 40, 150, true, 0.3},  {1, 1, 64, 64, false, 0},
-                  {1, 1, 1, 1, false, 0}};
-  double worst = 0;
-  for (const C& c : cs) worst = std::max(worst, run(c.B, c.H, c.Tq, c.Tk, c.causal, c.p, 11));
-  // P, Pd and dS are rounded to bfloat16 before their products: errors of 2e-3 to 4.3e-3
-  // here; a wrong mask, tile or factor gives 0.1 and more.
-  report("dq, dk, dv within 1e-2 of the float64 reference", worst <= 1e-2);
+                  {1, 1, 1, 1, false, 0},     {1, 1, 200, 70, false, 0}};
+  double worst_bf16 = 0, worst_f32 = 0;
+  for (const C& c : cs) {
+    worst_bf16 = std::max(worst_bf16, run<bf16>(c.B, c.H, c.Tq, c.Tk, c.causal, c.p, 11));
+    worst_f32 = std::max(worst_f32, run<float>(c.B, c.H, c.Tq, c.Tk, c.causal, c.p, 11));
+  }
+  // bfloat16: P, Pd and dS are rounded to bfloat16 before their products: errors of 2e-3
+  // to 4.3e-3 here; a wrong mask, tile or factor gives 0.1 and more. float32: the tiled
+  // kernels stay within 5e-6 of the reference (attention_op_emulated.cpp), and so must
+  // the split products; one tf32 product per pair gives ~1e-3.
+  report("bfloat16 dq, dk, dv within 1e-2 of the float64 reference", worst_bf16 <= 1e-2);
+  report("float32 dq, dk, dv within 5e-6 of the float64 reference", worst_f32 <= 5e-6);
 
-  report("D = 32 declined", declines(32, 2, 0));
-  report("an operand off 16-byte alignment declined", declines(64, 2, 1));
-  report("no heads declined", declines(64, 0, 0));
-  setenv("MUMOE_ATTENTION", "gemm", 1);
-  report("MUMOE_ATTENTION=gemm declined", declines(64, 2, 0));
-  setenv("MUMOE_ATTENTION", "tiled", 1);
-  report("MUMOE_ATTENTION=tiled declined", declines(64, 2, 0));
-  setenv("MUMOE_ATTENTION", "flash", 1);
-  report("MUMOE_ATTENTION=flash taken", run(1, 1, 20, 20, true, 0, 5) <= 1e-2);
-  unsetenv("MUMOE_ATTENTION");
+  report("float64 declined", declines<double>(64, 2, 8, 0));
+  for (int which = 0; which < 2; ++which) {
+    const bool b = which == 0;
+    const std::string t = b ? "bfloat16 " : "float32 ";
+    auto declined = [&](int D, int64_t BH, int64_t Tk, int64_t misalign) {
+      return b ? declines<bf16>(D, BH, Tk, misalign) : declines<float>(D, BH, Tk, misalign);
+    };
+    report(t + "D = 32 declined", declined(32, 2, 8, 0));
+    report(t + "inputs off 16-byte alignment declined", declined(64, 2, 8, 1));
+    report(t + "no heads declined", declined(64, 0, 8, 0));
+    report(t + "no keys declined", declined(64, 2, 0, 0));
+    setenv("MUMOE_ATTENTION", "gemm", 1);
+    report(t + "MUMOE_ATTENTION=gemm declined", declined(64, 2, 8, 0));
+    setenv("MUMOE_ATTENTION", "tiled", 1);
+    report(t + "MUMOE_ATTENTION=tiled declined", declined(64, 2, 8, 0));
+    setenv("MUMOE_ATTENTION", "flash", 1);
+    report(t + "MUMOE_ATTENTION=flash taken",
+           b ? run<bf16>(1, 1, 20, 20, true, 0, 5) <= 1e-2 : run<float>(1, 1, 20, 20, true, 0, 5) <= 5e-6);
+    unsetenv("MUMOE_ATTENTION");
+  }
 
-  printf("worst %.2e\n%s\n", worst, failures ? "FAIL" : "PASS");
+  printf("worst bf16 %.2e, f32 %.2e\n%s\n", worst_bf16, worst_f32, failures ? "FAIL" : "PASS");
   return failures ? 1 : 0;
 }

@@ -16,8 +16,8 @@
 #                the same with the work deferred (emu_queue.h), and that queue's ordering
 #   hadamard     the fused Hadamard-of-GEMMs kernels (SIMT, and tensor cores through
 #                emu_wmma.h)
-#   flash        the tensor-core attention backwards, bfloat16 (attention_flash.cu) and
-#                float32 (attention_flash_f32.cu), their fragments through emu_wmma.h
+#   flash        the tensor-core attention backward (attention_flash.cu), bfloat16 and
+#                float32, its fragments through emu_wmma.h
 #   cudnn        the cuDNN attention graphs and their host side (attention_cudnn.cu) over
 #                emu_cudnn.h, which checks the backend API's rules and interprets the graphs
 #   attention_op the whole attention op (attention.cu's host side choosing among the
@@ -177,22 +177,9 @@ extract_attention_gemm() {
   $ex "$root/ops/cuda/attention_gemm.cu" "$ns" "$close" "$out/attention_gemm_cuda.h" \
     '#define EMU_MAX_BLOCKS 3\n#include "emu_host.h"\n#include "emu_cublas.h"\n#include <climits>\n#include "ops/cuda/attention_common.cuh"\n#include "ops/cuda/lines.cuh"\nusing namespace mu;' "$close"
 }
-# The tensor-core backwards. The bfloat16 one's host side makes dQ's float32 accumulator with zeros() and
-# rounds it with kernels::copy, both on Tensor: renamed to emu_host.h's emu_zeros and
-# emu_copy, on EmuTensor.
+# The tensor-core backward (bfloat16 and float32).
 extract_flash() {
   $ex "$root/ops/cuda/attention_flash.cu" "$ns" "$close" "$out/flash_cuda.h" \
-    '#include "emu_host.h"\n#include "emu_wmma.h"\n#include "ops/cuda/attention_common.cuh"\nusing namespace mu;' "$close"
-  python3 - "$out/flash_cuda.h" <<'PY2'
-import sys
-p = sys.argv[1]
-s = open(p).read()
-for a, b in (('= zeros(', '= emu_zeros('), ('kernels::copy(', 'emu_copy(')):
-    assert s.count(a) == 1, 'attention_flash.cu changed: update run.sh (%s)' % a
-    s = s.replace(a, b)
-open(p, 'w').write(s)
-PY2
-  $ex "$root/ops/cuda/attention_flash_f32.cu" "$ns" "$close" "$out/flash_f32_cuda.h" \
     '#include "emu_host.h"\n#include "emu_wmma.h"\n#include "ops/cuda/attention_common.cuh"\nusing namespace mu;' "$close"
 }
 # The cuDNN path (graphs and host side), against the real cudnn.h with the library's
@@ -216,7 +203,6 @@ fi
 if wants flash; then
   extract_flash
   harness flash
-  harness flash_f32
 fi
 
 if wants cudnn; then
@@ -237,10 +223,10 @@ if wants attention_op; then
   done
   $ex "$root/ops/cuda/attention.cu" "$ns" 'MU_REGISTER_KERNEL' "$out/attention_op_cuda.h" \
     '#define MUMOE_CUDNN\n#include "emu_host.h"\n#include "emu_cudnn.h"\n#include "emu_cublas.h"\n#include <climits>\n#include "ops/cuda/attention_common.cuh"\n#include "attention_gemm_decl.h"\n#include "attention_flash_decl.h"\nusing namespace mu;' "$close"
-  for tu in attention_gemm flash flash_f32 cudnn; do
+  for tu in attention_gemm flash cudnn; do
     g++ $flags -x c++ -c "$out/${tu}_cuda.h" -o "$out/op_$tu.o"
   done
-  harness attention_op "$out/op_attention_gemm.o" "$out/op_flash.o" "$out/op_flash_f32.o" "$out/op_cudnn.o"
+  harness attention_op "$out/op_attention_gemm.o" "$out/op_flash.o" "$out/op_cudnn.o"
 fi
 
 if wants nccl; then

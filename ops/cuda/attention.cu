@@ -38,9 +38,9 @@
 // element is summed by one thread in a fixed order: deterministic, no atomics.
 //
 // The entry points offer each call first to cuDNN (attention_cudnn.cu: bfloat16 without
-// dropout), then, backward at D = 64, to the tensor-core kernels (attention_flash.cu for
-// bfloat16, attention_flash_f32.cu for float32), then to the cuBLAS path
-// (attention_gemm.cu, long sequences), and run the rest here.
+// dropout), then, backward at D = 64, to the tensor-core kernel (attention_flash.cu,
+// bfloat16 and float32), then to the cuBLAS path (attention_gemm.cu, long sequences), and
+// run the rest here.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -801,8 +801,7 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
 #ifdef MUMOE_CUDNN
   if (attention_backward_cudnn(q, k, v, out, lse, grad_out, dq, dk, dv, p)) return;  // bfloat16 without dropout
 #endif
-  if (attention_backward_flash(q, k, v, out, lse, grad_out, dq, dk, dv, p)) return;      // bfloat16, D = 64
-  if (attention_backward_flash_f32(q, k, v, out, lse, grad_out, dq, dk, dv, p)) return;  // float32, D = 64
+  if (attention_backward_flash(q, k, v, out, lse, grad_out, dq, dk, dv, p)) return;  // bfloat16 and float32, D = 64
   if (attention_gemm_wanted(q, k, true)) return attention_backward_gemm(q, k, v, out, lse, grad_out, dq, dk, dv, p);
   cuda::dispatch_float_bf16(q.dtype(), "attention_backward", [&](auto tag) {
     backward_typed<decltype(tag)>(q, k, v, out, lse, grad_out, dq, dk, dv, p);

@@ -1,5 +1,5 @@
 // What the CUDA attention paths share (ops/cuda/attention.cu's tiled kernels,
-// attention_gemm.cu's cuBLAS path, attention_flash*.cu's tensor-core backwards), so that
+// attention_gemm.cu's cuBLAS path, attention_flash.cu's tensor-core backward), so that
 // they compute the same function: the dropout factor of one probability, the backward's
 // per-row terms, and the scratch slabs of a dQ summed over key tiles. nvcc only.
 #pragma once
@@ -85,7 +85,7 @@ __global__ void __launch_bounds__(256)
 }
 
 // The scratch of a backward whose key-tile blocks also compute their share of dQ
-// (attention.cu's fused tiled kernels, attention_flash_f32.cu): key tile kt of head bh
+// (attention.cu's fused tiled kernels, attention_flash.cu): key tile kt of head bh
 // writes its partial dQ (rows of the queries it sees) to rows [first, rows) of its slab,
 // the slabs of one head one after the other (under a causal mask each key tile's slab
 // starts at its first query tile, which halves the scratch). rows is Tq, or Tq rounded up

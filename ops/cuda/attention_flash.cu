@@ -1,36 +1,46 @@
-// The bfloat16 attention backward on the tensor cores without the score matrix in
-// memory (ops/cuda/attention.cu asks attention_backward_flash first). The cuBLAS path
-// (attention_gemm.cu) writes S, P and dP for every head, ~2.8 GB per GPT-2 layer at
-// B 8, H 12, T 1024; this kernel keeps each 64 x 64 tile of them in shared memory.
+// The attention backward on the tensor cores, for bfloat16 and float32 at head dim 64,
+// without the score matrix in memory (ops/cuda/attention.cu asks it after cuDNN, before
+// the cuBLAS path and its tiled kernels). The cuBLAS path (attention_gemm.cu) writes S, P
+// and dP for every head, ~2.8 GB per GPT-2 layer at B 8, H 12, T 1024; this kernel keeps
+// each 64 x 64 tile of them in shared memory.
 //
 // One block per (64-key tile j, head bh), four warps. K_j and V_j stay in shared memory;
 // dK_j and dV_j accumulate in the warps' WMMA fragments (float32) while the block walks
 // the 64-query tiles i that see tile j (from the diagonal on when causal):
-//   S  = Q_i K_jᵀ                      warp w: query rows 16w..16w+15
-//   P  = exp(scale S - lse_i), masked; Pd = P ∘ M/(1-p)     (bfloat16, for dV)
-//   dP = dO_i V_jᵀ                     warp w: the same rows
-//   dS = scale · (Pd ∘ dP - P · Di)     (bfloat16; Di = rowsum(dO ∘ O), precomputed)
-//   dQ_i += dS K_j                     warp w's rows, added into a float32 dQ in global
-//                                      memory (other key tiles add theirs: atomics)
-//   dV_j += Pdᵀ dO_i,  dK_j += dSᵀ Q_i   warp w: key rows 16w..16w+15
-// then dK_j, dV_j are rounded to bfloat16 and dQ is rounded once after all blocks. dK and
-// dV are summed in a fixed order; dQ's float32 sums take the key tiles in whatever order
-// the hardware runs the atomics, so its last bits (and, rarely, a bfloat16 rounding of
-// it) may differ between two runs of the same call. MUMOE_ATTENTION=tiled gives a
-// backward that sums every gradient in a fixed order (ops/cuda/attention.cu). The
-// probabilities and the dropout mask are the other paths', entry for entry (the row
-// formulas of attention_gemm.cu, ops/cuda/attention_common.cuh).
+//   S  = Q_i K_jᵀ, dP = dO_i V_jᵀ                   warp w: query rows 16w..16w+15
+//   Pd = P ∘ M/(1-p), dS = scale (Pd ∘ dP - P Di)   (P = exp(scale S - lse_i), masked;
+//                                                    Di = rowsum(dO ∘ O), precomputed)
+//   dQ_i's share = dS K_j                           warp w's rows, from its fragments to
+//                                                    key tile j's scratch slab (float32)
+//   dV_j += Pdᵀ dO_i,  dK_j += dSᵀ Q_i              warp w: key rows 16w..16w+15
+// and dq_sum_kernel (attention_common.cuh) adds each query's shares in key-tile order and
+// rounds once to the tensors' type. Every gradient is summed in a fixed order (no
+// atomics): two runs of one call agree bit for bit. The probabilities and the dropout
+// mask are the other paths', entry for entry (attention_common.cuh).
+//
+// The two types differ in their products only (the Math policies below):
+// - bfloat16: 16 x 16 x 16 bfloat16 products; Pd and dS rounded to bfloat16 for theirs,
+//   in tiles of their own beside the float S and dP.
+// - float32: 16 x 16 x 8 tf32 products with each operand split in two: x_hi, x rounded to
+//   tf32 (|x - x_hi| <= 2^-11 |x|), and x_lo = x - x_hi, exact in float32, of which the
+//   tensor cores read the top 11 significant bits (an error <= 2^-21 |x|). Then
+//     a b = a_hi b_hi + a_hi b_lo + a_lo b_hi  (+ a_lo b_lo, <= 2^-22 |a b|, dropped):
+//   three products within ~2^-20 of a b at worst, where tf32 alone is 2^-11 and float32's
+//   own rounding 2^-24. On attention's gradients that is ~2e-6 of the largest entry
+//   (emulated), beside ~5e-7 for the float32 tiled kernels: float32's tolerances, not
+//   tf32's. Three products still cost less than one on the float32 units (H100: ~495
+//   dense tf32 TFLOP/s against ~67 float32). So this is not the TF32 a user opts into for
+//   matmuls (cuda::set_allow_tf32), and it is tested against float64 at the float32
+//   bounds. Pd and dS stay float32, written over S and dP (two blocks fit an SM).
 #include <mma.h>
 
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
+#include <type_traits>
 
 #include "ops/cuda/attention_common.cuh"
 #include "ops/cuda/attention_flash.cuh"
 #include "ops/cuda/dtypes.cuh"
 #include "ops/cuda/runtime.cuh"
-#include "ops/kernels/copy.h"
 
 namespace mu::cuda_kernels {
 
@@ -39,176 +49,275 @@ namespace {
 using namespace nvcuda;
 using cuda::bf16;
 
-constexpr int kTile = 64;      // queries and keys per tile
-constexpr int kD = 64;         // head dim this kernel is built for
-constexpr int kWarps = 4;      // 16 rows of each tile per warp
+constexpr int kTile = 64;        // queries and keys per tile
+constexpr int kD = 64;           // head dim this kernel is built for (every product's inner size is 64)
+constexpr int kWarps = 4;        // 16 rows of each tile per warp
 constexpr int kThreads = 32 * kWarps;
-constexpr int kLdH = kD + 8;   // bfloat16 row pitch in shared memory (WMMA: a multiple of 8)
-constexpr int kLdF = kTile + 4;  // float row pitch (a multiple of 4)
+constexpr int kLdF = kTile + 4;  // float row pitch: rows 4 banks apart, 16-byte rows (WMMA: a multiple of 4)
 
-using FragA = wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major>;
-using FragAT = wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::col_major>;
-using FragB = wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major>;
-using FragBT = wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major>;
-using FragC = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
+template <bool Col>
+using Layout = std::conditional_t<Col, wmma::col_major, wmma::row_major>;
 
 using Geo = AttentionGeo;  // ops/cuda/attention_common.cuh
 
-// The shared memory of one block, in bytes: Q_i, dO_i, K_j, V_j, Pd, dS (bfloat16
-// tiles), S/P and dP (float tiles), lse_i and Di (64 floats each).
-constexpr size_t kSmem = size_t(6) * kTile * kLdH * sizeof(bf16) + size_t(2) * kTile * kLdF * sizeof(float) +
-                         size_t(2) * kTile * sizeof(float);
+// bfloat16 products: an operand is its fragment, one tensor-core product per pair.
+struct Bf16Math {
+  using E = bf16;                  // the operand tiles' type
+  using Frag = bf16;               // the fragments' element type
+  static constexpr int kK = 16;    // a fragment's depth
+  static constexpr int kLd = kD + 8;  // operand row pitch (WMMA: a multiple of 8 bfloat16s)
+  static constexpr bool kGradsInPlace = false;  // Pd and dS in bfloat16 tiles of their own
+  using FragC = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
+  template <class F>
+  __device__ static const F& operand(const F& f) {
+    return f;
+  }
+  template <class FA, class FB>
+  __device__ static void mma(FragC& c, const FA& a, const FB& b) {
+    wmma::mma_sync(c, a, b, c);
+  }
+};
 
-// rows [r0, r0 + 64) of a (T x 64) bfloat16 matrix into a shared tile; rows past T are zeros.
-__device__ __forceinline__ void load_tile(bf16* dst, const bf16* src, int64_t r0, int64_t T) {
-  constexpr int kVecs = kD / 8;  // 16-byte vectors per row
+// float32 products as three tf32 ones (see the top of the file).
+struct Tf32x3Math {
+  using E = float;
+  using Frag = wmma::precision::tf32;
+  static constexpr int kK = 8;
+  static constexpr int kLd = kLdF;
+  static constexpr bool kGradsInPlace = true;  // Pd over S, dS over dP
+  using FragC = wmma::fragment<wmma::accumulator, 16, 16, 8, float>;
+  template <class F>
+  struct Split {
+    F hi, lo;
+  };
+  // The loaded fragment split, element by element in the fragment's own layout (the same
+  // for both halves). x_hi's rounding is two integer operations (half a tf32 unit added to
+  // the bits, the low 13 cut: to nearest, ties away from zero, as cvt.rna.tf32.f32
+  // rounds); x_lo is left for the tensor cores to truncate.
+  template <class F>
+  __device__ static Split<F> operand(const F& f) {
+    Split<F> s;
+#pragma unroll
+    for (int t = 0; t < f.num_elements; ++t) {
+      const float x = f.x[t];
+      s.hi.x[t] = __uint_as_float((__float_as_uint(x) + 0x1000u) & 0xffffe000u);
+      s.lo.x[t] = x - s.hi.x[t];
+    }
+    return s;
+  }
+  // The small products first, so that they are not lost against a large running sum.
+  template <class FA, class FB>
+  __device__ static void mma(FragC& c, const Split<FA>& a, const Split<FB>& b) {
+    wmma::mma_sync(c, a.lo, b.hi, c);
+    wmma::mma_sync(c, a.hi, b.lo, c);
+    wmma::mma_sync(c, a.hi, b.hi, c);
+  }
+};
+
+template <class T>
+using MathOf = std::conditional_t<std::is_same_v<T, float>, Tf32x3Math, Bf16Math>;
+
+// The shared memory of one block, in bytes: Q_i, dO_i, K_j, V_j (operand tiles), S then
+// Pd and dP then dS (float tiles; bfloat16 keeps Pd and dS in two more operand tiles),
+// lse_i and Di (64 floats each). bfloat16 90,624 bytes, float32 104,960: two blocks to
+// an SM either way.
+template <class M>
+constexpr size_t smem_bytes() {
+  const int e_tiles = M::kGradsInPlace ? 4 : 6;
+  return size_t(e_tiles) * kTile * M::kLd * sizeof(typename M::E) + size_t(2) * kTile * kLdF * sizeof(float) +
+         size_t(2) * kTile * sizeof(float);
+}
+
+// rows [r0, r0 + 64) of a (T x 64) matrix into a shared tile of pitch ld; rows past T are zeros.
+template <class E>
+__device__ __forceinline__ void load_tile(E* dst, const E* src, int64_t r0, int64_t T, int ld) {
+  constexpr int kPer = 16 / sizeof(E), kVecs = kD / kPer;  // elements per 16-byte vector, vectors per row
   for (int idx = threadIdx.x; idx < kTile * kVecs; idx += kThreads) {
     const int r = idx / kVecs, c = idx % kVecs;
     uint4 v = make_uint4(0, 0, 0, 0);
     if (r0 + r < T) v = reinterpret_cast<const uint4*>(src + (r0 + r) * kD)[c];
-    *reinterpret_cast<uint4*>(dst + r * kLdH + c * 8) = v;
+    *reinterpret_cast<uint4*>(dst + r * ld + c * kPer) = v;
   }
 }
 
-// C (16 x 64, four fragments) += A (16 x 64 at a, pitch lda) times B, where B's 16 x 16
-// block (k, n) is at b + 16k * ldb + 16n (row-major) or b + 16n * ldb + 16k (column-major),
-// A's block (0, k) at a + 16k (row-major) or a + 16k * lda (column-major); the layouts
-// are those of the fragment types FA and FB.
-template <class FA, class FB>
-__device__ __forceinline__ void row_times_acc(FragC (&c)[4], const bf16* a, int lda, bool a_col, const bf16* b,
-                                              int ldb, bool b_col) {
+// c (a 16 x 64 strip: four 16 x 16 fragments) += A B, A 16 x 64 at a (row-major: A[r][k]
+// at a[r ld + k]; ACol: a[k ld + r]) and B 64 x 64 at b (row-major: B[k][n] at b[k ld + n];
+// BCol: b[n ld + k]), both of pitch M::kLd.
+template <class M, bool ACol, bool BCol>
+__device__ __forceinline__ void strip_acc(typename M::FragC (&c)[4], const typename M::E* a,
+                                          const typename M::E* b) {
+  using FA = wmma::fragment<wmma::matrix_a, 16, 16, M::kK, typename M::Frag, Layout<ACol>>;
+  using FB = wmma::fragment<wmma::matrix_b, 16, 16, M::kK, typename M::Frag, Layout<BCol>>;
+  constexpr int ld = M::kLd, kk = M::kK;
 #pragma unroll
-  for (int k = 0; k < 4; ++k) {
+  for (int k = 0; k < kD / kk; ++k) {
     FA fa;
-    wmma::load_matrix_sync(fa, a_col ? a + k * 16 * lda : a + k * 16, lda);
+    wmma::load_matrix_sync(fa, ACol ? a + k * kk * ld : a + k * kk, ld);
+    const auto& oa = M::operand(fa);
 #pragma unroll
     for (int n = 0; n < 4; ++n) {
       FB fb;
-      wmma::load_matrix_sync(fb, b_col ? b + n * 16 * ldb + k * 16 : b + k * 16 * ldb + n * 16, ldb);
-      wmma::mma_sync(c[n], fa, fb, c[n]);
+      wmma::load_matrix_sync(fb, BCol ? b + n * 16 * ld + k * kk : b + k * kk * ld + n * 16, ld);
+      M::mma(c[n], oa, M::operand(fb));
     }
   }
 }
 
-// Rows r0..r0+15 of a float tile (pitch kLdF) from the four fragments of a 16 x 64 strip.
-__device__ __forceinline__ void store_strip(float* tile, int r0, const FragC (&c)[4]) {
-#pragma unroll
-  for (int n = 0; n < 4; ++n) wmma::store_matrix_sync(tile + r0 * kLdF + n * 16, c[n], kLdF, wmma::mem_row_major);
-}
-
-// The same into a zeroed C.
-template <class FA, class FB>
-__device__ __forceinline__ void row_times(FragC (&c)[4], const bf16* a, int lda, bool a_col, const bf16* b, int ldb,
-                                          bool b_col) {
+// The same into a zeroed c.
+template <class M, bool ACol, bool BCol>
+__device__ __forceinline__ void strip_product(typename M::FragC (&c)[4], const typename M::E* a,
+                                              const typename M::E* b) {
 #pragma unroll
   for (int n = 0; n < 4; ++n) wmma::fill_fragment(c[n], 0.f);
-  row_times_acc<FA, FB>(c, a, lda, a_col, b, ldb, b_col);
+  strip_acc<M, ACol, BCol>(c, a, b);
 }
 
+// The four fragments of a 16 x 64 strip to rows [0, 16) of p (pitch ld floats).
+template <class FragC>
+__device__ __forceinline__ void store_strip(float* p, int ld, const FragC (&c)[4]) {
+#pragma unroll
+  for (int n = 0; n < 4; ++n) wmma::store_matrix_sync(p + n * 16, c[n], ld, wmma::mem_row_major);
+}
+
+// Block b: head b % BH, key tile b / BH (every head's first key tile first: under a
+// causal mask those walk the most query tiles, and started first they leave no tail).
+template <class T>
 __global__ void __launch_bounds__(kThreads)
-    flash_backward_kernel(const bf16* __restrict__ q, const bf16* __restrict__ k, const bf16* __restrict__ v,
-                          const bf16* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ di,
-                          float* __restrict__ dq_acc, bf16* __restrict__ dk, bf16* __restrict__ dv, Geo g) {
+    flash_backward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
+                          const T* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ di,
+                          float* __restrict__ dq_part, T* __restrict__ dk, T* __restrict__ dv, DqSlabs slabs,
+                          int64_t BH, Geo g) {
+  using M = MathOf<T>;
+  using E = typename M::E;
+  constexpr int ld = M::kLd;
   extern __shared__ __align__(128) unsigned char smem[];
-  bf16* sQ = reinterpret_cast<bf16*>(smem);
-  bf16* sdO = sQ + kTile * kLdH;
-  bf16* sK = sdO + kTile * kLdH;
-  bf16* sV = sK + kTile * kLdH;
-  bf16* sPd = sV + kTile * kLdH;  // Pd, [query][key]
-  bf16* sdS = sPd + kTile * kLdH;  // dS, [query][key]
-  float* sS = reinterpret_cast<float*>(sdS + kTile * kLdH);  // S, then P, [query][key]
-  float* sdP = sS + kTile * kLdF;  // dP, then dQ's partial, [query][key or d]
+  E* sQ = reinterpret_cast<E*>(smem);
+  E* sdO = sQ + kTile * ld;
+  E* sK = sdO + kTile * ld;
+  E* sV = sK + kTile * ld;
+  float* sS = reinterpret_cast<float*>(sV + kTile * ld);  // S, [query][key]
+  float* sdP = sS + kTile * kLdF;                          // dP, [query][key]
   float* sL = sdP + kTile * kLdF;
   float* sDi = sL + kTile;
+  E* sPd;  // Pd and dS, [query][key]: over S and dP (float32), or in tiles of their own
+  E* sdS;
+  if constexpr (M::kGradsInPlace) {
+    sPd = sS;
+    sdS = sdP;
+  } else {
+    sPd = reinterpret_cast<E*>(sDi + kTile);
+    sdS = sPd + kTile * ld;
+  }
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t bh = blockIdx.y, j0 = int64_t(blockIdx.x) * kTile;
-  const bf16* qh = q + bh * g.Tq * kD;
-  const bf16* dOh = dout + bh * g.Tq * kD;
+  const int64_t bh = int64_t(blockIdx.x) % BH, jt = int64_t(blockIdx.x) / BH, j0 = jt * kTile;
+  const T* qh = q + bh * g.Tq * kD;
+  const T* dOh = dout + bh * g.Tq * kD;
   const float* lh = lse + bh * g.Tq;
   const float* dih = di + bh * g.Tq;
-  float* dqh = dq_acc + bh * g.Tq * kD;
+  // This key tile's slab: query row i's share at row i of `part` (rows from the slab's first on).
+  float* part = dq_part + (bh * slabs.per_head() + slabs.before(jt) - slabs.first(jt)) * kD;
 
-  load_tile(sK, k + bh * g.Tk * kD, j0, g.Tk);
-  load_tile(sV, v + bh * g.Tk * kD, j0, g.Tk);
+  load_tile(sK, k + bh * g.Tk * kD, j0, g.Tk, ld);
+  load_tile(sV, v + bh * g.Tk * kD, j0, g.Tk, ld);
 
-  FragC dKf[4], dVf[4];
+  typename M::FragC dKf[4], dVf[4];
 #pragma unroll
   for (int n = 0; n < 4; ++n) {
     wmma::fill_fragment(dKf[n], 0.f);
     wmma::fill_fragment(dVf[n], 0.f);
   }
 
+  const int r0 = warp * 16;  // this warp's query rows within a query tile, and key rows within K_j
   // Causal: query tiles wholly before key tile j see none of its keys.
-  const int64_t i_first = g.causal ? j0 : 0;
-  for (int64_t i0 = i_first; i0 < g.Tq; i0 += kTile) {
-    __syncthreads();  // the previous tile's readers are done with sQ, sdO, sPd, sdS
-    load_tile(sQ, qh, i0, g.Tq);
-    load_tile(sdO, dOh, i0, g.Tq);
+  for (int64_t i0 = g.causal ? j0 : 0; i0 < g.Tq; i0 += kTile) {
+    __syncthreads();  // the previous tile's readers are done with sQ, sdO, sS, sdP, sPd, sdS
+    load_tile(sQ, qh, i0, g.Tq, ld);
+    load_tile(sdO, dOh, i0, g.Tq, ld);
     for (int r = threadIdx.x; r < kTile; r += kThreads) {
       sL[r] = i0 + r < g.Tq ? lh[i0 + r] : 0.f;
       sDi[r] = i0 + r < g.Tq ? dih[i0 + r] : 0.f;
     }
     __syncthreads();
 
-    const int r0 = warp * 16;  // this warp's query rows within the tile
-    FragC acc[4];
-    // S = Q_i K_jᵀ: Kᵀ read column-major from K's rows.
-    row_times<FragA, FragBT>(acc, sQ + r0 * kLdH, kLdH, false, sK, kLdH, true);
-    store_strip(sS, r0, acc);
-    // dP = dO_i V_jᵀ.
-    row_times<FragA, FragBT>(acc, sdO + r0 * kLdH, kLdH, false, sV, kLdH, true);
-    store_strip(sdP, r0, acc);
+    typename M::FragC acc[4];
+    strip_product<M, false, true>(acc, sQ + r0 * ld, sK);  // S = Q_i K_jᵀ: Kᵀ read column-major
+    store_strip(sS + r0 * kLdF, kLdF, acc);
+    strip_product<M, false, true>(acc, sdO + r0 * ld, sV);  // dP = dO_i V_jᵀ
+    store_strip(sdP + r0 * kLdF, kLdF, acc);
     __syncwarp();
 
-    // The warp's 16 rows x 64 keys: P, Pd and dS, elementwise (each lane every 32nd entry).
+    // The warp's 16 rows x 64 keys, element by element (each lane every 32nd entry).
     for (int e = lane; e < 16 * kTile; e += 32) {
       const int r = r0 + e / kTile, c = e % kTile;
       const int64_t i = i0 + r, j = j0 + c;
       const bool seen = i < g.Tq && j < g.Tk && (!g.causal || j <= i);
-      float p = 0.f, pd = 0.f, ds = 0.f;
+      float pd = 0.f, ds = 0.f;
       if (seen) {
-        p = expf(g.scale * sS[r * kLdF + c] - sL[r]);
+        const float p = expf(g.scale * sS[r * kLdF + c] - sL[r]);
         pd = g.dropout ? p * attention_keep_factor(g.key, g.threshold, g.keep, bh, g.Tq, g.Tk, i, j) : p;
         ds = g.scale * (pd * sdP[r * kLdF + c] - p * sDi[r]);
       }
-      sPd[r * kLdH + c] = __float2bfloat16_rn(pd);
-      sdS[r * kLdH + c] = __float2bfloat16_rn(ds);
+      sPd[r * ld + c] = cuda::narrow<E>(pd);
+      sdS[r * ld + c] = cuda::narrow<E>(ds);
     }
     __syncwarp();
 
-    // dQ_i (the warp's rows) += dS K_j: K read row-major (keys x d).
-    row_times<FragA, FragB>(acc, sdS + r0 * kLdH, kLdH, false, sK, kLdH, false);
-    store_strip(sdP, r0, acc);
-    __syncwarp();
-    for (int e = lane; e < 16 * kD; e += 32) {
-      const int r = r0 + e / kD, c = e % kD;
-      if (i0 + r < g.Tq) atomicAdd(dqh + (i0 + r) * kD + c, sdP[r * kLdF + c]);
-    }
+    // Key tile j's share of dQ_i's rows: dS K_j, K read row-major (keys x d). The slab
+    // has whole query tiles (rows rounded up), so the padding rows land in it too.
+    strip_product<M, false, false>(acc, sdS + r0 * ld, sK);
+    store_strip(part + (i0 + r0) * kD, kD, acc);
     __syncthreads();  // every warp's Pd and dS rows are in place
 
     // dV_j (the warp's key rows) += Pdᵀ dO_i and dK_j += dSᵀ Q_i: Pdᵀ and dSᵀ read
     // column-major from their [query][key] tiles, starting at key column 16w.
-    const int k0 = warp * 16;
-    row_times_acc<FragAT, FragB>(dVf, sPd + k0, kLdH, true, sdO, kLdH, false);
-    row_times_acc<FragAT, FragB>(dKf, sdS + k0, kLdH, true, sQ, kLdH, false);
+    strip_acc<M, true, false>(dVf, sPd + r0, sdO);
+    strip_acc<M, true, false>(dKf, sdS + r0, sQ);
   }
 
-  // dK_j, dV_j: through shared memory (sS, sdP are free now) into bfloat16 rows.
+  // dK_j, dV_j: through shared memory (sS, sdP are free now) to their rows.
   __syncthreads();
-  const int k0 = warp * 16;
-  store_strip(sS, k0, dKf);
-  store_strip(sdP, k0, dVf);
+  store_strip(sS + r0 * kLdF, kLdF, dKf);
+  store_strip(sdP + r0 * kLdF, kLdF, dVf);
   __syncwarp();
-  bf16* dkh = dk + bh * g.Tk * kD;
-  bf16* dvh = dv + bh * g.Tk * kD;
+  T* dkh = dk + bh * g.Tk * kD;
+  T* dvh = dv + bh * g.Tk * kD;
   for (int e = lane; e < 16 * kD; e += 32) {
-    const int r = k0 + e / kD, c = e % kD;
+    const int r = r0 + e / kD, c = e % kD;
     if (j0 + r < g.Tk) {
-      dkh[(j0 + r) * kD + c] = __float2bfloat16_rn(sS[r * kLdF + c]);
-      dvh[(j0 + r) * kD + c] = __float2bfloat16_rn(sdP[r * kLdF + c]);
+      dkh[(j0 + r) * kD + c] = cuda::narrow<T>(sS[r * kLdF + c]);
+      dvh[(j0 + r) * kD + c] = cuda::narrow<T>(sdP[r * kLdF + c]);
     }
   }
+}
+
+template <class T>
+void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& grad_out,
+                    const Tensor& lse, const Tensor& dq, const Tensor& dk, const Tensor& dv, const DqSlabs& slabs,
+                    const kernels::AttentionParams& params) {
+  const int64_t BH = q.size(0) * q.size(1), rows = BH * slabs.Tq;
+  const int dev = q.device().index;
+  cudaStream_t stream = cuda::stream(dev);
+  cuda::Workspace ws(size_t(rows) * sizeof(float), dev);  // Di
+  cuda::Workspace part(size_t(BH) * size_t(slabs.per_head()) * kD * sizeof(float), dev);
+  attention_row_terms_kernel<T, float, float><<<cuda::grid_for(rows, 8), 256, 0, stream>>>(
+      static_cast<const T*>(grad_out.raw_data()), static_cast<const T*>(out.raw_data()), nullptr, ws.as<float>(),
+      nullptr, rows, int(kD));
+  MU_CUDA_CHECK_LAUNCH("attention_backward (flash: row dots)");
+
+  const Geo g = attention_geo(slabs.Tq, slabs.Tk, params);
+  constexpr size_t smem = smem_bytes<MathOf<T>>();
+  MU_CUDA_CHECK(cudaFuncSetAttribute(flash_backward_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  flash_backward_kernel<T><<<unsigned(BH * slabs.tiles()), kThreads, smem, stream>>>(
+      static_cast<const T*>(q.raw_data()), static_cast<const T*>(k.raw_data()), static_cast<const T*>(v.raw_data()),
+      static_cast<const T*>(grad_out.raw_data()), static_cast<const float*>(lse.raw_data()), ws.as<float>(),
+      part.as<float>(), static_cast<T*>(dk.raw_data()), static_cast<T*>(dv.raw_data()), slabs, BH, g);
+  MU_CUDA_CHECK_LAUNCH("attention_backward (flash)");
+  // dS carries the scale already: the shares add up to dQ, rounded once to T.
+  const int64_t n = rows * kD;
+  dq_sum_kernel<T, float><<<cuda::grid_for(n, 256), 256, 0, stream>>>(part.as<float>(), static_cast<T*>(dq.raw_data()),
+                                                                       slabs, BH, int(kD), 1.f);
+  MU_CUDA_CHECK_LAUNCH("attention_backward (flash: dq sum)");
 }
 
 }  // namespace
@@ -216,38 +325,23 @@ __global__ void __launch_bounds__(kThreads)
 bool attention_backward_flash(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
                               const Tensor& grad_out, const Tensor& dq, const Tensor& dk, const Tensor& dv,
                               const kernels::AttentionParams& params) {
-  if (q.dtype() != DType::BFloat16 || lse.dtype() != DType::Float32 || q.size(3) != kD) return false;
+  const bool bf16_call = q.dtype() == DType::BFloat16, f32_call = q.dtype() == DType::Float32;
+  if ((!bf16_call && !f32_call) || lse.dtype() != DType::Float32 || q.size(3) != kD) return false;
   const int64_t BH = q.size(0) * q.size(1), Tq = q.size(2), Tk = k.size(2);
-  if (BH == 0 || Tq == 0 || Tk == 0 || BH > 65535) return false;  // grid.y holds the heads
-  if (!attention_aligned16({&q, &k, &v, &out, &grad_out, &dk, &dv})) return false;  // rows move as 16-byte vectors
+  if (BH == 0 || Tq == 0 || Tk == 0) return false;  // the tiled path's empty cases
+  if (!attention_aligned16({&q, &k, &v, &grad_out})) return false;  // rows move as 16-byte vectors
   // MUMOE_ATTENTION=tiled or =gemm sends every call to that path (benchmarks, tests of each).
   if (attention_path_forced("tiled") || attention_path_forced("gemm")) return false;
-
-  const int dev = q.device().index;
-  cudaStream_t stream = cuda::stream(dev);
-  // Di (float32) and dQ's float32 accumulator.
-  cuda::Workspace ws(size_t(BH * Tq) * sizeof(float), dev);
-  Tensor dq_acc = zeros(q.shape(), TensorOptions(kFloat32).device(q.device()));
-  const int64_t rows = BH * Tq;
-  attention_row_terms_kernel<bf16, float, float><<<cuda::grid_for(rows, 8), 256, 0, stream>>>(
-      static_cast<const bf16*>(grad_out.raw_data()), static_cast<const bf16*>(out.raw_data()), nullptr,
-      ws.as<float>(), nullptr, rows, int(kD));
-  MU_CUDA_CHECK_LAUNCH("attention_backward (flash: row dots)");
-
-  const Geo g = attention_geo(Tq, Tk, params);
-
+  // dQ's scratch: whole query tiles per slab (the fragments are stored whole).
+  const DqSlabs slabs{Tq, Tk, kTile, kTile, params.causal, (Tq + kTile - 1) / kTile * kTile};
+  if (BH * slabs.tiles() > int64_t(INT32_MAX)) return false;
+  if (size_t(BH) * size_t(slabs.per_head()) * kD * sizeof(float) > kDqSlabsCap) return false;
   int limit = 0;
-  MU_CUDA_CHECK(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-  if (kSmem > size_t(limit)) return false;
-  MU_CUDA_CHECK(cudaFuncSetAttribute(flash_backward_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem)));
-  const dim3 grid(unsigned((Tk + kTile - 1) / kTile), unsigned(BH));
-  flash_backward_kernel<<<grid, kThreads, kSmem, stream>>>(
-      static_cast<const bf16*>(q.raw_data()), static_cast<const bf16*>(k.raw_data()),
-      static_cast<const bf16*>(v.raw_data()), static_cast<const bf16*>(grad_out.raw_data()),
-      static_cast<const float*>(lse.raw_data()), ws.as<float>(), static_cast<float*>(dq_acc.raw_data()),
-      static_cast<bf16*>(dk.raw_data()), static_cast<bf16*>(dv.raw_data()), g);
-  MU_CUDA_CHECK_LAUNCH("attention_backward (flash)");
-  kernels::copy(q.device(), dq, dq_acc);  // dQ rounded once to bfloat16
+  MU_CUDA_CHECK(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, q.device().index));
+  const size_t smem = bf16_call ? smem_bytes<Bf16Math>() : smem_bytes<Tf32x3Math>();
+  if (smem > size_t(limit)) return false;
+  if (bf16_call) backward_typed<bf16>(q, k, v, out, grad_out, lse, dq, dk, dv, slabs, params);
+  else backward_typed<float>(q, k, v, out, grad_out, lse, dq, dk, dv, slabs, params);
   return true;
 }
 

@@ -1,6 +1,6 @@
-// The tensor-core attention backwards, for bfloat16 (ops/cuda/attention_flash.cu) and for
-// float32 at float32 accuracy (ops/cuda/attention_flash_f32.cu), which
-// ops/cuda/attention.cu tries before the cuBLAS path and its tiled kernels. nvcc only.
+// The tensor-core attention backward for bfloat16 and float32 at head dim 64
+// (ops/cuda/attention_flash.cu), which ops/cuda/attention.cu tries after cuDNN, before
+// the cuBLAS path and its tiled kernels. nvcc only.
 #pragma once
 #include "ops/kernels/attention.h"
 #include "tensor/tensor.h"
@@ -8,18 +8,12 @@
 namespace mu::cuda_kernels {
 
 // Runs the backward (kernels::attention_backward's contract) and returns true when it
-// takes the call: bfloat16 q, k, v with D = 64, float32 lse, every operand 16-byte
-// aligned, MUMOE_ATTENTION not naming another path; false, having done nothing,
+// takes the call: bfloat16 or float32 q, k, v with D = 64, float32 lse, q, k, v and dO
+// 16-byte aligned, dQ's scratch within kDqSlabsCap (attention_common.cuh),
+// MUMOE_ATTENTION not naming the tiled or cuBLAS path; false, having done nothing,
 // otherwise.
 bool attention_backward_flash(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
                               const Tensor& grad_out, const Tensor& dq, const Tensor& dk, const Tensor& dv,
                               const kernels::AttentionParams& params);
-
-// The same for float32 q, k, v with D = 64 (float32 lse), every operand but dq 16-byte
-// aligned, dQ's scratch within kDqSlabsCap, MUMOE_ATTENTION not naming the tiled or cuBLAS
-// path; false, having done nothing, otherwise.
-bool attention_backward_flash_f32(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                                  const Tensor& lse, const Tensor& grad_out, const Tensor& dq, const Tensor& dk,
-                                  const Tensor& dv, const kernels::AttentionParams& params);
 
 }  // namespace mu::cuda_kernels
