@@ -124,7 +124,7 @@ if [[ $what == bench || $what == all ]]; then
   timeout 90 python3 experiments/bench/torch_generate.py --model 124m --device cuda --prompt 128 --new 128 \
     --dtype bf16 --reps 3 --warmup 1 2>&1 | sed "s/^/generate: /" >>"$out/bench.txt"
   # Attention through each of the framework's own paths, beside the default choice above
-  # (float32: the tiled forward, the tensor-core backward; bfloat16: cuDNN).
+  # (float32: the tensor-core kernels; bfloat16: cuDNN).
   for path in tiled gemm flash; do
     MUMOE_ATTENTION=$path timeout 60 "$bin/experiments/bench_gpu_layers" --reps 20 --dtype fp32,bf16 \
       --workload attention-b8-h12-t1024-fwd,attention-b8-h12-t1024-fwd-bwd 2>&1 |
@@ -167,10 +167,10 @@ if [[ $what == attention ]]; then
   : >"$out/attention.txt"
   timeout 60 python3 experiments/bench/torch_gpu.py layers --workload $att --dtype fp32,bf16 --reps 20 |
     sed 's/^/torch: /' >>"$out/attention.txt"
-  # default: float32's backward on the tensor cores (attention_flash_f32.cu), bfloat16
-  # through cuDNN; tiled: the tiled kernels, dQ from the dK/dV blocks; separate: the tiled
-  # backward with its own dQ blocks (MUMOE_ATTENTION_DQ); flash: bfloat16's own
-  # tensor-core backward instead of cuDNN's.
+  # default: float32 on the tensor cores (attention_flash.cu), bfloat16 through cuDNN;
+  # tiled: the tiled kernels, dQ from the dK/dV blocks; separate: the tiled backward with
+  # its own dQ blocks (MUMOE_ATTENTION_DQ); flash: bfloat16 on the framework's tensor-core
+  # kernels instead of cuDNN's.
   for path in default tiled gemm separate flash; do
     case $path in
       default) env= ;;
@@ -285,7 +285,7 @@ if [[ $what == profile ]]; then
   elif [[ -n $ncu ]]; then
     sections=(--section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats
               --section SchedulerStats --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis)
-    timeout 90 "$ncu" --kernel-name regex:flash_backward_f32 --launch-count 1 "${sections[@]}" \
+    timeout 90 "$ncu" --kernel-name regex:flash_backward_kernel --launch-count 1 "${sections[@]}" \
       "$bin/experiments/bench_gpu_layers" --workload attention-b8-h12-t1024-fwd-bwd --dtype fp32 --reps 1 --warmup 0 \
       >"$out/ncu.txt" 2>&1
     timeout 90 "$ncu" --kernel-name regex:fmha --launch-skip 1 --launch-count 1 "${sections[@]}" \

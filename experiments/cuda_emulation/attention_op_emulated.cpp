@@ -1,13 +1,14 @@
 // The CUDA attention op whole: ops/cuda/attention.cu's entry points (its host side: tile
 // sizes, shared memory and the opt-in past 48 KB, the vector variant's choice, empty
 // calls, the head-dim limit, and the order in which it offers a call to cuDNN, the flash
-// backward, the cuBLAS path and its tiled kernels), with each of those paths emulated in
+// kernels, the cuBLAS path and its tiled kernels), with each of those paths emulated in
 // its own translation unit (run.sh), against the float64 reference of
 // attention_reference.h. Each call's outputs start as NaN. Which path ran is read from the
 // stand-ins (cuDNN executions, cuBLAS GEMMs) and the flash path's launch names, and checked
 // against the rules the code documents: bfloat16 without dropout goes to cuDNN; the
-// bfloat16 and float32 backwards at D = 64 (16-byte aligned) to the flash kernels; the
-// cuBLAS path from 128 x 128 scores on, except the float32 forward; MUMOE_ATTENTION=
+// other bfloat16 calls and the float32 ones at D = 64 (16-byte aligned; the forward from
+// 64 queries on) to the flash kernels; the cuBLAS path from 128 x 128 scores on, except
+// the float32 forward; MUMOE_ATTENTION=
 // tiled|gemm|flash forces its path where it applies; everything else runs the tiled kernels,
 // which also run forced over more shapes (head dims 1 to 128, Tq != Tk, dropout), their
 // backward twice: dQ fused into the dK/dV blocks, and MUMOE_ATTENTION_DQ=separate.
@@ -112,16 +113,19 @@ static void run(int64_t B, int64_t H, int64_t Tq, int64_t Tk, int D, bool causal
 int main() {
   // bfloat16
   run<bf16>(1, 2, 70, 70, 64, true, 0, nullptr, "cudnn", "cudnn");
-  run<bf16>(1, 2, 70, 70, 64, true, 0.2, nullptr, "tiled", "flash");
+  run<bf16>(1, 2, 70, 70, 64, true, 0.2, nullptr, "flash", "flash");
   run<bf16>(1, 1, 130, 130, 32, true, 0.1, nullptr, "gemm", "gemm");
   run<bf16>(1, 1, 40, 40, 64, false, 0, "tiled", "tiled", "tiled");
   run<bf16>(1, 1, 40, 50, 48, false, 0.1, "gemm", "gemm", "gemm");
-  run<bf16>(1, 1, 70, 70, 64, true, 0, "flash", "tiled", "flash");
-  // float32: the tensor-core backward (D = 64, aligned) beside the tiled forward's vector
-  // variant, and forced back to the tiled kernels; the scalar variant, the cuBLAS backward
-  run<float>(1, 1, 130, 130, 64, true, 0.1, nullptr, "tiled", "flash");
+  run<bf16>(1, 1, 70, 70, 64, true, 0, "flash", "flash", "flash");
+  run<bf16>(1, 1, 40, 70, 64, false, 0.1, nullptr, "tiled", "flash");  // under 64 queries: the tiled forward
+  // float32: the tensor-core kernels (D = 64, aligned; the forward from 64 queries on,
+  // below that the tiled kernels' vector variant), forced back to the tiled kernels; the
+  // scalar variant, the cuBLAS backward
+  run<float>(1, 1, 130, 130, 64, true, 0.1, nullptr, "flash", "flash");
+  run<float>(1, 1, 40, 40, 64, true, 0, nullptr, "tiled", "flash");
   run<float>(1, 1, 130, 130, 64, true, 0.1, "tiled", "tiled", "tiled");
-  run<float>(1, 2, 70, 70, 64, false, 0, "flash", "tiled", "flash");
+  run<float>(1, 2, 70, 70, 64, false, 0, "flash", "flash", "flash");
   run<float>(1, 1, 130, 130, 32, false, 0, nullptr, "tiled", "gemm");
   run<float>(1, 1, 50, 50, 40, true, 0, nullptr, "tiled", "tiled");
   run<float>(1, 1, 50, 50, 64, true, 0.2, nullptr, "tiled", "tiled", 1);  // off 16 bytes: the scalar variant

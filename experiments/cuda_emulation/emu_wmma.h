@@ -81,6 +81,15 @@ void load_matrix_sync(fragment<Use, 16, 16, K, T, L>& f, const P* p, unsigned ld
     for (int c = 0; c < F::cols; ++c) f.x[r * F::cols + c] = col ? p[size_t(c) * ld + r] : p[size_t(r) * ld + c];
 }
 
+// An accumulator from p, laid out as `layout` says.
+template <int K, class T>
+void load_matrix_sync(fragment<accumulator, 16, 16, K, T>& f, const T* p, unsigned ld, layout_t layout) {
+  emu_warp_sync();
+  emu_check_operand("load_matrix_sync", p, ld);
+  for (int r = 0; r < 16; ++r)
+    for (int c = 0; c < 16; ++c) f.x[r * 16 + c] = layout == mem_row_major ? p[size_t(r) * ld + c] : p[size_t(c) * ld + r];
+}
+
 template <int K, class T>
 void store_matrix_sync(T* p, const fragment<accumulator, 16, 16, K, T>& f, unsigned ld, layout_t layout) {
   emu_warp_sync();

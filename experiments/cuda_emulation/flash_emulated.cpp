@@ -1,17 +1,17 @@
-// The tensor-core attention backward of ops/cuda/attention_flash.cu (its kernel for
-// bfloat16 and for float32, the dQ sum of attention_common.cuh and its host side, as
-// written) under the host emulation, the WMMA fragments stood in for by emu_wmma.h (which
+// The tensor-core attention of ops/cuda/attention_flash.cu (its forward and backward
+// kernels for bfloat16 and for float32, the dQ sum of attention_common.cuh and the host
+// sides, as written) under the host emulation, the WMMA fragments stood in for by emu_wmma.h (which
 // checks every fragment pointer's alignment and pitch, and whose mma_sync reads a tf32
 // operand's top 19 bits, as the tensor cores do: a float32 product that skipped its split
 // into two tf32 halves shows as an error of ~1e-3), against the float64 reference of
-// attention_reference.h: dq, dk and dv for partial 64-row tiles (dQ's scratch rows
-// rounded up), several key tiles per query tile and the reverse, causal masks with Tq =
-// Tk, Tq > Tk and Tq < Tk, dropout, one query and one key, heads from two batch entries.
-// The forward's out (the tensors' type) and lse (float32, scaled-score units) are the
-// reference's, rounded. The gradients start as NaN, so an entry never written shows.
-// Then the calls the path must decline, leaving every output untouched: float64, D != 64,
-// an input off 16-byte alignment, MUMOE_ATTENTION naming the tiled or cuBLAS path, no
-// heads, no keys.
+// attention_reference.h: out and lse, and dq, dk and dv, for partial 64-row tiles (dQ's
+// scratch rows rounded up), several key tiles per query tile and the reverse, causal masks
+// with Tq = Tk, Tq > Tk and Tq < Tk, dropout, one query and one key (backward), heads from
+// two batch entries. The backward reads the reference's out (the tensors' type) and lse
+// (float32, scaled-score units), rounded. Every output starts as NaN, so an entry never
+// written shows. Then the calls each direction must decline, leaving every output
+// untouched: float64, D != 64, an input off 16-byte alignment, MUMOE_ATTENTION naming the
+// tiled or cuBLAS path, no heads, no keys, and for the forward fewer than 64 queries.
 #include "flash_cuda.h"
 #include <cstdio>
 #include "attention_reference.h"
@@ -58,6 +58,50 @@ static double run(int64_t B, int64_t H, int64_t Tq, int64_t Tk, bool causal, dou
   return worst;
 }
 
+// One forward through the flash path against the reference; returns the worst relative
+// error of out and lse, or INFINITY when the path declined the call.
+template <class T>
+static double run_forward(int64_t B, int64_t H, int64_t Tq, int64_t Tk, bool causal, double p, uint64_t seed) {
+  constexpr int D = 64;
+  const int64_t BH = B * H;
+  const double scale = 1 / std::sqrt(double(D));
+  AttentionCase<T> c = attention_case<T>(BH, Tq, Tk, D, causal, p, scale, seed);
+  std::vector<T> out(c.out.size(), from_d<T>(NAN));
+  std::vector<float> lse(c.lse.size(), NAN);
+  kernels::AttentionParams prm;
+  prm.scale = scale, prm.causal = causal, prm.dropout_p = p, prm.seed = seed;
+  const bool took = ck::attention_forward_flash(emu_view(c.q, {B, H, Tq, D}), emu_view(c.k, {B, H, Tk, D}),
+                                                emu_view(c.v, {B, H, Tk, D}), emu_view(out, {B, H, Tq, D}),
+                                                emu_view(lse, {B, H, Tq}), prm);
+  if (!took) return INFINITY;
+  const double e[2] = {attention_error(out, c.out), attention_error(lse, c.lse)};
+  printf("%s forward B%ld H%ld Tq%ld Tk%ld causal%d p%.2f: out %.2e lse %.2e\n", tname<T>(), B, H, Tq, Tk, causal, p,
+         e[0], e[1]);
+  double worst = 0;
+  for (double x : e) worst = std::isnan(x) ? INFINITY : std::max(worst, x);
+  return worst;
+}
+
+// Whether the forward declines a call and leaves out and lse as they were.
+template <class T>
+static bool forward_declines(int D, int64_t BH, int64_t Tq, int64_t Tk, int64_t misalign) {
+  AttentionCase<T> c = attention_case<T>(std::max<int64_t>(BH, 1), Tq, std::max<int64_t>(Tk, 1), D, false, 0, 0.1, 3);
+  auto moved = [&](std::vector<T> x) {
+    x.insert(x.begin(), size_t(misalign), T{});
+    return x;
+  };
+  std::vector<T> q = moved(c.q), k = moved(c.k), v = moved(c.v), out(c.q.size() + 8, from_d<T>(NAN));
+  std::vector<float> lse(c.lse.size() + 8, NAN);
+  const Shape s{1, BH, Tq, D}, sk{1, BH, Tk, D};
+  const bool took = ck::attention_forward_flash(emu_view(q, s, {}, misalign), emu_view(k, sk, {}, misalign),
+                                                emu_view(v, sk, {}, misalign), emu_view(out, s),
+                                                emu_view(lse, {1, BH, Tq}), kernels::AttentionParams{});
+  bool untouched = true;
+  for (size_t i = 0; i < out.size(); ++i) untouched &= std::isnan(to_d(out[i]));
+  for (float x : lse) untouched &= std::isnan(x);
+  return !took && untouched;
+}
+
 // Whether the path declines a call (returns false) and leaves the gradients as they were;
 // misalign moves the inputs q, k, v and dO that many elements off their 16-byte start.
 template <class T>
@@ -99,13 +143,38 @@ int main() {
   report("bfloat16 dq, dk, dv within 1e-2 of the float64 reference", worst_bf16 <= 1e-2);
   report("float32 dq, dk, dv within 5e-6 of the float64 reference", worst_f32 <= 5e-6);
 
+  // The forward from 64 queries on: out and lse (bfloat16: P rounded for its product).
+  const C fs[] = {{1, 2, 70, 70, true, 0},   {2, 1, 130, 130, true, 0.2}, {1, 1, 64, 150, false, 0.1},
+                  {1, 1, 150, 40, true, 0},  {1, 1, 200, 70, false, 0},   {1, 1, 64, 1, false, 0}};
+  double fwd_bf16 = 0, fwd_f32 = 0;
+  for (const C& c : fs) {
+    fwd_bf16 = std::max(fwd_bf16, run_forward<bf16>(c.B, c.H, c.Tq, c.Tk, c.causal, c.p, 13));
+    fwd_f32 = std::max(fwd_f32, run_forward<float>(c.B, c.H, c.Tq, c.Tk, c.causal, c.p, 13));
+  }
+  report("bfloat16 forward within 1e-2 of the float64 reference", fwd_bf16 <= 1e-2);
+  report("float32 forward within 5e-6 of the float64 reference", fwd_f32 <= 5e-6);
+
   report("float64 declined", declines<double>(64, 2, 8, 0));
+  report("float64 forward declined", forward_declines<double>(64, 2, 70, 70, 0));
   for (int which = 0; which < 2; ++which) {
     const bool b = which == 0;
     const std::string t = b ? "bfloat16 " : "float32 ";
     auto declined = [&](int D, int64_t BH, int64_t Tk, int64_t misalign) {
       return b ? declines<bf16>(D, BH, Tk, misalign) : declines<float>(D, BH, Tk, misalign);
     };
+    auto fwd_declined = [&](int D, int64_t BH, int64_t Tq, int64_t Tk, int64_t misalign) {
+      return b ? forward_declines<bf16>(D, BH, Tq, Tk, misalign) : forward_declines<float>(D, BH, Tq, Tk, misalign);
+    };
+    report(t + "forward: D = 32 declined", fwd_declined(32, 2, 70, 70, 0));
+    report(t + "forward: 63 queries declined", fwd_declined(64, 2, 63, 70, 0));
+    report(t + "forward: inputs off 16-byte alignment declined", fwd_declined(64, 2, 70, 70, 1));
+    report(t + "forward: no heads declined", fwd_declined(64, 0, 70, 70, 0));
+    report(t + "forward: no keys declined", fwd_declined(64, 2, 70, 0, 0));
+    setenv("MUMOE_ATTENTION", "tiled", 1);
+    report(t + "forward: MUMOE_ATTENTION=tiled declined", fwd_declined(64, 2, 70, 70, 0));
+    setenv("MUMOE_ATTENTION", "gemm", 1);
+    report(t + "forward: MUMOE_ATTENTION=gemm declined", fwd_declined(64, 2, 70, 70, 0));
+    unsetenv("MUMOE_ATTENTION");
     report(t + "D = 32 declined", declined(32, 2, 8, 0));
     report(t + "inputs off 16-byte alignment declined", declined(64, 2, 8, 1));
     report(t + "no heads declined", declined(64, 0, 8, 0));
@@ -120,6 +189,7 @@ int main() {
     unsetenv("MUMOE_ATTENTION");
   }
 
-  printf("worst bf16 %.2e, f32 %.2e\n%s\n", worst_bf16, worst_f32, failures ? "FAIL" : "PASS");
+  printf("backward worst bf16 %.2e, f32 %.2e; forward worst bf16 %.2e, f32 %.2e\n%s\n", worst_bf16, worst_f32,
+         fwd_bf16, fwd_f32, failures ? "FAIL" : "PASS");
   return failures ? 1 : 0;
 }

@@ -38,9 +38,9 @@
 // element is summed by one thread in a fixed order: deterministic, no atomics.
 //
 // The entry points offer each call first to cuDNN (attention_cudnn.cu: bfloat16 without
-// dropout), then, backward at D = 64, to the tensor-core kernel (attention_flash.cu,
-// bfloat16 and float32), then to the cuBLAS path (attention_gemm.cu, long sequences), and
-// run the rest here.
+// dropout), then, at D = 64, to the tensor-core kernels (attention_flash.cu, bfloat16 and
+// float32; the forward from 64 queries on), then to the cuBLAS path (attention_gemm.cu,
+// long sequences), and run the rest here.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -790,6 +790,7 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
 #ifdef MUMOE_CUDNN
   if (attention_forward_cudnn(q, k, v, out, lse, p)) return;  // cuDNN took it (bfloat16 without dropout)
 #endif
+  if (attention_forward_flash(q, k, v, out, lse, p)) return;  // bfloat16 and float32, D = 64, 64 queries or more
   if (attention_gemm_wanted(q, k, false)) return attention_forward_gemm(q, k, v, out, lse, p);
   cuda::dispatch_float_bf16(q.dtype(), "attention_forward",
                             [&](auto tag) { forward_typed<decltype(tag)>(q, k, v, out, lse, p); });

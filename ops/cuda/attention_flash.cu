@@ -1,10 +1,23 @@
-// The attention backward on the tensor cores, for bfloat16 and float32 at head dim 64,
-// without the score matrix in memory (ops/cuda/attention.cu asks it after cuDNN, before
-// the cuBLAS path and its tiled kernels). The cuBLAS path (attention_gemm.cu) writes S, P
-// and dP for every head, ~2.8 GB per GPT-2 layer at B 8, H 12, T 1024; this kernel keeps
-// each 64 x 64 tile of them in shared memory.
+// Attention on the tensor cores, forward and backward, for bfloat16 and float32 at head
+// dim 64, without the score matrix in memory (ops/cuda/attention.cu asks it after cuDNN,
+// before the cuBLAS path and its tiled kernels). The cuBLAS path (attention_gemm.cu)
+// writes S, P and dP for every head, ~2.8 GB per GPT-2 layer at B 8, H 12, T 1024; these
+// kernels keep each 64 x 64 tile of them in shared memory.
 //
-// One block per (64-key tile j, head bh), four warps. K_j and V_j stay in shared memory;
+// Forward: one block per (64-query tile i, head bh), four warps, warp w owning query rows
+// 16w..16w+15. The block walks the key tiles j (up to the diagonal when causal):
+//   S = Q_i K_jᵀ                                     (the backward's product, the same
+//                                                     fragments in the same order: the
+//                                                     backward recomputes these bits)
+//   per row: the running max m and sum l of exp(scale S - m) (the old output and sum
+//   rescaled by exp(m_old - m_new) when the max rises), P ∘ M/(1-p) for the output
+//   O_i += P V_j                                     O_i in shared memory, loaded into
+//                                                     fragments and stored back (their
+//                                                     layout is the hardware's: a row's
+//                                                     rescaling is done in memory)
+// and writes O / l and lse = m + log l (scaled-score units, as every path's).
+//
+// Backward: one block per (64-key tile j, head bh), four warps. K_j and V_j stay in shared memory;
 // dK_j and dV_j accumulate in the warps' WMMA fragments (float32) while the block walks
 // the 64-query tiles i that see tile j (from the diagonal on when causal):
 //   S  = Q_i K_jᵀ, dP = dO_i V_jᵀ                   warp w: query rows 16w..16w+15
@@ -19,8 +32,8 @@
 // mask are the other paths', entry for entry (attention_common.cuh).
 //
 // The two types differ in their products only (the Math policies below):
-// - bfloat16: 16 x 16 x 16 bfloat16 products; Pd and dS rounded to bfloat16 for theirs,
-//   in tiles of their own beside the float S and dP.
+// - bfloat16: 16 x 16 x 16 bfloat16 products; P (forward), Pd and dS rounded to bfloat16
+//   for theirs, in tiles of their own beside the float S and dP.
 // - float32: 16 x 16 x 8 tf32 products with each operand split in two: x_hi, x rounded to
 //   tf32 (|x - x_hi| <= 2^-11 |x|), and x_lo = x - x_hi, exact in float32, of which the
 //   tensor cores read the top 11 significant bits (an error <= 2^-21 |x|). Then
@@ -31,7 +44,7 @@
 //   tf32's. Three products still cost less than one on the float32 units (H100: ~495
 //   dense tf32 TFLOP/s against ~67 float32). So this is not the TF32 a user opts into for
 //   matmuls (cuda::set_allow_tf32), and it is tested against float64 at the float32
-//   bounds. Pd and dS stay float32, written over S and dP (two blocks fit an SM).
+//   bounds. P, Pd and dS stay float32, written over S and dP (two blocks fit an SM).
 #include <mma.h>
 
 #include <cstdint>
@@ -66,7 +79,7 @@ struct Bf16Math {
   using Frag = bf16;               // the fragments' element type
   static constexpr int kK = 16;    // a fragment's depth
   static constexpr int kLd = kD + 8;  // operand row pitch (WMMA: a multiple of 8 bfloat16s)
-  static constexpr bool kGradsInPlace = false;  // Pd and dS in bfloat16 tiles of their own
+  static constexpr bool kInPlace = false;  // P, Pd and dS in bfloat16 tiles of their own
   using FragC = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
   template <class F>
   __device__ static const F& operand(const F& f) {
@@ -84,7 +97,7 @@ struct Tf32x3Math {
   using Frag = wmma::precision::tf32;
   static constexpr int kK = 8;
   static constexpr int kLd = kLdF;
-  static constexpr bool kGradsInPlace = true;  // Pd over S, dS over dP
+  static constexpr bool kInPlace = true;  // P and Pd over S, dS over dP
   using FragC = wmma::fragment<wmma::accumulator, 16, 16, 8, float>;
   template <class F>
   struct Split {
@@ -117,15 +130,22 @@ struct Tf32x3Math {
 template <class T>
 using MathOf = std::conditional_t<std::is_same_v<T, float>, Tf32x3Math, Bf16Math>;
 
-// The shared memory of one block, in bytes: Q_i, dO_i, K_j, V_j (operand tiles), S then
-// Pd and dP then dS (float tiles; bfloat16 keeps Pd and dS in two more operand tiles),
-// lse_i and Di (64 floats each). bfloat16 90,624 bytes, float32 104,960: two blocks to
-// an SM either way.
+// The shared memory of a backward block, in bytes: Q_i, dO_i, K_j, V_j (operand tiles),
+// S then Pd and dP then dS (float tiles; bfloat16 keeps Pd and dS in two more operand
+// tiles), lse_i and Di (64 floats each). bfloat16 90,624 bytes, float32 104,960: two
+// blocks to an SM either way.
 template <class M>
-constexpr size_t smem_bytes() {
-  const int e_tiles = M::kGradsInPlace ? 4 : 6;
+constexpr size_t backward_smem() {
+  const int e_tiles = M::kInPlace ? 4 : 6;
   return size_t(e_tiles) * kTile * M::kLd * sizeof(typename M::E) + size_t(2) * kTile * kLdF * sizeof(float) +
          size_t(2) * kTile * sizeof(float);
+}
+// A forward block's: Q_i, K_j, V_j (operand tiles), S then P and O_i (float tiles;
+// bfloat16 keeps P in one more operand tile). bfloat16 62,464 bytes, float32 87,040.
+template <class M>
+constexpr size_t forward_smem() {
+  const int e_tiles = M::kInPlace ? 3 : 4;
+  return size_t(e_tiles) * kTile * M::kLd * sizeof(typename M::E) + size_t(2) * kTile * kLdF * sizeof(float);
 }
 
 // rows [r0, r0 + 64) of a (T x 64) matrix into a shared tile of pitch ld; rows past T are zeros.
@@ -179,6 +199,121 @@ __device__ __forceinline__ void store_strip(float* p, int ld, const FragC (&c)[4
   for (int n = 0; n < 4; ++n) wmma::store_matrix_sync(p + n * 16, c[n], ld, wmma::mem_row_major);
 }
 
+// Block b: head b % BH, query tile nq - 1 - b / BH (every head's last query tile first:
+// under a causal mask those walk the most key tiles, and started first they leave no tail).
+template <class T>
+__global__ void __launch_bounds__(kThreads)
+    flash_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
+                         T* __restrict__ out, float* __restrict__ lse, int64_t BH, Geo g) {
+  using M = MathOf<T>;
+  using E = typename M::E;
+  constexpr int ld = M::kLd;
+  extern __shared__ __align__(128) unsigned char smem[];
+  E* sQ = reinterpret_cast<E*>(smem);
+  E* sK = sQ + kTile * ld;
+  E* sV = sK + kTile * ld;
+  float* sS = reinterpret_cast<float*>(sV + kTile * ld);  // S, [query][key]
+  float* sO = sS + kTile * kLdF;                          // the output's running sums, [query][d]
+  E* sP;  // P ∘ M/(1-p), [query][key]: over S (float32), or in a tile of its own
+  if constexpr (M::kInPlace) sP = sS;
+  else sP = reinterpret_cast<E*>(sO + kTile * kLdF);
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t nq = (g.Tq + kTile - 1) / kTile;
+  const int64_t bh = int64_t(blockIdx.x) % BH, i0 = (nq - 1 - int64_t(blockIdx.x) / BH) * kTile;
+  const int r0 = warp * 16;  // this warp's query rows within the tile
+  load_tile(sQ, q + bh * g.Tq * kD, i0, g.Tq, ld);
+  for (int e = lane; e < 16 * kD; e += 32) sO[(r0 + e / kD) * kLdF + e % kD] = 0.f;
+
+  // Each row's running max and sum, the same in every lane of the warp (after the
+  // warp-wide reductions); m = -inf until the row has seen a key.
+  const float inf = INFINITY;
+  float m[16], l[16];
+#pragma unroll
+  for (int rr = 0; rr < 16; ++rr) m[rr] = -inf, l[rr] = 0.f;
+
+  // Causal: keys past the tile's last query are masked for every query in it.
+  const int64_t last = i0 + kTile < g.Tq ? i0 + kTile : g.Tq;
+  const int64_t kend = g.causal ? (last < g.Tk ? last : g.Tk) : g.Tk;
+  for (int64_t j0 = 0; j0 < kend; j0 += kTile) {
+    __syncthreads();  // the previous tile's K and V are no longer read
+    load_tile(sK, k + bh * g.Tk * kD, j0, g.Tk, ld);
+    load_tile(sV, v + bh * g.Tk * kD, j0, g.Tk, ld);
+    __syncthreads();
+
+    typename M::FragC acc[4];
+    strip_product<M, false, true>(acc, sQ + r0 * ld, sK);  // S = Q_i K_jᵀ
+    store_strip(sS + r0 * kLdF, kLdF, acc);
+    __syncwarp();
+
+    // Row by row, the whole warp on each (lane c and c + 32 of 64 keys).
+#pragma unroll
+    for (int rr = 0; rr < 16; ++rr) {
+      const int r = r0 + rr;
+      const int64_t i = i0 + r;
+      float sc[2];
+      bool seen[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int64_t j = j0 + lane + 32 * h;
+        seen[h] = i < g.Tq && j < g.Tk && (!g.causal || j <= i);
+        sc[h] = seen[h] ? g.scale * sS[r * kLdF + lane + 32 * h] : -inf;  // masked: exp(-inf) = 0
+      }
+      // The row's new max (a NaN score is never taken as the max, as on the CPU).
+      float mx = m[rr];
+      mx = sc[0] > mx ? sc[0] : mx;
+      mx = sc[1] > mx ? sc[1] : mx;
+#pragma unroll
+      for (int w = 16; w > 0; w /= 2) {
+        const float other = __shfl_xor_sync(0xffffffffu, mx, w);
+        mx = other > mx ? other : mx;
+      }
+      // A row that has seen only masked keys keeps m = -inf; its exps are taken against 0
+      // so that no -inf - -inf appears. The old sums are worth exp(m_old - m_new) now.
+      const float shift = mx == -inf ? 0.f : mx;
+      const float alpha = expf(m[rr] - shift);
+      m[rr] = mx;
+      float p[2];
+      p[0] = expf(sc[0] - shift);
+      p[1] = expf(sc[1] - shift);
+      float sum = p[0] + p[1];
+#pragma unroll
+      for (int w = 16; w > 0; w /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, w);
+      l[rr] = l[rr] * alpha + sum;
+      // The denominator counts every key; the output only the kept ones.
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int c = lane + 32 * h;
+        float pd = p[h];
+        if (g.dropout && seen[h]) pd *= attention_keep_factor(g.key, g.threshold, g.keep, bh, g.Tq, g.Tk, i, j0 + c);
+        sP[r * ld + c] = cuda::narrow<E>(pd);
+        sO[r * kLdF + c] *= alpha;
+      }
+    }
+    __syncwarp();
+
+    // O_i's rows += P V_j: the rescaled sums into fragments, the product added, back.
+#pragma unroll
+    for (int n = 0; n < 4; ++n) wmma::load_matrix_sync(acc[n], sO + r0 * kLdF + n * 16, kLdF, wmma::mem_row_major);
+    strip_acc<M, false, false>(acc, sP + r0 * ld, sV);
+    store_strip(sO + r0 * kLdF, kLdF, acc);
+    __syncwarp();
+  }
+
+  T* oh = out + bh * g.Tq * kD;
+#pragma unroll
+  for (int rr = 0; rr < 16; ++rr) {
+    const int r = r0 + rr;
+    const int64_t i = i0 + r;
+    if (i >= g.Tq) continue;
+    // l == 0 only for a row that saw no key (none here: query i sees key 0).
+    const float inv = l[rr] > 0 ? 1.f / l[rr] : 0.f;
+    oh[i * kD + lane] = cuda::narrow<T>(sO[r * kLdF + lane] * inv);
+    oh[i * kD + lane + 32] = cuda::narrow<T>(sO[r * kLdF + lane + 32] * inv);
+    if (lane == 0) lse[bh * g.Tq + i] = l[rr] > 0 ? m[rr] + logf(l[rr]) : -inf;
+  }
+}
+
 // Block b: head b % BH, key tile b / BH (every head's first key tile first: under a
 // causal mask those walk the most query tiles, and started first they leave no tail).
 template <class T>
@@ -201,7 +336,7 @@ __global__ void __launch_bounds__(kThreads)
   float* sDi = sL + kTile;
   E* sPd;  // Pd and dS, [query][key]: over S and dP (float32), or in tiles of their own
   E* sdS;
-  if constexpr (M::kGradsInPlace) {
+  if constexpr (M::kInPlace) {
     sPd = sS;
     sdS = sdP;
   } else {
@@ -306,7 +441,7 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
   MU_CUDA_CHECK_LAUNCH("attention_backward (flash: row dots)");
 
   const Geo g = attention_geo(slabs.Tq, slabs.Tk, params);
-  constexpr size_t smem = smem_bytes<MathOf<T>>();
+  constexpr size_t smem = backward_smem<MathOf<T>>();
   MU_CUDA_CHECK(cudaFuncSetAttribute(flash_backward_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   flash_backward_kernel<T><<<unsigned(BH * slabs.tiles()), kThreads, smem, stream>>>(
       static_cast<const T*>(q.raw_data()), static_cast<const T*>(k.raw_data()), static_cast<const T*>(v.raw_data()),
@@ -321,6 +456,38 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
 }
 
 }  // namespace
+
+bool attention_forward_flash(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+                             const kernels::AttentionParams& params) {
+  const bool bf16_call = q.dtype() == DType::BFloat16, f32_call = q.dtype() == DType::Float32;
+  if ((!bf16_call && !f32_call) || lse.dtype() != DType::Float32 || q.size(3) != kD) return false;
+  const int64_t BH = q.size(0) * q.size(1), Tq = q.size(2), Tk = k.size(2);
+  // Fewer than a tile of queries (decoding steps) would leave most of each block's
+  // products to padding rows: the tiled kernels take them.
+  if (BH == 0 || Tq < kTile || Tk == 0) return false;
+  if (!attention_aligned16({&q, &k, &v})) return false;  // rows move as 16-byte vectors
+  if (attention_path_forced("tiled") || attention_path_forced("gemm")) return false;
+  const int64_t blocks = BH * ((Tq + kTile - 1) / kTile);
+  if (blocks > int64_t(INT32_MAX)) return false;
+  const int dev = q.device().index;
+  int limit = 0;
+  MU_CUDA_CHECK(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  const size_t smem = bf16_call ? forward_smem<Bf16Math>() : forward_smem<Tf32x3Math>();
+  if (smem > size_t(limit)) return false;
+  cudaStream_t stream = cuda::stream(dev);
+  const Geo g = attention_geo(Tq, Tk, params);
+  auto go = [&](auto tag) {
+    using T = decltype(tag);
+    MU_CUDA_CHECK(cudaFuncSetAttribute(flash_forward_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    flash_forward_kernel<T><<<unsigned(blocks), kThreads, smem, stream>>>(
+        static_cast<const T*>(q.raw_data()), static_cast<const T*>(k.raw_data()), static_cast<const T*>(v.raw_data()),
+        static_cast<T*>(out.raw_data()), static_cast<float*>(lse.raw_data()), BH, g);
+    MU_CUDA_CHECK_LAUNCH("attention_forward (flash)");
+  };
+  if (bf16_call) go(bf16{});
+  else go(float{});
+  return true;
+}
 
 bool attention_backward_flash(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
                               const Tensor& grad_out, const Tensor& dq, const Tensor& dk, const Tensor& dv,
@@ -338,7 +505,7 @@ bool attention_backward_flash(const Tensor& q, const Tensor& k, const Tensor& v,
   if (size_t(BH) * size_t(slabs.per_head()) * kD * sizeof(float) > kDqSlabsCap) return false;
   int limit = 0;
   MU_CUDA_CHECK(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, q.device().index));
-  const size_t smem = bf16_call ? smem_bytes<Bf16Math>() : smem_bytes<Tf32x3Math>();
+  const size_t smem = bf16_call ? backward_smem<Bf16Math>() : backward_smem<Tf32x3Math>();
   if (smem > size_t(limit)) return false;
   if (bf16_call) backward_typed<bf16>(q, k, v, out, grad_out, lse, dq, dk, dv, slabs, params);
   else backward_typed<float>(q, k, v, out, grad_out, lse, dq, dk, dv, slabs, params);
