@@ -141,7 +141,7 @@ constexpr size_t backward_smem() {
          size_t(2) * kTile * sizeof(float);
 }
 // A forward block's: Q_i, K_j, V_j (operand tiles), S then P and O_i (float tiles;
-// bfloat16 keeps P in one more operand tile). bfloat16 62,464 bytes, float32 87,040.
+// bfloat16 keeps P in one more operand tile). bfloat16 71,680 bytes, float32 87,040.
 template <class M>
 constexpr size_t forward_smem() {
   const int e_tiles = M::kInPlace ? 3 : 4;
