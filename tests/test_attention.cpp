@@ -165,12 +165,11 @@ TEST_CASE("attention at a 1024-token context matches the composed version (float
 
 // CUDA has three paths for float32 and float64 (ops/cuda/attention.cu's tiled kernels,
 // cuBLAS products with row kernels between them for long sequences, and for float32 at
-// D = 64 the tensor-core backward of attention_flash_f32.cu); MUMOE_ATTENTION forces
-// each, so each is checked on every shape, short and long, with and without dropout
-// (flash where it applies, the default choice elsewhere). The tiled backward runs twice:
-// dQ from the dK/dV blocks (the default), and from its own blocks
-// (MUMOE_ATTENTION_DQ=separate).
-TEST_CASE("attention on CUDA: the tiled kernels, the cuBLAS path and the flash backward each match the composed version") {
+// D = 64 the tensor-core kernels of attention_flash.cu); MUMOE_ATTENTION forces each, so
+// each is checked on every shape, short and long, with and without dropout (flash where
+// it applies, the default choice elsewhere). The tiled backward runs twice: dQ from the
+// dK/dV blocks (the default), and from its own blocks (MUMOE_ATTENTION_DQ=separate).
+TEST_CASE("attention on CUDA: the tiled kernels, the cuBLAS path and the flash kernels each match the composed version") {
   const std::vector<Device>& devs = test_devices();
   if (std::none_of(devs.begin(), devs.end(), [](Device d) { return d.is_cuda(); })) return;
   const Device dev = Device::cuda();
@@ -377,9 +376,9 @@ TEST_CASE("attention head dims past 128: computed on the CPU, refused by name on
 
 TEST_CASE("attention in bfloat16: computed in float32 with a float32 lse, close to float64, on every device") {
   // On CUDA every bfloat16 path runs each case: by default cuDNN's fused graphs take the
-  // calls without dropout (ops/cuda/attention_cudnn.cu) and the tensor-core kernel the
-  // backward at D = 64 with dropout (ops/cuda/attention_flash.cu); MUMOE_ATTENTION=flash
-  // skips cuDNN, =tiled and =gemm force the others. Partial tiles, causal and not,
+  // calls without dropout (ops/cuda/attention_cudnn.cu) and the tensor-core kernels those
+  // at D = 64 with dropout (ops/cuda/attention_flash.cu; the forward from 64 queries on);
+  // MUMOE_ATTENTION=flash skips cuDNN, =tiled and =gemm force the others. Partial tiles, causal and not,
   // Tq != Tk, several heads, D of 16, 64 and 128, dropout.
   struct Case {
     int64_t B, H, Tq, Tk, D;

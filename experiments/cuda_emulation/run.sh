@@ -16,12 +16,12 @@
 #                the same with the work deferred (emu_queue.h), and that queue's ordering
 #   hadamard     the fused Hadamard-of-GEMMs kernels (SIMT, and tensor cores through
 #                emu_wmma.h)
-#   flash        the tensor-core attention backward (attention_flash.cu), bfloat16 and
-#                float32, its fragments through emu_wmma.h
+#   flash        the tensor-core attention forward and backward (attention_flash.cu),
+#                bfloat16 and float32, their fragments through emu_wmma.h
 #   cudnn        the cuDNN attention graphs and their host side (attention_cudnn.cu) over
 #                emu_cudnn.h, which checks the backend API's rules and interprets the graphs
 #   attention_op the whole attention op (attention.cu's host side choosing among the
-#                cuDNN, flash (bfloat16 and float32), cuBLAS and tiled paths, all of them emulated) against float64
+#                cuDNN, flash, cuBLAS and tiled paths, all of them emulated) against float64
 #   nccl         the NCCL side of the process group (dist/nccl.cu) over emu_nccl.h's
 #                stand-in for the NCCL library, two ranks under mpirun; then again with
 #                the work deferred, where the order between its stream and the device's shows
@@ -177,7 +177,7 @@ extract_attention_gemm() {
   $ex "$root/ops/cuda/attention_gemm.cu" "$ns" "$close" "$out/attention_gemm_cuda.h" \
     '#define EMU_MAX_BLOCKS 3\n#include "emu_host.h"\n#include "emu_cublas.h"\n#include <climits>\n#include "ops/cuda/attention_common.cuh"\n#include "ops/cuda/lines.cuh"\nusing namespace mu;' "$close"
 }
-# The tensor-core backward (bfloat16 and float32).
+# The tensor-core kernels (bfloat16 and float32).
 extract_flash() {
   $ex "$root/ops/cuda/attention_flash.cu" "$ns" "$close" "$out/flash_cuda.h" \
     '#include "emu_host.h"\n#include "emu_wmma.h"\n#include "ops/cuda/attention_common.cuh"\nusing namespace mu;' "$close"
