@@ -35,10 +35,10 @@
 // - bfloat16: 16 x 16 x 16 bfloat16 products; P (forward), Pd and dS rounded to bfloat16
 //   for theirs, in tiles of their own beside the float S and dP.
 // - float32: 16 x 16 x 8 tf32 products with each operand split in two: x_hi, x rounded to
-//   tf32 (|x - x_hi| <= 2^-11 |x|), and x_lo = x - x_hi, exact in float32, of which the
-//   tensor cores read the top 11 significant bits (an error <= 2^-21 |x|). Then
+//   tf32 (|x - x_hi| <= 2^-11 |x|), and x_lo, the rest (exact in float32) rounded to tf32
+//   (an error <= 2^-22 |x|). Then
 //     a b = a_hi b_hi + a_hi b_lo + a_lo b_hi  (+ a_lo b_lo, <= 2^-22 |a b|, dropped):
-//   three products within ~2^-20 of a b at worst, where tf32 alone is 2^-11 and float32's
+//   three products within ~2^-21 of a b at worst, where tf32 alone is 2^-11 and float32's
 //   own rounding 2^-24. On attention's gradients that is ~2e-6 of the largest entry
 //   (emulated), beside ~5e-7 for the float32 tiled kernels: float32's tolerances, not
 //   tf32's. Three products still cost less than one on the float32 units (H100: ~495
@@ -103,18 +103,22 @@ struct Tf32x3Math {
   struct Split {
     F hi, lo;
   };
+  // x rounded to tf32: half a tf32 unit added to the bits, the low 13 cut (to nearest,
+  // ties away from zero, as cvt.rna.tf32.f32 rounds, in two integer operations). The
+  // result's low 13 bits are zero: nothing is left to how the tensor cores read them.
+  __device__ static float round_tf32(float x) {
+    return __uint_as_float((__float_as_uint(x) + 0x1000u) & 0xffffe000u);
+  }
   // The loaded fragment split, element by element in the fragment's own layout (the same
-  // for both halves). x_hi's rounding is two integer operations (half a tf32 unit added to
-  // the bits, the low 13 cut: to nearest, ties away from zero, as cvt.rna.tf32.f32
-  // rounds); x_lo is left for the tensor cores to truncate.
+  // for both halves).
   template <class F>
   __device__ static Split<F> operand(const F& f) {
     Split<F> s;
 #pragma unroll
     for (int t = 0; t < f.num_elements; ++t) {
       const float x = f.x[t];
-      s.hi.x[t] = __uint_as_float((__float_as_uint(x) + 0x1000u) & 0xffffe000u);
-      s.lo.x[t] = x - s.hi.x[t];
+      s.hi.x[t] = round_tf32(x);
+      s.lo.x[t] = round_tf32(x - s.hi.x[t]);  // x - x_hi is exact in float32
     }
     return s;
   }
