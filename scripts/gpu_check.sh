@@ -5,7 +5,8 @@
 # programs do not load there or were built from other sources, from a build on the spot (CUDA toolkit, CMake, a compiler,
 # and the header dependencies carried in .gpu_deps/ from scripts/gpu_deps.sh).
 # Logs go to $OUT (default ./gpu_out); the end of the output is a short summary.
-#   bash scripts/gpu_check.sh [test|bench|sparse|gpt2|attention|shapes|generate|paper|profile|pad|all]   (default all; sparse:
+#   bash scripts/gpu_check.sh [MODE...], MODE one of test|bench|sparse|gpt2|attention|shapes|generate|paper|profile|pad|all
+#   (several run one after the other; default all; sparse:
 #   the sparse-MoE scaling benchmark alone; gpt2: the bf16 comparison and a profiled step;
 #   attention: each attention path of the framework beside PyTorch, and float32 GPT-2 with
 #   each float32 path; shapes: one bf16 GPT-2 step's kernel table by argument signature;
@@ -25,6 +26,17 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
+# Several modes in one call (one device session): each in turn, the worst status last.
+if (( $# > 1 )); then
+  worst=0
+  for mode in "$@"; do
+    echo "=== gpu_check.sh $mode"
+    bash "$repo/scripts/gpu_check.sh" "$mode"
+    rc=$?
+    (( rc > worst )) && worst=$rc
+  done
+  exit $worst
+fi
 what=${1:-all}
 out=${OUT:-gpu_out}
 mkdir -p "$out"
