@@ -42,7 +42,8 @@ struct emu_storage<precision::tf32> {
 
 template <class Use, int M, int N, int K, class T, class Layout = void>
 struct fragment {
-  static_assert(M == 16 && N == 16 && (K == 16 || K == 8), "the emulation knows 16 x 16 x 16 and 16 x 16 x 8 fragments");
+  static_assert(M == 16 && N == 16 && (K == 16 || K == 8),
+                "the emulation knows 16 x 16 x 16 and 16 x 16 x 8 fragments");
   static_assert(K == 16 || !std::is_same_v<T, __nv_bfloat16>, "bfloat16 fragments are 16 x 16 x 16");
   static_assert(K == 8 || !std::is_same_v<T, precision::tf32>, "tf32 fragments are 16 x 16 x 8");
   static constexpr int rows = std::is_same_v<Use, matrix_b> ? K : M;
@@ -87,7 +88,8 @@ void load_matrix_sync(fragment<accumulator, 16, 16, K, T>& f, const T* p, unsign
   emu_warp_sync();
   emu_check_operand("load_matrix_sync", p, ld);
   for (int r = 0; r < 16; ++r)
-    for (int c = 0; c < 16; ++c) f.x[r * 16 + c] = layout == mem_row_major ? p[size_t(r) * ld + c] : p[size_t(c) * ld + r];
+    for (int c = 0; c < 16; ++c)
+      f.x[r * 16 + c] = layout == mem_row_major ? p[size_t(r) * ld + c] : p[size_t(c) * ld + r];
 }
 
 template <int K, class T>

@@ -126,16 +126,24 @@ static bool declines(int D, int64_t BH, int64_t Tk, int64_t misalign) {
   return !took && untouched;
 }
 
+struct C { int64_t B, H, Tq, Tk; bool causal; double p; };
+
+// The largest of one(c) over the cases (one returns a worst relative error).
+template <size_t N, class F>
+static double worst_over(const C (&cases)[N], F one) {
+  double w = 0;
+  for (const C& c : cases) w = std::max(w, one(c));
+  return w;
+}
+
 int main() {
-  struct C { int64_t B, H, Tq, Tk; bool causal; double p; };
   const C cs[] = {{1, 2, 70, 70, true, 0},    {2, 1, 130, 130, true, 0.2}, {1, 1, 45, 150, false, 0.1},
                   {1, 1, 150, 40, true, 0},   {1, 1, 40, 150, true, 0.3},  {1, 1, 64, 64, false, 0},
                   {1, 1, 1, 1, false, 0},     {1, 1, 200, 70, false, 0}};
-  double worst_bf16 = 0, worst_f32 = 0;
-  for (const C& c : cs) {
-    worst_bf16 = std::max(worst_bf16, run<bf16>(c.B, c.H, c.Tq, c.Tk, c.causal, c.p, 11));
-    worst_f32 = std::max(worst_f32, run<float>(c.B, c.H, c.Tq, c.Tk, c.causal, c.p, 11));
-  }
+  const double worst_bf16 =
+      worst_over(cs, [](const C& c) { return run<bf16>(c.B, c.H, c.Tq, c.Tk, c.causal, c.p, 11); });
+  const double worst_f32 =
+      worst_over(cs, [](const C& c) { return run<float>(c.B, c.H, c.Tq, c.Tk, c.causal, c.p, 11); });
   // bfloat16: P, Pd and dS are rounded to bfloat16 before their products: errors of 2e-3
   // to 4.3e-3 here; a wrong mask, tile or factor gives 0.1 and more. float32: the tiled
   // kernels stay within 5e-6 of the reference (attention_op_emulated.cpp), and so must
@@ -146,11 +154,10 @@ int main() {
   // The forward from 64 queries on: out and lse (bfloat16: P rounded for its product).
   const C fs[] = {{1, 2, 70, 70, true, 0},   {2, 1, 130, 130, true, 0.2}, {1, 1, 64, 150, false, 0.1},
                   {1, 1, 150, 40, true, 0},  {1, 1, 200, 70, false, 0},   {1, 1, 64, 1, false, 0}};
-  double fwd_bf16 = 0, fwd_f32 = 0;
-  for (const C& c : fs) {
-    fwd_bf16 = std::max(fwd_bf16, run_forward<bf16>(c.B, c.H, c.Tq, c.Tk, c.causal, c.p, 13));
-    fwd_f32 = std::max(fwd_f32, run_forward<float>(c.B, c.H, c.Tq, c.Tk, c.causal, c.p, 13));
-  }
+  const double fwd_bf16 =
+      worst_over(fs, [](const C& c) { return run_forward<bf16>(c.B, c.H, c.Tq, c.Tk, c.causal, c.p, 13); });
+  const double fwd_f32 =
+      worst_over(fs, [](const C& c) { return run_forward<float>(c.B, c.H, c.Tq, c.Tk, c.causal, c.p, 13); });
   report("bfloat16 forward within 1e-2 of the float64 reference", fwd_bf16 <= 1e-2);
   report("float32 forward within 5e-6 of the float64 reference", fwd_f32 <= 5e-6);
 

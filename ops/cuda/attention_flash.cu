@@ -482,7 +482,8 @@ bool attention_forward_flash(const Tensor& q, const Tensor& k, const Tensor& v, 
   const Geo g = attention_geo(Tq, Tk, params);
   auto go = [&](auto tag) {
     using T = decltype(tag);
-    MU_CUDA_CHECK(cudaFuncSetAttribute(flash_forward_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    MU_CUDA_CHECK(
+        cudaFuncSetAttribute(flash_forward_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     flash_forward_kernel<T><<<unsigned(blocks), kThreads, smem, stream>>>(
         static_cast<const T*>(q.raw_data()), static_cast<const T*>(k.raw_data()), static_cast<const T*>(v.raw_data()),
         static_cast<T*>(out.raw_data()), static_cast<float*>(lse.raw_data()), BH, g);
