@@ -97,8 +97,6 @@ struct Geo {
   W keep;                   // 1 / (1 - p) for a kept element (0 for p = 1)
 };
 
-__device__ __forceinline__ float exp_w(float x) { return expf(x); }
-__device__ __forceinline__ double exp_w(double x) { return exp(x); }
 __device__ __forceinline__ float log_w(float x) { return logf(x); }
 __device__ __forceinline__ double log_w(double x) { return log(x); }
 
@@ -340,29 +338,7 @@ __global__ void __launch_bounds__(kThreads)
         const int j = tx + 8 * b;
         if (j >= kv || (g.causal && k0 + j > i)) s[a][b] = -inf;
       }
-      // The row's new max (a NaN score is never taken as the max, as on the CPU).
-      W mx = m[a];
-#pragma unroll
-      for (int b = 0; b < RB; ++b) mx = s[a][b] > mx ? s[a][b] : mx;
-#pragma unroll
-      for (int w = 1; w < 8; w *= 2) {
-        const W other = __shfl_xor_sync(0xffffffffu, mx, w);
-        mx = other > mx ? other : mx;
-      }
-      // A row that has seen only masked keys keeps m = -inf; its exps are taken against 0
-      // so that no -inf - -inf appears. The old sums are worth exp(m_old - m_new) now.
-      const W shift = mx == -inf ? W(0) : mx;
-      const W alpha = exp_w(m[a] - shift);
-      m[a] = mx;
-      W sum = 0;
-#pragma unroll
-      for (int b = 0; b < RB; ++b) {
-        s[a][b] = exp_w(s[a][b] - shift);
-        sum += s[a][b];
-      }
-#pragma unroll
-      for (int w = 1; w < 8; w *= 2) sum += __shfl_xor_sync(0xffffffffu, sum, w);
-      l[a] = l[a] * alpha + sum;
+      const W alpha = online_softmax_step<8>(s[a], m[a], l[a]);  // s[a] becomes exp(s - shift)
 #pragma unroll
       for (int c = 0; c < DC; ++c) o[a][c] *= alpha;
       // The denominator counts every key; the output only the kept ones.
@@ -407,7 +383,7 @@ __device__ __forceinline__ void grad_entry(const Geo<W>& g, int64_t bh, int64_t 
     ds = 0;
     return;
   }
-  const W p = exp_w(s - L);
+  const W p = attention_exp(s - L);
   if (g.dropout) {
     // dS = P ∘ (dP ∘ M / (1 - p) - Di) = Pd ∘ dP - P Di, with Pd = P ∘ M / (1 - p).
     pd = p * dropout_factor(g, bh, i, j);

@@ -1,8 +1,10 @@
 // What the CUDA attention paths share (ops/cuda/attention.cu's tiled kernels,
-// attention_gemm.cu's cuBLAS path, attention_flash.cu's tensor-core backward), so that
-// they compute the same function: the dropout factor of one probability, the backward's
-// per-row terms, and the scratch slabs of a dQ summed over key tiles. nvcc only.
+// attention_gemm.cu's cuBLAS path, attention_flash.cu's tensor-core kernels), so that
+// they compute the same function: the dropout factor of one probability, the forward's
+// online-softmax step, the backward's per-row terms, and the scratch slabs of a dQ summed
+// over key tiles. nvcc only.
 #pragma once
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -21,6 +23,44 @@ __device__ __forceinline__ W attention_keep_factor(uint64_t key, uint64_t thresh
                                                    int64_t Tk, int64_t i, int64_t j) {
   const uint64_t n = (uint64_t(bh) * uint64_t(Tq) + uint64_t(i)) * uint64_t(Tk) + uint64_t(j);
   return uint64_t(kernels::attention_dropout_bits(key, n)) >= threshold ? keep : W(0);
+}
+
+// exp in the math type (float32 or float64).
+__device__ __forceinline__ float attention_exp(float x) { return expf(x); }
+__device__ __forceinline__ double attention_exp(double x) { return exp(x); }
+
+// One step of a row's online softmax, the row's scores of a key tile spread over a group
+// of G consecutive lanes (G a power of two up to 32; every lane of the warp takes part):
+// s holds this lane's N scores (-inf where masked) and becomes exp(s - shift); m and l,
+// the row's running max and sum of exponentials (the same in every lane of the group),
+// move on to include the tile. Returns exp(m_old - m_new), the factor by which the row's
+// output sums must be rescaled. A NaN score is never taken as the max (as on the CPU); a
+// row that has seen only masked keys keeps m = -inf, and its exps are taken against 0 so
+// that no -inf - -inf appears. The tiled forward (attention.cu, 8 lanes a row) and the
+// tensor-core one (attention_flash.cu, a warp a row) both take it.
+template <int G, class W, int N>
+__device__ __forceinline__ W online_softmax_step(W (&s)[N], W& m, W& l) {
+  W mx = m;
+#pragma unroll
+  for (int n = 0; n < N; ++n) mx = s[n] > mx ? s[n] : mx;
+#pragma unroll
+  for (int w = 1; w < G; w *= 2) {
+    const W other = __shfl_xor_sync(0xffffffffu, mx, w);
+    mx = other > mx ? other : mx;
+  }
+  const W shift = mx == W(-INFINITY) ? W(0) : mx;
+  const W alpha = attention_exp(m - shift);
+  m = mx;
+  W sum = 0;
+#pragma unroll
+  for (int n = 0; n < N; ++n) {
+    s[n] = attention_exp(s[n] - shift);
+    sum += s[n];
+  }
+#pragma unroll
+  for (int w = 1; w < G; w *= 2) sum += __shfl_xor_sync(0xffffffffu, sum, w);
+  l = l * alpha + sum;
+  return alpha;
 }
 
 // Whether MUMOE_ATTENTION names `path` (cudnn, flash, tiled, gemm: benchmarks and tests

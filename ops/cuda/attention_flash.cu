@@ -263,32 +263,12 @@ __global__ void __launch_bounds__(kThreads)
         seen[h] = i < g.Tq && j < g.Tk && (!g.causal || j <= i);
         sc[h] = seen[h] ? g.scale * sS[r * kLdF + lane + 32 * h] : -inf;  // masked: exp(-inf) = 0
       }
-      // The row's new max (a NaN score is never taken as the max, as on the CPU).
-      float mx = m[rr];
-      mx = sc[0] > mx ? sc[0] : mx;
-      mx = sc[1] > mx ? sc[1] : mx;
-#pragma unroll
-      for (int w = 16; w > 0; w /= 2) {
-        const float other = __shfl_xor_sync(0xffffffffu, mx, w);
-        mx = other > mx ? other : mx;
-      }
-      // A row that has seen only masked keys keeps m = -inf; its exps are taken against 0
-      // so that no -inf - -inf appears. The old sums are worth exp(m_old - m_new) now.
-      const float shift = mx == -inf ? 0.f : mx;
-      const float alpha = expf(m[rr] - shift);
-      m[rr] = mx;
-      float p[2];
-      p[0] = expf(sc[0] - shift);
-      p[1] = expf(sc[1] - shift);
-      float sum = p[0] + p[1];
-#pragma unroll
-      for (int w = 16; w > 0; w /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, w);
-      l[rr] = l[rr] * alpha + sum;
+      const float alpha = online_softmax_step<32>(sc, m[rr], l[rr]);  // sc becomes exp(sc - shift)
       // The denominator counts every key; the output only the kept ones.
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int c = lane + 32 * h;
-        float pd = p[h];
+        float pd = sc[h];
         if (g.dropout && seen[h]) pd *= attention_keep_factor(g.key, g.threshold, g.keep, bh, g.Tq, g.Tk, i, j0 + c);
         sP[r * ld + c] = cuda::narrow<E>(pd);
         sO[r * kLdF + c] *= alpha;
