@@ -30,56 +30,71 @@ static const char* tname() {
   return std::is_same_v<T, float> ? "f32" : std::is_same_v<T, double> ? "f64" : "bf16";
 }
 
-// One call through the flash path against the reference; returns the worst relative error.
+struct C { int64_t B, H, Tq, Tk; bool causal; double p; };
+
+// A case's inputs and float64 reference (D = 64, scale 1/8) and the parameters of its call.
 template <class T>
-static double run(int64_t B, int64_t H, int64_t Tq, int64_t Tk, bool causal, double p, uint64_t seed) {
-  constexpr int D = 64;
-  const int64_t BH = B * H;
-  const double scale = 1 / std::sqrt(double(D));
-  AttentionCase<T> c = attention_case<T>(BH, Tq, Tk, D, causal, p, scale, seed);
-  std::vector<T> out(c.out.size());
-  std::vector<float> lse(c.lse.size());
-  for (size_t i = 0; i < out.size(); ++i) out[i] = from_d<T>(c.out[i]);
-  for (size_t i = 0; i < lse.size(); ++i) lse[i] = float(c.lse[i]);
-  const T nan = from_d<T>(NAN);
-  std::vector<T> dq(out.size(), nan), dk(size_t(BH * Tk * D), nan), dv(dk.size(), nan);
+struct Call {
+  AttentionCase<T> ref;
   kernels::AttentionParams prm;
-  prm.scale = scale, prm.causal = causal, prm.dropout_p = p, prm.seed = seed;
-  const bool took = ck::attention_backward_flash(
-      emu_view(c.q, {B, H, Tq, D}), emu_view(c.k, {B, H, Tk, D}), emu_view(c.v, {B, H, Tk, D}),
-      emu_view(out, {B, H, Tq, D}), emu_view(lse, {B, H, Tq}), emu_view(c.dO, {B, H, Tq, D}),
-      emu_view(dq, {B, H, Tq, D}), emu_view(dk, {B, H, Tk, D}), emu_view(dv, {B, H, Tk, D}), prm);
-  report(std::string("the flash path takes a ") + tname<T>() + " D = 64 call", took);
-  const double e[3] = {attention_error(dq, c.dq), attention_error(dk, c.dk), attention_error(dv, c.dv)};
-  printf("%s B%ld H%ld Tq%ld Tk%ld causal%d p%.2f: dq %.2e dk %.2e dv %.2e\n", tname<T>(), B, H, Tq, Tk, causal, p,
-         e[0], e[1], e[2]);
+  Shape sq, sk, sl;  // q and dO, k and v, lse
+};
+template <class T>
+static Call<T> call_of(const C& c, uint64_t seed) {
+  constexpr int D = 64;
+  const double scale = 1 / std::sqrt(double(D));
+  Call<T> k{attention_case<T>(c.B * c.H, c.Tq, c.Tk, D, c.causal, c.p, scale, seed), {}, {}, {}, {}};
+  k.prm.scale = scale, k.prm.causal = c.causal, k.prm.dropout_p = c.p, k.prm.seed = seed;
+  k.sq = {c.B, c.H, c.Tq, D}, k.sk = {c.B, c.H, c.Tk, D}, k.sl = {c.B, c.H, c.Tq};
+  return k;
+}
+
+// The worst of a call's errors (NaN, an entry never written or lost: INFINITY), printed.
+template <class T, size_t N>
+static double worst_printed(const char* what, const C& c, const double (&e)[N]) {
+  printf("%s %s B%ld H%ld Tq%ld Tk%ld causal%d p%.2f:", tname<T>(), what, c.B, c.H, c.Tq, c.Tk, c.causal, c.p);
   double worst = 0;
-  for (double x : e) worst = std::isnan(x) ? INFINITY : std::max(worst, x);
+  for (double x : e) {
+    printf(" %.2e", x);
+    worst = std::isnan(x) ? INFINITY : std::max(worst, x);
+  }
+  printf("\n");
   return worst;
 }
 
-// One forward through the flash path against the reference; returns the worst relative
-// error of out and lse, or INFINITY when the path declined the call.
+// One backward through the flash path against the reference (out and lse the
+// reference's, rounded); returns the worst relative error of dq, dk, dv.
 template <class T>
-static double run_forward(int64_t B, int64_t H, int64_t Tq, int64_t Tk, bool causal, double p, uint64_t seed) {
-  constexpr int D = 64;
-  const int64_t BH = B * H;
-  const double scale = 1 / std::sqrt(double(D));
-  AttentionCase<T> c = attention_case<T>(BH, Tq, Tk, D, causal, p, scale, seed);
-  std::vector<T> out(c.out.size(), from_d<T>(NAN));
-  std::vector<float> lse(c.lse.size(), NAN);
-  kernels::AttentionParams prm;
-  prm.scale = scale, prm.causal = causal, prm.dropout_p = p, prm.seed = seed;
-  const bool took = ck::attention_forward_flash(emu_view(c.q, {B, H, Tq, D}), emu_view(c.k, {B, H, Tk, D}),
-                                                emu_view(c.v, {B, H, Tk, D}), emu_view(out, {B, H, Tq, D}),
-                                                emu_view(lse, {B, H, Tq}), prm);
-  if (!took) return INFINITY;
-  const double e[2] = {attention_error(out, c.out), attention_error(lse, c.lse)};
-  printf("%s forward B%ld H%ld Tq%ld Tk%ld causal%d p%.2f: out %.2e lse %.2e\n", tname<T>(), B, H, Tq, Tk, causal, p,
-         e[0], e[1]);
-  double worst = 0;
-  for (double x : e) worst = std::isnan(x) ? INFINITY : std::max(worst, x);
-  return worst;
+static double run(const C& c, uint64_t seed) {
+  Call<T> k = call_of<T>(c, seed);
+  std::vector<T> out(k.ref.out.size());
+  std::vector<float> lse(k.ref.lse.size());
+  for (size_t i = 0; i < out.size(); ++i) out[i] = from_d<T>(k.ref.out[i]);
+  for (size_t i = 0; i < lse.size(); ++i) lse[i] = float(k.ref.lse[i]);
+  const T nan = from_d<T>(NAN);
+  std::vector<T> dq(out.size(), nan), dk(k.ref.dk.size(), nan), dv(dk.size(), nan);
+  const bool took = ck::attention_backward_flash(
+      emu_view(k.ref.q, k.sq), emu_view(k.ref.k, k.sk), emu_view(k.ref.v, k.sk), emu_view(out, k.sq),
+      emu_view(lse, k.sl), emu_view(k.ref.dO, k.sq), emu_view(dq, k.sq), emu_view(dk, k.sk), emu_view(dv, k.sk),
+      k.prm);
+  report(std::string("the flash backward takes a ") + tname<T>() + " D = 64 call", took);
+  const double e[3] = {attention_error(dq, k.ref.dq), attention_error(dk, k.ref.dk), attention_error(dv, k.ref.dv)};
+  return worst_printed<T>("backward dq dk dv", c, e);
+}
+
+// One forward through the flash path against the reference; returns the worst relative
+// error of out and lse.
+template <class T>
+static double run_forward(const C& c, uint64_t seed) {
+  Call<T> k = call_of<T>(c, seed);
+  std::vector<T> out(k.ref.out.size(), from_d<T>(NAN));
+  std::vector<float> lse(k.ref.lse.size(), NAN);
+  const bool took = ck::attention_forward_flash(emu_view(k.ref.q, k.sq), emu_view(k.ref.k, k.sk),
+                                                emu_view(k.ref.v, k.sk), emu_view(out, k.sq), emu_view(lse, k.sl),
+                                                k.prm);
+  report(std::string("the flash forward takes a ") + tname<T>() + " D = 64 call", took);
+  const double e[2] = {attention_error(out, k.ref.out), attention_error(lse, k.ref.lse)};
+  return worst_printed<T>("forward out lse", c, e);
 }
 
 // Whether the forward declines a call and leaves out and lse as they were.
@@ -126,13 +141,11 @@ static bool declines(int D, int64_t BH, int64_t Tk, int64_t misalign) {
   return !took && untouched;
 }
 
-struct C { int64_t B, H, Tq, Tk; bool causal; double p; };
-
-// The largest of one(c) over the cases (one returns a worst relative error).
-template <size_t N, class F>
-static double worst_over(const C (&cases)[N], F one) {
+// The largest of one(c, seed) over the cases.
+template <size_t N>
+static double worst_over(const C (&cases)[N], double (*one)(const C&, uint64_t), uint64_t seed) {
   double w = 0;
-  for (const C& c : cases) w = std::max(w, one(c));
+  for (const C& c : cases) w = std::max(w, one(c, seed));
   return w;
 }
 
@@ -140,10 +153,7 @@ int main() {
   const C cs[] = {{1, 2, 70, 70, true, 0},    {2, 1, 130, 130, true, 0.2}, {1, 1, 45, 150, false, 0.1},
                   {1, 1, 150, 40, true, 0},   {1, 1, 40, 150, true, 0.3},  {1, 1, 64, 64, false, 0},
                   {1, 1, 1, 1, false, 0},     {1, 1, 200, 70, false, 0}};
-  const double worst_bf16 =
-      worst_over(cs, [](const C& c) { return run<bf16>(c.B, c.H, c.Tq, c.Tk, c.causal, c.p, 11); });
-  const double worst_f32 =
-      worst_over(cs, [](const C& c) { return run<float>(c.B, c.H, c.Tq, c.Tk, c.causal, c.p, 11); });
+  const double worst_bf16 = worst_over(cs, run<bf16>, 11), worst_f32 = worst_over(cs, run<float>, 11);
   // bfloat16: P, Pd and dS are rounded to bfloat16 before their products: errors of 2e-3
   // to 4.3e-3 here; a wrong mask, tile or factor gives 0.1 and more. float32: the tiled
   // kernels stay within 5e-6 of the reference (attention_op_emulated.cpp), and so must
@@ -154,10 +164,7 @@ int main() {
   // The forward from 64 queries on: out and lse (bfloat16: P rounded for its product).
   const C fs[] = {{1, 2, 70, 70, true, 0},   {2, 1, 130, 130, true, 0.2}, {1, 1, 64, 150, false, 0.1},
                   {1, 1, 150, 40, true, 0},  {1, 1, 200, 70, false, 0},   {1, 1, 64, 1, false, 0}};
-  const double fwd_bf16 =
-      worst_over(fs, [](const C& c) { return run_forward<bf16>(c.B, c.H, c.Tq, c.Tk, c.causal, c.p, 13); });
-  const double fwd_f32 =
-      worst_over(fs, [](const C& c) { return run_forward<float>(c.B, c.H, c.Tq, c.Tk, c.causal, c.p, 13); });
+  const double fwd_bf16 = worst_over(fs, run_forward<bf16>, 13), fwd_f32 = worst_over(fs, run_forward<float>, 13);
   report("bfloat16 forward within 1e-2 of the float64 reference", fwd_bf16 <= 1e-2);
   report("float32 forward within 5e-6 of the float64 reference", fwd_f32 <= 5e-6);
 
@@ -192,7 +199,7 @@ int main() {
     report(t + "MUMOE_ATTENTION=tiled declined", declined(64, 2, 8, 0));
     setenv("MUMOE_ATTENTION", "flash", 1);
     report(t + "MUMOE_ATTENTION=flash taken",
-           b ? run<bf16>(1, 1, 20, 20, true, 0, 5) <= 1e-2 : run<float>(1, 1, 20, 20, true, 0, 5) <= 5e-6);
+           b ? run<bf16>({1, 1, 20, 20, true, 0}, 5) <= 1e-2 : run<float>({1, 1, 20, 20, true, 0}, 5) <= 5e-6);
     unsetenv("MUMOE_ATTENTION");
   }
 
