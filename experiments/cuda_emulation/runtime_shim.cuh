@@ -1,8 +1,9 @@
 // Stands in for ops/cuda/runtime.cuh under the emulation (run.sh installs it as
 // ops/cuda/runtime.cuh in front of the real one and appends the real grid_for): no
 // streams (launches run at once, in order), launch checks that pass, and a Workspace in
-// host memory (256-byte aligned, as device memory is) filled with garbage (all bytes 0xff: NaN as a float or double, -1 as an
-// integer), so that a partial read before it is written shows.
+// host memory (256-byte aligned, as device memory is) filled with garbage (all bytes
+// 0xff: NaN as a float or double, -1 as an integer), so that a partial read before it is
+// written shows.
 #pragma once
 #include <cuda_runtime.h>
 
