@@ -5,6 +5,7 @@
 // legal neighbour runs to its end. A check that stopped firing would let the suites
 // that rely on it pass over the very bug it exists for.
 #include "emu.h"
+#include "emu_wmma.h"
 
 #include <sys/wait.h>
 #include <unistd.h>
@@ -106,6 +107,22 @@ static void vector_load(const float* p, float* out) {
   *out = v.x + v.y + v.z + v.w;
 }
 
+// A fragment of ones stored to shared memory, then every lane sums the whole 16 x 16
+// matrix into out[lane]: with `sync` a __syncwarp between, as a lane may read what other
+// lanes stored only after one; without, a lane reads some entries before their lanes
+// have stored them (emu_wmma.h's stores write each lane's share).
+static void wmma_store_then_read(int sync, float* out) {
+  namespace wmma = nvcuda::wmma;
+  float* s = reinterpret_cast<float*>(ctx->smem);
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> f;
+  wmma::fill_fragment(f, 1.0f);
+  wmma::store_matrix_sync(s, f, 16, wmma::mem_row_major);
+  if (sync) __syncwarp();
+  float sum = 0.0f;
+  for (int e = 0; e < 256; ++e) sum += s[e];
+  out[threadIdx.x] = sum;
+}
+
 int main() {
   // Barriers and shuffles that some threads never reach.
   must_stop("a barrier half the block skips", "is stuck", [] { LAUNCH(barrier_skipped, 1, 64, 0, 32); });
@@ -153,6 +170,19 @@ int main() {
   must_stop("an empty grid", "invalid configuration", [] { LAUNCH(nothing, dim3(0, 1, 1), 32, 0); });
   must_stop("256 threads for __launch_bounds__(128)", "__launch_bounds__(128)", [] { LAUNCH(bounded, 1, dim3(64, 4), 0); });
   must_run("128 threads for __launch_bounds__(128)", [] { LAUNCH(bounded, 2, 128, 0); });
+
+  // A lane reading a WMMA store of other lanes with no __syncwarp between: some lane
+  // must read an entry not yet stored (shown as a sum other than 256), in either order.
+  for (int sync = 0; sync < 2; ++sync) {
+    static float sums[32];
+    std::fill(sums, sums + 32, 0.0f);
+    LAUNCH(wmma_store_then_read, 1, 32, 1024, sync, static_cast<float*>(sums));
+    const int short_lanes = int(std::count_if(sums, sums + 32, [](float x) { return x != 256.0f; }));
+    const bool ok = sync ? short_lanes == 0 : short_lanes > 0;
+    if (!ok) ++failures;
+    printf("%s a WMMA store read by every lane %s: %d of 32 lanes read an entry before its lane stored it\n",
+           ok ? "ok  " : "FAIL", sync ? "after __syncwarp" : "with no __syncwarp between", short_lanes);
+  }
 
   // A 16-byte vector access at an address 4 bytes off (UBSan, -fsanitize=alignment).
   must_stop("a float4 load 4 bytes off its alignment", "misaligned address", [] {

@@ -1,15 +1,16 @@
-// The warp matrix operations of nvcuda::wmma that ops/cuda/hadamard_gemm.cu,
-// attention_flash.cu and attention_flash_f32.cu use, for emu.h: 16 x 16 x 16 fragments
+// The warp matrix operations of nvcuda::wmma that ops/cuda/attention_flash.cu and
+// tile_gemm.cuh (hadamard_gemm.cu's and ring_gemm.cu's products) use, for emu.h: 16 x 16 x 16 fragments
 // (bfloat16 a and b) and 16 x 16 x 8 ones (tf32 a and b, held as floats), row- or
 // column-major, float32 accumulators. Every lane holds the whole matrix (a: 16 x K, b: K x
 // 16, accumulator: 16 x 16), so element-wise work on fragments covers every position, as
 // it does across the 32 lanes on the GPU, where the element-to-position map is
 // unspecified but the same for fragments of one type (the only property such code may
-// rely on). Each operation is warp-collective: the warp meets at its barrier first, as
-// the _sync in the names requires. mma_sync sums in float32 in k order; the tensor cores'
-// order differs, so results agree to rounding. A tf32 operand takes part with its low 13
-// mantissa bits dropped, as the tensor cores read a float register, so a product that
-// skipped its split into two tf32 halves shows as tf32's 2^-11 relative error.
+// rely on); a store writes each lane's share only (see store_matrix_sync). Each operation
+// is warp-collective: the warp meets at its barrier first, as the _sync in the names
+// requires. mma_sync sums in float32 in k order; the tensor cores' order differs, so
+// results agree to rounding. A tf32 operand takes part with its low 13 mantissa bits
+// dropped, as the tensor cores read a float register, so a product that skipped its split
+// into two tf32 halves shows as tf32's 2^-11 relative error.
 // The loads and stores check what the CUDA programming guide requires of their operands:
 // a pointer aligned to 256 bits and a pitch that is a multiple of 16 bytes (8 bfloat16s,
 // 4 floats); a kernel breaking either stops with a message.
@@ -92,13 +93,24 @@ void load_matrix_sync(fragment<accumulator, 16, 16, K, T>& f, const T* p, unsign
       f.x[r * 16 + c] = layout == mem_row_major ? p[size_t(r) * ld + c] : p[size_t(c) * ld + r];
 }
 
+// Each lane stores its share only, element e = 16 r + c by lane e % 32 (on the GPU a lane
+// holds 8 of the 256 and stores those): a lane that reads what the others stored with no
+// __syncwarp (or __syncthreads) between reads what was there before, in at least one of
+// emu.h's two orders, as it may on the GPU.
 template <int K, class T>
 void store_matrix_sync(T* p, const fragment<accumulator, 16, 16, K, T>& f, unsigned ld, layout_t layout) {
   emu_warp_sync();
   emu_check_operand("store_matrix_sync", p, ld);
-  for (int r = 0; r < 16; ++r)
-    for (int c = 0; c < 16; ++c)
-      (layout == mem_row_major ? p[size_t(r) * ld + c] : p[size_t(c) * ld + r]) = f.x[r * 16 + c];
+  if (ctx->warp[linear_tid / 32]->expected != 32) {
+    fprintf(stderr, "wmma::store_matrix_sync: a warp of %u lanes (block %u,%u thread %u): fragments need whole warps\n",
+            ctx->warp[linear_tid / 32]->expected, blockIdx_.x, blockIdx_.y, linear_tid);
+    std::abort();
+  }
+  const int lane = int(linear_tid % 32);
+  for (int e = lane; e < 256; e += 32) {
+    const int r = e / 16, c = e % 16;
+    (layout == mem_row_major ? p[size_t(r) * ld + c] : p[size_t(c) * ld + r]) = f.x[e];
+  }
 }
 
 // An operand's value as the tensor cores take it: bfloat16 exactly, tf32 as the float's
