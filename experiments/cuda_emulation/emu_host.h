@@ -4,6 +4,7 @@
 // given host definitions. Workspace memory is filled with garbage, like fresh device
 // memory.
 #pragma once
+#include "emu_alloc.h"
 #include "emu_extra.h"
 #include <cstdio>
 #include <cstdlib>
@@ -20,12 +21,7 @@ namespace mu::cuda {
 // in every float dtype, where a small garbage value would go unnoticed).
 inline unsigned char emu_garbage_byte = 0xA7;
 inline cudaStream_t stream(int) { return nullptr; }
-// 256-byte aligned, as cudaMalloc's blocks are (WMMA stores want 32 bytes).
-inline void* allocate(size_t nbytes, int) {
-  void* p = std::aligned_alloc(256, nbytes ? (nbytes + 255) / 256 * 256 : 256);
-  std::memset(p, emu_garbage_byte, nbytes);
-  return p;
-}
+inline void* allocate(size_t nbytes, int) { return emu_device_alloc(nbytes, emu_garbage_byte); }
 inline void deallocate(void* p, size_t, int) { std::free(p); }
 }  // namespace mu::cuda
 

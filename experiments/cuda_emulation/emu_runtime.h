@@ -7,6 +7,7 @@
 #pragma once
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
+#include "emu_alloc.h"
 #include "emu_devices.h"
 #include "emu_queue.h"
 #include <cstdint>
@@ -23,13 +24,10 @@ inline cudaError_t emu_last_error = cudaSuccess;
 inline cudaError_t emu_cudaMalloc(void** p, size_t n) {
   ++emu_malloc_calls;
   if (emu_device_used + n > emu_device_budget) return emu_last_error = cudaErrorMemoryAllocation;
-  // Aligned to 256 bytes, as cudaMalloc's blocks are (kernels may rely on it: WMMA stores
-  // want 32 bytes).
-  *p = std::aligned_alloc(256, n ? (n + 255) / 256 * 256 : 256);
   // Not zeros: malloc's large blocks are fresh zero pages, on which a kernel that reads
   // what nobody wrote (a workspace it forgot to clear) would pass. All-ones bytes are NaN
   // in every floating dtype and -1 in the integers.
-  std::memset(*p, 0xFF, n);
+  *p = emu_device_alloc(n, 0xFF);
   emu_device_blocks[*p] = n;
   emu_device_used += n;
   return cudaSuccess;

@@ -7,6 +7,8 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include "emu_alloc.h"
+
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -23,12 +25,9 @@ namespace mu::cuda {
 inline cudaStream_t stream(int) { return nullptr; }
 inline cudaStream_t stream(const Tensor&) { return nullptr; }
 
-// 256-byte aligned, as cudaMalloc's blocks are.
 class Workspace {
  public:
-  Workspace(size_t nbytes, int) : n_((nbytes + 256) / 256 * 256), p_(std::aligned_alloc(256, n_)) {
-    std::memset(p_, 0xff, n_);
-  }
+  Workspace(size_t nbytes, int) : p_(emu_device_alloc(nbytes, 0xff)) {}
   ~Workspace() { std::free(p_); }
   Workspace(const Workspace&) = delete;
   Workspace& operator=(const Workspace&) = delete;
@@ -36,7 +35,6 @@ class Workspace {
   T* as() const { return reinterpret_cast<T*>(p_); }
 
  private:
-  size_t n_;
   void* p_;
 };
 
