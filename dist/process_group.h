@@ -69,7 +69,9 @@ class ProcessGroup {
 
   // In place on t (any device; contiguous, else a mu::Error; float32, float64, bfloat16 or
   // int64). CPU tensors through MPI, CUDA tensors through NCCL (a communicator per
-  // device, created on first use).
+  // device, created by the first collective on it, in which every rank must take part
+  // with its own GPU: ranks whose tensors share one are refused then, with a mu::Error
+  // saying what to do; a rank's later CUDA collectives stay on that device).
   void all_reduce(Tensor& t, ReduceOp op = ReduceOp::Sum);
   std::shared_ptr<Work> all_reduce_async(const Tensor& t, ReduceOp op = ReduceOp::Sum);
   // root's t copied into every rank's t, in place (contiguous; any dtype).

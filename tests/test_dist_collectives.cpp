@@ -293,6 +293,31 @@ TEST_CASE("MUMOE_DIST_CHECK=1: ranks that disagree on dtype or shape are all tol
   check_equal(ok, expected_reduction(3, 0, kFloat32, ReduceOp::Mean));
 }
 
+// Every rank's tensor on cuda:0 of one machine: the group sees the shared device (by its
+// UUID) before NCCL does, and says what to do; nothing was sent, so the group goes on.
+// Before the case below: the check runs where a communicator for the device is made, and
+// once made (there rank 0's, for its cuda:0) it is reused as it is.
+TEST_CASE("two ranks on one GPU are refused before NCCL is called") {
+#ifndef MUMOE_NCCL
+  say("SKIPPED (one GPU for two ranks): this build has no NCCL");
+#else
+  const int devices = cuda::device_count();
+  if (devices == 0 || pg().size() < 2 || pg().local_size() != pg().size()) {
+    say("SKIPPED (one GPU for two ranks): it needs a CUDA device and two or more ranks, all on this machine");
+    return;
+  }
+  Tensor t = zeros({4}, Device::cuda(0));
+  // The remedy depends on whether this machine has a device for every rank.
+  const char* remedy =
+      devices < pg().local_size() ? "CUDA device(s) for its" : "put each rank's tensors on ProcessGroup::default_device()";
+  CHECK_THROWS_MU(pg().all_reduce(t), "would share one GPU");
+  CHECK_THROWS_MU(pg().all_reduce(t), remedy);
+  Tensor ok = rank_tensor(pg().rank(), {3}, kFloat32);
+  pg().all_reduce(ok);
+  check_equal(ok, expected_reduction(3, 0, kFloat32, ReduceOp::Sum));
+#endif
+}
+
 TEST_CASE("CUDA tensors through NCCL") {
   const int devices = cuda::device_count();
   if (devices == 0) {
@@ -347,3 +372,4 @@ TEST_CASE("CUDA tensors through NCCL") {
   Tensor strided = rank_tensor(rank, {3, 4}, kFloat32, dev).transpose(0, 1);
   CHECK_THROWS_MU(pg().all_reduce(strided), "is not contiguous");
 }
+
