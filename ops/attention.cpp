@@ -65,11 +65,11 @@ Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, cons
   // stream is left as it is.
   if (p.dropout_p > 0) p.seed = dropout_seed ? *dropout_seed : default_generator().next_u64();
 
-  // Where no graph is recorded, the CPU forward kernel takes k and v as they are when their
+  // Where no graph is recorded, the forward kernels take k and v as they are when their
   // rows are dense (ops/kernels/attention.h): a key-value cache's first Tk rows per head
-  // are then not copied out first. The CUDA kernels and the backward read dense copies.
-  const bool views = q.device().is_cpu() && !(autograd::is_grad_enabled() &&
-                                               (q.requires_grad() || k.requires_grad() || v.requires_grad()));
+  // are then not copied out first (on CUDA for a decoding step; its other paths copy what
+  // they need). The backward reads dense copies.
+  const bool views = !(autograd::is_grad_enabled() && (q.requires_grad() || k.requires_grad() || v.requires_grad()));
   auto as_read = [views](const Tensor& t) {
     return views && kernels::attention_rows_view(t) ? t.detach() : t.detach().contiguous();
   };

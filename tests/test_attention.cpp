@@ -305,6 +305,37 @@ TEST_CASE("attention without a graph reads k and v as views of a longer buffer, 
   }
 }
 
+// The point of reading views: a sampling loop's step attends one new query to the whole
+// cache, and copying the cache out every step would cost a kernel per k and v per layer
+// and memory traffic growing with the context. No copy kernel may touch the cache's 17
+// rows in such a step (the CPU, and CUDA's tiled kernels, which take decoding steps
+// whatever the dtype); the CPU's bfloat16 widens the one query row and narrows the output.
+TEST_CASE("a decoding step reads a key-value cache in place: no copy kernel runs") {
+  manual_seed(8);
+  for (Device dev : test_devices())
+    for (DType dt : {kFloat32, kBFloat16})
+      for (int64_t D : {int64_t(64), int64_t(12)}) {
+        INFO(dev.str(), " ", dtype_name(dt), " D ", D);
+        const Tensor kbuf = on(randn({2, 3, 40, D}).to(dt), dev), vbuf = on(randn({2, 3, 40, D}).to(dt), dev);
+        const Tensor q = on(randn({2, 3, 1, D}).to(dt), dev);
+        const Tensor k = kbuf.narrow(2, 0, 17), v = vbuf.narrow(2, 0, 17);
+        NoGradGuard no_grad;
+        const Tensor want = scaled_dot_product_attention(q, k.contiguous(), v.contiguous(), false, 0.0, false).cpu();
+        profile::enable(profile::Detail::Shapes);  // rows "copy  float32[2, 3, 17, 64], ..."
+        const Tensor got = scaled_dot_product_attention(q, k, v, false, 0.0, false);
+        const std::vector<profile::KernelTime> ran = profile::report();
+        profile::disable();
+        bool attended = false;
+        for (const profile::KernelTime& kt : ran) {
+          INFO("kernel ", kt.kernel, " on ", kt.device, ", ", kt.calls, " call(s)");
+          attended = attended || kt.kernel.rfind("attention_forward", 0) == 0;
+          if (kt.kernel.rfind("copy", 0) == 0) CHECK(kt.kernel.find("[2, 3, 17, ") == std::string::npos);
+        }
+        CHECK(attended);  // the report names shapes as read here
+        CHECK(max_abs_diff(got.cpu(), want) == 0.0);
+      }
+}
+
 TEST_CASE("attention with no keys gives zeros; with no queries an empty output") {
   for (Device dev : test_devices()) {
     Tensor q = on(randn({1, 2, 3, 4}), dev).requires_grad_(), k = on(zeros({1, 2, 0, 4}), dev).requires_grad_();

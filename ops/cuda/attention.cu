@@ -90,6 +90,7 @@ using lse_t = std::conditional_t<std::is_same_v<T, cuda::bf16>, float, T>;
 template <class W>
 struct Geo {
   int64_t BH, Tq, Tk;
+  int64_t k_head, v_head;  // elements from one head of k (of v) to the next: Tk D, or a cache's stride (forward)
   int D, ld;          // head dim; row stride of the shared-memory operand tiles (odd)
   W scale;
   bool causal, dropout;
@@ -305,8 +306,8 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t nq = (g.Tq + BQ - 1) / BQ;
   const int64_t bh = int64_t(blockIdx.x) % g.BH, q0 = (nq - 1 - int64_t(blockIdx.x) / g.BH) * BQ;
   const int qv = int(g.Tq - q0 < BQ ? g.Tq - q0 : BQ);
-  const T* kh = k + bh * g.Tk * g.D;
-  const T* vh = v + bh * g.Tk * g.D;
+  const T* kh = k + bh * g.k_head;
+  const T* vh = v + bh * g.v_head;
   load_tile<V4>(Qs, q + bh * g.Tq * g.D, q0, qv, BQ, g, g.scale);
 
   W m[RA], l[RA], o[RA][DC];
@@ -605,6 +606,7 @@ Geo<W> make_geo(const Tensor& q, const Tensor& k, const kernels::AttentionParams
   g.Tq = q.size(2);
   g.Tk = k.size(2);
   g.D = int(q.size(3));
+  g.k_head = g.v_head = g.Tk * g.D;  // dense; the forward may read views (forward_typed)
   g.ld = g.D | 1;  // odd: rows fall on different banks
   g.scale = W(p.scale);
   g.causal = p.causal;
@@ -655,6 +657,9 @@ void forward_launch(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
                     const kernels::AttentionParams& p) {
   using W = wide_t<T>;
   Geo<W> g = make_geo<W>(q, k, p);
+  // k and v dense, or views with dense rows (a key-value cache: attention_rows_view).
+  g.k_head = kernels::attention_head_stride(k);
+  g.v_head = kernels::attention_head_stride(v);
   if (V4) g.ld = g.D + 4;  // 16-byte rows (see the top of the file)
   constexpr int BQ = V4 ? 64 : kForwardBQ<W>, BK = V4 ? 64 : kBK, LDP = V4 ? BK + 4 : BK + 1;
   if (g.BH == 0 || g.Tq == 0) return;  // no query rows: nothing to write
@@ -674,8 +679,10 @@ void forward_launch(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
 template <class T>
 void forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
                    const kernels::AttentionParams& p) {
+  // The vector variant reads 16-byte rows: every head of k and v must start on 16 bytes.
+  const bool heads16 = kernels::attention_head_stride(k) % 4 == 0 && kernels::attention_head_stride(v) % 4 == 0;
   if constexpr (std::is_same_v<T, float>)
-    if (q.size(3) == 64 && attention_aligned16({&q, &k, &v})) return forward_launch<T, true>(q, k, v, out, lse, p);
+    if (q.size(3) == 64 && heads16 && attention_aligned16({&q, &k, &v})) return forward_launch<T, true>(q, k, v, out, lse, p);
   forward_launch<T, false>(q, k, v, out, lse, p);
 }
 
@@ -763,6 +770,17 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
 
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
                        const kernels::AttentionParams& p) {
+  // k and v may be views of a key-value cache (ops/kernels/attention.h). A decoding step
+  // goes to the tiled kernels, which read them in place, as they would take its dense
+  // copies: no copy of the whole cache per step. The other paths read dense tensors.
+  if (!k.is_contiguous() || !v.is_contiguous()) {
+    const bool tiled = attention_decoding_step(q.size(2), k.size(2)) &&
+                       (attention_path_unset() || attention_path_forced("tiled")) &&
+                       kernels::attention_rows_view(k) && kernels::attention_rows_view(v);
+    if (!tiled) return attention_forward(q, k.contiguous(), v.contiguous(), out, lse, p);
+    return cuda::dispatch_float_bf16(q.dtype(), "attention_forward",
+                                     [&](auto tag) { forward_typed<decltype(tag)>(q, k, v, out, lse, p); });
+  }
 #ifdef MUMOE_CUDNN
   if (attention_forward_cudnn(q, k, v, out, lse, p)) return;  // cuDNN took it (bfloat16 without dropout)
 #endif

@@ -71,6 +71,12 @@ inline bool attention_path_forced(const char* path) {
 }
 inline bool attention_path_unset() { return std::getenv("MUMOE_ATTENTION") == nullptr; }
 
+// A decoding step: at most 8 queries against more keys (a key-value cache one key longer
+// every step). cuDNN leaves these to the tiled kernels (attention_cudnn.cu: it would build
+// a plan per step), and so do the paths for long sequences: the tiled kernels take them
+// all, reading a cache's keys and values in place.
+inline bool attention_decoding_step(int64_t Tq, int64_t Tk) { return Tq <= 8 && Tq < Tk; }
+
 // Whether every tensor's data start on 16 bytes (kernels that move rows as 16-byte vectors).
 // A template on the tensor type only so that the host emulation runs it on its own.
 template <class TensorT>

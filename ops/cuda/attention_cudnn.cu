@@ -397,12 +397,10 @@ DeviceState& state(int device) {
   return *s;
 }
 
-// Decoding steps, at most this many queries against more keys (a key-value cache one key
-// longer every step), are left to the framework's kernels unless MUMOE_ATTENTION=cudnn:
-// plans are built and kept per (B, H, Tq, Tk, D), so every step of a sampling loop would
-// build a plan of its own (graph, heuristics, finalization: far more than the step's
-// kernel) and keep it for the life of the process.
-constexpr int64_t kDecodeQueries = 8;
+// Decoding steps (attention_decoding_step) are left to the framework's kernels unless
+// MUMOE_ATTENTION=cudnn: plans are built and kept per (B, H, Tq, Tk, D), so every step of a
+// sampling loop would build a plan of its own (graph, heuristics, finalization: far more
+// than the step's kernel) and keep it for the life of the process.
 
 // What both directions take: bfloat16 without dropout, D a multiple of 8 up to 128,
 // non-empty, not a decoding step, and MUMOE_ATTENTION not naming one of the framework's
@@ -411,7 +409,7 @@ bool cudnn_takes(const Tensor& q, const Shape5& s, const kernels::AttentionParam
   if (q.dtype() != DType::BFloat16 || params.dropout_p > 0) return false;
   if (s.B * s.H == 0 || s.Tq == 0 || s.Tk == 0 || s.D == 0 || s.D % 8 != 0 || s.D > 128) return false;
   if (attention_path_forced("cudnn")) return true;
-  return attention_path_unset() && !(s.Tq <= kDecodeQueries && s.Tq < s.Tk);
+  return attention_path_unset() && !attention_decoding_step(s.Tq, s.Tk);
 }
 
 // The device's handle on the current stream with st.mu held, or nullptr when cuDNN cannot

@@ -2,9 +2,10 @@
 //
 // Shapes, all dense (contiguous) and of one floating dtype: q (B, H, Tq, D), k and v
 // (B, H, Tk, D), out (B, H, Tq, D), lse (B, H, Tq); for bfloat16 q, k, v (autocast), lse
-// is float32 and the arithmetic float32. The CPU forward also takes k and v as views
-// whose rows are dense and whose heads lie one stride apart (attention_rows_view): the
-// first Tk rows of a longer per-head buffer, as a key-value cache holds them. Row i of out is
+// is float32 and the arithmetic float32. The forward also takes k and v as views whose
+// rows are dense and whose heads lie one stride apart (attention_rows_view): the first Tk
+// rows of a longer per-head buffer, as a key-value cache holds them (the CPU reads them in
+// place; CUDA for a decoding step, and dense copies for the rest). Row i of out is
 //   softmax_j(scale * q_i · k_j, keys j > i masked when causal) applied to v,
 // with each probability, when dropout is on, zeroed or scaled by 1 / (1 - p) by a mask
 // that is a pure function of (seed, b, h, i, j): backward regenerates it, nothing stores it.
@@ -27,8 +28,10 @@ struct AttentionParams {
 
 // The stride s from one head of x (B, H, T, D) to the next such that head (b, h) starts at
 // element (b H + h) s of x's data, when x's rows are dense (stride D, then 1); -1 when
-// they are not, or when the heads are not evenly spaced.
-inline int64_t attention_head_stride(const Tensor& x) {
+// they are not, or when the heads are not evenly spaced. (A template only so that the
+// host emulation's tensor stand-in can be asked too.)
+template <class TensorT = Tensor>
+int64_t attention_head_stride(const TensorT& x) {
   const int64_t B = x.size(0), H = x.size(1), T = x.size(2), D = x.size(3);
   if (D > 1 && x.stride(3) != 1) return -1;
   if (T > 1 && x.stride(2) != D) return -1;
@@ -37,9 +40,10 @@ inline int64_t attention_head_stride(const Tensor& x) {
   if (B == 1 || x.stride(0) == H * x.stride(1)) return x.stride(1);
   return -1;
 }
-// Whether the CPU forward kernel takes x as it is (a dense tensor, or a view with dense
-// rows and evenly spaced heads, of which every head's T rows do not overlap the next head's).
-inline bool attention_rows_view(const Tensor& x) {
+// Whether the forward kernels take x as it is (a dense tensor, or a view with dense rows
+// and evenly spaced heads, of which every head's T rows do not overlap the next head's).
+template <class TensorT = Tensor>
+bool attention_rows_view(const TensorT& x) {
   const int64_t s = attention_head_stride(x);
   return s >= x.size(2) * x.size(3);
 }
