@@ -121,13 +121,15 @@ void require_reducible(const Tensor& t, const char* call) {
 
 // What a rank is about to do, as numbers every rank can compare: the collective, the
 // tensor's dtype, device kind, element count and dims (the first kCheckedDims), the
-// ReduceOp and the root. -1 where a field does not apply.
+// ReduceOp and the root, and for a CUDA tensor whether this rank already has an NCCL
+// communicator for its device (a rank whose first collective on a device meets ranks that
+// reuse theirs would wait in MPI while they wait in NCCL). -1 where a field does not apply.
 enum class Kind : int64_t { AllReduce = 1, Broadcast, AllGather, ReduceScatter, Barrier };
 constexpr int kCheckedDims = 8;
-constexpr int kSignatureLength = 7 + kCheckedDims;
+constexpr int kSignatureLength = 8 + kCheckedDims;
 using Signature = std::array<int64_t, kSignatureLength>;
 
-Signature signature_of(Kind kind, const Tensor* t, int op, int root) {
+Signature signature_of(Kind kind, const Tensor* t, int op, int root, int has_comm) {
   Signature s;
   s.fill(-1);
   s[0] = int64_t(kind);
@@ -138,9 +140,23 @@ Signature signature_of(Kind kind, const Tensor* t, int op, int root) {
     s[4] = int64_t(t->device().type);  // the kind only: each rank has its own device index
     s[5] = t->dim();
     s[6] = t->numel();
-    for (int d = 0; d < kCheckedDims && d < t->dim(); ++d) s[7 + d] = t->size(d);
+    s[7] = has_comm;
+    for (int d = 0; d < kCheckedDims && d < t->dim(); ++d) s[8 + d] = t->size(d);
   }
   return s;
+}
+
+// 1 when this rank has an NCCL communicator for t's device, 0 when its next collective on
+// it makes one, -1 for a CPU tensor (or no tensor).
+int has_comm_for(GroupState& st, const Tensor* t) {
+  if (t == nullptr || !t->device().is_cuda()) return -1;
+#ifdef MUMOE_NCCL
+  std::lock_guard<std::mutex> g(st.nccl_mu);
+  return st.nccl.count(t->device().index) ? 1 : 0;
+#else
+  (void)st;
+  return 0;
+#endif
 }
 
 std::string describe(const int64_t* s) {
@@ -148,9 +164,11 @@ std::string describe(const int64_t* s) {
   std::string out = s[0] >= 1 && s[0] <= 5 ? kinds[s[0]] : "?";
   if (s[3] >= 0) {
     out += ::mu::detail::str(" of ", dtype_name(DType(s[3])), " [");
-    for (int64_t d = 0; d < s[5] && d < kCheckedDims; ++d) out += (d > 0 ? ", " : "") + std::to_string(s[7 + d]);
+    for (int64_t d = 0; d < s[5] && d < kCheckedDims; ++d) out += (d > 0 ? ", " : "") + std::to_string(s[8 + d]);
     if (s[5] > kCheckedDims) out += ", ...";
     out += ::mu::detail::str("] (", s[6], " elements) on ", s[4] == int64_t(DeviceType::CPU) ? "cpu" : "cuda");
+    if (s[7] == 0) out += " (its first collective on that device)";
+    if (s[7] == 1) out += " (a device it has used before)";
   }
   if (s[1] >= 0) out += s[1] == int64_t(ReduceOp::Mean) ? ", ReduceOp::Mean" : ", ReduceOp::Sum";
   if (s[2] >= 0) out += ::mu::detail::str(", root ", s[2]);
@@ -162,7 +180,7 @@ std::string describe(const int64_t* s) {
 // waiting in a collective the others never start).
 void check_agreement(GroupState& st, const Caller& c, Kind kind, const Tensor* t, int op, int root) {
   if (!st.check_agreement || !st.mpi) return;
-  const Signature mine = signature_of(kind, t, op, root);
+  const Signature mine = signature_of(kind, t, op, root, has_comm_for(st, t));
   std::vector<int64_t> all(size_t(kSignatureLength) * size_t(c.size));
   run_mpi(c, st, st.mpi->all_gather(c.call, mine.data(), all.data(), kSignatureLength, kInt64));
   for (int r = 1; r < c.size; ++r) {
@@ -170,7 +188,8 @@ void check_agreement(GroupState& st, const Caller& c, Kind kind, const Tensor* t
     if (std::equal(theirs, theirs + kSignatureLength, all.data())) continue;
     MU_FAIL(c.call, ": the ranks disagree (MUMOE_DIST_CHECK=1): rank 0 called ", describe(all.data()), " but rank ", r,
             " called ", describe(theirs), "; every rank must call the same collectives in the same order, with "
-            "tensors of the same dtype and shape on the same kind of device");
+            "tensors of the same dtype and shape on the same kind of device (for CUDA, each rank on one device "
+            "throughout)");
   }
 }
 

@@ -11,8 +11,9 @@
 //   for (auto& p : model.parameters()) { Tensor g = p.grad(); pg.all_reduce(g, ReduceOp::Mean); }
 //
 // Every rank must call the same collectives in the same order with tensors of the same
-// dtype and shape (set MUMOE_DIST_CHECK=1 to have every call verify that across ranks,
-// at the price of one extra small exchange per call). A rank that stalls or dies shows as
+// dtype and shape, a rank's CUDA tensors on one device throughout (set MUMOE_DIST_CHECK=1
+// to have every call verify that across ranks, at the price of one extra small exchange
+// per call). A rank that stalls or dies shows as
 // a mu::Error on the others after timeout_seconds(), not as a hang.
 //
 // Built without MPI (libopenmpi-dev absent when CMake configured), world() is a single

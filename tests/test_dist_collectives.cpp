@@ -373,3 +373,30 @@ TEST_CASE("CUDA tensors through NCCL") {
   CHECK_THROWS_MU(pg().all_reduce(strided), "is not contiguous");
 }
 
+
+// After the case above, each rank has a communicator for its default device. A rank that
+// moves its CUDA collectives to another device would make a new one (an MPI exchange)
+// while the others reuse theirs (NCCL): unchecked, both sides wait until the timeout;
+// MUMOE_DIST_CHECK=1 says so at once, on every rank.
+TEST_CASE("MUMOE_DIST_CHECK=1: a rank that moves its CUDA collectives to another device is told so") {
+  const char* env = std::getenv("MUMOE_DIST_CHECK");
+#ifdef MUMOE_NCCL
+  const bool nccl = true;
+#else
+  const bool nccl = false;
+#endif
+  if (env == nullptr || std::string(env) != "1" || pg().size() < 2 || !nccl ||
+      cuda::device_count() < pg().local_size() || pg().local_size() < 2) {
+    say("note: the device-move check needs MUMOE_DIST_CHECK=1, NCCL, and two ranks with a CUDA device each on one "
+        "machine");
+    return;
+  }
+  Tensor warm = zeros({2}, pg().default_device());
+  pg().all_reduce(warm);  // every rank's communicator for its own device exists now
+  // Rank 1 moves to rank 0's device: its first collective there, rank 0's device as before.
+  Tensor moved = zeros({2}, pg().rank() == 1 ? Device::cuda(0) : pg().default_device());
+  CHECK_THROWS_MU(pg().all_reduce(moved), "(its first collective on that device)");
+  // Found before any data moved: the group goes on.
+  pg().all_reduce(warm);
+  check_equal(warm, std::vector<double>(2, 0.0));
+}
