@@ -225,19 +225,17 @@ detail::NcclComm& nccl_for(GroupState& st, const Caller& c, int device) {
   std::vector<unsigned char> all(mine.size() * size_t(c.size));
   run_mpi(c, st, st.mpi->all_gather(c.call, mine.data(), all.data(), int64_t(mine.size()), kUInt8));
   // The remedy: with fewer GPUs than ranks on a machine, default_device() cannot help.
-  const int devices = cuda::device_count();
-  const std::string remedy =
-      devices < st.mpi->local_size()
-          ? "this machine has " + std::to_string(devices) + " CUDA device(s) for its " +
-                std::to_string(st.mpi->local_size()) + " ranks: start at most " + std::to_string(devices) +
-                " process(es) per machine (mpirun -npernode " + std::to_string(devices) +
-                "), or keep the tensors on the CPU (MPI)"
-          : std::string("put each rank's tensors on ProcessGroup::default_device()");
+  auto remedy = [&st] {
+    const int n = cuda::device_count(), ranks = st.mpi->local_size();
+    if (n >= ranks) return std::string("put each rank's tensors on ProcessGroup::default_device()");
+    return ::mu::detail::str("this machine has ", n, " CUDA device(s) for its ", ranks, " ranks: start at most ", n,
+                             " process(es) per machine (mpirun -npernode ", n, "), or keep the tensors on the CPU (MPI)");
+  };
   for (int a = 0; a < c.size; ++a) {
     for (int b = a + 1; b < c.size; ++b) {
       MU_CHECK(std::memcmp(&all[a * mine.size()], &all[b * mine.size()], mine.size()) != 0, c.call, ": ranks ", a,
                " and ", b, " would share one GPU (the same device UUID; this rank's tensor is on cuda:", device,
-               "); NCCL needs a device of its own per rank: ", remedy);
+               "); NCCL needs a device of its own per rank: ", remedy());
     }
   }
   detail::NcclId id{};

@@ -310,7 +310,7 @@ TEST_CASE("attention without a graph reads k and v as views of a longer buffer, 
 // and memory traffic growing with the context. No copy kernel may touch the cache's 17
 // rows in such a step (the CPU, and CUDA's tiled kernels, which take decoding steps
 // whatever the dtype); the CPU's bfloat16 widens the one query row and narrows the output.
-TEST_CASE("a decoding step reads a key-value cache in place: no copy kernel runs") {
+TEST_CASE("a decoding step reads a key-value cache in place: no copy kernel touches the cache") {
   manual_seed(8);
   for (Device dev : test_devices())
     for (DType dt : {kFloat32, kBFloat16})

@@ -311,7 +311,7 @@ TEST_CASE("two ranks on one GPU are refused before NCCL is called") {
   const char* remedy =
       devices < pg().local_size() ? "CUDA device(s) for its" : "put each rank's tensors on ProcessGroup::default_device()";
   CHECK_THROWS_MU(pg().all_reduce(t), "would share one GPU");
-  CHECK_THROWS_MU(pg().all_reduce(t), remedy);
+  CHECK_THROWS_MU(pg().all_reduce(t), remedy);  // refused again: no communicator was left half made
   Tensor ok = rank_tensor(pg().rank(), {3}, kFloat32);
   pg().all_reduce(ok);
   check_equal(ok, expected_reduction(3, 0, kFloat32, ReduceOp::Sum));
@@ -373,7 +373,6 @@ TEST_CASE("CUDA tensors through NCCL") {
   CHECK_THROWS_MU(pg().all_reduce(strided), "is not contiguous");
 }
 
-
 // After the case above, each rank has a communicator for its default device. A rank that
 // moves its CUDA collectives to another device would make a new one (an MPI exchange)
 // while the others reuse theirs (NCCL): unchecked, both sides wait until the timeout;
@@ -396,7 +395,8 @@ TEST_CASE("MUMOE_DIST_CHECK=1: a rank that moves its CUDA collectives to another
   // Rank 1 moves to rank 0's device: its first collective there, rank 0's device as before.
   Tensor moved = zeros({2}, pg().rank() == 1 ? Device::cuda(0) : pg().default_device());
   CHECK_THROWS_MU(pg().all_reduce(moved), "(its first collective on that device)");
-  // Found before any data moved: the group goes on.
-  pg().all_reduce(warm);
-  check_equal(warm, std::vector<double>(2, 0.0));
+  // Found before any data moved: the group goes on, each rank on its own device.
+  Tensor t = rank_tensor(pg().rank(), {5}, kFloat32, pg().default_device());
+  pg().all_reduce(t);
+  check_equal(t, expected_reduction(5, 0, kFloat32, ReduceOp::Sum));
 }

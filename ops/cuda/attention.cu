@@ -679,10 +679,13 @@ void forward_launch(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
 template <class T>
 void forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
                    const kernels::AttentionParams& p) {
-  // The vector variant reads 16-byte rows: every head of k and v must start on 16 bytes.
-  const bool heads16 = kernels::attention_head_stride(k) % 4 == 0 && kernels::attention_head_stride(v) % 4 == 0;
-  if constexpr (std::is_same_v<T, float>)
-    if (q.size(3) == 64 && heads16 && attention_aligned16({&q, &k, &v})) return forward_launch<T, true>(q, k, v, out, lse, p);
+  if constexpr (std::is_same_v<T, float>) {
+    // The vector variant reads 16-byte rows: every head of k and v (a cache's views
+    // included) must start on 16 bytes too.
+    const bool heads16 = kernels::attention_head_stride(k) % 4 == 0 && kernels::attention_head_stride(v) % 4 == 0;
+    if (q.size(3) == 64 && heads16 && attention_aligned16({&q, &k, &v}))
+      return forward_launch<T, true>(q, k, v, out, lse, p);
+  }
   forward_launch<T, false>(q, k, v, out, lse, p);
 }
 
