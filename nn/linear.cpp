@@ -31,7 +31,7 @@ Tensor Linear::forward(const Tensor& x) {
   MU_CHECK(x.defined() && x.dim() >= 1 && x.size(-1) == options_.in_features(), "Linear: expected input with last dim ",
            options_.in_features(), ", got ", x.describe());
   // weight.t() is a transposed view: the GEMM reads it in place, nothing is copied. Under
-  // autocast the bias is added in bfloat16 too (as torch's F.linear), so the output stays
+  // autocast the bias is cast to bfloat16 too (as torch's F.linear), so the output stays
   // bfloat16 for the next low-precision op without a float32 round trip; the casts are
   // nodes of the graph, so the gradients arrive in float32.
   return mu::linear(x, weight, bias);

@@ -112,17 +112,18 @@ Tensor product(const Tensor& a0, const Tensor& b0, const char* op, const char* n
   });
 }
 
-// Whether the CPU's fused product-and-bias kernel serves an x of dtype dt whose weight
-// (and bias) are in dt too: float32 or float64, not under autocast.
+// Whether x · b + bias runs as one kernel (matmul_bias) on x's device: x as autocast
+// casts it, the weight and the bias all float32, float64 or bfloat16 (the bias then added
+// to the product's float32 sums, the total rounded once).
 bool bias_product_fused(const Tensor& x, DType weight_dtype) {
-  const DType dt = x.dtype();
-  return kernels::matmul_bias.has(x.device().type) && (dt == kFloat32 || dt == kFloat64) && weight_dtype == dt &&
-         autograd::autocast::low_dtype(x) == dt;
+  const DType dt = autograd::autocast::low_dtype(x);
+  return kernels::matmul_bias.has(x.device().type) && weight_dtype == dt &&
+         (dt == kFloat32 || dt == kFloat64 || dt == kBFloat16);
 }
 
 // x (..., K) · b (K, N) + bias (N), the bias added as the product is stored; no graph.
-// x2 is x as (M, K), a view whose gradient routes back to x; y is (M, N) and out_shape
-// the result's shape, (..., N).
+// x2 is x as (M, K) (cast to bfloat16 first under autocast), whose gradient routes back to
+// x; y is (M, N) and out_shape the result's shape, (..., N).
 struct BiasProduct {
   Tensor x2, y;
   Shape out_shape;
@@ -132,9 +133,9 @@ BiasProduct bias_product(const Tensor& x, const Tensor& b, const Tensor& bias) {
   r.out_shape.assign(x.shape().begin(), x.shape().end() - 1);
   const int64_t M = numel_of(r.out_shape), K = b.size(0), N = b.size(1);
   r.out_shape.push_back(N);
-  r.x2 = x.reshape({M, K});
+  r.x2 = autograd::autocast::to_low(x).reshape({M, K});
   NoGradGuard no_grad;
-  r.y = empty({M, N}, TensorOptions(x.dtype()).device(x.device()));
+  r.y = empty({M, N}, TensorOptions(r.x2.dtype()).device(x.device()));
   kernels::matmul_bias(x.device(), r.y, gemm_operand(r.x2), gemm_operand(b), bias.contiguous());
   return r;
 }
@@ -235,16 +236,20 @@ void check_linear_operands(const char* op, const Tensor& x, const Tensor& w, con
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
   check_linear_operands("linear", x, w, b);
   // Under autocast the weight is cast before it is transposed (a dense copy rather than
-  // a transposing one), and the bias is added in bfloat16 too, as torch's F.linear does.
+  // a transposing one), and the bias is cast too: matmul_bias adds it to the product's
+  // float32 sums and rounds the total once to bfloat16, as torch's F.linear does on a GPU
+  // (cuBLASLt's bias epilogue).
   const Tensor wl = autograd::autocast::to_low(w), bl = b.defined() ? autograd::autocast::to_low(b) : b;
   if (!bl.defined() || !bias_product_fused(x, wl.dtype()))
     return bl.defined() ? matmul(x, wl.t()) + bl : matmul(x, wl.t());
   auto [x2, y, out_shape] = bias_product(x, wl.t(), bl);
-  const bool gx = x2.requires_grad(), gw = w.requires_grad(), gb = b.requires_grad();
+  // The graph's inputs are the operands as multiplied: under autocast the bfloat16 casts,
+  // whose own nodes return the gradients to the float32 tensors.
+  const bool gx = x2.requires_grad(), gw = wl.requires_grad(), gb = bl.requires_grad();
   if (gx || gw || gb) {
-    SavedTensor xs = gw ? save(x2) : SavedTensor(), ws = gx ? save(w) : SavedTensor();
+    SavedTensor xs = gw ? save(x2) : SavedTensor(), ws = gx ? save(wl) : SavedTensor();
     // dx = g w, dw = gᵀ x (dense, the weight's layout), db = the column sums of g.
-    y = record("LinearBackward", y, {x2, w, b}, [xs, ws, gx, gw, gb](const Tensor& g) -> TensorList {
+    y = record("LinearBackward", y, {x2, wl, bl}, [xs, ws, gx, gw, gb](const Tensor& g) -> TensorList {
       return {gx ? product_kernel(g, ws.get(), "linear") : Tensor(),
               gw ? product_kernel(g.t(), xs.get(), "linear") : Tensor(), gb ? sum(g, {0}) : Tensor()};
     });

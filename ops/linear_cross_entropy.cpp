@@ -85,8 +85,14 @@ void run_chunks(const Operands& o, const Tensor& per, const Tensor& lse, const T
     const int64_t n = std::min(rows, N - r0);
     Tensor logits = logits_buffer.narrow(0, 0, n), x = o.x.narrow(0, r0, n), t = o.target.narrow(0, r0, n);
     Tensor lse_c = lse.narrow(0, r0, n);
-    kernels::matmul(dev, logits, x, o.w.t());
-    if (o.b.defined()) logits.add_(o.b);
+    // The logits as linear computes them: the bias added to the product's sums where the
+    // device has the kernel (a bfloat16 logit then rounded once, as linear's).
+    if (o.b.defined() && kernels::matmul_bias.has(dev.type)) {
+      kernels::matmul_bias(dev, logits, x, o.w.t(), o.b);
+    } else {
+      kernels::matmul(dev, logits, x, o.w.t());
+      if (o.b.defined()) logits.add_(o.b);
+    }
     const kernels::CrossEntropyLines lines{n, V, 1, o.ignore_index, o.label_smoothing};
     if (per.defined()) kernels::cross_entropy_forward(dev, logits, t, o.class_weight, per.narrow(0, r0, n), lse_c, lines);
     if (!grad.defined()) continue;

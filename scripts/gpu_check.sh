@@ -14,7 +14,8 @@
 #   at paper scale for 60 steps a model on random tokens, then its Mixer recipe for one epoch
 #   of 1024 random 256 x 256 images, each interrupted and resumed; profile: a
 #   bf16 GPT-2 step's time and kernel table on each side, the float32 attention backward
-#   under Nsight Compute; pad: GPT-2 steps with and without the matmuls' padded buffers)
+#   under Nsight Compute; pad: GPT-2 steps with and without the matmuls' padded buffers,
+#   and with the Linear layers' bias added by a separate kernel instead of cuBLASLt's epilogue)
 # Environment: SUITE_TIMEOUT (s, per test suite, default 240), TESTS_TIMEOUT (s, all
 # suites, default 600), JOBS (suites at once, default 6), BENCH_TIMEOUT (s, the whole
 # comparison with PyTorch, default 300), FUSED_TIMEOUT (s, default 150), PAPER_TIMEOUT (s,
@@ -313,12 +314,19 @@ fi
 if [[ $what == pad ]]; then
   # GPT-2 124M steps (bf16, fp32) with the matmuls' padded buffers as by default, with
   # padded sizes too (MUMOE_MATMUL_PAD=extents: the logits' product and the features'
-  # gradient), and without (=never), beside torch, in one run.
+  # gradient), and without (=never); then with the Linear layers' bias added by a kernel of
+  # its own after the GEMM (MUMOE_CUBLASLT=off) instead of in cuBLASLt's epilogue; beside
+  # torch, in one run.
   : >"$out/pad.txt"
   for dt in bf16 fp32; do
     reps=$([[ $dt == bf16 ]] && echo 10 || echo 4)
-    for mode in default extents never; do
-      env $([[ $mode != default ]] && echo MUMOE_MATMUL_PAD=$mode) timeout 60 "$bin/experiments/bench_gpu_gpt2" \
+    for mode in default extents never lt-off; do
+      case $mode in
+        default) setting= ;;
+        lt-off) setting=MUMOE_CUBLASLT=off ;;
+        *) setting=MUMOE_MATMUL_PAD=$mode ;;
+      esac
+      env $setting timeout 60 "$bin/experiments/bench_gpu_gpt2" \
         --workload gpt2-124m --dtype $dt --reps $reps --warmup 2 2>&1 | grep '^{' | sed "s/^/$mode: /" >>"$out/pad.txt"
     done
     timeout 90 python3 experiments/bench/torch_gpu.py gpt2 --workload gpt2-124m --dtype $dt --reps $reps --warmup 2 \

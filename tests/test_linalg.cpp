@@ -10,6 +10,7 @@
 
 #include "helpers.h"
 #include "ops/cpu/gemm.h"
+#include "ops/profile.h"
 
 using namespace mu;
 using cpu::GemmBackend;
@@ -886,16 +887,18 @@ TEST_CASE("matmul with TF32 allowed stays within TF32's precision; float64 and d
   }
 }
 
-// linear(x, w, b) = x · wᵀ + b: against a brute-force loop in double, for every leading
-// shape (none, one, two dims), a strided input, no bias, and an empty batch; on the CPU in
-// float32 and float64 the bias rides the GEMM's store, elsewhere it is matmul + add.
+// linear(x, w, b) = x · wᵀ + b: against a brute-force loop in double over the operands'
+// values, for every leading shape (none, one, two dims), a strided input, no bias, and an
+// empty batch. With a bias, one kernel (matmul_bias) on every device; bfloat16 within one
+// rounding of the exact result.
 TEST_CASE("linear matches x · wᵀ + b by brute force") {
   for (Device dev : test_devices()) {
-    for (DType dt : {kFloat32, kFloat64}) {
+    for (DType dt : {kFloat32, kFloat64, kBFloat16}) {
       INFO(dev.str() << " " << dtype_name(dt));
       manual_seed(21);
-      Tensor w = randn({7, 5}, dt), b = randn({7}, dt), base = randn({3, 4, 10}, dt);
-      for (Tensor x : {randn({5}, dt), randn({6, 5}, dt), randn({2, 3, 5}, dt), base.slice(2, 0, 10, 2), randn({0, 5}, dt)}) {
+      Tensor w = randn({7, 5}).to(dt), b = randn({7}).to(dt), base = randn({3, 4, 10}).to(dt);
+      for (Tensor x : {randn({5}).to(dt), randn({6, 5}).to(dt), randn({2, 3, 5}).to(dt), base.slice(2, 0, 10, 2),
+                       randn({0, 5}).to(dt)}) {
         for (bool with_bias : {true, false}) {
           INFO("x " << shape_str(x.shape()) << (with_bias ? " with bias" : " without bias"));
           Tensor y = linear(on(x, dev), on(w, dev), with_bias ? on(b, dev) : Tensor());
@@ -910,9 +913,107 @@ TEST_CASE("linear matches x · wᵀ + b by brute force") {
               for (size_t i = 0; i < 5; ++i) acc += xv[r * 5 + i] * wv[o * 5 + i];
               want.push_back(acc);
             }
-          check_close_or_nan(y, want_shape, want, dt == kFloat32 ? 1e-5 : 1e-12);
+          // bfloat16: the exact value rounded once (half a unit in the last of 8 bits) and
+          // the float32 sums' error.
+          check_close_or_nan(y, want_shape, want, dt == kFloat32 ? 1e-5 : dt == kFloat64 ? 1e-12 : 1.0 / 256);
         }
       }
+    }
+  }
+}
+
+// x = [1, 2^-8] by w = [1, 1] is 1 + 2^-8, half way between the bfloat16 neighbours 1 and
+// 1 + 2^-7: rounded alone it goes to the even one, 1, and adding the bias 2^-12 then
+// leaves 1; added to the float32 sum first, the bias tips it to 1 + 2^-7. So a result of
+// 1 + 2^-7 says the bias was added before the one rounding (matmul_bias's contract), on
+// bfloat16 tensors and under autocast, for row counts that take the CPU's few-row and
+// many-row products; on CUDA through cuBLASLt's epilogue and through the composed path
+// (MUMOE_CUBLASLT=off) alike.
+TEST_CASE("linear with a bias rounds a bfloat16 result once: the bias joins the float32 sums") {
+  const double one_up = 1.0 + 1.0 / 128;
+  for (Device dev : test_devices())
+    for (const char* lt : {"on", "off"}) {
+      if (dev.is_cpu() && std::string(lt) == "off") continue;
+      ::setenv("MUMOE_CUBLASLT", lt, 1);
+      for (int64_t M : {1, 3, 64}) {
+        INFO(dev.str() << ", cuBLASLt " << lt << ", " << M << " rows");
+        const int64_t K = 16, N = 24;
+        Tensor x = zeros({M, K}), w = zeros({N, K});
+        x.select(1, 0).fill_(1.0);
+        x.select(1, 1).fill_(1.0 / 256);
+        w.select(1, 0).fill_(1.0);
+        w.select(1, 1).fill_(1.0);
+        const Tensor b = full({N}, 1.0 / 4096);
+        const Tensor y16 = linear(on(x, dev).to(kBFloat16), on(w, dev).to(kBFloat16), on(b, dev).to(kBFloat16));
+        Tensor ya;
+        {
+          AutocastGuard amp;
+          ya = linear(on(x, dev), on(w, dev), on(b, dev));
+        }
+        for (const Tensor& y : {y16, ya}) {
+          REQUIRE(y.dtype() == kBFloat16);
+          const std::vector<double> got = y.cpu().to_vector<double>();
+          CHECK(*std::min_element(got.begin(), got.end()) == one_up);
+          CHECK(*std::max_element(got.begin(), got.end()) == one_up);
+        }
+      }
+      ::unsetenv("MUMOE_CUBLASLT");
+    }
+}
+
+// A Linear with a bias is one product-and-bias kernel on every device, not a matmul and an
+// add (the kernel profiler's rows), in float32 and bfloat16; on CUDA one cuBLASLt call
+// (the composed path would show its matmul inside).
+TEST_CASE("linear with a bias runs one kernel, the bias added as the product is stored") {
+  for (Device dev : test_devices())
+    for (DType dt : {kFloat32, kBFloat16}) {
+      INFO(dev.str() << " " << dtype_name(dt));
+      manual_seed(23);
+      const Tensor x = on(randn({33, 40}), dev).to(dt), w = on(randn({24, 40}), dev).to(dt),
+                   b = on(randn({24}), dev).to(dt);
+      profile::enable();
+      const Tensor y = linear(x, w, b);
+      const std::vector<profile::KernelTime> ran = profile::report();
+      profile::disable();
+      int64_t fused = 0;
+      for (const profile::KernelTime& kt : ran) {
+        INFO("kernel " << kt.kernel);
+        CHECK(kt.kernel != "add");
+        CHECK(kt.kernel != "matmul");
+        CHECK(kt.kernel != "matmul_accumulate");
+        if (kt.kernel == "matmul_bias") fused += kt.calls;
+      }
+      CHECK(fused == 1);
+      // And the sum: the composed ops' result, within one bfloat16 rounding of each.
+      const Tensor want = (matmul(x.to(kFloat64), w.to(kFloat64).t()) + b.to(kFloat64)).cpu();
+      CHECK(max_abs_diff(y.to(kFloat64).cpu(), want) <= (dt == kFloat32 ? 1e-4 : 0.1));
+    }
+}
+
+// Under autocast linear's node takes the bfloat16 casts as its inputs: the float32
+// input, weight and bias get their gradients through the casts' nodes, equal to those of
+// the composed ops (matmul of the casts, plus the cast bias) to bfloat16's rounding of the
+// products; gradients arrive in float32.
+TEST_CASE("linear under autocast: float32 gradients through the casts, as the composed ops give them") {
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    manual_seed(24);
+    const Tensor x0 = randn({2, 9, 40}), w0 = randn({24, 40}), b0 = randn({24}), g = on(randn({2, 9, 24}), dev);
+    Tensor x = on(x0, dev).requires_grad_(), w = on(w0, dev).requires_grad_(), b = on(b0, dev).requires_grad_();
+    Tensor x2 = on(x0, dev).requires_grad_(), w2 = on(w0, dev).requires_grad_(), b2 = on(b0, dev).requires_grad_();
+    Tensor y, y2;
+    {
+      AutocastGuard amp;
+      y = linear(x, w, b);
+      y2 = matmul(x2.to(kBFloat16), w2.to(kBFloat16).t()) + b2.to(kBFloat16);
+    }
+    REQUIRE(y.dtype() == kBFloat16);
+    (y.to(kFloat32) * g).sum().backward();
+    (y2.to(kFloat32) * g).sum().backward();
+    for (auto [got, want] : {std::pair<Tensor, Tensor>{x.grad(), x2.grad()}, {w.grad(), w2.grad()}, {b.grad(), b2.grad()}}) {
+      REQUIRE(got.defined());
+      CHECK(got.dtype() == kFloat32);
+      CHECK(allclose(got.cpu(), want.cpu(), 1e-2, 1e-2));
     }
   }
 }

@@ -30,9 +30,12 @@ inline bool emu_gemm_types_ok(cudaDataType_t at, cudaDataType_t bt, cudaDataType
   return at == bt && ((at == CUDA_R_32F && ct == CUDA_R_32F) || (at == CUDA_R_16BF && (ct == CUDA_R_16BF || ct == CUDA_R_32F)));
 }
 
+// bias (when given): one value per row of C, added to every column before C is rounded
+// and stored (cuBLASLt's bias epilogue, emu_cublaslt.h).
 template <class T, class Acc, class TC>
 void emu_gemm_run(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, Acc alpha, const T* A, int lda,
-                  long long sa, const T* B, int ldb, long long sb, Acc beta, TC* C, int ldc, long long sc, int count);
+                  long long sa, const T* B, int ldb, long long sb, Acc beta, TC* C, int ldc, long long sc, int count,
+                  const TC* bias = nullptr);
 
 // A and B of type T, C of type TC (T, or float32 beside bfloat16 operands), sums in Acc.
 template <class T, class Acc, class TC = T>
@@ -48,7 +51,8 @@ cublasStatus_t emu_gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n
 
 template <class T, class Acc, class TC>
 void emu_gemm_run(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, Acc alpha, const T* A, int lda,
-                  long long sa, const T* B, int ldb, long long sb, Acc beta, TC* C, int ldc, long long sc, int count) {
+                  long long sa, const T* B, int ldb, long long sb, Acc beta, TC* C, int ldc, long long sc, int count,
+                  const TC* bias) {
   for (int bi = 0; bi < count; ++bi)
     for (int j = 0; j < n; ++j)
       for (int i = 0; i < m; ++i) {
@@ -60,7 +64,8 @@ void emu_gemm_run(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int 
           else s += float(to_d(a)) * float(to_d(b));  // the values read exactly, multiplied in float32
         }
         TC& c = C[bi * sc + i + (long long)j * ldc];
-        const Acc r = beta == Acc(0) ? alpha * s : alpha * s + beta * Acc(to_d(c));
+        const Acc r = (beta == Acc(0) ? alpha * s : alpha * s + beta * Acc(to_d(c))) +
+                      (bias ? Acc(to_d(bias[i])) : Acc(0));
         c = from_d<TC>(r);
       }
 }

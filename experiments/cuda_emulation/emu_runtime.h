@@ -1,10 +1,11 @@
-// A stand-in CUDA runtime and cuBLAS handle API for ops/cuda/runtime.cu under the host
-// emulation: one device whose memory is host memory under a byte budget (cudaMalloc fails
+// A stand-in CUDA runtime and cuBLAS and cuBLASLt handle API for ops/cuda/runtime.cu under
+// the host emulation: one device whose memory is host memory under a byte budget (cudaMalloc fails
 // with cudaErrorMemoryAllocation past it, as the driver does when the device is full, and
 // the error is left for cudaGetLastError), one stream whose work runs as emu_queue.h
 // orders it (at once, or deferred to the next synchronisation), events that mark it.
 // Included before the file; the calls are renamed.
 #pragma once
+#include <cublasLt.h>  // declared before the macros below rename its calls
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include "emu_alloc.h"
@@ -115,5 +116,6 @@ inline const char* emu_cublas_name(cublasStatus_t) { return "a cuBLAS status"; }
 #define cublasSetStream emu_cublas_ok
 #define cublasSetWorkspace emu_cublas_ok
 #define cublasSetMathMode emu_cublas_ok
+#define cublasLtCreate emu_cublas_ok
 #define cublasGetStatusName emu_cublas_name
 #define cublasGetStatusString emu_cublas_name

@@ -69,9 +69,11 @@ std::string device_name(int device) {
 
 namespace {
 struct PerDevice {
-  std::once_flag stream_once, cublas_once;
+  std::once_flag stream_once, cublas_once, cublaslt_once;
   cudaStream_t stream = nullptr;
   cublasHandle_t cublas = nullptr;
+  cublasLtHandle_t cublaslt = nullptr;
+  CublasWorkspace workspace{nullptr, 0};
   bool cublas_tf32 = false;  // the math mode the handle was last set to
 };
 PerDevice& per_device(int device) {
@@ -115,7 +117,8 @@ cublasHandle_t cublas(int device) {
     // The handle's workspace from the caching allocator, so that cuBLAS never allocates
     // behind the allocator's back (32 MiB: what cuBLAS asks for on Hopper).
     constexpr size_t kWorkspace = size_t(32) << 20;
-    MU_CUBLAS_CHECK(cublasSetWorkspace(d.cublas, allocate(kWorkspace, device), kWorkspace));
+    d.workspace = {allocate(kWorkspace, device), kWorkspace};
+    MU_CUBLAS_CHECK(cublasSetWorkspace(d.cublas, d.workspace.data, kWorkspace));
     MU_CUBLAS_CHECK(cublasSetMathMode(d.cublas, math_mode(false)));
   });
   if (d.cublas_tf32 != g_allow_tf32) {
@@ -123,6 +126,18 @@ cublasHandle_t cublas(int device) {
     d.cublas_tf32 = g_allow_tf32;
   }
   return d.cublas;
+}
+
+CublasWorkspace cublas_workspace(int device) {
+  cublas(device);  // allocates it with the handle
+  return per_device(device).workspace;
+}
+
+cublasLtHandle_t cublaslt(int device) {
+  require_device(device);
+  PerDevice& d = per_device(device);
+  std::call_once(d.cublaslt_once, [&] { MU_CUBLAS_CHECK(cublasLtCreate(&d.cublaslt)); });
+  return d.cublaslt;
 }
 
 // ---------------------------------------------------------------- the caching allocator

@@ -1,6 +1,7 @@
-// What every CUDA kernel file includes: checked calls, the device's stream and cuBLAS
-// handle, launch geometry, and scratch memory from the caching allocator. nvcc only.
+// What every CUDA kernel file includes: checked calls, the device's stream, cuBLAS and
+// cuBLASLt handles, launch geometry, and scratch memory from the caching allocator. nvcc only.
 #pragma once
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -47,6 +48,16 @@ inline cudaStream_t stream(const Tensor& t) { return stream(t.device().index); }
 // The device's cuBLAS handle, bound to stream(device), with a workspace from the
 // caching allocator and the math mode of allow_tf32().
 cublasHandle_t cublas(int device);
+
+// The device's cuBLASLt handle, created on first use (cuBLASLt takes the stream and the
+// workspace with each call), and the workspace to give it: the cuBLAS handle's, which
+// both libraries may use since their calls are ordered on the one stream.
+cublasLtHandle_t cublaslt(int device);
+struct CublasWorkspace {
+  void* data;
+  size_t bytes;
+};
+CublasWorkspace cublas_workspace(int device);
 
 // The most blocks a grid-stride loop is given: an H100's 132 SMs, 32 blocks each; more
 // only queue. A build may set fewer: the emulated device's sets a few, so that every

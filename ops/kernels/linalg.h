@@ -15,9 +15,10 @@ MU_DECLARE_KERNEL(matmul, void(const Tensor& out, const Tensor& a, const Tensor&
 // where it is missing.
 MU_DECLARE_KERNEL(matmul_batch_sum, void(const Tensor& out, const Tensor& a, const Tensor& b));
 
-// out = a · b + bias for rank-2 operands and a dense bias (N) of the same dtype, the bias
-// added to every row as out is stored (linear's forward). Not every device has it: the op
-// composes matmul and add where it is missing.
+// out = a · b + bias for rank-2 operands and a dense bias (N) of the same dtype (float32,
+// float64 or bfloat16), the bias added to every row as out is stored (linear's forward);
+// out dense. bfloat16: the bias added to the product's float32 sums, the total rounded
+// once. Not every device has it: the op composes matmul and add where it is missing.
 MU_DECLARE_KERNEL(matmul_bias, void(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias));
 
 // out = a · b + bias 1ᵀ with matmul's operands (rank 2, or rank 3 for a batch) and a dense
