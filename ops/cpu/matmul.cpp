@@ -6,6 +6,7 @@
 #include "ops/cpu/parallel.h"
 #include "ops/cpu/widen.h"
 #include "ops/kernels/linalg.h"
+#include "ops/kernels/map.h"
 
 namespace mu::cpu {
 
@@ -121,17 +122,13 @@ static void matmul_batch_sum(const Tensor& out, const Tensor& a, const Tensor& b
 static void matmul_bias(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias) {
   if (a.dtype() == kBFloat16) {
     // The product's float32 sums (the bfloat16 matmul into a float32 twin), the bias added
-    // to them and the total rounded once: what CUDA's bias epilogue computes, where the
-    // product rounded and then the sum would round twice.
+    // to them by the elementwise add (computing in float32) and the total rounded once as
+    // it is written: what CUDA's bias epilogue computes, where the product rounded and
+    // then the sum would round twice.
     const Tensor wide = wide_like(out);
     matmul(wide, a, b);
-    const int64_t M = out.size(0), N = out.size(1);
-    const float* w = wide.data_ptr<float>();
-    const bfloat16_t* bv = bias.data_ptr<bfloat16_t>();
-    bfloat16_t* o = out.data_ptr<bfloat16_t>();  // dense (the op allocates it)
-    parallel_for_if(M, double(M) * double(N) >= 1 << 16, [&](int64_t r) {
-      for (int64_t c = 0; c < N; ++c) o[r * N + c] = bfloat16_t(w[r * N + c] + float(bv[c]));
-    });
+    const std::array<Tensor, 3> in{wide, bias.expand(out.shape()), Tensor()};
+    kernels::map<fn::Add>()(out.device(), out, in, fn::Add{});
     return;
   }
   product(out, a, b, bias, Tensor(), "matmul_bias");

@@ -14,7 +14,7 @@
 // none) is kept per device, dtype, math mode, sizes, layouts and pointer alignment, so a
 // training step asks once per distinct Linear. Where it has no kernel, where an operand
 // has no cuBLAS view, for an empty inner size, or with MUMOE_CUBLASLT=off (to time one
-// against the other), the product runs through the matmul kernels and a second kernel
+// against the other), the product runs through the matmul kernels and the elementwise add
 // adds the bias with the same numerics: a bfloat16 product kept in float32 until the bias
 // is added, then rounded once.
 #include <cublasLt.h>
@@ -34,45 +34,26 @@
 #include "ops/cuda/packs.cuh"
 #include "ops/cuda/runtime.cuh"
 #include "ops/kernels/linalg.h"
+#include "ops/kernels/map.h"
 
 namespace mu::cuda_kernels {
 namespace {
 
-// out[r, c] = T(p[r, c] + bias[c]) over a dense M x N out, the sum in T's wide type; p is
-// the product (of type P: T, or float32 beside bfloat16), or absent (null: an empty sum).
-// p may be out itself. One thread per element in a grid-stride loop.
-template <class T, class P>
-__global__ void add_bias_kernel(T* out, const P* p, const T* bias, int64_t M, int64_t N) {
-  using W = cuda::wide_t<T>;
-  const int64_t n = M * N, step = int64_t(gridDim.x) * blockDim.x;
-  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < n; e += step) {
-    const W v = p ? W(cuda::widen(p[e])) : W(0);
-    out[e] = cuda::narrow<T>(v + cuda::widen(bias[e % N]));
-  }
-}
-
-template <class T, class P>
-void add_bias(const Tensor& out, const P* p, const Tensor& bias) {
-  const int64_t M = out.size(0), N = out.size(1), threads = 256;
-  add_bias_kernel<T, P><<<cuda::grid_for(M * N, threads), threads, 0, cuda::stream(out)>>>(
-      static_cast<T*>(out.raw_data()), p, static_cast<const T*>(bias.raw_data()), M, N);
-  MU_CUDA_CHECK_LAUNCH("matmul_bias (adding the bias)");
-}
-
-// The composed path: the product through the matmul kernels, then the bias. A bfloat16
-// product goes into a float32 twin (matmul_accumulate into zeros), so that it is rounded
-// once, with the bias.
+// The composed path: the product through the matmul kernels (an empty inner size gives
+// zeros), then the bias added by the elementwise add kernel. A bfloat16 product goes into
+// a float32 twin (matmul_accumulate into zeros) and the add, computing in float32, rounds
+// once as it writes out.
 template <class T>
 void composed(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias) {
-  if (a.size(1) == 0) return add_bias<T, T>(out, nullptr, bias);
+  const Tensor row_bias = bias.expand(out.shape());
   if constexpr (std::is_same_v<T, cuda::bf16>) {
     const Tensor wide = empty(out.shape(), TensorOptions(kFloat32).device(out.device()));
     MU_CUDA_CHECK(cudaMemsetAsync(wide.raw_data(), 0, size_t(wide.numel()) * sizeof(float), cuda::stream(out)));
     kernels::matmul_accumulate(out.device(), wide, a, b);
-    add_bias<T, float>(out, static_cast<const float*>(wide.raw_data()), bias);
+    kernels::map<fn::Add>()(out.device(), out, std::array<Tensor, 3>{wide, row_bias, Tensor()}, fn::Add{});
   } else {
     kernels::matmul(out.device(), out, a, b);
-    add_bias<T, T>(out, static_cast<const T*>(out.raw_data()), bias);
+    kernels::map<fn::Add>()(out.device(), out, std::array<Tensor, 3>{out, row_bias, Tensor()}, fn::Add{});
   }
 }
 
