@@ -339,7 +339,8 @@ TEST_CASE("gemm_bf16_weight matches a brute-force product and refuses other shap
 // packed whole while A is packed panel by panel, and B past that (2.4 MB packed, at
 // 30 x 600 by 2001); a transposed B (x · wᵀ) read in place below 256 rows and packed at
 // 300. The bfloat16 C of the same product is, bit for bit, the float32 C
-// rounded by bfloat16_t's own conversion (tensor/half.h).
+// rounded by bfloat16_t's own conversion (tensor/half.h); with a bias, the float32 C plus
+// the bias, rounded once.
 TEST_CASE("gemm_bf16 matches a brute-force product over tile edges, odd depths and layouts") {
   if (!cpu::gemm_bf16_available()) {
     MESSAGE("skipped: this build's target has no AVX512_BF16 (autocast widens to float32 instead)");
@@ -383,7 +384,92 @@ TEST_CASE("gemm_bf16 matches a brute-force product over tile edges, odd depths a
             differing += c16[size_t(i * ldc + j)].bits != want;
           }
         CHECK(differing == 0);
+        // With a bias (a Linear layer's, one value per column) added to the sums before they
+        // are stored: bit for bit the float32 C above plus the bias, and for a bfloat16 C that
+        // sum rounded once, the padding still untouched.
+        std::vector<float> bias(size_t(d.N));
+        for (auto& x : bias) x = float(nd(rng));
+        std::vector<float> cb(size_t(d.M * ldc), -7.0f);
+        std::vector<bfloat16_t> cb16(size_t(d.M * ldc), bfloat16_t(-7.0f));
+        cpu::gemm_bf16(d.M, d.N, d.K, a.data(), ars, acs, b.data(), brs, bcs, cb.data(), ldc, bias.data());
+        cpu::gemm_bf16(d.M, d.N, d.K, a.data(), ars, acs, b.data(), brs, bcs, cb16.data(), ldc, bias.data());
+        int64_t differing_bias = 0;
+        for (int64_t i = 0; i < d.M; ++i)
+          for (int64_t j = 0; j < ldc; ++j) {
+            const float want = j < d.N ? c[size_t(i * ldc + j)] + bias[size_t(j)] : -7.0f;
+            differing_bias += cb[size_t(i * ldc + j)] != want;
+            differing_bias += cb16[size_t(i * ldc + j)].bits != bfloat16_t(want).bits;
+          }
+        CHECK(differing_bias == 0);
       }
+  // An empty depth: each row of C is the bias alone (zeros without one).
+  const std::vector<float> bias = {1.5f, -2.25f, 1.0f + 0x1p-9f};
+  std::vector<bfloat16_t> none;
+  std::vector<float> c(2 * 3, -7.0f);
+  std::vector<bfloat16_t> c16(2 * 3, bfloat16_t(-7.0f));
+  cpu::gemm_bf16(2, 3, 0, none.data(), 0, 1, none.data(), 3, 1, c.data(), 3, bias.data());
+  cpu::gemm_bf16(2, 3, 0, none.data(), 0, 1, none.data(), 3, 1, c16.data(), 3, bias.data());
+  for (int64_t i = 0; i < 6; ++i) {
+    CHECK(c[size_t(i)] == bias[size_t(i % 3)]);
+    CHECK(c16[size_t(i)].bits == bfloat16_t(bias[size_t(i % 3)]).bits);
+  }
+  cpu::gemm_bf16(2, 3, 0, none.data(), 0, 1, none.data(), 3, 1, c.data(), 3);
+  for (float v : c) CHECK(v == 0.0f);
+}
+
+// The tiny form (a tensor ring's per-token chains; on every CPU) against the brute-force
+// product in double: 2 to 33 rows, 1 to 32 columns (one vector of float32 and two), depths
+// 1 to 64, every operand layout, C rows padded (the padding untouched). The bfloat16 C is
+// the float32 C rounded, bit for bit; with a bias, the float32 C plus the bias, rounded
+// once. A shape past the tiny bounds is refused by name.
+TEST_CASE("gemm_bf16_tiny matches a brute-force product, with and without a bias") {
+  std::mt19937 rng(19);
+  std::normal_distribution<double> nd;
+  struct Dims { int64_t M, N, K; };
+  for (Dims d : {Dims{2, 1, 1}, Dims{3, 16, 7}, Dims{5, 17, 64}, Dims{33, 32, 31}, Dims{7, 9, 2}})
+    for (Layout la : {Layout::RowMajor, Layout::Transposed, Layout::Strided})
+      for (Layout lb : {Layout::RowMajor, Layout::Transposed, Layout::Strided}) {
+        REQUIRE(cpu::gemm_tiny_product(d.M, d.N, d.K));
+        INFO("M " << d.M << " N " << d.N << " K " << d.K << " A " << layout_name(la) << " B " << layout_name(lb));
+        auto fill = [&](int64_t rows, int64_t cols, Layout l, int64_t& rs, int64_t& cs) {
+          rs = l == Layout::RowMajor ? cols : l == Layout::Transposed ? 1 : 2 * cols + 3;
+          cs = l == Layout::RowMajor ? 1 : l == Layout::Transposed ? rows : 2;
+          std::vector<bfloat16_t> v(size_t(l == Layout::Strided ? rows * rs : rows * cols));
+          for (auto& x : v) x = bfloat16_t(float(nd(rng)));
+          return v;
+        };
+        int64_t ars, acs, brs, bcs;
+        const std::vector<bfloat16_t> a = fill(d.M, d.K, la, ars, acs), b = fill(d.K, d.N, lb, brs, bcs);
+        const int64_t ldc = d.N + 3;
+        std::vector<float> bias(size_t(d.N));
+        for (auto& x : bias) x = float(nd(rng));
+        std::vector<float> c(size_t(d.M * ldc), -7.0f), cb(c);
+        std::vector<bfloat16_t> c16(size_t(d.M * ldc), bfloat16_t(-7.0f)), cb16(c16);
+        cpu::gemm_bf16_tiny(d.M, d.N, d.K, a.data(), ars, acs, b.data(), brs, bcs, c.data(), ldc);
+        cpu::gemm_bf16_tiny(d.M, d.N, d.K, a.data(), ars, acs, b.data(), brs, bcs, c16.data(), ldc);
+        cpu::gemm_bf16_tiny(d.M, d.N, d.K, a.data(), ars, acs, b.data(), brs, bcs, cb.data(), ldc, bias.data());
+        cpu::gemm_bf16_tiny(d.M, d.N, d.K, a.data(), ars, acs, b.data(), brs, bcs, cb16.data(), ldc, bias.data());
+        CHECK(worst_excess(
+                  d.M, d.N, d.K, [&](int64_t i, int64_t k) { return float(a[size_t(i * ars + k * acs)]); },
+                  [&](int64_t k, int64_t j) { return float(b[size_t(k * brs + j * bcs)]); },
+                  [&](int64_t i, int64_t j) { return c[size_t(i * ldc + j)]; }) <= 0);
+        int64_t differing = 0;
+        for (int64_t i = 0; i < d.M; ++i)
+          for (int64_t j = 0; j < ldc; ++j) {
+            const bool inside = j < d.N;
+            const float sum = c[size_t(i * ldc + j)];
+            const float with_bias = inside ? sum + bias[size_t(j)] : -7.0f;
+            differing += !inside && sum != -7.0f;
+            differing += c16[size_t(i * ldc + j)].bits != bfloat16_t(sum).bits;
+            differing += cb[size_t(i * ldc + j)] != with_bias;
+            differing += cb16[size_t(i * ldc + j)].bits != bfloat16_t(with_bias).bits;
+          }
+        CHECK(differing == 0);
+      }
+  std::vector<bfloat16_t> a(64 * 64), b(64 * 64);
+  std::vector<float> c(64 * 64);
+  CHECK_THROWS_MU(cpu::gemm_bf16_tiny(40, 64, 64, a.data(), 64, 1, b.data(), 64, 1, c.data(), 64),
+                  "gemm_bf16_tiny: 40 x 64 by 64 x 64 is not a tiny product");
 }
 
 // The few-row dot-product form (a decoding step's rows by a weight read in place) against
@@ -964,32 +1050,36 @@ TEST_CASE("linear with a bias rounds a bfloat16 result once: the bias joins the 
 // A Linear with a bias is one product-and-bias kernel on every device, not a matmul and an
 // add (the kernel profiler's rows, which list a kernel's inner table calls too), in float32
 // and bfloat16; on CUDA one cuBLASLt call (the composed path would show its matmul and add
-// inside). The CPU's bfloat16 kernel adds the bias to its float32 product with the add
-// kernel by design (one rounding), so there only the matmul is ruled out.
+// inside). The CPU's bfloat16 kernel adds the bias as its GEMM stores each row: 33 x 40 by
+// 40 x 24 is a tiny product (every CPU), 33 x 40 by 40 x 48 is many rows (gemm_bf16, where
+// the CPU has AVX512_BF16; elsewhere the product is widened to float32 and the bias added by
+// the add kernel, one rounding either way, so there only the matmul is ruled out).
 TEST_CASE("linear with a bias runs one kernel, the bias added as the product is stored") {
   for (Device dev : test_devices())
-    for (DType dt : {kFloat32, kBFloat16}) {
-      INFO(dev.str() << " " << dtype_name(dt));
-      manual_seed(23);
-      const Tensor x = on(randn({33, 40}), dev).to(dt), w = on(randn({24, 40}), dev).to(dt),
-                   b = on(randn({24}), dev).to(dt);
-      profile::enable();
-      const Tensor y = linear(x, w, b);
-      const std::vector<profile::KernelTime> ran = profile::report();
-      profile::disable();
-      int64_t fused = 0;
-      for (const profile::KernelTime& kt : ran) {
-        INFO("kernel " << kt.kernel);
-        if (!(dev.is_cpu() && dt == kBFloat16)) CHECK(kt.kernel != "add");
-        CHECK(kt.kernel != "matmul");
-        CHECK(kt.kernel != "matmul_accumulate");
-        if (kt.kernel == "matmul_bias") fused += kt.calls;
+    for (DType dt : {kFloat32, kBFloat16})
+      for (int64_t outputs : {24, 48}) {
+        INFO(dev.str() << " " << dtype_name(dt) << " " << outputs << " outputs");
+        manual_seed(23);
+        const Tensor x = on(randn({33, 40}), dev).to(dt), w = on(randn({outputs, 40}), dev).to(dt),
+                     b = on(randn({outputs}), dev).to(dt);
+        profile::enable();
+        const Tensor y = linear(x, w, b);
+        const std::vector<profile::KernelTime> ran = profile::report();
+        profile::disable();
+        const bool cpu_widens = dev.is_cpu() && dt == kBFloat16 && outputs == 48 && !cpu::gemm_bf16_available();
+        int64_t fused = 0;
+        for (const profile::KernelTime& kt : ran) {
+          INFO("kernel " << kt.kernel);
+          if (!cpu_widens) CHECK(kt.kernel != "add");
+          CHECK(kt.kernel != "matmul");
+          CHECK(kt.kernel != "matmul_accumulate");
+          if (kt.kernel == "matmul_bias") fused += kt.calls;
+        }
+        CHECK(fused == 1);
+        // And the sum: the composed ops' result, within one bfloat16 rounding of each.
+        const Tensor want = (matmul(x.to(kFloat64), w.to(kFloat64).t()) + b.to(kFloat64)).cpu();
+        CHECK(max_abs_diff(y.to(kFloat64).cpu(), want) <= (dt == kFloat32 ? 1e-4 : 0.1));
       }
-      CHECK(fused == 1);
-      // And the sum: the composed ops' result, within one bfloat16 rounding of each.
-      const Tensor want = (matmul(x.to(kFloat64), w.to(kFloat64).t()) + b.to(kFloat64)).cpu();
-      CHECK(max_abs_diff(y.to(kFloat64).cpu(), want) <= (dt == kFloat32 ? 1e-4 : 0.1));
-    }
 }
 
 // Under autocast linear's node takes the bfloat16 casts as its inputs: the float32

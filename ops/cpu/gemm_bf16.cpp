@@ -23,7 +23,8 @@
 // packed one panel at a time just before its tiles (a 50257-row A is read once, not
 // written out packed and read again per B panel); packing interleaves lines with vector
 // permutes where the lines lie side by side; a bfloat16 C is rounded in the tile's
-// registers, not written as float32 and rounded by a second pass.
+// registers, not written as float32 and rounded by a second pass; a Linear layer's bias is
+// added in them too (the single rounding its bfloat16 output needs, without a float32 twin).
 #include "ops/cpu/gemm.h"
 
 #include <omp.h>
@@ -159,9 +160,11 @@ inline void store_lanes(bfloat16_t* c, __m512 v, __mmask16 m) {
 // stored. V = 2 is the whole kNR-column panel; V = 1 its first half, for a last panel of
 // at most 16 columns (GPT-2 124M's sampling loop has rows 65 to 127 of Linears taking the
 // weight-in-place form below: panels of 32 rows did 16% more work than the rows asked).
+// `bias` (the tile's first column's value, or null) is added to every row's sums before
+// they are stored: a Linear layer's bias, a bfloat16 C rounded once with it.
 template <int V, class TC>
 void micro_kernel(int64_t P, const uint32_t* __restrict ap, const uint32_t* __restrict bp, TC* c, int64_t ldc,
-                  int64_t m, int64_t n) {
+                  int64_t m, int64_t n, const float* bias) {
   __m512 acc[kMR][V];
   for (int i = 0; i < kMR; ++i)
     for (int v = 0; v < V; ++v) acc[i][v] = _mm512_setzero_ps();
@@ -176,6 +179,14 @@ void micro_kernel(int64_t P, const uint32_t* __restrict ap, const uint32_t* __re
   }
   const __mmask16 m0 = n >= 16 ? __mmask16(0xffff) : __mmask16((1u << n) - 1);
   const __mmask16 m1 = n >= 32 ? __mmask16(0xffff) : n <= 16 ? __mmask16(0) : __mmask16((1u << (n - 16)) - 1);
+  if (bias) {
+    const __m512 b0 = _mm512_maskz_loadu_ps(m0, bias);
+    const __m512 b1 = V == 2 ? _mm512_maskz_loadu_ps(m1, bias + 16) : _mm512_setzero_ps();
+    for (int i = 0; i < kMR; ++i) {
+      acc[i][0] = _mm512_add_ps(acc[i][0], b0);
+      if constexpr (V == 2) acc[i][1] = _mm512_add_ps(acc[i][1], b1);
+    }
+  }
   for (int64_t i = 0; i < std::min(m, kMR); ++i) {
     store_lanes(c + i * ldc, acc[i][0], m0);
     if constexpr (V == 2) store_lanes(c + i * ldc + 16, acc[i][1], m1);
@@ -189,10 +200,12 @@ void micro_kernel(int64_t P, const uint32_t* __restrict ap, const uint32_t* __re
 // (A is the small operand: a prompt, a sampling loop's context). The weight is then never
 // copied: GPT-2 124M's Linears at about 80 rows took 1.18 ms a call with it packed, 1.00
 // read in place (a whole-context sampling loop's kernel profile). The kMR x (16 V) tile
-// of Cᵀ (kMR columns of C by 16 V rows) is transposed in registers into C.
+// of Cᵀ (kMR columns of C by 16 V rows) is transposed in registers into C; `bias` (the
+// tile's first column's value, or null) is added to the sums first, one value per row of
+// the tile of Cᵀ.
 template <int V, class TC>
 void micro_kernel_t(int64_t P, const bfloat16_t* __restrict w, int64_t ldw, const uint32_t* __restrict xp, TC* c,
-                    int64_t ldc, int64_t n, int64_t m) {
+                    int64_t ldc, int64_t n, int64_t m, const float* bias) {
   __m512 acc[kMR][V];
   for (int i = 0; i < kMR; ++i)
     for (int v = 0; v < V; ++v) acc[i][v] = _mm512_setzero_ps();
@@ -210,6 +223,9 @@ void micro_kernel_t(int64_t P, const bfloat16_t* __restrict w, int64_t ldw, cons
       for (int v = 0; v < V; ++v) acc[i][v] = _mm512_dpbf16_ps(acc[i][v], a, b[v]);
     }
   }
+  if (bias)
+    for (int64_t i = 0; i < rows; ++i)
+      for (int v = 0; v < V; ++v) acc[i][v] = _mm512_add_ps(acc[i][v], _mm512_set1_ps(bias[i]));
   // Each half of the tile (16 rows of C) transposed in registers, its kMR columns padded
   // to 16 with zeros; row r of C is then lanes [0, rows) of one vector.
   const __mmask16 lanes = __mmask16((1u << rows) - 1);
@@ -224,16 +240,17 @@ void micro_kernel_t(int64_t P, const bfloat16_t* __restrict w, int64_t ldw, cons
 
 // A tile by micro_kernel with V chosen from the columns left (at most 16: V = 1).
 template <class TC>
-inline void tile(int64_t P, const uint32_t* ap, const uint32_t* bp, TC* c, int64_t ldc, int64_t m, int64_t n) {
-  if (n <= 16) return micro_kernel<1>(P, ap, bp, c, ldc, m, n);
-  micro_kernel<2>(P, ap, bp, c, ldc, m, n);
+inline void tile(int64_t P, const uint32_t* ap, const uint32_t* bp, TC* c, int64_t ldc, int64_t m, int64_t n,
+                 const float* bias) {
+  if (n <= 16) return micro_kernel<1>(P, ap, bp, c, ldc, m, n, bias);
+  micro_kernel<2>(P, ap, bp, c, ldc, m, n, bias);
 }
 // The same for micro_kernel_t, from the rows of A left.
 template <class TC>
 inline void tile_t(int64_t P, const bfloat16_t* w, int64_t ldw, const uint32_t* xp, TC* c, int64_t ldc, int64_t n,
-                   int64_t m) {
-  if (m <= 16) return micro_kernel_t<1>(P, w, ldw, xp, c, ldc, n, m);
-  micro_kernel_t<2>(P, w, ldw, xp, c, ldc, n, m);
+                   int64_t m, const float* bias) {
+  if (m <= 16) return micro_kernel_t<1>(P, w, ldw, xp, c, ldc, n, m, bias);
+  micro_kernel_t<2>(P, w, ldw, xp, c, ldc, n, m, bias);
 }
 
 // B's packed panels up to this size are kept whole in each core's L2 while A is packed
@@ -252,13 +269,15 @@ inline bool weight_in_place(int64_t M, int64_t N, int64_t K) {
   return M < 256 || N * K >= (int64_t(1) << 21);
 }
 
+// `bias` (N values, or null) is added to each row's float32 sums before they are stored.
 template <class TC>
 void gemm_bf16_into(int64_t M, int64_t N, int64_t K, const bfloat16_t* A, int64_t a_rs, int64_t a_cs,
-                    const bfloat16_t* B, int64_t b_rs, int64_t b_cs, TC* C, int64_t ldc) {
+                    const bfloat16_t* B, int64_t b_rs, int64_t b_cs, TC* C, int64_t ldc, const float* bias) {
   MU_CHECK(M >= 0 && N >= 0 && K >= 0, "gemm_bf16: negative size (M ", M, ", N ", N, ", K ", K, ")");
   if (M == 0 || N == 0) return;
-  if (K == 0) {
-    for (int64_t i = 0; i < M; ++i) std::fill(C + i * ldc, C + i * ldc + N, TC(0.0f));
+  if (K == 0) {  // an empty sum: the bias alone
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = TC(bias ? bias[j] : 0.0f);
     return;
   }
   int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
@@ -274,7 +293,7 @@ void gemm_bf16_into(int64_t M, int64_t N, int64_t K, const bfloat16_t* A, int64_
     parallel_for(w_blocks * x_panels, nt, [&](int64_t t) {
       const int64_t wb = t / x_panels, xq = t % x_panels;
       tile_t(P, B + wb * kMR * b_cs, b_cs, xp + xq * P * kNR, C + xq * kNR * ldc + wb * kMR, ldc, N - wb * kMR,
-             M - xq * kNR);
+             M - xq * kNR, bias ? bias + wb * kMR : nullptr);
     });
     return;
   }
@@ -294,7 +313,8 @@ void gemm_bf16_into(int64_t M, int64_t N, int64_t K, const bfloat16_t* A, int64_
         [&](std::vector<uint32_t>& panel, int64_t r) {
           pack_panel<kMR>(K, A + r * kMR * a_rs, a_cs, a_rs, std::min(kMR, M - r * kMR), panel.data());
           for (int64_t q = 0; q < col_panels; ++q)
-            tile(P, panel.data(), bp + q * P * kNR, C + r * kMR * ldc + q * kNR, ldc, M - r * kMR, N - q * kNR);
+            tile(P, panel.data(), bp + q * P * kNR, C + r * kMR * ldc + q * kNR, ldc, M - r * kMR, N - q * kNR,
+                 bias ? bias + q * kNR : nullptr);
         });
     return;
   }
@@ -306,7 +326,8 @@ void gemm_bf16_into(int64_t M, int64_t N, int64_t K, const bfloat16_t* A, int64_
   // B panel (in L2) and stream the A panels.
   parallel_for(row_panels * col_panels, nt, [&](int64_t t) {
     const int64_t q = t / row_panels, r = t % row_panels;
-    tile(P, ap + r * P * kMR, bp + q * P * kNR, C + r * kMR * ldc + q * kNR, ldc, M - r * kMR, N - q * kNR);
+    tile(P, ap + r * P * kMR, bp + q * P * kNR, C + r * kMR * ldc + q * kNR, ldc, M - r * kMR, N - q * kNR,
+         bias ? bias + q * kNR : nullptr);
   });
 }
 
@@ -378,12 +399,12 @@ void gemm_bf16_few_rows(int64_t M, int64_t N, int64_t K, const bfloat16_t* A, in
 bool gemm_bf16_available() { return true; }
 
 void gemm_bf16(int64_t M, int64_t N, int64_t K, const bfloat16_t* A, int64_t a_rs, int64_t a_cs, const bfloat16_t* B,
-               int64_t b_rs, int64_t b_cs, float* C, int64_t ldc) {
-  gemm_bf16_into(M, N, K, A, a_rs, a_cs, B, b_rs, b_cs, C, ldc);
+               int64_t b_rs, int64_t b_cs, float* C, int64_t ldc, const float* bias) {
+  gemm_bf16_into(M, N, K, A, a_rs, a_cs, B, b_rs, b_cs, C, ldc, bias);
 }
 void gemm_bf16(int64_t M, int64_t N, int64_t K, const bfloat16_t* A, int64_t a_rs, int64_t a_cs, const bfloat16_t* B,
-               int64_t b_rs, int64_t b_cs, bfloat16_t* C, int64_t ldc) {
-  gemm_bf16_into(M, N, K, A, a_rs, a_cs, B, b_rs, b_cs, C, ldc);
+               int64_t b_rs, int64_t b_cs, bfloat16_t* C, int64_t ldc, const float* bias) {
+  gemm_bf16_into(M, N, K, A, a_rs, a_cs, B, b_rs, b_cs, C, ldc, bias);
 }
 
 #else  // no AVX512_BF16 on the build target
@@ -391,11 +412,11 @@ void gemm_bf16(int64_t M, int64_t N, int64_t K, const bfloat16_t* A, int64_t a_r
 bool gemm_bf16_available() { return false; }
 
 void gemm_bf16(int64_t, int64_t, int64_t, const bfloat16_t*, int64_t, int64_t, const bfloat16_t*, int64_t, int64_t,
-               float*, int64_t) {
+               float*, int64_t, const float*) {
   MU_FAIL("gemm_bf16: this build's target has no AVX512_BF16 (check gemm_bf16_available() first)");
 }
 void gemm_bf16(int64_t, int64_t, int64_t, const bfloat16_t*, int64_t, int64_t, const bfloat16_t*, int64_t, int64_t,
-               bfloat16_t*, int64_t) {
+               bfloat16_t*, int64_t, const float*) {
   MU_FAIL("gemm_bf16: this build's target has no AVX512_BF16 (check gemm_bf16_available() first)");
 }
 void gemm_bf16_few_rows(int64_t, int64_t, int64_t, const bfloat16_t*, int64_t, const bfloat16_t*, int64_t, float*,

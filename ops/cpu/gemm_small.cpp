@@ -308,7 +308,7 @@ void tiny_product(int64_t M, int64_t N, int64_t K, const T* A, int64_t a_rs, int
 // its packing is made for products a thousand times larger.)
 template <class TC>
 void bf16_tiny_product(int64_t M, int64_t N, int64_t K, const bfloat16_t* A, int64_t a_rs, int64_t a_cs,
-                       const bfloat16_t* B, int64_t b_rs, int64_t b_cs, TC* C, int64_t ldc) {
+                       const bfloat16_t* B, int64_t b_rs, int64_t b_cs, TC* C, int64_t ldc, const float* bias) {
   constexpr int W = Vec<float>::width;
   alignas(64) float dense[kTinyMaxDepth * 2 * W];
   for (int64_t k = 0; k < K; ++k)
@@ -317,7 +317,11 @@ void bf16_tiny_product(int64_t M, int64_t N, int64_t K, const bfloat16_t* A, int
   auto block = [&]<int R, int NV>(int64_t i) {
     tiny_rows<float, R, NV, bfloat16_t>(K, A + i * a_rs, a_rs, a_cs, dense, N, N, rows, 2 * W, 1, false, {}, i);
     for (int64_t r = 0; r < R; ++r)
-      for (int64_t j = 0; j < N; ++j) C[(i + r) * ldc + j] = TC(rows[r * 2 * W + j]);
+      for (int64_t j = 0; j < N; ++j) {
+        float sum = rows[r * 2 * W + j];
+        if (bias) sum += bias[j];  // before the one rounding of a bfloat16 C
+        C[(i + r) * ldc + j] = TC(sum);
+      }
   };
   auto blocks = [&]<int NV>() {
     int64_t i = 0;
@@ -338,8 +342,8 @@ template void tiny_product<float>(int64_t, int64_t, int64_t, const float*, int64
 template void tiny_product<double>(int64_t, int64_t, int64_t, const double*, int64_t, int64_t, const double*,
                                    int64_t, int64_t, double*, int64_t, int64_t, bool, Addend<double>);
 template void bf16_tiny_product<float>(int64_t, int64_t, int64_t, const bfloat16_t*, int64_t, int64_t,
-                                       const bfloat16_t*, int64_t, int64_t, float*, int64_t);
+                                       const bfloat16_t*, int64_t, int64_t, float*, int64_t, const float*);
 template void bf16_tiny_product<bfloat16_t>(int64_t, int64_t, int64_t, const bfloat16_t*, int64_t, int64_t,
-                                            const bfloat16_t*, int64_t, int64_t, bfloat16_t*, int64_t);
+                                            const bfloat16_t*, int64_t, int64_t, bfloat16_t*, int64_t, const float*);
 
 }  // namespace mu::cpu::gemm_detail

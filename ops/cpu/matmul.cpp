@@ -31,8 +31,9 @@ static void product(const Tensor& out, const Tensor& a, const Tensor& b, const T
 // the GEMM to split (an MLP-Mixer's token weights by each image: 64 x 49 by 49 x 128, 0.8
 // MFLOP) are shared out among the threads whole, each on one thread; larger ones run one
 // after another, each split by the GEMM. Either way an entry's sums run in one order.
+// `bias` (N float32 values, or null) is added to each row's sums before they are stored.
 template <class TC>
-static void gemm_bf16_entries(TC* cd, const Tensor& a, const Tensor& b) {
+static void gemm_bf16_entries(TC* cd, const Tensor& a, const Tensor& b, const float* bias = nullptr) {
   const int64_t M = a.size(-2), K = a.size(-1), N = b.size(-1);
   const int64_t batch = a.dim() == 3 ? a.size(0) : 1;
   const bfloat16_t *ad = a.data_ptr<bfloat16_t>(), *bd = b.data_ptr<bfloat16_t>();
@@ -41,24 +42,35 @@ static void gemm_bf16_entries(TC* cd, const Tensor& a, const Tensor& b) {
     const int64_t ao = a.dim() == 3 ? e * a.stride(0) : 0, bo = b.dim() == 3 ? e * b.stride(0) : 0;
     if (tiny)
       gemm_bf16_tiny(M, N, K, ad + ao, a.stride(-2), a.stride(-1), bd + bo, b.stride(-2), b.stride(-1),
-                     cd + e * M * N, N);
+                     cd + e * M * N, N, bias);
     else
       gemm_bf16(M, N, K, ad + ao, a.stride(-2), a.stride(-1), bd + bo, b.stride(-2), b.stride(-1), cd + e * M * N,
-                N);
+                N, bias);
   };
   const bool whole = 2.0 * double(M) * double(N) * double(K) < kParallelFlops &&
                      2.0 * double(batch) * double(M) * double(N) * double(K) >= kParallelFlops;
   parallel_for(batch, whole && !omp_in_parallel() ? omp_get_max_threads() : 1, entry);
 }
 
+// The forms of a bfloat16 product: tiny (a tensor ring's per-token chains:
+// gemm_bf16_tiny, on every CPU); a few rows by a transposed weight (a Linear layer in a
+// decoding step); many rows (gemm_bf16, where the CPU has AVX512_BF16).
+struct Bf16Form {
+  bool tiny, few_rows, many_rows;
+};
+static Bf16Form bf16_form(const Tensor& a, const Tensor& b) {
+  const int64_t M = a.size(-2), K = a.size(-1), N = b.size(-1);
+  Bf16Form f{};
+  f.tiny = K >= 1 && gemm_tiny_product(M, N, K);
+  f.few_rows = !f.tiny && a.dim() == 2 && b.stride(0) == 1 && bf16_weight_product_fits(M, N, K);
+  f.many_rows = !f.few_rows && (f.tiny || gemm_bf16_available());
+  return f;
+}
+
 static void matmul(const Tensor& out, const Tensor& a, const Tensor& b) {
   if (a.dtype() == kBFloat16) {  // autocast's products: in float32, rounded once (ops/cpu/widen.h)
     const int64_t M = a.size(-2), K = a.size(-1), N = b.size(-1);
-    // Tiny products (a tensor ring's per-token chains: gemm_bf16_tiny, on every CPU); a few
-    // rows by a transposed weight (a Linear layer in a decoding step); or many rows.
-    const bool tiny = K >= 1 && gemm_tiny_product(M, N, K);
-    const bool few_rows = !tiny && a.dim() == 2 && b.stride(0) == 1 && bf16_weight_product_fits(M, N, K);
-    const bool many_rows = !few_rows && (tiny || gemm_bf16_available());
+    const auto [tiny, few_rows, many_rows] = bf16_form(a, b);
     if (many_rows && out.is_contiguous()) {
       // Many rows: the bfloat16 operands multiplied as they are (gemm_bf16), straight into
       // out (a bfloat16 out rounded as each tile is stored: GPT-2 mini's head wrote 205 MB
@@ -121,10 +133,17 @@ static void matmul_batch_sum(const Tensor& out, const Tensor& a, const Tensor& b
 
 static void matmul_bias(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias) {
   if (a.dtype() == kBFloat16) {
-    // The product's float32 sums (the bfloat16 matmul into a float32 twin), the bias added
-    // to them by the elementwise add (computing in float32) and the total rounded once as
-    // it is written: what CUDA's bias epilogue computes, where the product rounded and
-    // then the sum would round twice.
+    // The bias added to the product's float32 sums and the total rounded once as it is
+    // written: what CUDA's bias epilogue computes, where the product rounded and then the
+    // sum would round twice. Tiny products and many rows (a training step, a prompt): in
+    // the kernels' registers as each row is stored, the bias widened once (N values).
+    if (bf16_form(a, b).many_rows && out.dtype() == kBFloat16 && out.is_contiguous()) {
+      const Tensor wide_bias = widened(bias);
+      return gemm_bf16_entries(out.data_ptr<bfloat16_t>(), a, b, wide_bias.data_ptr<float>());
+    }
+    // Otherwise (a few rows by a weight; many rows on a CPU without AVX512_BF16) the
+    // product's float32 sums in a float32 twin, the bias added by the elementwise add
+    // (computing in float32), rounded as it is written.
     const Tensor wide = wide_like(out);
     matmul(wide, a, b);
     const std::array<Tensor, 3> in{wide, bias.expand(out.shape()), Tensor()};
