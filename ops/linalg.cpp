@@ -302,24 +302,29 @@ Tensor matmul_row_bias(const Tensor& a, const Tensor& b, const Tensor& bias) {
   MU_CHECK(low_dtype(bias) == low_dtype(a) && bias.device() == a.device(), "matmul_row_bias: bias is ",
            dtype_name(bias.dtype()), " on ", bias.device().str(), " but a is ", dtype_name(a.dtype()), " on ",
            a.device().str());
-  const DType dt = b.dtype();
-  const bool fused = kernels::matmul_row_bias.has(b.device().type) && (dt == kFloat32 || dt == kFloat64) &&
-                     a.dtype() == dt && bias.dtype() == dt && low_dtype(b) == dt;
+  // Under autocast the three are cast to bfloat16 first, as linear's are: the bias is
+  // added to the product's float32 sums and the total rounded once (on every device).
+  const DType dt = low_dtype(b);
+  const bool fused = kernels::matmul_row_bias.has(b.device().type) &&
+                     (dt == kFloat32 || dt == kFloat64 || dt == kBFloat16) && low_dtype(a) == dt && low_dtype(bias) == dt;
   if (!fused) return matmul(a, b) + bias.unsqueeze(1);
-  const bool batched = b.dim() == 3;
+  using autograd::autocast::to_low;
+  const Tensor al = to_low(a), bl = to_low(b), biasl = to_low(bias);
+  const bool batched = bl.dim() == 3;
   Tensor y;
   {
     NoGradGuard no_grad;
-    const Tensor av = gemm_operand(batched ? a.unsqueeze(0).expand({b.size(0), M, K}) : a), bv = gemm_operand(b);
-    y = empty(batched ? Shape{b.size(0), M, N} : Shape{M, N}, TensorOptions(dt).device(b.device()));
-    kernels::matmul_row_bias(b.device(), y, av, bv, bias.contiguous());
+    const Tensor av = gemm_operand(batched ? al.unsqueeze(0).expand({bl.size(0), M, K}) : al), bv = gemm_operand(bl);
+    y = empty(batched ? Shape{bl.size(0), M, N} : Shape{M, N}, TensorOptions(dt).device(b.device()));
+    kernels::matmul_row_bias(b.device(), y, av, bv, biasl.contiguous());
   }
-  const bool ga = a.requires_grad(), gb = b.requires_grad(), gbias = bias.requires_grad();
+  const bool ga = al.requires_grad(), gb = bl.requires_grad(), gbias = biasl.requires_grad();
   if (!ga && !gb && !gbias) return y;
-  SavedTensor as = gb ? save(a) : SavedTensor(), bs = ga ? save(b) : SavedTensor();
+  SavedTensor as = gb ? save(al) : SavedTensor(), bs = ga ? save(bl) : SavedTensor();
   // da = Σ_n g[n] b[n]ᵀ (summed as it is computed), db = aᵀ g, dbias = g summed over all
-  // but its rows.
-  return record("MatmulRowBiasBackward", y, {a, b, bias},
+  // but its rows. The graph's inputs are the operands as multiplied: under autocast the
+  // bfloat16 casts, whose own nodes return the gradients to the float32 tensors.
+  return record("MatmulRowBiasBackward", y, {al, bl, biasl},
                 [as, bs, ga, gb, gbias, batched](const Tensor& g) -> TensorList {
                   Tensor da, db, dbias;
                   if (ga)

@@ -339,8 +339,8 @@ TEST_CASE("gemm_bf16_weight matches a brute-force product and refuses other shap
 // packed whole while A is packed panel by panel, and B past that (2.4 MB packed, at
 // 30 x 600 by 2001); a transposed B (x · wᵀ) read in place below 256 rows and packed at
 // 300. The bfloat16 C of the same product is, bit for bit, the float32 C
-// rounded by bfloat16_t's own conversion (tensor/half.h); with a bias, the float32 C plus
-// the bias, rounded once.
+// rounded by bfloat16_t's own conversion (tensor/half.h); with a bias per column, per row or
+// both, the float32 C plus the biases, rounded once.
 TEST_CASE("gemm_bf16 matches a brute-force product over tile edges, odd depths and layouts") {
   if (!cpu::gemm_bf16_available()) {
     MESSAGE("skipped: this build's target has no AVX512_BF16 (autocast widens to float32 instead)");
@@ -384,26 +384,39 @@ TEST_CASE("gemm_bf16 matches a brute-force product over tile edges, odd depths a
             differing += c16[size_t(i * ldc + j)].bits != want;
           }
         CHECK(differing == 0);
-        // With a bias (a Linear layer's, one value per column) added to the sums before they
-        // are stored: bit for bit the float32 C above plus the bias, and for a bfloat16 C that
-        // sum rounded once, the padding still untouched.
-        std::vector<float> bias(size_t(d.N));
-        for (auto& x : bias) x = float(nd(rng));
-        std::vector<float> cb(size_t(d.M * ldc), -7.0f);
-        std::vector<bfloat16_t> cb16(size_t(d.M * ldc), bfloat16_t(-7.0f));
-        cpu::gemm_bf16(d.M, d.N, d.K, a.data(), ars, acs, b.data(), brs, bcs, cb.data(), ldc, bias.data());
-        cpu::gemm_bf16(d.M, d.N, d.K, a.data(), ars, acs, b.data(), brs, bcs, cb16.data(), ldc, bias.data());
-        int64_t differing_bias = 0;
-        for (int64_t i = 0; i < d.M; ++i)
-          for (int64_t j = 0; j < ldc; ++j) {
-            const float want = j < d.N ? c[size_t(i * ldc + j)] + bias[size_t(j)] : -7.0f;
-            differing_bias += cb[size_t(i * ldc + j)] != want;
-            differing_bias += cb16[size_t(i * ldc + j)].bits != bfloat16_t(want).bits;
-          }
-        CHECK(differing_bias == 0);
+        // With a bias per column (a Linear layer's), per row (the Mixer's token mixing) or
+        // both, added to the sums before they are stored: bit for bit the float32 C above
+        // plus the column's value, then the row's, and for a bfloat16 C that sum rounded
+        // once, the padding still untouched.
+        std::vector<float> col_bias(size_t(d.N)), row_bias(size_t(d.M));
+        for (auto& x : col_bias) x = float(nd(rng));
+        for (auto& x : row_bias) x = float(nd(rng));
+        for (int which = 1; which <= 3; ++which) {
+          const bool by_col = which & 1, by_row = which & 2;
+          INFO((by_col ? "a bias per column " : "") << (by_row ? "a bias per row" : ""));
+          std::vector<float> cb(size_t(d.M * ldc), -7.0f);
+          std::vector<bfloat16_t> cb16(size_t(d.M * ldc), bfloat16_t(-7.0f));
+          const float* cp = by_col ? col_bias.data() : nullptr;
+          const float* rp = by_row ? row_bias.data() : nullptr;
+          cpu::gemm_bf16(d.M, d.N, d.K, a.data(), ars, acs, b.data(), brs, bcs, cb.data(), ldc, cp, rp);
+          cpu::gemm_bf16(d.M, d.N, d.K, a.data(), ars, acs, b.data(), brs, bcs, cb16.data(), ldc, cp, rp);
+          int64_t differing_bias = 0;
+          for (int64_t i = 0; i < d.M; ++i)
+            for (int64_t j = 0; j < ldc; ++j) {
+              float want = -7.0f;
+              if (j < d.N) {
+                want = c[size_t(i * ldc + j)];
+                if (by_col) want += col_bias[size_t(j)];
+                if (by_row) want += row_bias[size_t(i)];
+              }
+              differing_bias += cb[size_t(i * ldc + j)] != want;
+              differing_bias += cb16[size_t(i * ldc + j)].bits != bfloat16_t(want).bits;
+            }
+          CHECK(differing_bias == 0);
+        }
       }
-  // An empty depth: each row of C is the bias alone (zeros without one).
-  const std::vector<float> bias = {1.5f, -2.25f, 1.0f + 0x1p-9f};
+  // An empty depth: each element of C is its column's bias plus its row's (zeros without).
+  const std::vector<float> bias = {1.5f, -2.25f, 1.0f + 0x1p-9f}, row_bias = {0.5f, -0x1p-10f};
   std::vector<bfloat16_t> none;
   std::vector<float> c(2 * 3, -7.0f);
   std::vector<bfloat16_t> c16(2 * 3, bfloat16_t(-7.0f));
@@ -413,6 +426,9 @@ TEST_CASE("gemm_bf16 matches a brute-force product over tile edges, odd depths a
     CHECK(c[size_t(i)] == bias[size_t(i % 3)]);
     CHECK(c16[size_t(i)].bits == bfloat16_t(bias[size_t(i % 3)]).bits);
   }
+  cpu::gemm_bf16(2, 3, 0, none.data(), 0, 1, none.data(), 3, 1, c16.data(), 3, bias.data(), row_bias.data());
+  for (int64_t i = 0; i < 6; ++i)
+    CHECK(c16[size_t(i)].bits == bfloat16_t(bias[size_t(i % 3)] + row_bias[size_t(i / 3)]).bits);
   cpu::gemm_bf16(2, 3, 0, none.data(), 0, 1, none.data(), 3, 1, c.data(), 3);
   for (float v : c) CHECK(v == 0.0f);
 }
@@ -420,8 +436,8 @@ TEST_CASE("gemm_bf16 matches a brute-force product over tile edges, odd depths a
 // The tiny form (a tensor ring's per-token chains; on every CPU) against the brute-force
 // product in double: 2 to 33 rows, 1 to 32 columns (one vector of float32 and two), depths
 // 1 to 64, every operand layout, C rows padded (the padding untouched). The bfloat16 C is
-// the float32 C rounded, bit for bit; with a bias, the float32 C plus the bias, rounded
-// once. A shape past the tiny bounds is refused by name.
+// the float32 C rounded, bit for bit; with a bias per column or per row, the float32 C plus
+// the bias, rounded once. A shape past the tiny bounds is refused by name.
 TEST_CASE("gemm_bf16_tiny matches a brute-force product, with and without a bias") {
   std::mt19937 rng(19);
   std::normal_distribution<double> nd;
@@ -441,14 +457,19 @@ TEST_CASE("gemm_bf16_tiny matches a brute-force product, with and without a bias
         int64_t ars, acs, brs, bcs;
         const std::vector<bfloat16_t> a = fill(d.M, d.K, la, ars, acs), b = fill(d.K, d.N, lb, brs, bcs);
         const int64_t ldc = d.N + 3;
-        std::vector<float> bias(size_t(d.N));
+        std::vector<float> bias(size_t(d.N)), row_bias(size_t(d.M));
         for (auto& x : bias) x = float(nd(rng));
-        std::vector<float> c(size_t(d.M * ldc), -7.0f), cb(c);
-        std::vector<bfloat16_t> c16(size_t(d.M * ldc), bfloat16_t(-7.0f)), cb16(c16);
+        for (auto& x : row_bias) x = float(nd(rng));
+        std::vector<float> c(size_t(d.M * ldc), -7.0f), cb(c), cr(c);
+        std::vector<bfloat16_t> c16(size_t(d.M * ldc), bfloat16_t(-7.0f)), cb16(c16), cr16(c16);
         cpu::gemm_bf16_tiny(d.M, d.N, d.K, a.data(), ars, acs, b.data(), brs, bcs, c.data(), ldc);
         cpu::gemm_bf16_tiny(d.M, d.N, d.K, a.data(), ars, acs, b.data(), brs, bcs, c16.data(), ldc);
         cpu::gemm_bf16_tiny(d.M, d.N, d.K, a.data(), ars, acs, b.data(), brs, bcs, cb.data(), ldc, bias.data());
         cpu::gemm_bf16_tiny(d.M, d.N, d.K, a.data(), ars, acs, b.data(), brs, bcs, cb16.data(), ldc, bias.data());
+        cpu::gemm_bf16_tiny(d.M, d.N, d.K, a.data(), ars, acs, b.data(), brs, bcs, cr.data(), ldc, nullptr,
+                            row_bias.data());
+        cpu::gemm_bf16_tiny(d.M, d.N, d.K, a.data(), ars, acs, b.data(), brs, bcs, cr16.data(), ldc, nullptr,
+                            row_bias.data());
         CHECK(worst_excess(
                   d.M, d.N, d.K, [&](int64_t i, int64_t k) { return float(a[size_t(i * ars + k * acs)]); },
                   [&](int64_t k, int64_t j) { return float(b[size_t(k * brs + j * bcs)]); },
@@ -459,10 +480,13 @@ TEST_CASE("gemm_bf16_tiny matches a brute-force product, with and without a bias
             const bool inside = j < d.N;
             const float sum = c[size_t(i * ldc + j)];
             const float with_bias = inside ? sum + bias[size_t(j)] : -7.0f;
+            const float with_row_bias = inside ? sum + row_bias[size_t(i)] : -7.0f;
             differing += !inside && sum != -7.0f;
             differing += c16[size_t(i * ldc + j)].bits != bfloat16_t(sum).bits;
             differing += cb[size_t(i * ldc + j)] != with_bias;
             differing += cb16[size_t(i * ldc + j)].bits != bfloat16_t(with_bias).bits;
+            differing += cr[size_t(i * ldc + j)] != with_row_bias;
+            differing += cr16[size_t(i * ldc + j)].bits != bfloat16_t(with_row_bias).bits;
           }
         CHECK(differing == 0);
       }
@@ -1200,6 +1224,88 @@ TEST_CASE("matmul_row_bias matches a · b + bias per row by brute force, and its
                   "matmul_row_bias: b must be (K, N) or (B, K, N), got shape [3]");
   CHECK_THROWS_MU(matmul_row_bias(randn({2, 3}), randn({3, 5}), randn({2}, kFloat64)),
                   "matmul_row_bias: bias is float64 on cpu but a is float32 on cpu");
+}
+
+// matmul_row_bias in bfloat16 (the MLP-Mixer's token mixing under autocast) adds the bias
+// to the product's float32 sums and rounds once, as linear does. a's rows are [1, 1, 0...],
+// b's first two rows 1 and 2^-8: every product is 1 + 2^-8, a tie that rounds to 1 alone;
+// with a row's bias of +2^-12 added first it must round to 1 + 2^-7, with -2^-12 to 1 (odd
+// rows), so the rows' results also say the bias went by row. Every form of the CPU's
+// kernel: tiny products (6 x 16 by 16 x 7), many rows (64 x 16 by 16 x 48, and a batch of
+// 40 x 40 products), a few rows by a transposed b (3 x 16 by 16 x 40: a float32 twin and
+// the add); bfloat16 tensors and float32 ones under autocast (bfloat16 out, as linear's).
+// Then random operands in each form against a double loop, within bfloat16's rounding.
+TEST_CASE("matmul_row_bias in bfloat16 adds the bias to the float32 sums and rounds once, in every form") {
+  struct Form { int64_t M, K, N, B; bool transposed; };
+  for (Device dev : test_devices())
+    for (Form f : {Form{6, 16, 7, 0, false}, Form{6, 16, 7, 3, false}, Form{64, 16, 48, 0, false},
+                   Form{40, 16, 40, 3, false}, Form{3, 16, 40, 0, true}})
+      for (bool amp : {false, true}) {
+        INFO(dev.str() << " " << f.M << " x " << f.K << " by " << f.K << " x " << f.N << ", batch " << f.B
+                       << (f.transposed ? ", b transposed" : "") << (amp ? ", autocast" : ", bfloat16"));
+        const Shape bs = f.B ? Shape{f.B, f.K, f.N} : Shape{f.K, f.N};
+        auto b_of = [&](const Tensor& dense) {  // dense (.., K, N), or the same values in a transposed view
+          return f.transposed ? dense.transpose(-2, -1).contiguous().transpose(-2, -1) : dense;
+        };
+        auto run = [&](const Tensor& a, const Tensor& b, const Tensor& bias) {
+          const DType dt = amp ? kFloat32 : kBFloat16;
+          const Tensor ad = on(a, dev).to(dt), bd = b_of(on(b, dev).to(dt)), cd = on(bias, dev).to(dt);
+          if (!amp) return matmul_row_bias(ad, bd, cd);
+          AutocastGuard guard;
+          return matmul_row_bias(ad, bd, cd);
+        };
+        Tensor a = zeros({f.M, f.K}), b = zeros(bs), bias = empty({f.M});
+        a.select(1, 0).fill_(1.0);
+        a.select(1, 1).fill_(1.0);
+        b.select(-2, 0).fill_(1.0);
+        b.select(-2, 1).fill_(1.0 / 256);
+        for (int64_t i = 0; i < f.M; ++i) bias.select(0, i).fill_(i % 2 ? -1.0 / 4096 : 1.0 / 4096);
+        const Tensor y = run(a, b, bias);
+        REQUIRE(y.dtype() == kBFloat16);
+        const Tensor rows = y.cpu().to(kFloat64).reshape({-1, f.M, f.N});
+        int64_t wrong = 0;
+        for (int64_t i = 0; i < f.M; ++i) {
+          const double want = i % 2 ? 1.0 : 1.0 + 1.0 / 128;
+          const std::vector<double> got = rows.select(1, i).contiguous().to_vector<double>();
+          for (double v : got) wrong += v != want;
+        }
+        CHECK(wrong == 0);
+
+        manual_seed(31);
+        const Tensor ra = randn({f.M, f.K}).to(kBFloat16).to(kFloat32), rb = randn(bs).to(kBFloat16).to(kFloat32),
+                     rc = randn({f.M}).to(kBFloat16).to(kFloat32);
+        const Tensor ry = run(ra, rb, rc).cpu().to(kFloat64).reshape({-1, f.M, f.N});
+        const Tensor want = (matmul(ra.to(kFloat64), rb.to(kFloat64)) + rc.to(kFloat64).unsqueeze(1)).reshape({-1, f.M, f.N});
+        // One rounding of a float32 sum: within 2^-8 of its size (plus float32's error).
+        CHECK(((ry - want).abs() - want.abs() * (1.0 / 256) - 1e-4).max().item<double>() <= 0);
+      }
+}
+
+// Under autocast matmul_row_bias's node takes the bfloat16 casts as its inputs, as
+// linear's does: float32 gradients for a, b and the bias through the casts' nodes, equal to
+// those of the composed ops on the casts to bfloat16's rounding.
+TEST_CASE("matmul_row_bias under autocast: float32 gradients through the casts, as the composed ops give them") {
+  for (Device dev : test_devices()) {
+    INFO(dev.str());
+    manual_seed(25);
+    const Tensor a0 = randn({24, 40}), b0 = randn({3, 40, 36}), c0 = randn({24}), g = on(randn({3, 24, 36}), dev);
+    Tensor a = on(a0, dev).requires_grad_(), b = on(b0, dev).requires_grad_(), c = on(c0, dev).requires_grad_();
+    Tensor a2 = on(a0, dev).requires_grad_(), b2 = on(b0, dev).requires_grad_(), c2 = on(c0, dev).requires_grad_();
+    Tensor y, y2;
+    {
+      AutocastGuard amp;
+      y = matmul_row_bias(a, b, c);
+      y2 = matmul(a2.to(kBFloat16), b2.to(kBFloat16)) + c2.to(kBFloat16).unsqueeze(1);
+    }
+    REQUIRE(y.dtype() == kBFloat16);
+    (y.to(kFloat32) * g).sum().backward();
+    (y2.to(kFloat32) * g).sum().backward();
+    for (auto [got, want] : {std::pair<Tensor, Tensor>{a.grad(), a2.grad()}, {b.grad(), b2.grad()}, {c.grad(), c2.grad()}}) {
+      REQUIRE(got.defined());
+      CHECK(got.dtype() == kFloat32);
+      CHECK(allclose(got.cpu(), want.cpu(), 1e-2, 1e-2));
+    }
+  }
 }
 
 TEST_CASE("matmul errors") {

@@ -3,7 +3,9 @@
 // directly through the operands' strides: float32, float64 and bfloat16; 2-D and batched;
 // operands row-major, column-major, with padded rows or columns, broadcast along rows or
 // columns (stride 0: no cuBLAS view, packed first), broadcast over the batch (batch
-// stride 0), and K = 0 (zeros without cuBLAS). The output starts as NaN garbage.
+// stride 0), and K = 0 (zeros without cuBLAS). The output starts as NaN garbage; or, for
+// the accumulating form (beta = 1: matmul_row_bias's, onto the broadcast bias), as values
+// the product is added to, through the padded output buffer too.
 #include "matmul_cuda.h"
 #include <cmath>
 #include <cstdio>
@@ -43,23 +45,31 @@ Operand make(int64_t batch, int64_t rows, int64_t cols, int layout, bool batch_b
 }
 
 template <class T>
-bool trial(int64_t batch, bool batched, int64_t M, int64_t K, int64_t N, std::mt19937& g) {
+bool trial(int64_t batch, bool batched, int64_t M, int64_t K, int64_t N, bool accumulate, std::mt19937& g) {
   const Operand a = make(batch, M, K, int(g() % 6), batched && g() % 3 == 0, g);
   const Operand b = make(batch, K, N, int(g() % 6), batched && g() % 3 == 0, g);
   std::vector<T> av(a.values.size()), bv(b.values.size());
   for (size_t i = 0; i < av.size(); ++i) av[i] = from_d<T>(a.values[i]);
   for (size_t i = 0; i < bv.size(); ++i) bv[i] = from_d<T>(b.values[i]);
   std::vector<T> out(size_t(batch * M * N), from_d<T>(NAN));
+  std::normal_distribution<double> nd;
+  if (accumulate)
+    for (auto& v : out) v = from_d<T>(nd(g));
+  const std::vector<T> before = out;
   auto view = [&](std::vector<T>& v, const Operand& o) {
     return batched ? emu_view(v, {batch, o.rows, o.cols}, {o.sb, o.sr, o.sc}) : emu_view(v, {o.rows, o.cols}, {o.sr, o.sc});
   };
   const EmuTensor ot = batched ? emu_view(out, {batch, M, N}) : emu_view(out, {M, N});
-  ck::matmul(ot, view(av, a), view(bv, b));
+  if (accumulate)
+    ck::matmul_typed<T>(ot, view(av, a), view(bv, b), true);
+  else
+    ck::matmul(ot, view(av, a), view(bv, b));
   double worst = 0;
   for (int64_t bi = 0; bi < batch; ++bi)
     for (int64_t i = 0; i < M; ++i)
       for (int64_t j = 0; j < N; ++j) {
-        double s = 0, mag = 0;
+        const double c0 = accumulate ? to_d(before[size_t((bi * M + i) * N + j)]) : 0.0;
+        double s = c0, mag = std::abs(c0);
         for (int64_t p = 0; p < K; ++p) {
           const double x = to_d(av[size_t(bi * a.sb + i * a.sr + p * a.sc)]) * to_d(bv[size_t(bi * b.sb + p * b.sr + j * b.sc)]);
           s += x, mag += std::abs(x);
@@ -80,10 +90,10 @@ void sweep(const char* name) {
     const bool batched = t % 2 == 1;
     const int64_t batch = batched ? 1 + int64_t(g() % 3) : 1;
     const int64_t M = 1 + g() % 6, K = t % 50 == 7 ? 0 : int64_t(1 + g() % 6), N = 1 + g() % 6;
-    bad += !trial<T>(batch, batched, M, K, N, g);
+    bad += !trial<T>(batch, batched, M, K, N, t % 4 >= 2, g);
   }
-  printf("matmul %s: %d products (2-D and batched, six layouts each side, batch broadcast, K = 0): %s\n", name, n,
-         bad ? "FAIL" : "ok");
+  printf("matmul %s: %d products (2-D and batched, six layouts each side, batch broadcast, K = 0, half of them "
+         "accumulating): %s\n", name, n, bad ? "FAIL" : "ok");
   failures += bad != 0;
 }
 

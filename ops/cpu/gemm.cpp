@@ -302,16 +302,18 @@ void gemm_bf16_weight(int64_t M, int64_t N, int64_t K, const float* A, int64_t a
 
 bool gemm_tiny_product(int64_t M, int64_t N, int64_t K) { return M > 1 && tiny_product_fits<float>(M, N, K); }
 void gemm_bf16_tiny(int64_t M, int64_t N, int64_t K, const bfloat16_t* A, int64_t a_rs, int64_t a_cs,
-                    const bfloat16_t* B, int64_t b_rs, int64_t b_cs, float* C, int64_t ldc, const float* bias) {
+                    const bfloat16_t* B, int64_t b_rs, int64_t b_cs, float* C, int64_t ldc, const float* bias,
+                    const float* row_bias) {
   MU_CHECK(K >= 1 && gemm_tiny_product(M, N, K), "gemm_bf16_tiny: ", M, " x ", K, " by ", K, " x ", N,
            " is not a tiny product");
-  bf16_tiny_product(M, N, K, A, a_rs, a_cs, B, b_rs, b_cs, C, ldc, bias);
+  bf16_tiny_product(M, N, K, A, a_rs, a_cs, B, b_rs, b_cs, C, ldc, bias, row_bias);
 }
 void gemm_bf16_tiny(int64_t M, int64_t N, int64_t K, const bfloat16_t* A, int64_t a_rs, int64_t a_cs,
-                    const bfloat16_t* B, int64_t b_rs, int64_t b_cs, bfloat16_t* C, int64_t ldc, const float* bias) {
+                    const bfloat16_t* B, int64_t b_rs, int64_t b_cs, bfloat16_t* C, int64_t ldc, const float* bias,
+                    const float* row_bias) {
   MU_CHECK(K >= 1 && gemm_tiny_product(M, N, K), "gemm_bf16_tiny: ", M, " x ", K, " by ", K, " x ", N,
            " is not a tiny product");
-  bf16_tiny_product(M, N, K, A, a_rs, a_cs, B, b_rs, b_cs, C, ldc, bias);
+  bf16_tiny_product(M, N, K, A, a_rs, a_cs, B, b_rs, b_cs, C, ldc, bias, row_bias);
 }
 
 template void gemm<float>(int64_t, int64_t, int64_t, int64_t, MatrixRef<const float>, MatrixRef<const float>,

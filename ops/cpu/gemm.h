@@ -51,14 +51,14 @@ void gemm_batch_sum(int64_t batch, int64_t M, int64_t N, int64_t K, MatrixRef<co
 bool gemm_tiny_product(int64_t M, int64_t N, int64_t K);
 // C (M x N, row stride ldc, unit column stride) = A · B for bfloat16 operands of any
 // strides and a gemm_tiny_product shape (K >= 1): the float32 product of their values,
-// plus `bias` (N float32 values, or null) on every row, rounded once for a bfloat16 C. On
-// every CPU (float32 FMAs).
+// plus `bias` (N float32 values, one per column) and `row_bias` (M, one per row) where not
+// null, rounded once for a bfloat16 C. On every CPU (float32 FMAs).
 void gemm_bf16_tiny(int64_t M, int64_t N, int64_t K, const bfloat16_t* A, int64_t a_rs, int64_t a_cs,
                     const bfloat16_t* B, int64_t b_rs, int64_t b_cs, float* C, int64_t ldc,
-                    const float* bias = nullptr);
+                    const float* bias = nullptr, const float* row_bias = nullptr);
 void gemm_bf16_tiny(int64_t M, int64_t N, int64_t K, const bfloat16_t* A, int64_t a_rs, int64_t a_cs,
                     const bfloat16_t* B, int64_t b_rs, int64_t b_cs, bfloat16_t* C, int64_t ldc,
-                    const float* bias = nullptr);
+                    const float* bias = nullptr, const float* row_bias = nullptr);
 
 // gemm_batch_sum of bfloat16 operands into a float32 C, on VDPBF16PS (gemm_batch_sum.cpp):
 // autocast's gradient of a weight shared by a batch (an MLP-Mixer's token weights), without
@@ -88,15 +88,18 @@ void gemm_bf16_weight(int64_t M, int64_t N, int64_t K, const float* A, int64_t a
 // many rows, at twice float32's multiply-adds per instruction and without float32 copies
 // of the operands. C is float32, or bfloat16 with each float32 sum rounded once as it is
 // stored (the same bits as a float32 C rounded by a copy, without writing it). `bias` (N
-// float32 values, or null) is added to every row's float32 sums before they are stored
-// (and rounded): a Linear layer's bfloat16 output rounded once. Only where the build's
-// target has AVX512_BF16 (gemm_bf16_available); elsewhere gemm_bf16 throws and callers
-// widen the operands.
+// float32 values, one per column: a Linear layer's) and `row_bias` (M values, one per row:
+// the MLP-Mixer's token mixing), where not null, are added to the float32 sums (in that
+// order) before they are stored and rounded: a bfloat16 output rounded once. Only where
+// the build's target has AVX512_BF16 (gemm_bf16_available); elsewhere gemm_bf16 throws and
+// callers widen the operands.
 bool gemm_bf16_available();
 void gemm_bf16(int64_t M, int64_t N, int64_t K, const bfloat16_t* A, int64_t a_rs, int64_t a_cs, const bfloat16_t* B,
-               int64_t b_rs, int64_t b_cs, float* C, int64_t ldc, const float* bias = nullptr);
+               int64_t b_rs, int64_t b_cs, float* C, int64_t ldc, const float* bias = nullptr,
+               const float* row_bias = nullptr);
 void gemm_bf16(int64_t M, int64_t N, int64_t K, const bfloat16_t* A, int64_t a_rs, int64_t a_cs, const bfloat16_t* B,
-               int64_t b_rs, int64_t b_cs, bfloat16_t* C, int64_t ldc, const float* bias = nullptr);
+               int64_t b_rs, int64_t b_cs, bfloat16_t* C, int64_t ldc, const float* bias = nullptr,
+               const float* row_bias = nullptr);
 
 // C (M x N, any strides) = A (M x K, rows contiguous) · wᵀ for a row-major N x K bfloat16
 // weight w read in place, 1 <= M <= kBf16FewRows: the dot-product form on VDPBF16PS (a

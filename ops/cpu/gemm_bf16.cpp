@@ -23,8 +23,9 @@
 // packed one panel at a time just before its tiles (a 50257-row A is read once, not
 // written out packed and read again per B panel); packing interleaves lines with vector
 // permutes where the lines lie side by side; a bfloat16 C is rounded in the tile's
-// registers, not written as float32 and rounded by a second pass; a Linear layer's bias is
-// added in them too (the single rounding its bfloat16 output needs, without a float32 twin).
+// registers, not written as float32 and rounded by a second pass; a Linear layer's bias (one
+// value per column) or the MLP-Mixer's token-mixing bias (one per row) is added in them too
+// (the single rounding a bfloat16 output needs, without a float32 twin).
 #include "ops/cpu/gemm.h"
 
 #include <omp.h>
@@ -50,6 +51,21 @@ namespace {
 
 constexpr int64_t kMR = 12;  // rows of the C tile
 constexpr int64_t kNR = 32;  // columns of the C tile: two vectors of 16 float32 lanes
+
+// What is added to the float32 sums before they are stored: one value per column of C (a
+// Linear layer's bias), one per row (the MLP-Mixer's token-mixing bias), either, both
+// (column first) or neither (null pointers).
+struct Bias {
+  const float* col = nullptr;  // N values
+  const float* row = nullptr;  // M values
+  // The same for the block of C whose top-left element is (i, j).
+  Bias at(int64_t i, int64_t j) const { return {col ? col + j : nullptr, row ? row + i : nullptr}; }
+  float add_to(float sum, int64_t i, int64_t j) const {
+    if (col) sum += col[j];
+    if (row) sum += row[i];
+    return sum;
+  }
+};
 
 // The depth pair (x[2p], x[2p + 1]) as one 32-bit value, the first in the low half (the
 // lane order VDPBF16PS pairs them in); a depth past K reads as zero.
@@ -160,11 +176,11 @@ inline void store_lanes(bfloat16_t* c, __m512 v, __mmask16 m) {
 // stored. V = 2 is the whole kNR-column panel; V = 1 its first half, for a last panel of
 // at most 16 columns (GPT-2 124M's sampling loop has rows 65 to 127 of Linears taking the
 // weight-in-place form below: panels of 32 rows did 16% more work than the rows asked).
-// `bias` (the tile's first column's value, or null) is added to every row's sums before
-// they are stored: a Linear layer's bias, a bfloat16 C rounded once with it.
+// `bias` (the tile's, Bias::at) is added to the sums before they are stored, a bfloat16 C
+// rounded once with it.
 template <int V, class TC>
 void micro_kernel(int64_t P, const uint32_t* __restrict ap, const uint32_t* __restrict bp, TC* c, int64_t ldc,
-                  int64_t m, int64_t n, const float* bias) {
+                  int64_t m, int64_t n, Bias bias) {
   __m512 acc[kMR][V];
   for (int i = 0; i < kMR; ++i)
     for (int v = 0; v < V; ++v) acc[i][v] = _mm512_setzero_ps();
@@ -179,12 +195,18 @@ void micro_kernel(int64_t P, const uint32_t* __restrict ap, const uint32_t* __re
   }
   const __mmask16 m0 = n >= 16 ? __mmask16(0xffff) : __mmask16((1u << n) - 1);
   const __mmask16 m1 = n >= 32 ? __mmask16(0xffff) : n <= 16 ? __mmask16(0) : __mmask16((1u << (n - 16)) - 1);
-  if (bias) {
-    const __m512 b0 = _mm512_maskz_loadu_ps(m0, bias);
-    const __m512 b1 = V == 2 ? _mm512_maskz_loadu_ps(m1, bias + 16) : _mm512_setzero_ps();
+  if (bias.col) {  // one value per column: the same vectors for every row
+    const __m512 b0 = _mm512_maskz_loadu_ps(m0, bias.col);
+    const __m512 b1 = V == 2 ? _mm512_maskz_loadu_ps(m1, bias.col + 16) : _mm512_setzero_ps();
     for (int i = 0; i < kMR; ++i) {
       acc[i][0] = _mm512_add_ps(acc[i][0], b0);
       if constexpr (V == 2) acc[i][1] = _mm512_add_ps(acc[i][1], b1);
+    }
+  }
+  if (bias.row) {  // one value per row, broadcast; rows past m are not read (nor stored)
+    for (int i = 0; i < kMR; ++i) {
+      const __m512 r = _mm512_set1_ps(i < m ? bias.row[i] : 0.0f);
+      for (int v = 0; v < V; ++v) acc[i][v] = _mm512_add_ps(acc[i][v], r);
     }
   }
   for (int64_t i = 0; i < std::min(m, kMR); ++i) {
@@ -201,11 +223,11 @@ void micro_kernel(int64_t P, const uint32_t* __restrict ap, const uint32_t* __re
 // copied: GPT-2 124M's Linears at about 80 rows took 1.18 ms a call with it packed, 1.00
 // read in place (a whole-context sampling loop's kernel profile). The kMR x (16 V) tile
 // of Cᵀ (kMR columns of C by 16 V rows) is transposed in registers into C; `bias` (the
-// tile's first column's value, or null) is added to the sums first, one value per row of
-// the tile of Cᵀ.
+// tile's, Bias::at) is added to the sums first: a column's value to a row of the tile of
+// Cᵀ, a row's values lane by lane.
 template <int V, class TC>
 void micro_kernel_t(int64_t P, const bfloat16_t* __restrict w, int64_t ldw, const uint32_t* __restrict xp, TC* c,
-                    int64_t ldc, int64_t n, int64_t m, const float* bias) {
+                    int64_t ldc, int64_t n, int64_t m, Bias bias) {
   __m512 acc[kMR][V];
   for (int i = 0; i < kMR; ++i)
     for (int v = 0; v < V; ++v) acc[i][v] = _mm512_setzero_ps();
@@ -223,9 +245,19 @@ void micro_kernel_t(int64_t P, const bfloat16_t* __restrict w, int64_t ldw, cons
       for (int v = 0; v < V; ++v) acc[i][v] = _mm512_dpbf16_ps(acc[i][v], a, b[v]);
     }
   }
-  if (bias)
-    for (int64_t i = 0; i < rows; ++i)
-      for (int v = 0; v < V; ++v) acc[i][v] = _mm512_add_ps(acc[i][v], _mm512_set1_ps(bias[i]));
+  if (bias.col) {  // columns past n are not read (nor stored)
+    for (int i = 0; i < kMR; ++i) {
+      const __m512 b = _mm512_set1_ps(i < rows ? bias.col[i] : 0.0f);
+      for (int v = 0; v < V; ++v) acc[i][v] = _mm512_add_ps(acc[i][v], b);
+    }
+  }
+  if (bias.row) {  // lanes [16 v, 16 v + 16) are rows of C; rows past m are not read
+    for (int v = 0; v < V; ++v) {
+      const int64_t left = std::min<int64_t>(m - 16 * v, 16);
+      const __m512 r = _mm512_maskz_loadu_ps(__mmask16((1u << left) - 1), bias.row + 16 * v);
+      for (int i = 0; i < kMR; ++i) acc[i][v] = _mm512_add_ps(acc[i][v], r);
+    }
+  }
   // Each half of the tile (16 rows of C) transposed in registers, its kMR columns padded
   // to 16 with zeros; row r of C is then lanes [0, rows) of one vector.
   const __mmask16 lanes = __mmask16((1u << rows) - 1);
@@ -241,14 +273,14 @@ void micro_kernel_t(int64_t P, const bfloat16_t* __restrict w, int64_t ldw, cons
 // A tile by micro_kernel with V chosen from the columns left (at most 16: V = 1).
 template <class TC>
 inline void tile(int64_t P, const uint32_t* ap, const uint32_t* bp, TC* c, int64_t ldc, int64_t m, int64_t n,
-                 const float* bias) {
+                 Bias bias) {
   if (n <= 16) return micro_kernel<1>(P, ap, bp, c, ldc, m, n, bias);
   micro_kernel<2>(P, ap, bp, c, ldc, m, n, bias);
 }
 // The same for micro_kernel_t, from the rows of A left.
 template <class TC>
 inline void tile_t(int64_t P, const bfloat16_t* w, int64_t ldw, const uint32_t* xp, TC* c, int64_t ldc, int64_t n,
-                   int64_t m, const float* bias) {
+                   int64_t m, Bias bias) {
   if (m <= 16) return micro_kernel_t<1>(P, w, ldw, xp, c, ldc, n, m, bias);
   micro_kernel_t<2>(P, w, ldw, xp, c, ldc, n, m, bias);
 }
@@ -269,15 +301,15 @@ inline bool weight_in_place(int64_t M, int64_t N, int64_t K) {
   return M < 256 || N * K >= (int64_t(1) << 21);
 }
 
-// `bias` (N values, or null) is added to each row's float32 sums before they are stored.
+// `bias` is added to the float32 sums before they are stored.
 template <class TC>
 void gemm_bf16_into(int64_t M, int64_t N, int64_t K, const bfloat16_t* A, int64_t a_rs, int64_t a_cs,
-                    const bfloat16_t* B, int64_t b_rs, int64_t b_cs, TC* C, int64_t ldc, const float* bias) {
+                    const bfloat16_t* B, int64_t b_rs, int64_t b_cs, TC* C, int64_t ldc, Bias bias) {
   MU_CHECK(M >= 0 && N >= 0 && K >= 0, "gemm_bf16: negative size (M ", M, ", N ", N, ", K ", K, ")");
   if (M == 0 || N == 0) return;
-  if (K == 0) {  // an empty sum: the bias alone
+  if (K == 0) {  // an empty sum: the bias alone, added as the tiles add it
     for (int64_t i = 0; i < M; ++i)
-      for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = TC(bias ? bias[j] : 0.0f);
+      for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = TC(bias.add_to(0.0f, i, j));
     return;
   }
   int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
@@ -293,7 +325,7 @@ void gemm_bf16_into(int64_t M, int64_t N, int64_t K, const bfloat16_t* A, int64_
     parallel_for(w_blocks * x_panels, nt, [&](int64_t t) {
       const int64_t wb = t / x_panels, xq = t % x_panels;
       tile_t(P, B + wb * kMR * b_cs, b_cs, xp + xq * P * kNR, C + xq * kNR * ldc + wb * kMR, ldc, N - wb * kMR,
-             M - xq * kNR, bias ? bias + wb * kMR : nullptr);
+             M - xq * kNR, bias.at(xq * kNR, wb * kMR));
     });
     return;
   }
@@ -314,7 +346,7 @@ void gemm_bf16_into(int64_t M, int64_t N, int64_t K, const bfloat16_t* A, int64_
           pack_panel<kMR>(K, A + r * kMR * a_rs, a_cs, a_rs, std::min(kMR, M - r * kMR), panel.data());
           for (int64_t q = 0; q < col_panels; ++q)
             tile(P, panel.data(), bp + q * P * kNR, C + r * kMR * ldc + q * kNR, ldc, M - r * kMR, N - q * kNR,
-                 bias ? bias + q * kNR : nullptr);
+                 bias.at(r * kMR, q * kNR));
         });
     return;
   }
@@ -327,7 +359,7 @@ void gemm_bf16_into(int64_t M, int64_t N, int64_t K, const bfloat16_t* A, int64_
   parallel_for(row_panels * col_panels, nt, [&](int64_t t) {
     const int64_t q = t / row_panels, r = t % row_panels;
     tile(P, ap + r * P * kMR, bp + q * P * kNR, C + r * kMR * ldc + q * kNR, ldc, M - r * kMR, N - q * kNR,
-         bias ? bias + q * kNR : nullptr);
+         bias.at(r * kMR, q * kNR));
   });
 }
 
@@ -399,12 +431,12 @@ void gemm_bf16_few_rows(int64_t M, int64_t N, int64_t K, const bfloat16_t* A, in
 bool gemm_bf16_available() { return true; }
 
 void gemm_bf16(int64_t M, int64_t N, int64_t K, const bfloat16_t* A, int64_t a_rs, int64_t a_cs, const bfloat16_t* B,
-               int64_t b_rs, int64_t b_cs, float* C, int64_t ldc, const float* bias) {
-  gemm_bf16_into(M, N, K, A, a_rs, a_cs, B, b_rs, b_cs, C, ldc, bias);
+               int64_t b_rs, int64_t b_cs, float* C, int64_t ldc, const float* bias, const float* row_bias) {
+  gemm_bf16_into(M, N, K, A, a_rs, a_cs, B, b_rs, b_cs, C, ldc, Bias{bias, row_bias});
 }
 void gemm_bf16(int64_t M, int64_t N, int64_t K, const bfloat16_t* A, int64_t a_rs, int64_t a_cs, const bfloat16_t* B,
-               int64_t b_rs, int64_t b_cs, bfloat16_t* C, int64_t ldc, const float* bias) {
-  gemm_bf16_into(M, N, K, A, a_rs, a_cs, B, b_rs, b_cs, C, ldc, bias);
+               int64_t b_rs, int64_t b_cs, bfloat16_t* C, int64_t ldc, const float* bias, const float* row_bias) {
+  gemm_bf16_into(M, N, K, A, a_rs, a_cs, B, b_rs, b_cs, C, ldc, Bias{bias, row_bias});
 }
 
 #else  // no AVX512_BF16 on the build target
@@ -412,11 +444,11 @@ void gemm_bf16(int64_t M, int64_t N, int64_t K, const bfloat16_t* A, int64_t a_r
 bool gemm_bf16_available() { return false; }
 
 void gemm_bf16(int64_t, int64_t, int64_t, const bfloat16_t*, int64_t, int64_t, const bfloat16_t*, int64_t, int64_t,
-               float*, int64_t, const float*) {
+               float*, int64_t, const float*, const float*) {
   MU_FAIL("gemm_bf16: this build's target has no AVX512_BF16 (check gemm_bf16_available() first)");
 }
 void gemm_bf16(int64_t, int64_t, int64_t, const bfloat16_t*, int64_t, int64_t, const bfloat16_t*, int64_t, int64_t,
-               bfloat16_t*, int64_t, const float*) {
+               bfloat16_t*, int64_t, const float*, const float*) {
   MU_FAIL("gemm_bf16: this build's target has no AVX512_BF16 (check gemm_bf16_available() first)");
 }
 void gemm_bf16_few_rows(int64_t, int64_t, int64_t, const bfloat16_t*, int64_t, const bfloat16_t*, int64_t, float*,

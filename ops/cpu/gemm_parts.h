@@ -208,7 +208,8 @@ void tiny_product(int64_t M, int64_t N, int64_t K, const T* A, int64_t a_rs, int
                   int64_t b_cs, T* C, int64_t c_rs, int64_t c_cs, bool accumulate, Addend<T> bias);
 template <class TC>
 void bf16_tiny_product(int64_t M, int64_t N, int64_t K, const bfloat16_t* A, int64_t a_rs, int64_t a_cs,
-                       const bfloat16_t* B, int64_t b_rs, int64_t b_cs, TC* C, int64_t ldc, const float* bias);
+                       const bfloat16_t* B, int64_t b_rs, int64_t b_cs, TC* C, int64_t ldc, const float* col_bias,
+                       const float* row_bias);
 
 // gemm_dots.cpp: a dot product; a product with a 1-row or 1-column operand; 1 to kFewRows
 // rows of A against B(k, j) = bt[j * ldb + k] (float32 A with a bfloat16 bt: autocast's

@@ -308,7 +308,8 @@ void tiny_product(int64_t M, int64_t N, int64_t K, const T* A, int64_t a_rs, int
 // its packing is made for products a thousand times larger.)
 template <class TC>
 void bf16_tiny_product(int64_t M, int64_t N, int64_t K, const bfloat16_t* A, int64_t a_rs, int64_t a_cs,
-                       const bfloat16_t* B, int64_t b_rs, int64_t b_cs, TC* C, int64_t ldc, const float* bias) {
+                       const bfloat16_t* B, int64_t b_rs, int64_t b_cs, TC* C, int64_t ldc, const float* col_bias,
+                       const float* row_bias) {
   constexpr int W = Vec<float>::width;
   alignas(64) float dense[kTinyMaxDepth * 2 * W];
   for (int64_t k = 0; k < K; ++k)
@@ -319,7 +320,8 @@ void bf16_tiny_product(int64_t M, int64_t N, int64_t K, const bfloat16_t* A, int
     for (int64_t r = 0; r < R; ++r)
       for (int64_t j = 0; j < N; ++j) {
         float sum = rows[r * 2 * W + j];
-        if (bias) sum += bias[j];  // before the one rounding of a bfloat16 C
+        if (col_bias) sum += col_bias[j];  // before the one rounding of a bfloat16 C
+        if (row_bias) sum += row_bias[i + r];
         C[(i + r) * ldc + j] = TC(sum);
       }
   };
@@ -342,8 +344,10 @@ template void tiny_product<float>(int64_t, int64_t, int64_t, const float*, int64
 template void tiny_product<double>(int64_t, int64_t, int64_t, const double*, int64_t, int64_t, const double*,
                                    int64_t, int64_t, double*, int64_t, int64_t, bool, Addend<double>);
 template void bf16_tiny_product<float>(int64_t, int64_t, int64_t, const bfloat16_t*, int64_t, int64_t,
-                                       const bfloat16_t*, int64_t, int64_t, float*, int64_t, const float*);
+                                       const bfloat16_t*, int64_t, int64_t, float*, int64_t, const float*,
+                                       const float*);
 template void bf16_tiny_product<bfloat16_t>(int64_t, int64_t, int64_t, const bfloat16_t*, int64_t, int64_t,
-                                            const bfloat16_t*, int64_t, int64_t, bfloat16_t*, int64_t, const float*);
+                                            const bfloat16_t*, int64_t, int64_t, bfloat16_t*, int64_t, const float*,
+                                            const float*);
 
 }  // namespace mu::cpu::gemm_detail

@@ -31,9 +31,11 @@ static void product(const Tensor& out, const Tensor& a, const Tensor& b, const T
 // the GEMM to split (an MLP-Mixer's token weights by each image: 64 x 49 by 49 x 128, 0.8
 // MFLOP) are shared out among the threads whole, each on one thread; larger ones run one
 // after another, each split by the GEMM. Either way an entry's sums run in one order.
-// `bias` (N float32 values, or null) is added to each row's sums before they are stored.
+// `col_bias` (N float32 values) and `row_bias` (M), where not null, are added to every
+// entry's sums before they are stored.
 template <class TC>
-static void gemm_bf16_entries(TC* cd, const Tensor& a, const Tensor& b, const float* bias = nullptr) {
+static void gemm_bf16_entries(TC* cd, const Tensor& a, const Tensor& b, const float* col_bias = nullptr,
+                              const float* row_bias = nullptr) {
   const int64_t M = a.size(-2), K = a.size(-1), N = b.size(-1);
   const int64_t batch = a.dim() == 3 ? a.size(0) : 1;
   const bfloat16_t *ad = a.data_ptr<bfloat16_t>(), *bd = b.data_ptr<bfloat16_t>();
@@ -42,10 +44,10 @@ static void gemm_bf16_entries(TC* cd, const Tensor& a, const Tensor& b, const fl
     const int64_t ao = a.dim() == 3 ? e * a.stride(0) : 0, bo = b.dim() == 3 ? e * b.stride(0) : 0;
     if (tiny)
       gemm_bf16_tiny(M, N, K, ad + ao, a.stride(-2), a.stride(-1), bd + bo, b.stride(-2), b.stride(-1),
-                     cd + e * M * N, N, bias);
+                     cd + e * M * N, N, col_bias, row_bias);
     else
       gemm_bf16(M, N, K, ad + ao, a.stride(-2), a.stride(-1), bd + bo, b.stride(-2), b.stride(-1), cd + e * M * N,
-                N, bias);
+                N, col_bias, row_bias);
   };
   const bool whole = 2.0 * double(M) * double(N) * double(K) < kParallelFlops &&
                      2.0 * double(batch) * double(M) * double(N) * double(K) >= kParallelFlops;
@@ -102,7 +104,29 @@ static void matmul(const Tensor& out, const Tensor& a, const Tensor& b) {
   product(out, a, b, Tensor(), Tensor(), "matmul");
 }
 
+// A bfloat16 product plus `bias` broadcast to out's shape, computed in float32 and rounded
+// once as out is written: the bias added in the GEMM's registers (col_bias or row_bias,
+// widened once) where the product takes the many-row or tiny form, else the product into a
+// float32 twin and the bias added by the elementwise add.
+static void bf16_product_plus(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& col_bias,
+                              const Tensor& row_bias) {
+  const Tensor& bias = col_bias.defined() ? col_bias : row_bias;
+  if (bf16_form(a, b).many_rows && out.dtype() == kBFloat16 && out.is_contiguous()) {
+    const Tensor wide_bias = widened(bias);
+    const float* wb = wide_bias.data_ptr<float>();
+    return gemm_bf16_entries(out.data_ptr<bfloat16_t>(), a, b, col_bias.defined() ? wb : nullptr,
+                             row_bias.defined() ? wb : nullptr);
+  }
+  const Tensor wide = wide_like(out);
+  matmul(wide, a, b);
+  const Tensor spread = col_bias.defined() ? bias.expand(out.shape()) : bias.unsqueeze(-1).expand(out.shape());
+  const std::array<Tensor, 3> in{wide, spread, Tensor()};
+  kernels::map<fn::Add>()(out.device(), out, in, fn::Add{});
+}
+
 static void matmul_row_bias(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias) {
+  // bfloat16 (the MLP-Mixer's token mixing under autocast): rounded once, as matmul_bias.
+  if (a.dtype() == kBFloat16) return bf16_product_plus(out, a, b, Tensor(), bias);
   product(out, a, b, Tensor(), bias, "matmul_row_bias");
 }
 
@@ -132,24 +156,10 @@ static void matmul_batch_sum(const Tensor& out, const Tensor& a, const Tensor& b
 }
 
 static void matmul_bias(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias) {
-  if (a.dtype() == kBFloat16) {
-    // The bias added to the product's float32 sums and the total rounded once as it is
-    // written: what CUDA's bias epilogue computes, where the product rounded and then the
-    // sum would round twice. Tiny products and many rows (a training step, a prompt): in
-    // the kernels' registers as each row is stored, the bias widened once (N values).
-    if (bf16_form(a, b).many_rows && out.dtype() == kBFloat16 && out.is_contiguous()) {
-      const Tensor wide_bias = widened(bias);
-      return gemm_bf16_entries(out.data_ptr<bfloat16_t>(), a, b, wide_bias.data_ptr<float>());
-    }
-    // Otherwise (a few rows by a weight; many rows on a CPU without AVX512_BF16) the
-    // product's float32 sums in a float32 twin, the bias added by the elementwise add
-    // (computing in float32), rounded as it is written.
-    const Tensor wide = wide_like(out);
-    matmul(wide, a, b);
-    const std::array<Tensor, 3> in{wide, bias.expand(out.shape()), Tensor()};
-    kernels::map<fn::Add>()(out.device(), out, in, fn::Add{});
-    return;
-  }
+  // bfloat16: the bias added to the product's float32 sums and the total rounded once as
+  // it is written: what CUDA's bias epilogue computes, where the product rounded and then
+  // the sum would round twice.
+  if (a.dtype() == kBFloat16) return bf16_product_plus(out, a, b, bias, Tensor());
   product(out, a, b, bias, Tensor(), "matmul_bias");
 }
 

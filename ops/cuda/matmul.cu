@@ -14,6 +14,12 @@
 // for every batch entry). K == 0 is an empty sum: out is set to zeros with a memset on
 // the stream, without calling cuBLAS.
 //
+// matmul_row_bias (the MLP-Mixer's token mixing, out = a · b + one bias value per row)
+// is the same GEMM with beta = 1 onto out holding the bias broadcast: cuBLAS adds C to the
+// float32 (float64) sums before D is rounded, so a bfloat16 out is rounded once, as the
+// CPU's kernel and cuBLASLt's column bias (matmul_bias.cu) round it. (cuBLASLt's bias
+// epilogue adds one value per row of D = outᵀ, one per column of out: not this one.)
+//
 // cuBLAS's fast kernels (tensor cores, 16-byte loads and stores) need every matrix to
 // start on 16 bytes, and its leading dimension and batch stride to be whole multiples of
 // 16 bytes; otherwise it falls back to kernels several times slower. A large bfloat16
@@ -45,6 +51,7 @@
 #include "ops/cuda/dtypes.cuh"
 #include "ops/cuda/packs.cuh"
 #include "ops/cuda/runtime.cuh"
+#include "ops/kernels/copy.h"
 #include "ops/kernels/linalg.h"
 
 namespace mu::cuda_kernels {
@@ -197,15 +204,16 @@ void check_int(int64_t v, const char* what, const Tensor& out, const Tensor& a, 
            ") for shapes ", shape_str(a.shape()), " x ", shape_str(b.shape()), " -> ", shape_str(out.shape()));
 }
 
+// out = a · b, or out += a · b when `accumulate` (beta = 1; out dense either way).
 template <class T>
-void matmul_typed(const Tensor& out, const Tensor& a, const Tensor& b) {
+void matmul_typed(const Tensor& out, const Tensor& a, const Tensor& b, bool accumulate = false) {
   const bool batched = a.dim() == 3;
   const int64_t batch = batched ? a.size(0) : 1, M = a.size(-2), K = a.size(-1), N = b.size(-1);
   if (out.numel() == 0) return;  // batch, M or N is 0: nothing to write
   cudaStream_t stream = cuda::stream(out);
   if (K == 0) {
-    // An empty sum: zeros (all-zero bits are +0 in every float type); out is dense.
-    MU_CUDA_CHECK(cudaMemsetAsync(out.raw_data(), 0, size_t(out.numel()) * sizeof(T), stream));
+    // An empty sum: zeros (all-zero bits are +0 in every float type), or nothing to add.
+    if (!accumulate) MU_CUDA_CHECK(cudaMemsetAsync(out.raw_data(), 0, size_t(out.numel()) * sizeof(T), stream));
     return;
   }
   check_int(M, "M (rows of a)", out, a, b);
@@ -231,6 +239,10 @@ void matmul_typed(const Tensor& out, const Tensor& a, const Tensor& b) {
         ldc = round16<T>(Np);
         wc = std::make_unique<cuda::Workspace>(size_t(batch * M * ldc) * sizeof(T), dev);
         c_data = wc->as<T>();
+        // What the product is added to, moved into the padded output first.
+        if (accumulate)
+          copy_lines<T>(wc->as<T>(), ldc, M * ldc, M, Np, static_cast<const T*>(out.raw_data()), N, M * N, M, N, batch,
+                        stream);
       }
     }
   }
@@ -244,7 +256,7 @@ void matmul_typed(const Tensor& out, const Tensor& a, const Tensor& b) {
   cublasHandle_t h = cuda::cublas(out.device().index);  // bound to `stream`
   // outᵀ (m x n, ld N) = bᵀ (m x k) · aᵀ (k x n): cuBLAS's A is b, its B is a.
   if constexpr (std::is_same_v<T, double>) {
-    const double alpha = 1, beta = 0;
+    const double alpha = 1, beta = accumulate ? 1 : 0;
     MU_CUBLAS_CHECK(cublasDgemmStridedBatched(h, B.op, A.op, m, n, k, &alpha, static_cast<const double*>(B.data),
                                               int(B.ld), B.batch_stride, static_cast<const double*>(A.data),
                                               int(A.ld), A.batch_stride, &beta, static_cast<double*>(out.raw_data()),
@@ -256,7 +268,7 @@ void matmul_typed(const Tensor& out, const Tensor& a, const Tensor& b) {
     const cudaDataType_t type = is_bf16 ? CUDA_R_16BF : CUDA_R_32F;
     const cublasComputeType_t compute =
         !is_bf16 && cuda::allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-    const float alpha = 1, beta = 0;  // the scale type of CUBLAS_COMPUTE_32F* is float
+    const float alpha = 1, beta = accumulate ? 1 : 0;  // the scale type of CUBLAS_COMPUTE_32F* is float
     MU_CUBLAS_CHECK(cublasGemmStridedBatchedEx(h, B.op, A.op, m, n, k, &alpha, B.data, type, int(B.ld),
                                                B.batch_stride, A.data, type, int(A.ld), A.batch_stride, &beta,
                                                c_data, type, int(ldc), stride_c, count, compute,
@@ -322,5 +334,21 @@ void matmul_accumulate(const Tensor& out, const Tensor& a, const Tensor& b) {
 
 MU_REGISTER_KERNEL(kernels::matmul, DeviceType::CUDA, matmul);
 MU_REGISTER_KERNEL(kernels::matmul_accumulate, DeviceType::CUDA, matmul_accumulate);
+
+// out = a · b + bias[:, None] (see the top): the bias broadcast into out by the copy
+// kernel, then the product added onto it (matmul_typed accumulating): three passes over
+// out (the fill, C read, D written) where a bias epilogue would take one; as many as a GEMM
+// and then an add, with one rounding. (Its GEMM part runs in the emulation harness,
+// matmul_emulated.cpp.)
+static void matmul_row_bias(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias) {
+  MU_CHECK(out.is_contiguous() && out.dtype() == a.dtype() && bias.dtype() == a.dtype(),
+           "matmul_row_bias on CUDA: a dense out and a bias of a's dtype expected, got out ", dtype_name(out.dtype()),
+           " with strides ", shape_str(out.strides()), ", bias ", dtype_name(bias.dtype()), ", a ",
+           dtype_name(a.dtype()));
+  kernels::copy(out.device(), out, bias.unsqueeze(-1));
+  cuda::dispatch_float_bf16(a.dtype(), "matmul_row_bias",
+                            [&](auto tag) { matmul_typed<decltype(tag)>(out, a, b, true); });
+}
+MU_REGISTER_KERNEL(kernels::matmul_row_bias, DeviceType::CUDA, matmul_row_bias);
 
 }  // namespace mu::cuda_kernels

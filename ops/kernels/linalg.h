@@ -23,8 +23,9 @@ MU_DECLARE_KERNEL(matmul_bias, void(const Tensor& out, const Tensor& a, const Te
 
 // out = a · b + bias 1ᵀ with matmul's operands (rank 2, or rank 3 for a batch) and a dense
 // bias (M) of the same dtype, one value per row of every product, added as out is stored
-// (matmul_row_bias's forward). Not every device has it: the op composes matmul and add
-// where it is missing.
+// (matmul_row_bias's forward); out dense. bfloat16: the bias added to the product's
+// float32 sums, the total rounded once. Not every device has it: the op composes matmul
+// and add where it is missing.
 MU_DECLARE_KERNEL(matmul_row_bias, void(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias));
 
 // out (M x N, dense) += a · b for rank-2 operands with matmul's layouts: one GEMM that adds
