@@ -331,6 +331,17 @@ TEST_CASE("gemm_bf16_weight matches a brute-force product and refuses other shap
                   "2 x 4 by 4 x 64 is outside its shapes");
 }
 
+// A rows x cols matrix of normal values rounded to bfloat16 in layout l, its strides
+// returned in rs and cs (Strided: every other column, rows padded).
+std::vector<bfloat16_t> bf16_matrix(int64_t rows, int64_t cols, Layout l, int64_t& rs, int64_t& cs, std::mt19937& rng) {
+  std::normal_distribution<double> nd;
+  rs = l == Layout::RowMajor ? cols : l == Layout::Transposed ? 1 : 2 * cols + 3;
+  cs = l == Layout::RowMajor ? 1 : l == Layout::Transposed ? rows : 2;
+  std::vector<bfloat16_t> v(size_t(l == Layout::Strided ? rows * rs : rows * cols));
+  for (auto& x : v) x = bfloat16_t(float(nd(rng)));
+  return v;
+}
+
 // The bfloat16 product on VDPBF16PS (autocast's many-row products) against the
 // brute-force product in double of the same values: row counts around the 12-row tile,
 // columns around the 32-column tile, depths odd and even (the last pair half padding),
@@ -355,15 +366,9 @@ TEST_CASE("gemm_bf16 matches a brute-force product over tile edges, odd depths a
     for (Layout la : {Layout::RowMajor, Layout::Transposed, Layout::Strided})
       for (Layout lb : {Layout::RowMajor, Layout::Transposed, Layout::Strided}) {
         INFO("M " << d.M << " N " << d.N << " K " << d.K << " A " << layout_name(la) << " B " << layout_name(lb));
-        auto fill = [&](int64_t rows, int64_t cols, Layout l, int64_t& rs, int64_t& cs) {
-          rs = l == Layout::RowMajor ? cols : l == Layout::Transposed ? 1 : 2 * cols + 3;
-          cs = l == Layout::RowMajor ? 1 : l == Layout::Transposed ? rows : 2;
-          std::vector<bfloat16_t> v(size_t(l == Layout::Strided ? rows * rs : rows * cols));
-          for (auto& x : v) x = bfloat16_t(float(nd(rng)));
-          return v;
-        };
         int64_t ars, acs, brs, bcs;
-        const std::vector<bfloat16_t> a = fill(d.M, d.K, la, ars, acs), b = fill(d.K, d.N, lb, brs, bcs);
+        const std::vector<bfloat16_t> a = bf16_matrix(d.M, d.K, la, ars, acs, rng),
+                                      b = bf16_matrix(d.K, d.N, lb, brs, bcs, rng);
         const int64_t ldc = d.N + 3;
         std::vector<float> c(size_t(d.M * ldc), -7.0f);
         cpu::gemm_bf16(d.M, d.N, d.K, a.data(), ars, acs, b.data(), brs, bcs, c.data(), ldc);
@@ -447,15 +452,9 @@ TEST_CASE("gemm_bf16_tiny matches a brute-force product, with and without a bias
       for (Layout lb : {Layout::RowMajor, Layout::Transposed, Layout::Strided}) {
         REQUIRE(cpu::gemm_tiny_product(d.M, d.N, d.K));
         INFO("M " << d.M << " N " << d.N << " K " << d.K << " A " << layout_name(la) << " B " << layout_name(lb));
-        auto fill = [&](int64_t rows, int64_t cols, Layout l, int64_t& rs, int64_t& cs) {
-          rs = l == Layout::RowMajor ? cols : l == Layout::Transposed ? 1 : 2 * cols + 3;
-          cs = l == Layout::RowMajor ? 1 : l == Layout::Transposed ? rows : 2;
-          std::vector<bfloat16_t> v(size_t(l == Layout::Strided ? rows * rs : rows * cols));
-          for (auto& x : v) x = bfloat16_t(float(nd(rng)));
-          return v;
-        };
         int64_t ars, acs, brs, bcs;
-        const std::vector<bfloat16_t> a = fill(d.M, d.K, la, ars, acs), b = fill(d.K, d.N, lb, brs, bcs);
+        const std::vector<bfloat16_t> a = bf16_matrix(d.M, d.K, la, ars, acs, rng),
+                                      b = bf16_matrix(d.K, d.N, lb, brs, bcs, rng);
         const int64_t ldc = d.N + 3;
         std::vector<float> bias(size_t(d.N)), row_bias(size_t(d.M));
         for (auto& x : bias) x = float(nd(rng));
