@@ -10,6 +10,7 @@
 
 #include "helpers.h"
 #include "ops/cpu/gemm.h"
+#include "ops/kernels/linalg.h"
 #include "ops/profile.h"
 
 using namespace mu;
@@ -1108,6 +1109,35 @@ TEST_CASE("linear with a bias runs one kernel, the bias added as the product is 
       }
 }
 
+// Under autocast, op(inputs) against composed(inputs) (the same ops written out on the
+// bfloat16 casts): op returns bfloat16, and the float32 inputs get float32 gradients of
+// (y · g).sum() equal to the composed ones to bfloat16's rounding.
+void check_autocast_gradients(Device dev, const std::vector<Tensor>& inputs, const Tensor& g0,
+                              const std::function<Tensor(const std::vector<Tensor>&)>& op,
+                              const std::function<Tensor(const std::vector<Tensor>&)>& composed) {
+  std::vector<Tensor> in, in2;
+  for (const Tensor& t : inputs) {
+    in.push_back(on(t, dev).requires_grad_());
+    in2.push_back(on(t, dev).requires_grad_());
+  }
+  const Tensor g = on(g0, dev);
+  Tensor y, y2;
+  {
+    AutocastGuard amp;
+    y = op(in);
+    y2 = composed(in2);
+  }
+  REQUIRE(y.dtype() == kBFloat16);
+  (y.to(kFloat32) * g).sum().backward();
+  (y2.to(kFloat32) * g).sum().backward();
+  for (size_t k = 0; k < in.size(); ++k) {
+    INFO("input " << k);
+    REQUIRE(in[k].grad().defined());
+    CHECK(in[k].grad().dtype() == kFloat32);
+    CHECK(allclose(in[k].grad().cpu(), in2[k].grad().cpu(), 1e-2, 1e-2));
+  }
+}
+
 // Under autocast linear's node takes the bfloat16 casts as its inputs: the float32
 // input, weight and bias get their gradients through the casts' nodes, equal to those of
 // the composed ops (matmul of the casts, plus the cast bias) to bfloat16's rounding of the
@@ -1116,23 +1146,12 @@ TEST_CASE("linear under autocast: float32 gradients through the casts, as the co
   for (Device dev : test_devices()) {
     INFO(dev.str());
     manual_seed(24);
-    const Tensor x0 = randn({2, 9, 40}), w0 = randn({24, 40}), b0 = randn({24}), g = on(randn({2, 9, 24}), dev);
-    Tensor x = on(x0, dev).requires_grad_(), w = on(w0, dev).requires_grad_(), b = on(b0, dev).requires_grad_();
-    Tensor x2 = on(x0, dev).requires_grad_(), w2 = on(w0, dev).requires_grad_(), b2 = on(b0, dev).requires_grad_();
-    Tensor y, y2;
-    {
-      AutocastGuard amp;
-      y = linear(x, w, b);
-      y2 = matmul(x2.to(kBFloat16), w2.to(kBFloat16).t()) + b2.to(kBFloat16);
-    }
-    REQUIRE(y.dtype() == kBFloat16);
-    (y.to(kFloat32) * g).sum().backward();
-    (y2.to(kFloat32) * g).sum().backward();
-    for (auto [got, want] : {std::pair<Tensor, Tensor>{x.grad(), x2.grad()}, {w.grad(), w2.grad()}, {b.grad(), b2.grad()}}) {
-      REQUIRE(got.defined());
-      CHECK(got.dtype() == kFloat32);
-      CHECK(allclose(got.cpu(), want.cpu(), 1e-2, 1e-2));
-    }
+    check_autocast_gradients(
+        dev, {randn({2, 9, 40}), randn({24, 40}), randn({24})}, randn({2, 9, 24}),
+        [](const std::vector<Tensor>& in) { return linear(in[0], in[1], in[2]); },
+        [](const std::vector<Tensor>& in) {
+          return matmul(in[0].to(kBFloat16), in[1].to(kBFloat16).t()) + in[2].to(kBFloat16);
+        });
   }
 }
 
@@ -1290,24 +1309,38 @@ TEST_CASE("matmul_row_bias under autocast: float32 gradients through the casts, 
   for (Device dev : test_devices()) {
     INFO(dev.str());
     manual_seed(25);
-    const Tensor a0 = randn({24, 40}), b0 = randn({3, 40, 36}), c0 = randn({24}), g = on(randn({3, 24, 36}), dev);
-    Tensor a = on(a0, dev).requires_grad_(), b = on(b0, dev).requires_grad_(), c = on(c0, dev).requires_grad_();
-    Tensor a2 = on(a0, dev).requires_grad_(), b2 = on(b0, dev).requires_grad_(), c2 = on(c0, dev).requires_grad_();
-    Tensor y, y2;
-    {
-      AutocastGuard amp;
-      y = matmul_row_bias(a, b, c);
-      y2 = matmul(a2.to(kBFloat16), b2.to(kBFloat16)) + c2.to(kBFloat16).unsqueeze(1);
-    }
-    REQUIRE(y.dtype() == kBFloat16);
-    (y.to(kFloat32) * g).sum().backward();
-    (y2.to(kFloat32) * g).sum().backward();
-    for (auto [got, want] : {std::pair<Tensor, Tensor>{a.grad(), a2.grad()}, {b.grad(), b2.grad()}, {c.grad(), c2.grad()}}) {
-      REQUIRE(got.defined());
-      CHECK(got.dtype() == kFloat32);
-      CHECK(allclose(got.cpu(), want.cpu(), 1e-2, 1e-2));
-    }
+    check_autocast_gradients(
+        dev, {randn({24, 40}), randn({3, 40, 36}), randn({24})}, randn({3, 24, 36}),
+        [](const std::vector<Tensor>& in) { return matmul_row_bias(in[0], in[1], in[2]); },
+        [](const std::vector<Tensor>& in) {
+          return matmul(in[0].to(kBFloat16), in[1].to(kBFloat16)) + in[2].to(kBFloat16).unsqueeze(1);
+        });
   }
+}
+
+// The matmul_accumulate kernel (out += a · b: linear_cross_entropy's chunks, a composed
+// bfloat16 Linear's float32 twin) on every device against out's old values plus the
+// product in double: float32, float64 and bfloat16 into their own dtype, bfloat16 into
+// float32; a row-major and a transposed b; an empty inner size leaves out as it was.
+TEST_CASE("matmul_accumulate adds the product to what out holds, in every dtype pair") {
+  struct Pair { DType operands, out; };
+  for (Device dev : test_devices())
+    for (Pair p : {Pair{kFloat32, kFloat32}, Pair{kFloat64, kFloat64}, Pair{kBFloat16, kBFloat16},
+                   Pair{kBFloat16, kFloat32}})
+      for (int64_t K : {0, 37})
+        for (bool transposed : {false, true}) {
+          INFO(dev.str() << " " << dtype_name(p.operands) << " into " << dtype_name(p.out) << ", K " << K
+                         << (transposed ? ", b transposed" : ""));
+          manual_seed(41);
+          const Tensor a = randn({19, K}).to(p.operands), b0 = randn({K, 23}).to(p.operands),
+                       c0 = randn({19, 23}).to(p.out);
+          const Tensor b = transposed ? b0.t().contiguous().t() : b0;
+          Tensor out = on(c0, dev).clone();
+          kernels::matmul_accumulate(out.device(), out, on(a, dev), on(b, dev));
+          const Tensor want = c0.to(kFloat64) + matmul(a.to(kFloat64), b0.to(kFloat64));
+          const double tol = p.out == kBFloat16 ? 1.0 / 128 : p.operands == kFloat64 ? 1e-12 : 1e-4;
+          CHECK(((out.cpu().to(kFloat64) - want).abs() - want.abs() * tol - tol).max().item<double>() <= 0);
+        }
 }
 
 TEST_CASE("matmul errors") {

@@ -283,51 +283,41 @@ void matmul(const Tensor& out, const Tensor& a, const Tensor& b) {
   cuda::dispatch_float_bf16(a.dtype(), "matmul", [&](auto tag) { matmul_typed<decltype(tag)>(out, a, b); });
 }
 
-// out (M x N, dense) += a · b (ops/kernels/linalg.h): one cuBLAS GEMM with beta = 1. out
-// is float32 beside bfloat16 operands (cuBLAS's 16BF x 16BF -> 32F with 32F compute), else
-// a's dtype.
-template <class T>
-void matmul_accumulate_typed(const Tensor& out, const Tensor& a, const Tensor& b) {
+// out (M x N, dense, float32) += a · b for bfloat16 operands: one cuBLAS GEMM with beta = 1
+// and cuBLAS's 16BF x 16BF -> 32F with 32F compute (the float32 twin of a bfloat16 product,
+// summed in pieces). With out in the operands' dtype matmul_accumulate is matmul_typed
+// accumulating.
+void matmul_accumulate_into_float(const Tensor& out, const Tensor& a, const Tensor& b) {
   const int64_t M = a.size(0), K = a.size(1), N = b.size(1);
   if (out.numel() == 0 || K == 0) return;  // nothing to add
   check_int(M, "M (rows of a)", out, a, b);
   check_int(N, "N (columns of b)", out, a, b);
   check_int(K, "K (the inner size)", out, a, b);
-  MU_CHECK(out.stride(1) == 1 && out.stride(0) == N, "matmul_accumulate on CUDA: out must be dense, got strides ",
-           shape_str(out.strides()));
   std::unique_ptr<cuda::Workspace> wa, wb;
-  const Operand A = operand<T>(a, false, 1, wa), B = operand<T>(b, false, 1, wb);
+  const Operand A = operand<cuda::bf16>(a, false, 1, wa), B = operand<cuda::bf16>(b, false, 1, wb);
   check_int(A.ld, "a's leading dimension", out, a, b);
   check_int(B.ld, "b's leading dimension", out, a, b);
   cublasHandle_t h = cuda::cublas(out.device().index);
   // outᵀ (N x M, ld N) += bᵀ · aᵀ, as in matmul_typed.
-  if constexpr (std::is_same_v<T, double>) {
-    const double alpha = 1, beta = 1;
-    MU_CUBLAS_CHECK(cublasDgemmStridedBatched(h, B.op, A.op, int(N), int(M), int(K), &alpha,
-                                              static_cast<const double*>(B.data), int(B.ld), 0,
-                                              static_cast<const double*>(A.data), int(A.ld), 0, &beta,
-                                              static_cast<double*>(out.raw_data()), int(N), 0, 1));
-  } else {
-    constexpr bool is_bf16 = std::is_same_v<T, cuda::bf16>;
-    const cudaDataType_t type = is_bf16 ? CUDA_R_16BF : CUDA_R_32F;
-    const cudaDataType_t out_type = out.dtype() == kBFloat16 ? CUDA_R_16BF : CUDA_R_32F;
-    const cublasComputeType_t compute =
-        !is_bf16 && cuda::allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-    const float alpha = 1, beta = 1;
-    MU_CUBLAS_CHECK(cublasGemmStridedBatchedEx(h, B.op, A.op, int(N), int(M), int(K), &alpha, B.data, type,
-                                               int(B.ld), 0, A.data, type, int(A.ld), 0, &beta, out.raw_data(),
-                                               out_type, int(N), 0, 1, compute, CUBLAS_GEMM_DEFAULT));
-  }
+  const float alpha = 1, beta = 1;
+  MU_CUBLAS_CHECK(cublasGemmStridedBatchedEx(h, B.op, A.op, int(N), int(M), int(K), &alpha, B.data, CUDA_R_16BF,
+                                             int(B.ld), 0, A.data, CUDA_R_16BF, int(A.ld), 0, &beta, out.raw_data(),
+                                             CUDA_R_32F, int(N), 0, 1, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
+// out (M x N, dense) += a · b (ops/kernels/linalg.h): one cuBLAS GEMM with beta = 1. out
+// is float32 beside bfloat16 operands, else a's dtype.
 void matmul_accumulate(const Tensor& out, const Tensor& a, const Tensor& b) {
   MU_CHECK(a.dim() == 2 && b.dim() == 2 && out.dim() == 2, "matmul_accumulate: rank-2 operands expected, got ",
            shape_str(a.shape()), " x ", shape_str(b.shape()), " into ", shape_str(out.shape()));
   MU_CHECK(b.dtype() == a.dtype() && (out.dtype() == a.dtype() || (a.dtype() == kBFloat16 && out.dtype() == kFloat32)),
            "matmul_accumulate: dtypes ", dtype_name(a.dtype()), " x ", dtype_name(b.dtype()), " into ",
            dtype_name(out.dtype()), " (out in the operands' dtype, or float32 beside bfloat16)");
+  MU_CHECK(out.numel() == 0 || (out.stride(1) == 1 && out.stride(0) == out.size(1)),
+           "matmul_accumulate on CUDA: out must be dense, got strides ", shape_str(out.strides()));
+  if (out.dtype() != a.dtype()) return matmul_accumulate_into_float(out, a, b);
   cuda::dispatch_float_bf16(a.dtype(), "matmul_accumulate",
-                            [&](auto tag) { matmul_accumulate_typed<decltype(tag)>(out, a, b); });
+                            [&](auto tag) { matmul_typed<decltype(tag)>(out, a, b, true); });
 }
 
 }  // namespace
