@@ -193,6 +193,12 @@ void gemm_sweep() {
       for (Layout lb : {Layout::RowMajor, Layout::Transposed, Layout::Strided})
         check_gemm<T>(1, 13, 37, 2100, la, lb, false, false, la == lb, rng);
     check_gemm<T>(3, 40, 70, 2100, Layout::Transposed, Layout::RowMajor, false, true, true, rng);
+    // Deep products 9 to 10 panels wide (150 columns are 9.4 panels of double's 16, 300
+    // are 9.4 of float's 32 on AVX-512): each slab reads B's full panels in place up to
+    // 16 of them (more than other products), its last partial panel packed.
+    for (int64_t N : {150, 300})
+      for (Layout la : {Layout::RowMajor, Layout::Transposed})
+        for (bool acc : {false, true}) check_gemm<T>(1, 40, N, 2500, la, Layout::RowMajor, false, false, acc, rng);
     // Deeper than 64 slabs of 1024: the slab count stops at 64 and the slabs grow.
     check_gemm<T>(1, 5, 9, 70000, Layout::Transposed, Layout::RowMajor, false, false, false, rng);
     // A bias added as C is stored (a Linear layer's, per column, or one per row), on

@@ -4,10 +4,13 @@
 // backend in the reference's shape, plus the GFLOP/s rate.
 //
 //   bench_sgemm [--reps 20] [--warmup 3] [--n 1024] [--shape MxKxN] [--weight 0|1]
+//               [--transposed-a 0|1]
 //
 // --shape times an M x K by K x N product instead (workload sgemm-MxKxN), e.g. an
 // MLP-Mixer's channel products, 6272x128x512 and 6272x512x128; --weight 1 takes b as the
-// transpose of an N x K weight, as a Linear layer's x · wᵀ reads it.
+// transpose of an N x K weight, as a Linear layer's x · wᵀ reads it; --transposed-a 1
+// takes a as the transpose of a K x M matrix, as a Linear layer's weight gradient gᵀ · x
+// reads the output gradient g (e.g. 128x6272x512, the Mixer's second channel layer).
 #include <omp.h>
 
 #include <algorithm>
@@ -24,7 +27,7 @@
 
 
 int main(int argc, char** argv) {
-  mu::bench::Options opt("bench_sgemm", 20, 3, {{"n", "1024"}, {"shape", ""}, {"weight", "0"}});
+  mu::bench::Options opt("bench_sgemm", 20, 3, {{"n", "1024"}, {"shape", ""}, {"weight", "0"}, {"transposed-a", "0"}});
   opt.parse(argc, argv);
   const int reps = opt.reps, warmup = opt.warmup;
   int64_t M = opt.integer("n"), K = M, N = M;
@@ -42,9 +45,11 @@ int main(int argc, char** argv) {
   }
   const bool weight = opt.flag("weight");
   if (weight) workload += "-weight";
+  const bool transposed_a = opt.flag("transposed-a");
+  if (transposed_a) workload += "-at";
 
   mu::manual_seed(0);
-  mu::Tensor a = mu::randn({M, K}), b = weight ? mu::randn({N, K}).t() : mu::randn({K, N});
+  mu::Tensor a = transposed_a ? mu::randn({K, M}).t() : mu::randn({M, K}), b = weight ? mu::randn({N, K}).t() : mu::randn({K, N});
 
   std::vector<mu::cpu::GemmBackend> backends = {mu::cpu::GemmBackend::Native};
   if (mu::cpu::gemm_have_blas()) backends.push_back(mu::cpu::GemmBackend::Blas);
