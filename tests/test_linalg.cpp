@@ -274,7 +274,45 @@ void gemm_sweep() {
   }
 }
 
+// Random shapes drawn around the limits where gemm_one switches paths (tiny, shallow,
+// small, few rows, narrow dot products, matrix-vector, blocked, deep, and the in-place
+// reads of A and B inside the packed path), each with random layouts, batch, broadcast,
+// accumulation and bias: `draws` products against the brute-force loop. The fixed list
+// of gemm_sweep holds each path's known edges; this catches the shapes between them.
+template <class T>
+void gemm_random_sweep(int draws, uint32_t seed) {
+  std::mt19937 rng(seed);
+  auto pick = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
+  const Layout layouts[] = {Layout::RowMajor, Layout::Transposed, Layout::Strided};
+  for (int draw = 0; draw < draws; ++draw) {
+    int64_t M = 1, N = 1, K = 1, batch = 1;
+    Layout la = layouts[pick(0, 2)], lb = layouts[pick(0, 2)];
+    switch (pick(0, 7)) {
+      case 0: M = pick(2, 9), N = pick(1, 70), K = pick(1, 70); break;                 // tiny, shallow
+      case 1: M = pick(2, 260), N = pick(2, 260), K = pick(1, 260); break;             // small
+      case 2: M = pick(1, 18), N = pick(8, 600), K = pick(8, 1300), lb = Layout::Transposed; break;  // few rows
+      case 3: M = pick(2, 40), N = pick(1, 17), K = pick(8, 400); break;               // narrow
+      case 4: (pick(0, 1) ? M : N) = 1, (pick(0, 1) ? N : M) = pick(1, 900), K = pick(1, 900); break;  // vector
+      case 5: M = pick(100, 420), N = pick(100, 420), K = pick(100, 800); break;       // blocked
+      case 6: M = pick(1, 128), N = pick(1, 520), K = pick(2048, 5200); break;         // deep (if it fits)
+      default: M = pick(12, 200), N = pick(200, 600), K = pick(257, 1100); break;      // one row block, wide
+    }
+    if (pick(0, 5) == 0) batch = pick(2, 5);
+    const bool bcast_a = batch > 1 && pick(0, 3) == 0, bcast_b = batch > 1 && !bcast_a && pick(0, 3) == 0;
+    const bool acc = pick(0, 2) == 0, bias = !acc && pick(0, 1) == 1, per_row = pick(0, 1) == 1;
+    check_gemm<T>(batch, M, N, K, la, lb, bcast_a, bcast_b, acc, rng, bias, per_row);
+  }
+}
+
 }  // namespace
+
+TEST_CASE("gemm matches a brute-force product on random shapes around every path's limits") {
+  for (GemmBackend be : backends()) {
+    BackendScope scope(be);
+    gemm_random_sweep<float>(40, 11);
+    gemm_random_sweep<double>(20, 12);
+  }
+}
 
 TEST_CASE("gemm float32 matches a brute-force product over sizes, layouts and backends") { gemm_sweep<float>(); }
 TEST_CASE("gemm float64 matches a brute-force product over sizes, layouts and backends") { gemm_sweep<double>(); }
