@@ -368,8 +368,9 @@ void gemm_deep(int64_t M, int64_t N, int64_t K, const T* A, int64_t a_rs, int64_
         // once, straight from memory, so packing them was a pass of cache misses with no
         // arithmetic to hide them. The Mixer's weight gradient gᵀ · x, 128 x 6272 by 6272
         // x 512 (bench_sgemm --shape 128x6272x512 --transposed-a 1), went from 2.63 to
-        // 2.25 ms (medians of 7 alternating runs, 2 threads). Outside deep slabs the
-        // wider in-place reads gained nothing (384 x 1024 x 1024's 192-row blocks).
+        // 2.25 ms (medians of 7 alternating runs, 2 Zen 5 threads, AVX-512 tiles; AVX2 not
+        // timed). Outside deep slabs the wider in-place reads gained nothing (384 x 1024 x
+        // 1024's 192-row blocks).
         const int64_t k0 = K * s / slabs, k1 = K * (s + 1) / slabs;
         gemm_serial<T>(M, N, k1 - k0, A + k0 * a_cs, a_rs, a_cs, B + k0 * b_rs, b_rs, b_cs, partial + s * mn, N, 1,
                        false, {}, 16);
