@@ -41,10 +41,34 @@ std::vector<GemmBackend> backends(Device dev) {
 // ---------------------------------------------------------------- raw GEMM
 
 // How an operand of rows x cols is laid out in its buffer.
-enum class Layout { RowMajor, Transposed, Strided };
+// Padded and PaddedTransposed: row-major and transposed with 5 unused elements after each
+// row (column), as a slice of a wider matrix is: the unit stride of the two plain layouts,
+// but rows (columns) that are neither adjacent nor vector-aligned.
+enum class Layout { RowMajor, Transposed, Strided, Padded, PaddedTransposed };
 const char* layout_name(Layout l) {
-  return l == Layout::RowMajor ? "row-major" : l == Layout::Transposed ? "transposed" : "strided";
+  switch (l) {
+    case Layout::RowMajor: return "row-major";
+    case Layout::Transposed: return "transposed";
+    case Layout::Strided: return "strided";
+    case Layout::Padded: return "row-major, padded rows";
+    case Layout::PaddedTransposed: return "transposed, padded columns";
+  }
+  return "?";
 }
+
+// The strides of a rows x cols matrix in layout l.
+void layout_strides(int64_t rows, int64_t cols, Layout l, int64_t& rs, int64_t& cs) {
+  switch (l) {
+    case Layout::RowMajor: rs = cols, cs = 1; break;
+    case Layout::Transposed: rs = 1, cs = rows; break;
+    case Layout::Strided: rs = 2 * cols + 3, cs = 2; break;
+    case Layout::Padded: rs = cols + 5, cs = 1; break;
+    case Layout::PaddedTransposed: rs = 1, cs = rows + 5; break;
+  }
+}
+
+// The elements a rows x cols matrix with strides (rs, cs) spans, its padding included.
+int64_t layout_span(int64_t rows, int64_t cols, int64_t rs, int64_t cs) { return std::max(rows * rs, cols * cs); }
 
 // A batch of rows x cols matrices in a buffer with the requested layout. Strided: row-major
 // with every other column skipped and padding after each row (neither stride is 1).
@@ -58,12 +82,8 @@ struct Operand {
 template <class T>
 Operand<T> make_operand(int64_t batch, int64_t rows, int64_t cols, Layout l, bool broadcast_batch, std::mt19937& rng) {
   Operand<T> o;
-  switch (l) {
-    case Layout::RowMajor: o.rs = cols, o.cs = 1; break;
-    case Layout::Transposed: o.rs = 1, o.cs = rows; break;
-    case Layout::Strided: o.rs = 2 * cols + 3, o.cs = 2; break;
-  }
-  int64_t per = l == Layout::Strided ? rows * o.rs : rows * cols;
+  layout_strides(rows, cols, l, o.rs, o.cs);
+  const int64_t per = layout_span(rows, cols, o.rs, o.cs);
   o.batch_stride = broadcast_batch ? 0 : per + 5;  // +5: batch entries need not be adjacent
   o.buf.assign(size_t(std::max<int64_t>(1, (broadcast_batch ? 1 : batch) * (per + 5))), T(0));
   std::normal_distribution<double> nd;
@@ -276,21 +296,23 @@ void gemm_sweep() {
 
 // Random shapes drawn around the limits where gemm_one switches paths (tiny, shallow,
 // small, few rows, narrow dot products, matrix-vector, blocked, deep, and the in-place
-// reads of A and B inside the packed path), each with random layouts, batch, broadcast,
+// reads of A and B inside the packed path), each with random layouts (the padded ones
+// too: unit-stride operands whose rows or columns are not adjacent), batch, broadcast,
 // accumulation and bias: `draws` products against the brute-force loop. The fixed list
 // of gemm_sweep holds each path's known edges; this catches the shapes between them.
 template <class T>
 void gemm_random_sweep(int draws, uint32_t seed) {
   std::mt19937 rng(seed);
   auto pick = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
-  const Layout layouts[] = {Layout::RowMajor, Layout::Transposed, Layout::Strided};
+  const Layout layouts[] = {Layout::RowMajor, Layout::Transposed, Layout::Strided, Layout::Padded,
+                            Layout::PaddedTransposed};
   for (int draw = 0; draw < draws; ++draw) {
     int64_t M = 1, N = 1, K = 1, batch = 1;
-    Layout la = layouts[pick(0, 2)], lb = layouts[pick(0, 2)];
+    Layout la = layouts[pick(0, 4)], lb = layouts[pick(0, 4)];
     switch (pick(0, 7)) {
       case 0: M = pick(2, 9), N = pick(1, 70), K = pick(1, 70); break;                 // tiny, shallow
       case 1: M = pick(2, 260), N = pick(2, 260), K = pick(1, 260); break;             // small
-      case 2: M = pick(1, 18), N = pick(8, 600), K = pick(8, 1300), lb = Layout::Transposed; break;  // few rows
+      case 2: M = pick(1, 18), N = pick(8, 600), K = pick(8, 1300), lb = layouts[1 + 3 * pick(0, 1)]; break;  // few rows
       case 3: M = pick(2, 40), N = pick(1, 17), K = pick(8, 400); break;               // narrow
       case 4: (pick(0, 1) ? M : N) = 1, (pick(0, 1) ? N : M) = pick(1, 900), K = pick(1, 900); break;  // vector
       case 5: M = pick(100, 420), N = pick(100, 420), K = pick(100, 800); break;       // blocked
@@ -380,9 +402,8 @@ TEST_CASE("gemm_bf16_weight matches a brute-force product and refuses other shap
 // returned in rs and cs (Strided: every other column, rows padded).
 std::vector<bfloat16_t> bf16_matrix(int64_t rows, int64_t cols, Layout l, int64_t& rs, int64_t& cs, std::mt19937& rng) {
   std::normal_distribution<double> nd;
-  rs = l == Layout::RowMajor ? cols : l == Layout::Transposed ? 1 : 2 * cols + 3;
-  cs = l == Layout::RowMajor ? 1 : l == Layout::Transposed ? rows : 2;
-  std::vector<bfloat16_t> v(size_t(l == Layout::Strided ? rows * rs : rows * cols));
+  layout_strides(rows, cols, l, rs, cs);
+  std::vector<bfloat16_t> v(size_t(layout_span(rows, cols, rs, cs)));
   for (auto& x : v) x = bfloat16_t(float(nd(rng)));
   return v;
 }
