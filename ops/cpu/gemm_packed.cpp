@@ -129,15 +129,20 @@ void micro_kernel(int64_t kc, const T* __restrict a, const T* __restrict b, T* _
   for (int i = 0; i < MR; ++i)
 #pragma GCC unroll 4
     for (int j = 0; j < NV; ++j) acc[i][j] = V{};
-  // Ask for the C tile now so that its cache misses overlap the multiply loop: each row's
-  // first and last element, the two (or, unaligned, three) cache lines of its NV vectors
-  // but for a middle one. With the first lines alone, a product whose C is past the
-  // caches stalled on the other half as the tile was stored: the MLP-Mixer's 6272 x 128
-  // by 128 x 512 (12.8 MB of C) took 2.47 ms, 2.08 with both (medians of 5 alternating
-  // runs, 2 threads, bench_sgemm --shape); 1024^3 5.48 -> 5.19 ms.
+  // Ask for the C tile now so that its cache misses overlap the multiply loop: the start
+  // of each of a row's NV vectors and its last element, every cache line the row touches
+  // (two when the row is aligned, three when not). With the first lines alone, a product
+  // whose C is past the caches stalled on the rest as the tile was stored: the
+  // MLP-Mixer's 6272 x 128 by 128 x 512 (12.8 MB of C) took 2.47 ms, 2.08 with the last
+  // element too (medians of 5 alternating runs, 2 threads, bench_sgemm --shape); 1024^3
+  // 5.48 -> 5.19 ms. Rows of an odd length are never aligned, and their middle line
+  // stalled in turn: GPT-2 mini's logits, 1024 x 256 by 256 x 50257 (206 MB of C, rows of
+  // 50257 floats), 91.3 -> 76.8 ms with each vector's start (medians of 5 alternating
+  // runs; bench_gpt2 gpt2-mini 338 -> 326 ms, 6 runs); aligned rows unchanged.
 #pragma GCC unroll 16
   for (int i = 0; i < MR; ++i) {
-    __builtin_prefetch(c + i * ldc, 1);
+#pragma GCC unroll 4
+    for (int j = 0; j < NV; ++j) __builtin_prefetch(c + i * ldc + j * W, 1);
     __builtin_prefetch(c + i * ldc + NV * W - 1, 1);
   }
 
