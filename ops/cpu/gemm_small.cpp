@@ -55,17 +55,6 @@ void small_rows(int64_t N, int64_t K, const T* A, int64_t a_rs, int64_t a_cs, co
     V acc[R][2];
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = V{};
-    // C's block asked for before the depth loop, as the packed micro-kernel does
-    // (gemm_packed.cpp): in a training step C is fresh memory, and the stores stalled on
-    // it. The Mixer's token-mixing products (128 products of 64 x 49 by 49 x 128 and of
-    // 49 x 64 by 64 x 128), in bench_mixer's kernel profile: 4-12 % faster a call (three
-    // alternating runs); on operands already in cache (timed alone) 3-4 % slower.
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-      __builtin_prefetch(C + r * c_rs + j * c_cs, 1);
-      __builtin_prefetch(C + r * c_rs + (j + W) * c_cs, 1);
-      __builtin_prefetch(C + r * c_rs + (j + 2 * W - 1) * c_cs, 1);
-    }
     for (int64_t k = 0; k < K; ++k) {
       V b0, b1;
       __builtin_memcpy(&b0, B + k * b_rs + j, sizeof(V));
