@@ -138,7 +138,8 @@ void micro_kernel(int64_t kc, const T* __restrict a, const T* __restrict b, T* _
   // 5.48 -> 5.19 ms. Rows of an odd length are never aligned, and their middle line
   // stalled in turn: GPT-2 mini's logits, 1024 x 256 by 256 x 50257 (206 MB of C, rows of
   // 50257 floats), 91.3 -> 76.8 ms with each vector's start (medians of 5 alternating
-  // runs; bench_gpt2 gpt2-mini 338 -> 326 ms, 6 runs); aligned rows unchanged.
+  // runs; later sets 75.4 -> 71.7 and 74.5 -> 65.0; bench_gpt2 gpt2-mini 338 -> 326 ms, 6
+  // runs); aligned rows unchanged.
 #pragma GCC unroll 16
   for (int i = 0; i < MR; ++i) {
 #pragma GCC unroll 4
@@ -205,7 +206,7 @@ void edge_tile(int64_t kc, const T* a, const T* b, T* c, int64_t rs, int64_t cs,
 // ---------------------------------------------------------------- blocked product
 
 // C (M x N) = or += A · B on the calling thread alone, K > 0: the five loops of the
-// Goto scheme. Packed B (KC x NC) is reused by every row block of A, packed A (MC x KC)
+// Goto scheme. A row-major B of at most direct_b_panels panels is read in place (below). Packed B (KC x NC) is reused by every row block of A, packed A (MC x KC)
 // by every column panel of B, and one KC x NR panel of B by every MR-row panel of A.
 template <class T>
 void gemm_serial(int64_t M, int64_t N, int64_t K, const T* A, int64_t a_rs, int64_t a_cs, const T* B, int64_t b_rs,
@@ -374,8 +375,8 @@ void gemm_deep(int64_t M, int64_t N, int64_t K, const T* A, int64_t a_rs, int64_
         // arithmetic to hide them. The Mixer's weight gradient gᵀ · x, 128 x 6272 by 6272
         // x 512 (bench_sgemm --shape 128x6272x512 --transposed-a 1), went from 2.63 to
         // 2.25 ms (medians of 7 alternating runs, 2 Zen 5 threads, AVX-512 tiles; AVX2 not
-        // timed). Outside deep slabs the wider in-place reads gained nothing (384 x 1024 x
-        // 1024's 192-row blocks).
+        // timed; later sets 4-10 %). Outside deep slabs the wider in-place reads gained
+        // nothing (384 x 1024 x 1024's 192-row blocks).
         const int64_t k0 = K * s / slabs, k1 = K * (s + 1) / slabs;
         gemm_serial<T>(M, N, k1 - k0, A + k0 * a_cs, a_rs, a_cs, B + k0 * b_rs, b_rs, b_cs, partial + s * mn, N, 1,
                        false, {}, 16);
