@@ -49,7 +49,8 @@ int main(int argc, char** argv) {
   if (transposed_a) workload += "-at";
 
   mu::manual_seed(0);
-  mu::Tensor a = transposed_a ? mu::randn({K, M}).t() : mu::randn({M, K}), b = weight ? mu::randn({N, K}).t() : mu::randn({K, N});
+  mu::Tensor a = transposed_a ? mu::randn({K, M}).t() : mu::randn({M, K});
+  mu::Tensor b = weight ? mu::randn({N, K}).t() : mu::randn({K, N});
 
   std::vector<mu::cpu::GemmBackend> backends = {mu::cpu::GemmBackend::Native};
   if (mu::cpu::gemm_have_blas()) backends.push_back(mu::cpu::GemmBackend::Blas);

@@ -206,8 +206,9 @@ void edge_tile(int64_t kc, const T* a, const T* b, T* c, int64_t rs, int64_t cs,
 // ---------------------------------------------------------------- blocked product
 
 // C (M x N) = or += A · B on the calling thread alone, K > 0: the five loops of the
-// Goto scheme. A row-major B of at most direct_b_panels panels is read in place (below). Packed B (KC x NC) is reused by every row block of A, packed A (MC x KC)
-// by every column panel of B, and one KC x NR panel of B by every MR-row panel of A.
+// Goto scheme. Packed B (KC x NC) is reused by every row block of A, packed A (MC x KC)
+// by every column panel of B, and one KC x NR panel of B by every MR-row panel of A. A
+// row-major B of at most direct_b_panels panels is read in place instead (below).
 template <class T>
 void gemm_serial(int64_t M, int64_t N, int64_t K, const T* A, int64_t a_rs, int64_t a_cs, const T* B, int64_t b_rs,
                  int64_t b_cs, T* C, int64_t c_rs, int64_t c_cs, bool accumulate, Addend<T> bias = {},
