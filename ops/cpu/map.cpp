@@ -139,13 +139,16 @@ template <bool WithP>
 // run's whole vectors, its last partial vector (zero-padded) and a strided element (alone
 // in a padded vector) all execute these very instructions: inlined at each of those
 // places, GCC contracted different multiply-adds, and GELU's derivative differed by an
-// ulp at the points where 4 threads cut a run of 77100 elements.
+// ulp at the points where 4 threads cut a run of 77100 elements. Flattened: the lane
+// function is inlined into the loop whatever its size (in the AVX2 build GCC had kept
+// GELU's, its gradient's and tanh's as calls, each reloading two dozen constants: GELU
+// 1.86 ns an element on one Zen 3 core, 1.46 inlined; torch's 0.86 there).
 template <class F>
-[[gnu::noinline]] void whole_vectors(const F& f, float* o, int64_t n, const float* a) {
+[[gnu::noinline, gnu::flatten]] void whole_vectors(const F& f, float* o, int64_t n, const float* a) {
   for (int64_t i = 0; i < n; i += kWF) store(o + i, f(load(a + i)));
 }
 template <class F>
-[[gnu::noinline]] void whole_vectors(const F& f, float* o, int64_t n, const float* a, const float* b) {
+[[gnu::noinline, gnu::flatten]] void whole_vectors(const F& f, float* o, int64_t n, const float* a, const float* b) {
   for (int64_t i = 0; i < n; i += kWF) store(o + i, f(load(a + i), load(b + i)));
 }
 
@@ -189,18 +192,15 @@ void run_lanes(const F& f, float* o, int64_t n, const float* a, const float* b) 
 }
 
 // The lane functions as types, so that each whole_vectors instantiation inlines its own.
-// always_inline: in the AVX2 build GCC kept GELU's, its gradient's and tanh's as calls
-// from the loop, each call reloading two dozen constants (GELU 1.86 ns an element on one
-// Zen 3 core, 1.46 inlined; torch's 0.86 there).
 struct GeluLanes {
-  [[gnu::always_inline]] VF operator()(VF x) const { return gelu_lanes(x); }
+  VF operator()(VF x) const { return gelu_lanes(x); }
 };
 struct GeluGradLanes {
-  [[gnu::always_inline]] VF operator()(VF g, VF x) const { return gelu_grad_lanes(g, x); }
+  VF operator()(VF g, VF x) const { return gelu_grad_lanes(g, x); }
 };
 // float32 exp: libm's expf kept the loop scalar (3.2M floats: 7.4 ms on one Zen 5 core).
 struct ExpLanes {
-  [[gnu::always_inline]] VF operator()(VF x) const { return exp_full_lanes(x); }
+  VF operator()(VF x) const { return exp_full_lanes(x); }
 };
 
 // tanh on every lane, computed for |x| and given x's sign (tanh(-0) is -0). |x| < 0.55
@@ -225,7 +225,7 @@ struct ExpLanes {
   return VF(VI(ax < 0.55f ? near : far) | (VI(x) & ~0x7fffffff));  // x's sign bit
 }
 struct TanhLanes {
-  [[gnu::always_inline]] VF operator()(VF x) const { return tanh_lanes(x); }
+  VF operator()(VF x) const { return tanh_lanes(x); }
 };
 
 // log on every lane. x = m 2^e with m in [√½, √2) (read off the bits: x's exponent less
@@ -258,7 +258,7 @@ struct TanhLanes {
   return x > 0.0f ? (x == inf ? inf : y) : (x == 0.0f ? -inf : VF{} + __builtin_nanf(""));
 }
 struct LogLanes {
-  [[gnu::always_inline]] VF operator()(VF x) const { return log_lanes(x); }
+  VF operator()(VF x) const { return log_lanes(x); }
 };
 
 // sigmoid on every lane: e = exp(-|x|), 1 / (1 + e) for x >= 0 and e / (1 + e) below (one
@@ -268,7 +268,7 @@ struct LogLanes {
 // over every 97th float32 bit pattern (1 / (1 + expf(-x)): 2.30), and 0.96 ulp where it
 // is subnormal (where that form flushed to zero, from x = -88.7).
 struct SigmoidLanes {
-  [[gnu::always_inline]] VF operator()(VF x) const {
+  VF operator()(VF x) const {
     const VF e = exp_full_lanes(-abs_lanes(x));
     return (x >= 0.0f ? VF{} + 1.0f : e) / (1.0f + e);
   }
