@@ -216,6 +216,31 @@ TEST_CASE("autocast: a Linear layer adds its bias in bfloat16, its output stays 
   }
 }
 
+// A Linear layer over many rows (the blocked GEMM: on VDPBF16PS where the CPU has
+// AVX512_BF16, else float32 with the operands widened as they are packed): the bias is
+// added to the float32 sums and the total rounded once, for rows and columns past whole
+// tiles; batched input (a leading dimension) likewise.
+TEST_CASE("autocast: a Linear layer over many rows rounds its product plus bias once") {
+  manual_seed(6);
+  nn::Linear lin(nn::LinearOptions(300, 270));
+  for (const Shape& shape : {Shape{301, 300}, Shape{2, 150, 300}}) {
+    const Tensor x0 = randn(shape);
+    const Tensor want = matmul(rounded(x0), rounded(lin.weight).t()) + rounded(lin.bias);
+    for (Device dev : test_devices()) {
+      INFO(dev.str() << ": input " << shape_str(shape));
+      lin.to(dev);
+      Tensor y;
+      {
+        AutocastGuard amp;
+        y = lin.forward(on(x0, dev));
+      }
+      REQUIRE(y.dtype() == kBFloat16);
+      CHECK(worst_past_rounding(y, want, 1e-5 * 300) <= 0);
+      lin.to(Device::cpu());
+    }
+  }
+}
+
 TEST_CASE("autocast: softmax, log_softmax, layer_norm, entmax and cross_entropy compute in float32") {
   manual_seed(2);
   const Tensor x0 = randn({6, 10});

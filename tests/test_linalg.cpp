@@ -507,6 +507,128 @@ TEST_CASE("gemm_bf16 matches a brute-force product over tile edges, odd depths a
   for (float v : c) CHECK(v == 0.0f);
 }
 
+// The bfloat16 product on the float32 GEMM (autocast's products on CPUs without
+// AVX512_BF16; on every CPU), against the brute-force product in double and against
+// gemm<float> on float32 copies of the same values: shapes that take the packed paths
+// (blocked, with edge tiles, and deep: the operands widened as they are packed) and the
+// paths that read their operands in place (small, tiny, a few rows by a transposed B,
+// matrix-vector: on float32 copies), every operand layout, C rows padded (the padding
+// untouched), without a bias and with one per column or per row. The packed paths sum
+// in gemm<float>'s order on operands laid out alike, so their results are the same bit
+// for bit; so are the other paths' when both operands are row-major (their float32
+// copies are laid out as the operands). A bfloat16 C (rows padded, and every other
+// column) is the float32 C rounded, bit for bit, for the blocked products of depth up to
+// 512 (their tiles round as they store, edge tiles included; whether a product is one
+// is gemm_bf16_widening_rounds), and refused by name for the rest (callers round a
+// float32 twin). A batch shares one B (batch stride 0) and
+// writes each entry's own C.
+TEST_CASE("gemm_bf16_widening matches gemm<float> on the widened operands and a brute-force product") {
+  std::mt19937 rng(29);
+  std::normal_distribution<double> nd;
+  struct Dims { int64_t M, N, K; bool packed, rounds; };
+  for (Dims d : {Dims{300, 300, 300, true, true}, Dims{400, 150, 512, true, true}, Dims{97, 1000, 200, true, true},
+                 Dims{130, 200, 1000, true, false}, Dims{513, 77, 700, true, false}, Dims{20, 24, 4096, true, false},
+                 Dims{33, 45, 65, false, false}, Dims{5, 40, 600, false, false}, Dims{4, 4, 9, false, false},
+                 Dims{1, 70, 90, false, false}, Dims{70, 1, 90, false, false}})
+    for (Layout la : {Layout::RowMajor, Layout::Transposed, Layout::Strided})
+      for (Layout lb : {Layout::RowMajor, Layout::Transposed, Layout::Strided})
+        for (int which = 0; which <= 2; ++which) {
+          INFO("M " << d.M << " N " << d.N << " K " << d.K << " A " << layout_name(la) << " B "
+                    << layout_name(lb) << (which == 1 ? " a bias per column" : which == 2 ? " a bias per row" : ""));
+          int64_t ars, acs, brs, bcs;
+          const std::vector<bfloat16_t> a = bf16_matrix(d.M, d.K, la, ars, acs, rng),
+                                        b = bf16_matrix(d.K, d.N, lb, brs, bcs, rng);
+          std::vector<float> af(a.size()), bf(b.size()), col_bias(size_t(d.N)), row_bias(size_t(d.M));
+          for (size_t i = 0; i < a.size(); ++i) af[i] = float(a[i]);
+          for (size_t i = 0; i < b.size(); ++i) bf[i] = float(b[i]);
+          for (auto& x : col_bias) x = float(nd(rng));
+          for (auto& x : row_bias) x = float(nd(rng));
+          const float* cp = which == 1 ? col_bias.data() : nullptr;
+          const float* rp = which == 2 ? row_bias.data() : nullptr;
+          const int64_t ldc = d.N + 3;
+          std::vector<float> c(size_t(d.M * ldc), -7.0f), want(size_t(d.M * ldc), -7.0f);
+          cpu::gemm_bf16_widening(1, d.M, d.N, d.K, {a.data(), 0, ars, acs}, {b.data(), 0, brs, bcs},
+                                  {c.data(), 0, ldc, 1}, cp, rp);
+          cpu::gemm<float>(1, d.M, d.N, d.K, {af.data(), 0, ars, acs}, {bf.data(), 0, brs, bcs},
+                           {want.data(), 0, ldc, 1}, false, cp, rp);
+          CHECK(worst_excess(
+                    d.M, d.N, d.K, [&](int64_t i, int64_t k) { return af[size_t(i * ars + k * acs)]; },
+                    [&](int64_t k, int64_t j) { return bf[size_t(k * brs + j * bcs)]; },
+                    [&](int64_t i, int64_t j) {
+                      return double(c[size_t(i * ldc + j)]) - (cp ? cp[j] : 0.0) - (rp ? rp[i] : 0.0);
+                    }) <= 0);
+          int64_t differing = 0, padding = 0;
+          for (int64_t i = 0; i < d.M; ++i)
+            for (int64_t j = 0; j < ldc; ++j) {
+              differing += c[size_t(i * ldc + j)] != want[size_t(i * ldc + j)];
+              padding += j >= d.N && c[size_t(i * ldc + j)] != -7.0f;
+            }
+          if (d.packed || (la == Layout::RowMajor && lb == Layout::RowMajor)) CHECK(differing == 0);
+          CHECK(padding == 0);
+          // Shapes off the packed paths by a row-major B take the blocked one by a transposed
+          // or strided B (33 x 45 x 65, 5 x 40 x 600): theirs is as the layout has it.
+          const bool rounds = cpu::gemm_bf16_widening_rounds(d.M, d.N, d.K, acs, brs, bcs);
+          if (d.packed) CHECK(rounds == d.rounds);
+          for (const int64_t ccs : {1, 2}) {
+            INFO("bfloat16 C, column stride " << ccs);
+            const int64_t ld16 = ccs * d.N + 3;
+            std::vector<bfloat16_t> c16(size_t(d.M * ld16), bfloat16_t(-7.0f));
+            if (!rounds) {
+              CHECK_THROWS_MU(cpu::gemm_bf16_widening(1, d.M, d.N, d.K, {a.data(), 0, ars, acs},
+                                                      {b.data(), 0, brs, bcs}, {c16.data(), 0, ld16, ccs}, cp, rp),
+                              "a bfloat16 C is for products whose tiles sum their whole depth");
+              continue;
+            }
+            cpu::gemm_bf16_widening(1, d.M, d.N, d.K, {a.data(), 0, ars, acs}, {b.data(), 0, brs, bcs},
+                                    {c16.data(), 0, ld16, ccs}, cp, rp);
+            int64_t not_rounded = 0;
+            for (int64_t i = 0; i < d.M; ++i)
+              for (int64_t k = 0; k < ld16; ++k) {
+                const bool element = k % ccs == 0 && k / ccs < d.N;
+                const float w = element ? c[size_t(i * ldc + k / ccs)] : -7.0f;
+                not_rounded += c16[size_t(i * ld16 + k)].bits != bfloat16_t(w).bits;
+              }
+            CHECK(not_rounded == 0);
+          }
+        }
+  // A batch of 4 products sharing B (a Linear layer's weight), on the blocked path.
+  const int64_t batch = 4, M = 256, K = 256, N = 300;
+  int64_t ars, acs, brs, bcs;
+  const std::vector<bfloat16_t> a = bf16_matrix(batch * M, K, Layout::RowMajor, ars, acs, rng),
+                                b = bf16_matrix(K, N, Layout::Transposed, brs, bcs, rng);
+  std::vector<float> af(a.size()), bf(b.size()), c(size_t(batch * M * N)), want(c.size());
+  for (size_t i = 0; i < a.size(); ++i) af[i] = float(a[i]);
+  for (size_t i = 0; i < b.size(); ++i) bf[i] = float(b[i]);
+  cpu::gemm_bf16_widening(batch, M, N, K, {a.data(), M * ars, ars, acs}, {b.data(), 0, brs, bcs},
+                          {c.data(), M * N, N, 1});
+  cpu::gemm<float>(batch, M, N, K, {af.data(), M * ars, ars, acs}, {bf.data(), 0, brs, bcs}, {want.data(), M * N, N, 1});
+  CHECK(c == want);
+  std::vector<bfloat16_t> c16(c.size());
+  cpu::gemm_bf16_widening(batch, M, N, K, {a.data(), M * ars, ars, acs}, {b.data(), 0, brs, bcs},
+                          {c16.data(), M * N, N, 1});
+  int64_t not_rounded = 0;
+  for (size_t i = 0; i < c.size(); ++i) not_rounded += c16[i].bits != bfloat16_t(c[i]).bits;
+  CHECK(not_rounded == 0);
+  CHECK(worst_excess(
+            batch * M, N, K, [&](int64_t i, int64_t k) { return af[size_t(i * ars + k * acs)]; },
+            [&](int64_t k, int64_t j) { return bf[size_t(k * brs + j * bcs)]; },
+            [&](int64_t i, int64_t j) { return c[size_t(i * N + j)]; }) <= 0);
+  // An empty depth: C is the bias (zeros without); a negative size and two biases are refused.
+  std::vector<float> c0(6, -7.0f);
+  const std::vector<float> bias = {1.5f, -2.25f, 3.0f};
+  cpu::gemm_bf16_widening(1, 2, 3, 0, {a.data(), 0, 0, 1}, {b.data(), 0, 3, 1}, {c0.data(), 0, 3, 1}, bias.data());
+  for (int64_t i = 0; i < 6; ++i) CHECK(c0[size_t(i)] == bias[size_t(i % 3)]);
+  std::vector<bfloat16_t> c0_16(6);
+  cpu::gemm_bf16_widening(1, 2, 3, 0, {a.data(), 0, 0, 1}, {b.data(), 0, 3, 1}, {c0_16.data(), 0, 3, 1}, nullptr,
+                          std::vector<float>{0.5f, -0.25f}.data());
+  for (int64_t i = 0; i < 6; ++i) CHECK(float(c0_16[size_t(i)]) == (i < 3 ? 0.5f : -0.25f));
+  CHECK_THROWS_MU(cpu::gemm_bf16_widening(1, -2, 3, 4, {a.data(), 0, 4, 1}, {b.data(), 0, 3, 1}, {c0.data(), 0, 3, 1}),
+                  "gemm_bf16_widening: negative size (batch 1, M -2, N 3, K 4)");
+  CHECK_THROWS_MU(cpu::gemm_bf16_widening(1, 2, 3, 4, {a.data(), 0, 4, 1}, {b.data(), 0, 3, 1}, {c0.data(), 0, 3, 1},
+                                          bias.data(), bias.data()),
+                  "a bias per column or one per row, not both");
+}
+
 // The tiny form (a tensor ring's per-token chains; on every CPU) against the brute-force
 // product in double: 2 to 33 rows, 1 to 32 columns (one vector of float32 and two: up to
 // 16 columns on AVX2, 32 on AVX-512, so the wider shapes run where they are tiny), depths

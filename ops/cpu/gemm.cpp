@@ -44,57 +44,120 @@ void fill_bias_rows(int64_t M, int64_t N, Addend<T> bias, T* C, int64_t c_rs, in
     for (int64_t j = 0; j < N; ++j) C[i * c_rs + j * c_cs] = bias.get(i, j);
 }
 
-// One product on `nt` threads, K > 0: picks the path for its shape. A bias (not when
-// accumulating) is added as the small, blocked and dot-product paths store C; the
-// matrix-vector and deep paths accumulate onto C filled with it.
+// The path gemm_one takes for a product of this shape and these strides.
+enum class Path { Gemv, Tiny, Dots, GemvRow, FewRows, Small, Deep, Blocked };
+
 template <class T>
-void gemm_one(int64_t M, int64_t N, int64_t K, const T* A, int64_t a_rs, int64_t a_cs, const T* B, int64_t b_rs,
-              int64_t b_cs, T* C, int64_t c_rs, int64_t c_cs, bool accumulate, int nt, Addend<T> bias) {
+Path gemm_path(int64_t M, int64_t N, int64_t K, int64_t a_cs, int64_t b_rs, int64_t b_cs) {
   const double work = double(M) * double(N) * double(K);
   const bool small = (work <= kSmallWork && double(K) * double(N) * sizeof(T) <= kSmallBBytes && b_cs == 1) ||
                      work <= kTinyWork || (K <= kTinyDepth && double(K) * double(N) * sizeof(T) <= kSmallBBytes);
-  if (bias && (N == 1 || M == 1 || (!small && deep_product(M, N, K)))) {
+  if (N == 1) return Path::Gemv;  // C column = A · b column
+  if (M > 1 && tiny_product_fits<T>(M, N, K)) return Path::Tiny;
+  // Narrower than a vector, with A's rows and B's columns both running along the depth
+  // (a tensor ring's chain gradient: 2048 products of 4 x 4 over 149): one dot product
+  // per element. The vector paths would copy B dense and pad it to a vector's width,
+  // which cost ten times the arithmetic.
+  if (M > 1 && N < Vec<T>::width && K >= Vec<T>::width && a_cs == 1 && b_rs == 1) return Path::Dots;
+  if (M == 1) return Path::GemvRow;  // C row = Bᵀ · a row
+  if (M <= kFewRows && b_rs == 1 && b_cs != 1 && N >= Vec<T>::width && K >= Vec<T>::width && !small)
+    return Path::FewRows;
+  if (small) return Path::Small;
+  return deep_product(M, N, K) ? Path::Deep : Path::Blocked;
+}
+
+// The matrix at src (element (i, j) at src[i * rs + j * cs]) widened into dst (rows x
+// cols, row-major) on up to nt threads; returns dst.
+const float* widened_rows(int64_t rows, int64_t cols, const bfloat16_t* src, int64_t rs, int64_t cs, float* dst,
+                          int nt) {
+  split_range(rows, double(rows) * double(cols) >= double(1 << 16) ? nt : 1, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      if (cs == 1) {
+        widen_run(src + i * rs, cols, dst + i * cols);
+      } else {
+        for (int64_t j = 0; j < cols; ++j) dst[i * cols + j] = float(src[i * rs + j * cs]);
+      }
+    }
+  });
+  return dst;
+}
+
+// One product on `nt` threads, K > 0: picks the path for its shape. A bias (not when
+// accumulating) is added as the small, blocked and dot-product paths store C; the
+// matrix-vector and deep paths accumulate onto C filled with it. Operands of bfloat16
+// values (S) for a float32 C (T): the packed paths widen them as they pack them; the
+// others, which read their operands in place, take float32 copies first (per thread).
+template <class T, class S = T>
+void gemm_one(int64_t M, int64_t N, int64_t K, const S* A, int64_t a_rs, int64_t a_cs, const S* B, int64_t b_rs,
+              int64_t b_cs, T* C, int64_t c_rs, int64_t c_cs, bool accumulate, int nt, Addend<T> bias) {
+  const Path path = gemm_path<T>(M, N, K, a_cs, b_rs, b_cs);
+  if constexpr (!std::is_same_v<S, T>) {
+    static_assert(std::is_same_v<T, float> && std::is_same_v<S, bfloat16_t>, "gemm_one: float32 from bfloat16 only");
+    if (path != Path::Deep && path != Path::Blocked) {
+      thread_local Scratch<float> wide_a, wide_b;
+      const float* a = widened_rows(M, K, A, a_rs, a_cs, wide_a.get(M * K), nt);
+      const float* b = widened_rows(K, N, B, b_rs, b_cs, wide_b.get(K * N), nt);
+      return gemm_one<float>(M, N, K, a, K, 1, b, N, 1, C, c_rs, c_cs, accumulate, nt, bias);
+    }
+  }
+  if (bias && (path == Path::Gemv || path == Path::GemvRow || path == Path::Deep)) {
     fill_bias_rows(M, N, bias, C, c_rs, c_cs);
     accumulate = true;
     bias = {};
   }
-  if (N == 1)  // C column = A · b column
-    return gemv<T>(M, K, A, a_rs, a_cs, B, b_rs, C, c_rs, accumulate, nt);
-  if (M > 1 && tiny_product_fits<T>(M, N, K))
-    return tiny_product<T>(M, N, K, A, a_rs, a_cs, B, b_rs, b_cs, C, c_rs, c_cs, accumulate, bias);
-  if (M > 1 && N < Vec<T>::width && K >= Vec<T>::width && a_cs == 1 && b_rs == 1) {
-    // Narrower than a vector, with A's rows and B's columns both running along the depth
-    // (a tensor ring's chain gradient: 2048 products of 4 x 4 over 149): one dot product
-    // per element. The vector paths would copy B dense and pad it to a vector's width,
-    // which cost ten times the arithmetic.
-    split_range(M, nt, [&](int64_t i0, int64_t i1) {
-      for (int64_t i = i0; i < i1; ++i)
-        for (int64_t j = 0; j < N; ++j) {
-          const T v = dot<T>(K, A + i * a_rs, 1, B + j * b_cs, 1);
-          T& dst = C[i * c_rs + j * c_cs];
-          dst = accumulate ? dst + v : v + (bias ? bias.get(i, j) : T(0));
-        }
-    });
-    return;
+  if constexpr (std::is_same_v<S, T>) {
+    switch (path) {
+      case Path::Gemv: return gemv<T>(M, K, A, a_rs, a_cs, B, b_rs, C, c_rs, accumulate, nt);
+      case Path::Tiny:
+        return tiny_product<T>(M, N, K, A, a_rs, a_cs, B, b_rs, b_cs, C, c_rs, c_cs, accumulate, bias);
+      case Path::Dots:
+        split_range(M, nt, [&](int64_t i0, int64_t i1) {
+          for (int64_t i = i0; i < i1; ++i)
+            for (int64_t j = 0; j < N; ++j) {
+              const T v = dot<T>(K, A + i * a_rs, 1, B + j * b_cs, 1);
+              T& dst = C[i * c_rs + j * c_cs];
+              dst = accumulate ? dst + v : v + (bias ? bias.get(i, j) : T(0));
+            }
+        });
+        return;
+      case Path::GemvRow: return gemv<T>(N, K, B, b_cs, b_rs, A, a_cs, C, c_cs, accumulate, nt);
+      case Path::FewRows:
+        return gemm_few_rows<T>(M, N, K, A, a_rs, a_cs, B, b_cs, C, c_rs, c_cs, accumulate, nt, bias);
+      case Path::Small:
+        return gemm_small<T>(M, N, K, A, a_rs, a_cs, B, b_rs, b_cs, C, c_rs, c_cs, accumulate, nt, bias);
+      case Path::Deep:
+      case Path::Blocked: break;
+    }
   }
-  if (M == 1)  // C row = Bᵀ · a row
-    return gemv<T>(N, K, B, b_cs, b_rs, A, a_cs, C, c_cs, accumulate, nt);
-  if (M <= kFewRows && b_rs == 1 && b_cs != 1 && N >= Vec<T>::width && K >= Vec<T>::width && !small)
-    return gemm_few_rows<T>(M, N, K, A, a_rs, a_cs, B, b_cs, C, c_rs, c_cs, accumulate, nt, bias);
-  if (small) return gemm_small<T>(M, N, K, A, a_rs, a_cs, B, b_rs, b_cs, C, c_rs, c_cs, accumulate, nt, bias);
-  if (deep_product(M, N, K)) return gemm_deep<T>(M, N, K, A, a_rs, a_cs, B, b_rs, b_cs, C, c_rs, c_cs, accumulate, nt);
-  gemm_blocked<T>(M, N, K, A, a_rs, a_cs, B, b_rs, b_cs, C, c_rs, c_cs, accumulate, nt, bias);
+  if (path == Path::Deep)
+    return gemm_deep<T, S>(M, N, K, A, a_rs, a_cs, B, b_rs, b_cs, C, c_rs, c_cs, accumulate, nt);
+  gemm_blocked<T, S>(M, N, K, A, a_rs, a_cs, B, b_rs, b_cs, C, c_rs, c_cs, accumulate, nt, bias);
 }
 
-template <class T>
-void gemm_native(int64_t batch, int64_t M, int64_t N, int64_t K, MatrixRef<const T> A, MatrixRef<const T> B,
-                 MatrixRef<T> C, bool accumulate, Addend<T> bias) {
+// The same for a bfloat16 C (TC), each tile rounded as it is stored: for the blocked path
+// alone, its depth one slice (gemm_bf16_widening's choice).
+template <class T, class S, class TC>
+void gemm_one_rounded(int64_t M, int64_t N, int64_t K, const S* A, int64_t a_rs, int64_t a_cs, const S* B,
+                      int64_t b_rs, int64_t b_cs, TC* C, int64_t c_rs, int64_t c_cs, int nt, Addend<T> bias) {
+  MU_CHECK(gemm_path<T>(M, N, K, a_cs, b_rs, b_cs) == Path::Blocked && packed_product_rounds(K),
+           "gemm: a bfloat16 C is for blocked products of one slice of depth, not ", M, " x ", K, " by ", K, " x ", N);
+  gemm_blocked<T, S, TC>(M, N, K, A, a_rs, a_cs, B, b_rs, b_cs, C, c_rs, c_cs, false, nt, bias);
+}
+
+template <class T, class S = T, class TC = T>
+void gemm_native(int64_t batch, int64_t M, int64_t N, int64_t K, MatrixRef<const S> A, MatrixRef<const S> B,
+                 MatrixRef<TC> C, bool accumulate, Addend<T> bias) {
   int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
   if (2.0 * double(M) * double(N) * double(K) * double(batch) < kParallelFlops) nt = 1;
   auto one = [&](int64_t b, int threads) {
-    gemm_one<T>(M, N, K, A.data + b * A.batch_stride, A.row_stride, A.col_stride, B.data + b * B.batch_stride,
-                B.row_stride, B.col_stride, C.data + b * C.batch_stride, C.row_stride, C.col_stride, accumulate,
-                threads, bias);
+    const S *a = A.data + b * A.batch_stride, *bb = B.data + b * B.batch_stride;
+    TC* c = C.data + b * C.batch_stride;
+    if constexpr (std::is_same_v<TC, T>)
+      gemm_one<T, S>(M, N, K, a, A.row_stride, A.col_stride, bb, B.row_stride, B.col_stride, c, C.row_stride,
+                     C.col_stride, accumulate, threads, bias);
+    else
+      gemm_one_rounded<T, S, TC>(M, N, K, a, A.row_stride, A.col_stride, bb, B.row_stride, B.col_stride, c,
+                                 C.row_stride, C.col_stride, threads, bias);
   };
   // Enough products to share out evenly: whole products per thread, no synchronisation.
   if (nt > 1 && batch >= nt && (batch % nt == 0 || batch >= 4 * nt)) {
@@ -276,6 +339,55 @@ void gemm(int64_t batch, int64_t M, int64_t N, int64_t K, MatrixRef<const T> A, 
   if (blas_wanted && !bias && try_blas<T>(batch, M, N, K, A, B, C, accumulate)) return;
 #endif
   gemm_native<T>(batch, M, N, K, A, B, C, accumulate, bias);
+}
+
+namespace {
+
+// gemm_bf16_widening's checks and empty products, for a float32 or bfloat16 C: false when
+// nothing is left to compute (C written with the bias, or empty).
+template <class TC>
+bool widening_product_left(int64_t batch, int64_t M, int64_t N, int64_t K, MatrixRef<TC> C, Addend<float> bias) {
+  MU_CHECK(batch >= 0 && M >= 0 && N >= 0 && K >= 0, "gemm_bf16_widening: negative size (batch ", batch, ", M ", M,
+           ", N ", N, ", K ", K, ")");
+  if (batch == 0 || M == 0 || N == 0) return false;
+  if (K > 0) return true;
+  for (int64_t b = 0; b < batch; ++b)  // an empty sum: C = the bias, or 0
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j)
+        C.data[b * C.batch_stride + i * C.row_stride + j * C.col_stride] = TC(bias ? bias.get(i, j) : 0.0f);
+  return false;
+}
+
+Addend<float> widening_bias(const float* col_bias, const float* row_bias) {
+  MU_CHECK(col_bias == nullptr || row_bias == nullptr,
+           "gemm_bf16_widening: a bias per column or one per row, not both");
+  return col_bias ? Addend<float>{col_bias, 0, 1} : row_bias ? Addend<float>{row_bias, 1, 0} : Addend<float>{};
+}
+
+}  // namespace
+
+void gemm_bf16_widening(int64_t batch, int64_t M, int64_t N, int64_t K, MatrixRef<const bfloat16_t> A,
+                        MatrixRef<const bfloat16_t> B, MatrixRef<float> C, const float* col_bias,
+                        const float* row_bias) {
+  const Addend<float> bias = widening_bias(col_bias, row_bias);
+  if (widening_product_left(batch, M, N, K, C, bias))
+    gemm_native<float, bfloat16_t>(batch, M, N, K, A, B, C, false, bias);
+}
+
+bool gemm_bf16_widening_rounds(int64_t M, int64_t N, int64_t K, int64_t a_cs, int64_t b_rs, int64_t b_cs) {
+  return K >= 1 && gemm_path<float>(M, N, K, a_cs, b_rs, b_cs) == Path::Blocked && packed_product_rounds(K);
+}
+
+void gemm_bf16_widening(int64_t batch, int64_t M, int64_t N, int64_t K, MatrixRef<const bfloat16_t> A,
+                        MatrixRef<const bfloat16_t> B, MatrixRef<bfloat16_t> C, const float* col_bias,
+                        const float* row_bias) {
+  const Addend<float> bias = widening_bias(col_bias, row_bias);
+  if (!widening_product_left(batch, M, N, K, C, bias)) return;
+  MU_CHECK(gemm_bf16_widening_rounds(M, N, K, A.col_stride, B.row_stride, B.col_stride),
+           "gemm_bf16_widening: a bfloat16 C is for products whose tiles sum their whole depth "
+           "(gemm_bf16_widening_rounds), not ", M, " x ", K, " by ", K, " x ", N, " (A's column stride ", A.col_stride,
+           ", B's strides ", B.row_stride, ", ", B.col_stride, ")");
+  gemm_native<float, bfloat16_t, bfloat16_t>(batch, M, N, K, A, B, C, false, bias);
 }
 
 bool bf16_weight_product_fits(int64_t M, int64_t N, int64_t K) {

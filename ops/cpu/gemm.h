@@ -45,6 +45,24 @@ template <class T>
 void gemm_batch_sum(int64_t batch, int64_t M, int64_t N, int64_t K, MatrixRef<const T> A, MatrixRef<const T> B,
                     MatrixRef<T> C);
 
+// C[b] = A[b] · B[b] (+ a bias as gemm's, N or M float32 values) for bfloat16 operands of
+// any strides, on every CPU: gemm's float32 products, its packed paths widening the
+// operands (exactly) as they pack them, its paths that read operands in place doing so
+// on float32 copies of them (small products). Autocast's products where the CPU has no
+// AVX512_BF16, without whole float32 copies of the operands. The result is bit for bit
+// gemm<float>'s on the widened operands laid out alike, wherever the product takes a
+// packed path (the same sums in the same order). C is float32, or bfloat16 where
+// gemm_bf16_widening_rounds says that the product's tiles sum their whole depth before
+// they are stored (blocked products of depth up to 512): each sum plus its bias rounded
+// once as it is stored, with no float32 twin of C (others throw; callers round a twin).
+void gemm_bf16_widening(int64_t batch, int64_t M, int64_t N, int64_t K, MatrixRef<const bfloat16_t> A,
+                        MatrixRef<const bfloat16_t> B, MatrixRef<float> C, const float* col_bias = nullptr,
+                        const float* row_bias = nullptr);
+bool gemm_bf16_widening_rounds(int64_t M, int64_t N, int64_t K, int64_t a_cs, int64_t b_rs, int64_t b_cs);
+void gemm_bf16_widening(int64_t batch, int64_t M, int64_t N, int64_t K, MatrixRef<const bfloat16_t> A,
+                        MatrixRef<const bfloat16_t> B, MatrixRef<bfloat16_t> C, const float* col_bias = nullptr,
+                        const float* row_bias = nullptr);
+
 // Whether gemm multiplies an M x K by K x N float32 product on its tiny-product path
 // (a tensor ring's per-token chains): a few dozen instructions a product, which the
 // bfloat16 GEMM's packing would cost many times over.

@@ -39,28 +39,45 @@ struct Tile {
 // Copies rows [0, m) x depth [0, kc) of A (element (i, p) at a[i * rs + p * cs]) into
 // MR-row panels: panel r holds, for each p, the MR values A[r*MR .. r*MR+MR-1][p] side by
 // side, which is the order the micro-kernel broadcasts them. The last panel is padded
-// with zeros so the kernel never needs a shorter tile.
-template <class T>
-void pack_a(int64_t m, int64_t kc, const T* a, int64_t rs, int64_t cs, T* dst) {
+// with zeros so the kernel never needs a shorter tile. A of bfloat16 values (S) is
+// widened to float32 (T) as it is copied, exactly.
+template <class T, class S = T>
+void pack_a(int64_t m, int64_t kc, const S* a, int64_t rs, int64_t cs, T* dst) {
   constexpr int MR = Tile<T>::MR;
+  if constexpr (!std::is_same_v<S, T>) {
+    if (rs == 1 && cs != 1) {
+      // A transposed bfloat16 A (a weight gradient's Xᵀ): each depth's m <= MC values are
+      // contiguous, so they are widened a vector at a time into one line, which is then
+      // dealt out to the panels. Element by element, in panel order, packing GPT-2 mini's
+      // head gradient's 50257 x 1024 Xᵀ took longer than its multiplies.
+      alignas(64) T line[Tile<T>::MC];
+      const int64_t panels = (m + MR - 1) / MR;
+      std::fill(line + m, line + panels * MR, T(0));
+      for (int64_t p = 0; p < kc; ++p) {
+        widen_run(a + p * cs, m, line);
+        for (int64_t r = 0; r < panels; ++r) __builtin_memcpy(dst + r * MR * kc + p * MR, line + r * MR, MR * sizeof(T));
+      }
+      return;
+    }
+  }
   for (int64_t i0 = 0; i0 < m; i0 += MR, dst += MR * kc) {
     const int64_t mr = std::min<int64_t>(MR, m - i0);
-    const T* src = a + i0 * rs;
+    const S* src = a + i0 * rs;
     if (mr == MR && cs == 1) {
       // Row-major A: read each row sequentially (MR streams), write one panel line per p.
       for (int64_t p = 0; p < kc; ++p)
-        for (int i = 0; i < MR; ++i) dst[p * MR + i] = src[i * rs + p];
-    } else if (mr == MR && rs == 1) {
+        for (int i = 0; i < MR; ++i) dst[p * MR + i] = T(src[i * rs + p]);
+    } else if (mr == MR && rs == 1 && std::is_same_v<S, T>) {
       // Transposed A: the MR values of one p are adjacent in memory already. A copy of
       // constant size is a few vector moves; as a loop, GCC vectorised it across p with
       // one insert per element (a quarter of a weight gradient's time went here).
       for (int64_t p = 0; p < kc; ++p) __builtin_memcpy(dst + p * MR, src + p * cs, MR * sizeof(T));
-    } else if (rs == 1) {
+    } else if (rs == 1 && std::is_same_v<S, T>) {
       // A last, partial panel of a transposed A: the mr values, then zeros.
-      for (int64_t p = 0; p < kc; ++p) copy_padded<MR>(dst + p * MR, src + p * cs, mr);
+      for (int64_t p = 0; p < kc; ++p) copy_padded<MR>(dst + p * MR, reinterpret_cast<const T*>(src) + p * cs, mr);
     } else {
       for (int64_t p = 0; p < kc; ++p) {
-        for (int64_t i = 0; i < mr; ++i) dst[p * MR + i] = src[i * rs + p * cs];
+        for (int64_t i = 0; i < mr; ++i) dst[p * MR + i] = T(src[i * rs + p * cs]);
         for (int64_t i = mr; i < MR; ++i) dst[p * MR + i] = T(0);
       }
     }
@@ -69,36 +86,40 @@ void pack_a(int64_t m, int64_t kc, const T* a, int64_t rs, int64_t cs, T* dst) {
 
 // Copies depth [0, kc) x columns [j0, j0 + NR) of B (element (p, j) at b[p * rs + j * cs])
 // into one NR-column panel, row p of the panel being NR consecutive values; columns at or
-// past n are zero.
-template <class T>
-void pack_b_panel(int64_t kc, int64_t nr, const T* b, int64_t rs, int64_t cs, T* dst) {
-  constexpr int NR = Tile<T>::NR;
+// past n are zero. B of bfloat16 values (S) is widened to float32 (T) as it is copied,
+// a vector at a time where its lines are contiguous (load_as).
+template <class T, class S = T>
+void pack_b_panel(int64_t kc, int64_t nr, const S* b, int64_t rs, int64_t cs, T* dst) {
+  constexpr int NR = Tile<T>::NR, W = Vec<T>::width;
   if (nr == NR && cs == 1) {
     // Row-major B: each panel row is a contiguous run of the source.
-    for (int64_t p = 0; p < kc; ++p) __builtin_memcpy(dst + p * NR, b + p * rs, NR * sizeof(T));
-  } else if (cs == 1) {
+    if constexpr (std::is_same_v<S, T>)
+      for (int64_t p = 0; p < kc; ++p) __builtin_memcpy(dst + p * NR, b + p * rs, NR * sizeof(T));
+    else
+      for (int64_t p = 0; p < kc; ++p)
+        for (int j = 0; j < NR; j += W) store(dst + p * NR + j, load_as<T>(b + p * rs + j));
+  } else if (cs == 1 && std::is_same_v<S, T>) {
     // The last, partial panel of a row-major B: the nr values, then zeros.
-    for (int64_t p = 0; p < kc; ++p) copy_padded<NR>(dst + p * NR, b + p * rs, nr);
+    for (int64_t p = 0; p < kc; ++p) copy_padded<NR>(dst + p * NR, reinterpret_cast<const T*>(b) + p * rs, nr);
   } else if (nr == NR && rs == 1) {
     // Transposed B (x · Wᵀ, a Linear layer's weight): W x W blocks are loaded as W
     // vectors along the depth, transposed in registers and stored as W panel rows; the
     // depth's last kc mod W steps one value at a time. Element by element, the whole
     // copy had cost 5% of a tensor-ring layer's step.
     using V = typename Vec<T>::type;
-    constexpr int W = Vec<T>::width;
     int64_t p0 = 0;
     for (; p0 + W <= kc; p0 += W)
       for (int jb = 0; jb < NR; jb += W) {
         V r[W];
-        for (int jj = 0; jj < W; ++jj) r[jj] = load(b + (jb + jj) * cs + p0);
+        for (int jj = 0; jj < W; ++jj) r[jj] = load_as<T>(b + (jb + jj) * cs + p0);
         transpose_block(r);
         for (int pp = 0; pp < W; ++pp) store(dst + (p0 + pp) * NR + jb, r[pp]);
       }
     for (int j = 0; j < NR; ++j)
-      for (int64_t p = p0; p < kc; ++p) dst[p * NR + j] = b[j * cs + p];
+      for (int64_t p = p0; p < kc; ++p) dst[p * NR + j] = T(b[j * cs + p]);
   } else {
     for (int64_t p = 0; p < kc; ++p) {
-      for (int64_t j = 0; j < nr; ++j) dst[p * NR + j] = b[p * rs + j * cs];
+      for (int64_t j = 0; j < nr; ++j) dst[p * NR + j] = T(b[p * rs + j * cs]);
       for (int64_t j = nr; j < NR; ++j) dst[p * NR + j] = T(0);
     }
   }
@@ -118,8 +139,11 @@ void pack_b_panel(int64_t kc, int64_t nr, const T* b, int64_t rs, int64_t cs, T*
 // its NR columns are read in place.
 // Packing a row-major A is a transposition, one scalar load and store per element: with
 // the 96 columns of a μMoE rank it cost a sixth of the product.
-template <class T, bool DirectA = false>
-void micro_kernel(int64_t kc, const T* __restrict a, const T* __restrict b, T* __restrict c, int64_t ldc,
+//
+// A C of bfloat16 values (TC) is written once, the float32 sums plus the bias rounded as
+// they are stored (store_as): the product's whole depth in one slice (gemm_serial).
+template <class T, bool DirectA = false, class TC = T>
+void micro_kernel(int64_t kc, const T* __restrict a, const T* __restrict b, TC* __restrict c, int64_t ldc,
                   bool overwrite, int64_t ars = 0, int64_t aps = 0, Addend<T> bias = {},
                   int64_t bps = Tile<T>::NR) {
   using V = typename Vec<T>::type;
@@ -174,32 +198,40 @@ void micro_kernel(int64_t kc, const T* __restrict a, const T* __restrict b, T* _
   for (int i = 0; i < MR; ++i) {
 #pragma GCC unroll 4
     for (int j = 0; j < NV; ++j) {
-      T* cp = c + i * ldc + j * W;
+      TC* cp = c + i * ldc + j * W;
       V v = acc[i][j];
-      if (!overwrite) {
-        V old;
-        __builtin_memcpy(&old, cp, sizeof(V));  // C rows need not be vector-aligned
-        v += old;
-      } else if (bias) {  // a bias (per column or per row), added as C is stored
-        v += bias.vec(i, j * W);
+      if constexpr (!std::is_same_v<TC, T>) {  // bfloat16: the whole sum, rounded
+        if (bias) v += bias.vec(i, j * W);
+        store_as(cp, v);
+      } else {
+        if (!overwrite) {
+          V old;
+          __builtin_memcpy(&old, cp, sizeof(V));  // C rows need not be vector-aligned
+          v += old;
+        } else if (bias) {  // a bias (per column or per row), added as C is stored
+          v += bias.vec(i, j * W);
+        }
+        __builtin_memcpy(cp, &v, sizeof(V));
       }
-      __builtin_memcpy(cp, &v, sizeof(V));
     }
   }
 }
 
 // One tile of C that may be partial (mr < MR or nr < NR at the matrix edge) or have a
 // non-unit column stride: computed into a local tile, then the valid part merged into C.
-template <class T, bool DirectA = false>
-void edge_tile(int64_t kc, const T* a, const T* b, T* c, int64_t rs, int64_t cs, int64_t mr, int64_t nr,
+template <class T, bool DirectA = false, class TC = T>
+void edge_tile(int64_t kc, const T* a, const T* b, TC* c, int64_t rs, int64_t cs, int64_t mr, int64_t nr,
                bool overwrite, int64_t ars = 0, int64_t aps = 0, Addend<T> bias = {}, int64_t bps = Tile<T>::NR) {
   constexpr int MR = Tile<T>::MR, NR = Tile<T>::NR;
   alignas(64) T tmp[MR * NR];
   micro_kernel<T, DirectA>(kc, a, b, tmp, NR, true, ars, aps, {}, bps);
   for (int64_t i = 0; i < mr; ++i)
     for (int64_t j = 0; j < nr; ++j) {
-      T& dst = c[i * rs + j * cs];
-      dst = overwrite ? tmp[i * NR + j] + (bias ? bias.get(i, j) : T(0)) : dst + tmp[i * NR + j];
+      TC& dst = c[i * rs + j * cs];
+      if constexpr (std::is_same_v<TC, T>)
+        dst = overwrite ? tmp[i * NR + j] + (bias ? bias.get(i, j) : T(0)) : dst + tmp[i * NR + j];
+      else  // the sum plus the bias, rounded once (one slice of depth: always overwrite)
+        dst = TC(tmp[i * NR + j] + (bias ? bias.get(i, j) : T(0)));
     }
 }
 
@@ -209,10 +241,17 @@ void edge_tile(int64_t kc, const T* a, const T* b, T* c, int64_t rs, int64_t cs,
 // Goto scheme. Packed B (KC x NC) is reused by every row block of A, packed A (MC x KC)
 // by every column panel of B, and one KC x NR panel of B by every MR-row panel of A. A
 // row-major B of at most direct_b_panels panels is read in place instead (below).
-template <class T>
-void gemm_serial(int64_t M, int64_t N, int64_t K, const T* A, int64_t a_rs, int64_t a_cs, const T* B, int64_t b_rs,
-                 int64_t b_cs, T* C, int64_t c_rs, int64_t c_cs, bool accumulate, Addend<T> bias = {},
+// Operands of bfloat16 values (S) are widened to float32 (T) as they are packed, so they
+// are always packed: the micro-kernel reads float32. A C of bfloat16 values (TC) takes a
+// depth of at most KC, which each tile sums whole before it rounds and stores it.
+template <class T, class S = T, class TC = T>
+void gemm_serial(int64_t M, int64_t N, int64_t K, const S* A, int64_t a_rs, int64_t a_cs, const S* B, int64_t b_rs,
+                 int64_t b_cs, TC* C, int64_t c_rs, int64_t c_cs, bool accumulate, Addend<T> bias = {},
                  int64_t direct_b_panels = 8) {
+  constexpr bool same = std::is_same_v<S, T>;
+  if constexpr (!std::is_same_v<TC, T>)
+    MU_CHECK(K <= Tile<T>::KC && !accumulate, "gemm: a bfloat16 C takes a depth of at most ", Tile<T>::KC,
+             " and no accumulation, got K = ", K, accumulate ? ", accumulating" : "");
   constexpr int64_t MR = Tile<T>::MR, NR = Tile<T>::NR, KC = Tile<T>::KC, MC = Tile<T>::MC, NC = Tile<T>::NC;
   const int64_t kc_max = std::min(KC, K);
   T* bpack = packed_b_buffer<T>(kc_max * std::min(NC, (N + NR - 1) / NR * NR));
@@ -226,7 +265,7 @@ void gemm_serial(int64_t M, int64_t N, int64_t K, const T* A, int64_t a_rs, int6
   // 295 to 356 GFLOP/s on 2 threads (148 to 183 on one), 64 x 96 x 6272 from 237 to 275.
   // With AVX2's 6-row tiles it lost (55 -> 38 GFLOP/s, Zen 3): half the work per step,
   // and each step still a new cache line.
-  const bool direct_a = N <= 8 * NR && (a_cs == 1 || (MR >= 12 && a_rs == 1));
+  const bool direct_a = same && N <= 8 * NR && (a_cs == 1 || (MR >= 12 && a_rs == 1));
   // Likewise a packed panel of B pays when many MR-row panels of A read it; with no more
   // rows than one row block (a weight gradient dW = Xᵀ dY with few rows) a row-major B's
   // full panels are read in place, each row of NR values at the row stride. On Zen 5, 2
@@ -234,7 +273,7 @@ void gemm_serial(int64_t M, int64_t N, int64_t K, const T* A, int64_t a_rs, int6
   // A deep product's slabs (gemm_deep) pass up to 16 panels: their rows of B arrive from
   // memory, and the micro-kernel's multiplies hide those reads where a packing pass would
   // wait on them alone (below).
-  const bool direct_b = b_cs == 1 && M <= MC && N <= direct_b_panels * NR;
+  const bool direct_b = same && b_cs == 1 && M <= MC && N <= direct_b_panels * NR;
 
   for (int64_t jc = 0; jc < N; jc += NC) {
     const int64_t nc = std::min(NC, N - jc);
@@ -244,33 +283,39 @@ void gemm_serial(int64_t M, int64_t N, int64_t K, const T* A, int64_t a_rs, int6
       const bool overwrite = !accumulate && pc == 0;
       for (int64_t jp = 0; jp * NR < nc; ++jp)
         if (!direct_b || nc - jp * NR < NR)
-          pack_b_panel<T>(kc, std::min(NR, nc - jp * NR), B + pc * b_rs + (jc + jp * NR) * b_cs, b_rs, b_cs,
-                          bpack + jp * NR * kc);
+          pack_b_panel<T, S>(kc, std::min(NR, nc - jp * NR), B + pc * b_rs + (jc + jp * NR) * b_cs, b_rs, b_cs,
+                             bpack + jp * NR * kc);
       for (int64_t ic = 0; ic < M; ic += MC) {
         const int64_t mc = std::min(MC, M - ic), full = mc / MR * MR;
-        const T* ablock = A + ic * a_rs + pc * a_cs;
+        const S* ablock = A + ic * a_rs + pc * a_cs;
         // An A read in place (micro_kernel's DirectA) still has its last, partial panel
         // packed (zero-padded) at its usual place.
-        if (!direct_a) pack_a<T>(mc, kc, ablock, a_rs, a_cs, apack);
-        else if (full < mc) pack_a<T>(mc - full, kc, ablock + full * a_rs, a_rs, a_cs, apack + full * kc);
+        if (!direct_a) pack_a<T, S>(mc, kc, ablock, a_rs, a_cs, apack);
+        else if (full < mc) pack_a<T, S>(mc - full, kc, ablock + full * a_rs, a_rs, a_cs, apack + full * kc);
         for (int64_t jp = 0; jp * NR < nc; ++jp) {
           const int64_t nr = std::min(NR, nc - jp * NR);
           const bool b_in_place = direct_b && nr == NR;
-          const T* bp = b_in_place ? B + pc * b_rs + (jc + jp * NR) : bpack + jp * NR * kc;
+          const T* bp = bpack + jp * NR * kc;
+          if constexpr (same)
+            if (b_in_place) bp = B + pc * b_rs + (jc + jp * NR);
           const int64_t bps = b_in_place ? b_rs : NR;
           for (int64_t ip = 0; ip * MR < mc; ++ip) {
             const int64_t mr = std::min(MR, mc - ip * MR);
-            T* cp = C + (ic + ip * MR) * c_rs + (jc + jp * NR) * c_cs;
+            TC* cp = C + (ic + ip * MR) * c_rs + (jc + jp * NR) * c_cs;
             const Addend<T> bias_tile = overwrite ? bias.at(ic + ip * MR, jc + jp * NR) : Addend<T>{};
             const bool whole = nr == NR && c_cs == 1;
-            if (direct_a && mr == MR) {
-              const T* ap = ablock + ip * MR * a_rs;
-              if (whole) micro_kernel<T, true>(kc, ap, bp, cp, c_rs, overwrite, a_rs, a_cs, bias_tile, bps);
-              else edge_tile<T, true>(kc, ap, bp, cp, c_rs, c_cs, mr, nr, overwrite, a_rs, a_cs, bias_tile, bps);
-            } else if (mr == MR && whole) {
-              micro_kernel<T>(kc, apack + ip * MR * kc, bp, cp, c_rs, overwrite, 0, 0, bias_tile, bps);
+            if constexpr (same && std::is_same_v<TC, T>)
+              if (direct_a && mr == MR) {
+                const T* ap = ablock + ip * MR * a_rs;
+                if (whole) micro_kernel<T, true>(kc, ap, bp, cp, c_rs, overwrite, a_rs, a_cs, bias_tile, bps);
+                else edge_tile<T, true>(kc, ap, bp, cp, c_rs, c_cs, mr, nr, overwrite, a_rs, a_cs, bias_tile, bps);
+                continue;
+              }
+            if (mr == MR && whole) {
+              micro_kernel<T, false, TC>(kc, apack + ip * MR * kc, bp, cp, c_rs, overwrite, 0, 0, bias_tile, bps);
             } else {
-              edge_tile<T>(kc, apack + ip * MR * kc, bp, cp, c_rs, c_cs, mr, nr, overwrite, 0, 0, bias_tile, bps);
+              edge_tile<T, false, TC>(kc, apack + ip * MR * kc, bp, cp, c_rs, c_cs, mr, nr, overwrite, 0, 0,
+                                      bias_tile, bps);
             }
           }
         }
@@ -316,14 +361,14 @@ void block_grid(int64_t M, int64_t N, int64_t MR, int64_t NR, int nt, int64_t& r
 }  // namespace
 
 // C = or += A · B for one product on `nt` threads, K > 0.
-template <class T>
-void gemm_blocked(int64_t M, int64_t N, int64_t K, const T* A, int64_t a_rs, int64_t a_cs, const T* B,
-                  int64_t b_rs, int64_t b_cs, T* C, int64_t c_rs, int64_t c_cs, bool accumulate, int nt,
+template <class T, class S, class TC>
+void gemm_blocked(int64_t M, int64_t N, int64_t K, const S* A, int64_t a_rs, int64_t a_cs, const S* B,
+                  int64_t b_rs, int64_t b_cs, TC* C, int64_t c_rs, int64_t c_cs, bool accumulate, int nt,
                   Addend<T> bias) {
   constexpr int64_t MR = Tile<T>::MR, NR = Tile<T>::NR;
   int64_t rb = 1, cb = 1;
   if (nt > 1) block_grid(M, N, MR, NR, nt, rb, cb);
-  if (rb * cb == 1) return gemm_serial<T>(M, N, K, A, a_rs, a_cs, B, b_rs, b_cs, C, c_rs, c_cs, accumulate, bias);
+  if (rb * cb == 1) return gemm_serial<T, S, TC>(M, N, K, A, a_rs, a_cs, B, b_rs, b_cs, C, c_rs, c_cs, accumulate, bias);
   // Block boundaries fall on whole tiles, spreading the tiles as evenly as possible.
   const int64_t pm = (M + MR - 1) / MR, pn = (N + NR - 1) / NR;
 #pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
@@ -332,7 +377,7 @@ void gemm_blocked(int64_t M, int64_t N, int64_t K, const T* A, int64_t a_rs, int
     const int64_t m0 = std::min(M, pm * r / rb * MR), m1 = std::min(M, pm * (r + 1) / rb * MR);
     const int64_t n0 = std::min(N, pn * c / cb * NR), n1 = std::min(N, pn * (c + 1) / cb * NR);
     if (m0 < m1 && n0 < n1)
-      gemm_serial<T>(m1 - m0, n1 - n0, K, A + m0 * a_rs, a_rs, a_cs, B + n0 * b_cs, b_rs, b_cs,
+      gemm_serial<T, S, TC>(m1 - m0, n1 - n0, K, A + m0 * a_rs, a_rs, a_cs, B + n0 * b_cs, b_rs, b_cs,
                      C + m0 * c_rs + n0 * c_cs, c_rs, c_cs, accumulate, bias.at(m0, n0));
   }
 }
@@ -359,8 +404,8 @@ bool deep_product(int64_t M, int64_t N, int64_t K) {
   return K >= 2 * kSlabDepth && K >= 8 * std::max(M, N) && M * N <= kDeepOutput;
 }
 
-template <class T>
-void gemm_deep(int64_t M, int64_t N, int64_t K, const T* A, int64_t a_rs, int64_t a_cs, const T* B, int64_t b_rs,
+template <class T, class S>
+void gemm_deep(int64_t M, int64_t N, int64_t K, const S* A, int64_t a_rs, int64_t a_cs, const S* B, int64_t b_rs,
                int64_t b_cs, T* C, int64_t c_rs, int64_t c_cs, bool accumulate, int nt) {
   // A multiple of 4 slabs, so that 2 or 4 threads take equal shares (7 slabs on 2 threads
   // left one idle for a seventh of the product: a Mixer's 128 x 512 weight gradient over
@@ -379,7 +424,7 @@ void gemm_deep(int64_t M, int64_t N, int64_t K, const T* A, int64_t a_rs, int64_
         // timed; later sets 4-10 %). Outside deep slabs the wider in-place reads gained
         // nothing (384 x 1024 x 1024's 192-row blocks).
         const int64_t k0 = K * s / slabs, k1 = K * (s + 1) / slabs;
-        gemm_serial<T>(M, N, k1 - k0, A + k0 * a_cs, a_rs, a_cs, B + k0 * b_rs, b_rs, b_cs, partial + s * mn, N, 1,
+        gemm_serial<T, S>(M, N, k1 - k0, A + k0 * a_cs, a_rs, a_cs, B + k0 * b_rs, b_rs, b_cs, partial + s * mn, N, 1,
                        false, {}, 16);
       },
       Schedule::Dynamic);
@@ -401,5 +446,14 @@ template void gemm_deep<float>(int64_t, int64_t, int64_t, const float*, int64_t,
                                int64_t, float*, int64_t, int64_t, bool, int);
 template void gemm_deep<double>(int64_t, int64_t, int64_t, const double*, int64_t, int64_t, const double*, int64_t,
                                 int64_t, double*, int64_t, int64_t, bool, int);
+template void gemm_blocked<float, bfloat16_t>(int64_t, int64_t, int64_t, const bfloat16_t*, int64_t, int64_t,
+                                              const bfloat16_t*, int64_t, int64_t, float*, int64_t, int64_t, bool, int,
+                                              Addend<float>);
+template void gemm_blocked<float, bfloat16_t, bfloat16_t>(int64_t, int64_t, int64_t, const bfloat16_t*, int64_t,
+                                                          int64_t, const bfloat16_t*, int64_t, int64_t, bfloat16_t*,
+                                                          int64_t, int64_t, bool, int, Addend<float>);
+bool packed_product_rounds(int64_t K) { return K <= Tile<float>::KC; }
+template void gemm_deep<float, bfloat16_t>(int64_t, int64_t, int64_t, const bfloat16_t*, int64_t, int64_t,
+                                           const bfloat16_t*, int64_t, int64_t, float*, int64_t, int64_t, bool, int);
 
 }  // namespace mu::cpu::gemm_detail

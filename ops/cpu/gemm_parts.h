@@ -189,13 +189,18 @@ constexpr int64_t kFewRows = 16;
 
 // gemm_packed.cpp: C = or += A · B for one product on `nt` threads, K > 0, packed in
 // blocks; and products whose depth dwarfs their output (deep_product) cut along the depth.
-template <class T>
-void gemm_blocked(int64_t M, int64_t N, int64_t K, const T* A, int64_t a_rs, int64_t a_cs, const T* B,
-                  int64_t b_rs, int64_t b_cs, T* C, int64_t c_rs, int64_t c_cs, bool accumulate, int nt,
+// S, the operands' element type, is T, or bfloat16 for a float32 T: the operands widened
+// as they are packed (autocast's products on CPUs without AVX512_BF16). TC, C's, is T, or
+// bfloat16 for a float32 T where packed_product_rounds(K) (a depth the tiles sum whole,
+// without accumulating): each tile's sums rounded once as they are stored.
+template <class T, class S = T, class TC = T>
+void gemm_blocked(int64_t M, int64_t N, int64_t K, const S* A, int64_t a_rs, int64_t a_cs, const S* B,
+                  int64_t b_rs, int64_t b_cs, TC* C, int64_t c_rs, int64_t c_cs, bool accumulate, int nt,
                   Addend<T> bias = {});
+bool packed_product_rounds(int64_t K);
 bool deep_product(int64_t M, int64_t N, int64_t K);
-template <class T>
-void gemm_deep(int64_t M, int64_t N, int64_t K, const T* A, int64_t a_rs, int64_t a_cs, const T* B, int64_t b_rs,
+template <class T, class S = T>
+void gemm_deep(int64_t M, int64_t N, int64_t K, const S* A, int64_t a_rs, int64_t a_cs, const S* B, int64_t b_rs,
                int64_t b_cs, T* C, int64_t c_rs, int64_t c_cs, bool accumulate, int nt);
 
 // gemm_small.cpp: products within kSmallWork (B in L2) without packing, on `nt` threads;

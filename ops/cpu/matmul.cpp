@@ -54,9 +54,32 @@ static void gemm_bf16_entries(TC* cd, const Tensor& a, const Tensor& b, const fl
   parallel_for(batch, whole && !omp_in_parallel() ? omp_get_max_threads() : 1, entry);
 }
 
+// out (float32 or bfloat16, rank 2 or 3) = a · b, plus `col_bias` (N float32 values) or
+// `row_bias` (M) where not null, for bfloat16 operands on the float32 GEMM, each operand
+// widened as the GEMM packs it (gemm_bf16_widening): a bfloat16 out rounded tile by tile
+// as it is stored where the product allows, else through a float32 twin rounded once.
+static void widening_product(const Tensor& out, const Tensor& a, const Tensor& b, const float* col_bias = nullptr,
+                             const float* row_bias = nullptr) {
+  const bool batched = a.dim() == 3;
+  const int64_t batch = batched ? a.size(0) : 1, M = a.size(-2), K = a.size(-1), N = b.size(-1);
+  MatrixRef<const bfloat16_t> A{a.data_ptr<bfloat16_t>(), batched ? a.stride(0) : 0, a.stride(-2), a.stride(-1)};
+  MatrixRef<const bfloat16_t> B{b.data_ptr<bfloat16_t>(), batched ? b.stride(0) : 0, b.stride(-2), b.stride(-1)};
+  auto into = [&](const Tensor& c, auto* data) {
+    gemm_bf16_widening(batch, M, N, K, A, B, {data, batched ? c.stride(0) : 0, c.stride(-2), c.stride(-1)}, col_bias,
+                       row_bias);
+  };
+  if (out.dtype() == kFloat32) return into(out, out.data_ptr<float>());
+  if (out.dtype() == kBFloat16 && gemm_bf16_widening_rounds(M, N, K, A.col_stride, B.row_stride, B.col_stride))
+    return into(out, out.data_ptr<bfloat16_t>());
+  const Tensor wide = wide_like(out);
+  into(wide, wide.data_ptr<float>());
+  narrow_into(out, wide);
+}
+
 // The forms of a bfloat16 product: tiny (a tensor ring's per-token chains:
 // gemm_bf16_tiny, on every CPU); a few rows by a transposed weight (a Linear layer in a
-// decoding step); many rows (gemm_bf16, where the CPU has AVX512_BF16).
+// decoding step); many rows (gemm_bf16, where the CPU has AVX512_BF16); else the float32
+// GEMM widening the operands (widening_product).
 struct Bf16Form {
   bool tiny, few_rows, many_rows;
 };
@@ -80,6 +103,7 @@ static void matmul(const Tensor& out, const Tensor& a, const Tensor& b) {
       if (out.dtype() == kBFloat16) return gemm_bf16_entries(out.data_ptr<bfloat16_t>(), a, b);
       if (out.dtype() == kFloat32) return gemm_bf16_entries(out.data_ptr<float>(), a, b);
     }
+    if (!few_rows && !many_rows) return widening_product(out, a, b);
     Tensor wide = wide_like(out);
     if (few_rows) {
       // The weight is read in place, not widened whole for a handful of rows: as dot
@@ -93,10 +117,8 @@ static void matmul(const Tensor& out, const Tensor& a, const Tensor& b) {
         gemm_bf16_weight(M, N, K, wa.data_ptr<float>(), wa.stride(0), wa.stride(1), b.data_ptr<bfloat16_t>(),
                          b.stride(1), wide.data_ptr<float>(), wide.stride(0), wide.stride(1));
       }
-    } else if (many_rows) {  // into a dense float32 twin of an out that is not dense
+    } else {  // many rows, into a dense float32 twin of an out that is not dense
       gemm_bf16_entries(wide.data_ptr<float>(), a, b);
-    } else {
-      matmul(wide, widened(a), widened(b));
     }
     narrow_into(out, wide);
     return;
@@ -106,16 +128,19 @@ static void matmul(const Tensor& out, const Tensor& a, const Tensor& b) {
 
 // A bfloat16 product plus `bias` broadcast to out's shape, computed in float32 and rounded
 // once as out is written: the bias added in the GEMM's registers (col_bias or row_bias,
-// widened once) where the product takes the many-row or tiny form, else the product into a
-// float32 twin and the bias added by the elementwise add.
+// widened once) where the product takes the many-row, tiny or widening form, else (a few
+// rows) the product into a float32 twin and the bias added by the elementwise add.
 static void bf16_product_plus(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& col_bias,
                               const Tensor& row_bias) {
   const Tensor& bias = col_bias.defined() ? col_bias : row_bias;
-  if (bf16_form(a, b).many_rows && out.dtype() == kBFloat16 && out.is_contiguous()) {
+  const Bf16Form form = bf16_form(a, b);
+  const bool widening = !form.few_rows && !form.many_rows;
+  if ((form.many_rows && out.dtype() == kBFloat16 && out.is_contiguous()) || widening) {
     const Tensor wide_bias = widened(bias);
     const float* wb = wide_bias.data_ptr<float>();
-    return gemm_bf16_entries(out.data_ptr<bfloat16_t>(), a, b, col_bias.defined() ? wb : nullptr,
-                             row_bias.defined() ? wb : nullptr);
+    const float *cb = col_bias.defined() ? wb : nullptr, *rb = row_bias.defined() ? wb : nullptr;
+    if (widening) return widening_product(out, a, b, cb, rb);
+    return gemm_bf16_entries(out.data_ptr<bfloat16_t>(), a, b, cb, rb);
   }
   const Tensor wide = wide_like(out);
   matmul(wide, a, b);
