@@ -78,12 +78,11 @@ void gemm_bf16_tiny(int64_t M, int64_t N, int64_t K, const bfloat16_t* A, int64_
                     const bfloat16_t* B, int64_t b_rs, int64_t b_cs, bfloat16_t* C, int64_t ldc,
                     const float* bias = nullptr, const float* row_bias = nullptr);
 
-// gemm_batch_sum of bfloat16 operands into a float32 C, on VDPBF16PS (gemm_batch_sum.cpp):
-// autocast's gradient of a weight shared by a batch (an MLP-Mixer's token weights), without
-// float32 copies of the operands. Only for A[b]'s rows and B[b]'s columns contiguous along
-// the depth, and where the build's target has AVX512_BF16
-// (gemm_batch_sum_bf16_available; elsewhere it throws, and callers widen the operands).
-bool gemm_batch_sum_bf16_available();
+// gemm_batch_sum of bfloat16 operands into a float32 C (gemm_batch_sum.cpp): autocast's
+// gradient of a weight shared by a batch (an MLP-Mixer's token weights), without float32
+// copies of the operands: on VDPBF16PS where the build's target has AVX512_BF16, else
+// float32 FMAs on operands widened in registers. Only for A[b]'s rows and B[b]'s columns
+// contiguous along the depth (other layouts throw; callers widen those operands).
 void gemm_batch_sum_bf16(int64_t batch, int64_t M, int64_t N, int64_t K, MatrixRef<const bfloat16_t> A,
                          MatrixRef<const bfloat16_t> B, MatrixRef<float> C);
 

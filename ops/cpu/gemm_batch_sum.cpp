@@ -49,9 +49,11 @@ constexpr int64_t kSlabs = 4;
 // The dot step per operand type E: the sums are kept in vectors of A (float32 for
 // bfloat16 operands), and each step of depth loads W depths of a row of A[b] and of a
 // column of B[b] and adds their products lane by lane. float32 and float64: a vector of
-// each, multiplied and added. bfloat16 (where the CPU has AVX512_BF16): 32 depths per
+// each, multiplied and added. bfloat16 where the CPU has AVX512_BF16: 32 depths per
 // vector, VDPBF16PS adding the products of each lane's two depths into its float32 sum
-// (each rounded once as it is added; gemm_bf16.cpp).
+// (each rounded once as it is added; gemm_bf16.cpp); elsewhere a vector of float32
+// depths, each bfloat16 widened exactly in registers (load_as), multiplied and added as
+// float32 (no float32 copies of the operands).
 template <class E>
 struct DotStep {
   using A = E;
@@ -63,7 +65,6 @@ struct DotStep {
   static Sum madd(Sum c, Operand a, Operand b) { return c + a * b; }
 };
 #if defined(__AVX512BF16__) && defined(__AVX512F__) && defined(__x86_64__)
-#define MU_BATCH_SUM_BF16 1
 template <>
 struct DotStep<bfloat16_t> {
   using A = float;
@@ -83,6 +84,17 @@ struct DotStep<bfloat16_t> {
   static Sum madd(Sum c, Operand a, Operand b) {
     return Sum(_mm512_dpbf16_ps(__m512(c), __m512bh(a), __m512bh(b)));
   }
+};
+#else
+template <>
+struct DotStep<bfloat16_t> {
+  using A = float;
+  using Sum = Vec<float>::type;
+  using Operand = Vec<float>::type;
+  static constexpr int W = Vec<float>::width;
+  static constexpr bool kMaskedTail = false;  // the last K mod W depths: a scalar tail
+  static Operand load_operand(const bfloat16_t* p) { return load_as<float>(p); }
+  static Sum madd(Sum c, Operand a, Operand b) { return c + a * b; }
 };
 #endif
 
@@ -300,8 +312,6 @@ template void gemm_batch_sum<float>(int64_t, int64_t, int64_t, int64_t, MatrixRe
 template void gemm_batch_sum<double>(int64_t, int64_t, int64_t, int64_t, MatrixRef<const double>,
                                      MatrixRef<const double>, MatrixRef<double>);
 
-#ifdef MU_BATCH_SUM_BF16
-bool gemm_batch_sum_bf16_available() { return true; }
 void gemm_batch_sum_bf16(int64_t batch, int64_t M, int64_t N, int64_t K, MatrixRef<const bfloat16_t> A,
                          MatrixRef<const bfloat16_t> B, MatrixRef<float> C) {
   MU_CHECK(batch >= 0 && M >= 0 && N >= 0 && K >= 0, "gemm_batch_sum_bf16: negative size (batch ", batch, ", M ", M,
@@ -317,12 +327,5 @@ void gemm_batch_sum_bf16(int64_t batch, int64_t M, int64_t N, int64_t K, MatrixR
   }
   batch_sum_dot<bfloat16_t>(batch, M, N, K, A, B, C);
 }
-#else
-bool gemm_batch_sum_bf16_available() { return false; }
-void gemm_batch_sum_bf16(int64_t, int64_t, int64_t, int64_t, MatrixRef<const bfloat16_t>, MatrixRef<const bfloat16_t>,
-                         MatrixRef<float>) {
-  MU_FAIL("gemm_batch_sum_bf16: this build's target has no AVX512_BF16 (check gemm_batch_sum_bf16_available() first)");
-}
-#endif
 
 }  // namespace mu::cpu

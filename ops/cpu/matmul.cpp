@@ -159,9 +159,9 @@ static void matmul_batch_sum(const Tensor& out, const Tensor& a, const Tensor& b
   if (a.dtype() == kBFloat16) {
     Tensor wide = wide_like(out);
     const int64_t batch = a.size(0), M = a.size(1), K = a.size(2), N = b.size(2);
-    if (gemm_batch_sum_bf16_available() && (a.stride(2) == 1 || K <= 1) && (b.stride(1) == 1 || K <= 1)) {
+    if ((a.stride(2) == 1 || K <= 1) && (b.stride(1) == 1 || K <= 1)) {
       // Both operands contiguous along the depth (the Mixer's token weights' gradients):
-      // summed on VDPBF16PS as they lie.
+      // summed as they lie (on VDPBF16PS where the CPU has AVX512_BF16).
       gemm_batch_sum_bf16(batch, M, N, K, {a.data_ptr<bfloat16_t>(), a.stride(0), a.stride(1), a.stride(2)},
                           {b.data_ptr<bfloat16_t>(), b.stride(0), b.stride(1), b.stride(2)},
                           {wide.data_ptr<float>(), 0, wide.stride(0), wide.stride(1)});
