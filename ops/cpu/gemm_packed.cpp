@@ -44,22 +44,6 @@ struct Tile {
 template <class T, class S = T>
 void pack_a(int64_t m, int64_t kc, const S* a, int64_t rs, int64_t cs, T* dst) {
   constexpr int MR = Tile<T>::MR;
-  if constexpr (!std::is_same_v<S, T>) {
-    if (rs == 1 && cs != 1) {
-      // A transposed bfloat16 A (a weight gradient's Xᵀ): each depth's m <= MC values are
-      // contiguous, so they are widened a vector at a time into one line, which is then
-      // dealt out to the panels. Element by element, in panel order, packing GPT-2 mini's
-      // head gradient's 50257 x 1024 Xᵀ took longer than its multiplies.
-      alignas(64) T line[Tile<T>::MC];
-      const int64_t panels = (m + MR - 1) / MR;
-      std::fill(line + m, line + panels * MR, T(0));
-      for (int64_t p = 0; p < kc; ++p) {
-        widen_run(a + p * cs, m, line);
-        for (int64_t r = 0; r < panels; ++r) __builtin_memcpy(dst + r * MR * kc + p * MR, line + r * MR, MR * sizeof(T));
-      }
-      return;
-    }
-  }
   for (int64_t i0 = 0; i0 < m; i0 += MR, dst += MR * kc) {
     const int64_t mr = std::min<int64_t>(MR, m - i0);
     const S* src = a + i0 * rs;
