@@ -92,6 +92,14 @@ inline typename Vec<T>::type load_as(const S* p) {
     const __m512i zext = _mm512_maskz_cvtepu16_epi32(__mmask16(0xffff), half);
     Bits bits;
     std::memcpy(&bits, &zext, sizeof(bits));
+#elif defined(__AVX2__) && defined(__x86_64__)
+    // Likewise one move on AVX2: GCC 12 lowers the generic conversion to two 128-bit
+    // halves, a byte shift and an insertion.
+    __m128i half;
+    std::memcpy(&half, p, sizeof(half));
+    const __m256i zext = _mm256_cvtepu16_epi32(half);
+    Bits bits;
+    std::memcpy(&bits, &zext, sizeof(bits));
 #else
     typedef uint16_t Half __attribute__((vector_size(kVecBytes / 2)));
     Half half;
