@@ -44,6 +44,30 @@ void fill_bias_rows(int64_t M, int64_t N, Addend<T> bias, T* C, int64_t c_rs, in
     for (int64_t j = 0; j < N; ++j) C[i * c_rs + j * c_cs] = bias.get(i, j);
 }
 
+// The checks and edge cases every entry shares (gemm, gemm_bf16_widening; `name` is the
+// entry's, for messages): sizes non-negative, at most one bias, which goes into `bias`
+// unless accumulating (a bias goes with a product that writes C). Returns false when
+// nothing is left to compute: an empty C, or an empty sum (K == 0), C then set to the
+// bias (or 0) unless accumulating.
+template <class T, class TC>
+bool product_left(const char* name, int64_t batch, int64_t M, int64_t N, int64_t K, MatrixRef<TC> C,
+                  bool accumulate, const T* col_bias, const T* row_bias, Addend<T>& bias) {
+  MU_CHECK(batch >= 0 && M >= 0 && N >= 0 && K >= 0, name, ": negative size (batch ", batch, ", M ", M, ", N ", N,
+           ", K ", K, ")");
+  MU_CHECK(col_bias == nullptr || row_bias == nullptr, name, ": a bias per column or one per row, not both");
+  bias = col_bias && !accumulate  ? Addend<T>{col_bias, 0, 1}
+         : row_bias && !accumulate ? Addend<T>{row_bias, 1, 0}
+                                   : Addend<T>{};
+  if (batch == 0 || M == 0 || N == 0) return false;
+  if (K > 0) return true;
+  if (!accumulate)
+    for (int64_t b = 0; b < batch; ++b)
+      for (int64_t i = 0; i < M; ++i)
+        for (int64_t j = 0; j < N; ++j)
+          C.data[b * C.batch_stride + i * C.row_stride + j * C.col_stride] = TC(bias ? bias.get(i, j) : T(0));
+  return false;
+}
+
 // The path gemm_one takes for a product of this shape and these strides.
 enum class Path { Gemv, Tiny, Dots, GemvRow, FewRows, Small, Deep, Blocked };
 
@@ -134,16 +158,6 @@ void gemm_one(int64_t M, int64_t N, int64_t K, const S* A, int64_t a_rs, int64_t
   gemm_blocked<T, S>(M, N, K, A, a_rs, a_cs, B, b_rs, b_cs, C, c_rs, c_cs, accumulate, nt, bias);
 }
 
-// The same for a bfloat16 C (TC), each tile rounded as it is stored: for the blocked path
-// alone, its depth one slice (gemm_bf16_widening's choice).
-template <class T, class S, class TC>
-void gemm_one_rounded(int64_t M, int64_t N, int64_t K, const S* A, int64_t a_rs, int64_t a_cs, const S* B,
-                      int64_t b_rs, int64_t b_cs, TC* C, int64_t c_rs, int64_t c_cs, int nt, Addend<T> bias) {
-  MU_CHECK(gemm_path<T>(M, N, K, a_cs, b_rs, b_cs) == Path::Blocked && packed_product_rounds(K),
-           "gemm: a bfloat16 C is for blocked products of one slice of depth, not ", M, " x ", K, " by ", K, " x ", N);
-  gemm_blocked<T, S, TC>(M, N, K, A, a_rs, a_cs, B, b_rs, b_cs, C, c_rs, c_cs, false, nt, bias);
-}
-
 template <class T, class S = T, class TC = T>
 void gemm_native(int64_t batch, int64_t M, int64_t N, int64_t K, MatrixRef<const S> A, MatrixRef<const S> B,
                  MatrixRef<TC> C, bool accumulate, Addend<T> bias) {
@@ -155,9 +169,9 @@ void gemm_native(int64_t batch, int64_t M, int64_t N, int64_t K, MatrixRef<const
     if constexpr (std::is_same_v<TC, T>)
       gemm_one<T, S>(M, N, K, a, A.row_stride, A.col_stride, bb, B.row_stride, B.col_stride, c, C.row_stride,
                      C.col_stride, accumulate, threads, bias);
-    else
-      gemm_one_rounded<T, S, TC>(M, N, K, a, A.row_stride, A.col_stride, bb, B.row_stride, B.col_stride, c,
-                                 C.row_stride, C.col_stride, threads, bias);
+    else  // a bfloat16 C: blocked products of one slice of depth (gemm_bf16_widening checks)
+      gemm_blocked<T, S, TC>(M, N, K, a, A.row_stride, A.col_stride, bb, B.row_stride, B.col_stride, c,
+                             C.row_stride, C.col_stride, false, threads, bias);
   };
   // Enough products to share out evenly: whole products per thread, no synchronisation.
   if (nt > 1 && batch >= nt && (batch % nt == 0 || batch >= 4 * nt)) {
@@ -308,21 +322,8 @@ GemmBackend gemm_backend() {
 template <class T>
 void gemm(int64_t batch, int64_t M, int64_t N, int64_t K, MatrixRef<const T> A, MatrixRef<const T> B,
           MatrixRef<T> C, bool accumulate, const T* col_bias, const T* row_bias) {
-  MU_CHECK(batch >= 0 && M >= 0 && N >= 0 && K >= 0, "gemm: negative size (batch ", batch, ", M ", M, ", N ", N,
-           ", K ", K, ")");
-  MU_CHECK(col_bias == nullptr || row_bias == nullptr, "gemm: a bias per column or one per row, not both");
-  if (batch == 0 || M == 0 || N == 0) return;
-  Addend<T> bias = col_bias ? Addend<T>{col_bias, 0, 1} : row_bias ? Addend<T>{row_bias, 1, 0} : Addend<T>{};
-  if (accumulate) bias = {};  // documented: the bias goes with a product that writes C
-  if (K == 0) {
-    // An empty sum: C = 0 (or the bias), or C unchanged when accumulating.
-    if (!accumulate)
-      for (int64_t b = 0; b < batch; ++b)
-        for (int64_t i = 0; i < M; ++i)
-          for (int64_t j = 0; j < N; ++j)
-            C.data[b * C.batch_stride + i * C.row_stride + j * C.col_stride] = bias ? bias.get(i, j) : T(0);
-    return;
-  }
+  Addend<T> bias;
+  if (!product_left("gemm", batch, M, N, K, C, accumulate, col_bias, row_bias, bias)) return;
 #ifdef MUMOE_OPENBLAS
   const GemmBackend be = gemm_backend();
   // Inside someone else's parallel region OpenBLAS would add its own threads on top.
@@ -341,36 +342,11 @@ void gemm(int64_t batch, int64_t M, int64_t N, int64_t K, MatrixRef<const T> A, 
   gemm_native<T>(batch, M, N, K, A, B, C, accumulate, bias);
 }
 
-namespace {
-
-// gemm_bf16_widening's checks and empty products, for a float32 or bfloat16 C: false when
-// nothing is left to compute (C written with the bias, or empty).
-template <class TC>
-bool widening_product_left(int64_t batch, int64_t M, int64_t N, int64_t K, MatrixRef<TC> C, Addend<float> bias) {
-  MU_CHECK(batch >= 0 && M >= 0 && N >= 0 && K >= 0, "gemm_bf16_widening: negative size (batch ", batch, ", M ", M,
-           ", N ", N, ", K ", K, ")");
-  if (batch == 0 || M == 0 || N == 0) return false;
-  if (K > 0) return true;
-  for (int64_t b = 0; b < batch; ++b)  // an empty sum: C = the bias, or 0
-    for (int64_t i = 0; i < M; ++i)
-      for (int64_t j = 0; j < N; ++j)
-        C.data[b * C.batch_stride + i * C.row_stride + j * C.col_stride] = TC(bias ? bias.get(i, j) : 0.0f);
-  return false;
-}
-
-Addend<float> widening_bias(const float* col_bias, const float* row_bias) {
-  MU_CHECK(col_bias == nullptr || row_bias == nullptr,
-           "gemm_bf16_widening: a bias per column or one per row, not both");
-  return col_bias ? Addend<float>{col_bias, 0, 1} : row_bias ? Addend<float>{row_bias, 1, 0} : Addend<float>{};
-}
-
-}  // namespace
-
 void gemm_bf16_widening(int64_t batch, int64_t M, int64_t N, int64_t K, MatrixRef<const bfloat16_t> A,
                         MatrixRef<const bfloat16_t> B, MatrixRef<float> C, const float* col_bias,
                         const float* row_bias) {
-  const Addend<float> bias = widening_bias(col_bias, row_bias);
-  if (widening_product_left(batch, M, N, K, C, bias))
+  Addend<float> bias;
+  if (product_left("gemm_bf16_widening", batch, M, N, K, C, false, col_bias, row_bias, bias))
     gemm_native<float, bfloat16_t>(batch, M, N, K, A, B, C, false, bias);
 }
 
@@ -381,8 +357,8 @@ bool gemm_bf16_widening_rounds(int64_t M, int64_t N, int64_t K, int64_t a_cs, in
 void gemm_bf16_widening(int64_t batch, int64_t M, int64_t N, int64_t K, MatrixRef<const bfloat16_t> A,
                         MatrixRef<const bfloat16_t> B, MatrixRef<bfloat16_t> C, const float* col_bias,
                         const float* row_bias) {
-  const Addend<float> bias = widening_bias(col_bias, row_bias);
-  if (!widening_product_left(batch, M, N, K, C, bias)) return;
+  Addend<float> bias;
+  if (!product_left("gemm_bf16_widening", batch, M, N, K, C, false, col_bias, row_bias, bias)) return;
   MU_CHECK(gemm_bf16_widening_rounds(M, N, K, A.col_stride, B.row_stride, B.col_stride),
            "gemm_bf16_widening: a bfloat16 C is for products whose tiles sum their whole depth "
            "(gemm_bf16_widening_rounds), not ", M, " x ", K, " by ", K, " x ", N, " (A's column stride ", A.col_stride,

@@ -232,7 +232,8 @@ template <class T, class S = T, class TC = T>
 void gemm_serial(int64_t M, int64_t N, int64_t K, const S* A, int64_t a_rs, int64_t a_cs, const S* B, int64_t b_rs,
                  int64_t b_cs, TC* C, int64_t c_rs, int64_t c_cs, bool accumulate, Addend<T> bias = {},
                  int64_t direct_b_panels = 8) {
-  constexpr bool same = std::is_same_v<S, T>;
+  // Operands read in place only where both they and C are T (the in-place tiles below).
+  constexpr bool same = std::is_same_v<S, T> && std::is_same_v<TC, T>;
   if constexpr (!std::is_same_v<TC, T>)
     MU_CHECK(K <= Tile<T>::KC && !accumulate, "gemm: a bfloat16 C takes a depth of at most ", Tile<T>::KC,
              " and no accumulation, got K = ", K, accumulate ? ", accumulating" : "");
@@ -288,7 +289,7 @@ void gemm_serial(int64_t M, int64_t N, int64_t K, const S* A, int64_t a_rs, int6
             TC* cp = C + (ic + ip * MR) * c_rs + (jc + jp * NR) * c_cs;
             const Addend<T> bias_tile = overwrite ? bias.at(ic + ip * MR, jc + jp * NR) : Addend<T>{};
             const bool whole = nr == NR && c_cs == 1;
-            if constexpr (same && std::is_same_v<TC, T>)
+            if constexpr (same)
               if (direct_a && mr == MR) {
                 const T* ap = ablock + ip * MR * a_rs;
                 if (whole) micro_kernel<T, true>(kc, ap, bp, cp, c_rs, overwrite, a_rs, a_cs, bias_tile, bps);
