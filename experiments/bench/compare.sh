@@ -14,6 +14,9 @@
 #   experiments/bench/compare.sh softmax [BUILD_DIR]
 #                         softmax-1024x50257, log-softmax-1024x50257 (forward + backward over a
 #                         language model's logits), against experiments/bench/torch_softmax.py
+#   experiments/bench/compare.sh gelu [BUILD_DIR]
+#                         gelu-6272x512, gelu-6272x512-fwd-bwd (exact GELU over the Fashion-MNIST
+#                         Mixer's channel-MLP activations), against experiments/bench/torch_gelu.py
 #   experiments/bench/compare.sh lm_head [BUILD_DIR]   lm-head-loss: gpt2-mini's head and loss
 #                         (1024 x 256 by 50257), unfused and linear_cross_entropy in chunks, against
 #                         F.cross_entropy(F.linear(x, W), t) of experiments/bench/torch_lm_head.py
@@ -45,7 +48,7 @@
 # BUILD_DIR defaults to build. THREADS and REPS may be set in the environment.
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-which="${1:?usage: compare.sh all|sgemm|layers|layer_norm|cross_entropy|softmax|lm_head|generate|attention|mixer|gpt2 [BUILD_DIR]}"
+which="${1:?usage: compare.sh all|sgemm|layers|layer_norm|cross_entropy|softmax|gelu|lm_head|generate|attention|mixer|gpt2 [BUILD_DIR]}"
 build="${2:-build}"
 case "$build" in /*) ;; *) build="$repo/$build" ;; esac
 threads="${THREADS:-2}"
@@ -181,6 +184,7 @@ case "$which" in
     reference="$repo/experiments/bench/torch_layer_norm.py" ;;
   cross_entropy) bench=bench_cross_entropy; torch_script="$repo/experiments/bench/torch_cross_entropy.py"; reps="${REPS:-20}" ;;
   softmax) bench=bench_softmax; torch_script="$repo/experiments/bench/torch_softmax.py"; reps="${REPS:-10}" ;;
+  gelu) bench=bench_gelu; torch_script="$repo/experiments/bench/torch_gelu.py"; reps="${REPS:-20}" ;;
   gpt2) bench=bench_gpt2; workloads=gpt2-mini,gpt2-mini-cpmumoe,gpt2-mini-trmumoe; reps="${REPS:-10}"
     if [ "${DTYPE:-float32}" = bf16 ]; then
       torch_script="$repo/experiments/bench/torch_gpt2_autocast.py"; extra=(--dtype bf16 --workload gpt2-mini)
@@ -190,7 +194,7 @@ case "$which" in
     extra=(--batch "${BATCH:-1}" --dtype "${DTYPE:-float32}") ;;
   attention) bench=bench_attention; torch_script="$repo/experiments/bench/torch_attention.py"; reps="${REPS:-20}" ;;
   mixer) bench=bench_mixer; workloads=mixer-fmnist,mixer-fmnist-cpmumoe; reps="${REPS:-10}" ;;
-  *) echo "compare.sh: unknown benchmark '$which' (sgemm, layers, layer_norm, cross_entropy, softmax, lm_head, generate, attention, mixer or gpt2)" >&2; exit 2 ;;
+  *) echo "compare.sh: unknown benchmark '$which' (sgemm, layers, layer_norm, cross_entropy, softmax, gelu, lm_head, generate, attention, mixer or gpt2)" >&2; exit 2 ;;
 esac
 reference="${reference:-$repo/../shared/reference/torch_reference.py}"
 [ -x "$build/experiments/$bench" ] || { echo "compare.sh: $build/experiments/$bench not built" >&2; exit 1; }
