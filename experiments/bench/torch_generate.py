@@ -16,7 +16,6 @@ timed as a whole call:
 """
 import argparse
 import importlib.util
-import json
 import math
 import os
 import statistics
@@ -25,7 +24,7 @@ import sys
 import torch
 import torch.nn.functional as F
 
-from torch_cross_entropy import timed  # the same warm-up and timing loop, beside this file
+from torch_timing import report, timed  # beside this file
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -126,14 +125,9 @@ def main():
             print(f'torch_generate.py: the two loops chose {differ} different greedy tokens', file=sys.stderr)
         for cached in (False, True):
             ts = timed(lambda: call(cached), a.reps, a.warmup)
-            med = statistics.median(ts)
-            print(json.dumps({'workload': f"generate-{a.model}-{'kv-cache' if cached else 'whole-context'}"
-                                          f"{'-bf16' if a.dtype == 'bf16' else ''}",
-                              'impl': 'pytorch', 'device': a.device, 'threads': a.threads, 'batch': a.batch,
-                              'prompt': a.prompt,
-                              'new': a.new, 'median_ms': round(med, 3), 'min_ms': round(min(ts), 3),
-                              'max_ms': round(max(ts), 3), 'new_tokens_per_s': round(a.batch * a.new / (med * 1e-3), 1)}),
-                  flush=True)
+            report(f"generate-{a.model}-{'kv-cache' if cached else 'whole-context'}{'-bf16' if a.dtype == 'bf16' else ''}",
+                   ts, a.threads, device=a.device, batch=a.batch, prompt=a.prompt, new=a.new,
+                   new_tokens_per_s=round(a.batch * a.new / (statistics.median(ts) * 1e-3), 1))
 
 
 if __name__ == '__main__':

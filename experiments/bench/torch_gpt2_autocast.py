@@ -18,13 +18,11 @@ their entmax15 on the bfloat16 gate logits (PyTorch 1.13: "index -1 is out of bo
 dimension 2 with size 64" from its tau.gather), where mumoe keeps entmax in float32.
 """
 import argparse
-import json
-import statistics
 import sys
 
 import torch
 
-from torch_cross_entropy import timed  # the same warm-up and timing loop, beside this file
+from torch_timing import report, timed  # beside this file
 from torch_generate import load_reference  # the one lookup of torch_reference.py, beside this file
 
 
@@ -51,11 +49,8 @@ def main():
             with torch.autocast('cpu', dtype=torch.bfloat16):
                 step()
 
-        ts = timed(autocast_step, a.reps, a.warmup)
-        print(json.dumps({'workload': name + '-bf16', 'impl': 'pytorch-' + torch.__version__ + '-autocast',
-                          'threads': torch.get_num_threads(), 'median_ms': round(statistics.median(ts), 3),
-                          'min_ms': round(min(ts), 3), 'max_ms': round(max(ts), 3),
-                          'params': sum(p.numel() for p in m.parameters())}), flush=True)
+        report(name + '-bf16', timed(autocast_step, a.reps, a.warmup), torch.get_num_threads(),
+               impl='pytorch-' + torch.__version__ + '-autocast', params=sum(p.numel() for p in m.parameters()))
 
 
 if __name__ == '__main__':

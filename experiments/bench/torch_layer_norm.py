@@ -7,25 +7,18 @@ Prints one JSON line in the shape of the mumoe benchmarks. Its command line foll
 
     /usr/bin/python3 torch_layer_norm.py bench [--workload layer-norm-1024x768] [--threads 2] [--reps 50]
 """
-import argparse
-import json
-import statistics
-import time
-
 import torch
 import torch.nn.functional as F
 
+import torch_timing  # beside this file
+
 
 def main():
-    p = argparse.ArgumentParser()
+    p = torch_timing.parser(__doc__, reps=50, warmup=10)
     p.add_argument('mode', nargs='?', default='bench', choices=['bench'])
     p.add_argument('--workload', default='layer-norm-1024x768', choices=['layer-norm-1024x768'])
-    p.add_argument('--threads', type=int, default=2)
-    p.add_argument('--reps', type=int, default=50)
-    p.add_argument('--warmup', type=int, default=10)
     a = p.parse_args()
-    torch.set_num_threads(a.threads)
-    torch.manual_seed(0)
+    torch_timing.start(a)
     rows, n = 1024, 768
     x = torch.randn(rows, n, requires_grad=True)
     w = (torch.randn(n) + 1).requires_grad_()
@@ -36,18 +29,8 @@ def main():
         x.grad = w.grad = b.grad = None
         F.layer_norm(x, (n,), w, b, 1e-5).backward(g)
 
-    for _ in range(a.warmup):
-        step()
-    ms = []
-    for _ in range(a.reps):
-        t0 = time.perf_counter()
-        step()
-        ms.append((time.perf_counter() - t0) * 1e3)
     nbytes = 5 * rows * n * 4  # x read and y written, then g and x read and dx written
-    med = statistics.median(ms)
-    print(json.dumps({'workload': a.workload, 'impl': 'pytorch', 'threads': a.threads, 'median_ms': round(med, 3),
-                      'min_ms': round(min(ms), 3), 'max_ms': round(max(ms), 3), 'bytes': nbytes,
-                      'gbps': round(nbytes / (med * 1e-3) / 1e9, 2)}))
+    torch_timing.report(a.workload, torch_timing.timed(step, a.reps, a.warmup), a.threads, nbytes)
 
 
 if __name__ == '__main__':
