@@ -125,8 +125,9 @@ def main():
             print(f'torch_generate.py: the two loops chose {differ} different greedy tokens', file=sys.stderr)
         for cached in (False, True):
             ts = timed(lambda: call(cached), a.reps, a.warmup)
-            report(f"generate-{a.model}-{'kv-cache' if cached else 'whole-context'}{'-bf16' if a.dtype == 'bf16' else ''}",
-                   ts, a.threads, device=a.device, batch=a.batch, prompt=a.prompt, new=a.new,
+            name = f"generate-{a.model}-{'kv-cache' if cached else 'whole-context'}"
+            name += '-bf16' if a.dtype == 'bf16' else ''
+            report(name, ts, a.threads, device=a.device, batch=a.batch, prompt=a.prompt, new=a.new,
                    new_tokens_per_s=round(a.batch * a.new / (statistics.median(ts) * 1e-3), 1))
 
 

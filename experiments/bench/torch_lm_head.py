@@ -38,7 +38,8 @@ def main():
     peak_mib = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before_kib) / 1024
     flops = 6.0 * a.n * a.k * a.v
     torch_timing.report('lm-head-loss', ts, a.threads, n=a.n, k=a.k, v=a.v,
-                        gflops=round(flops / (statistics.median(ts) * 1e-3) / 1e9, 1), rss_growth_mib=round(peak_mib, 1))
+                        gflops=round(flops / (statistics.median(ts) * 1e-3) / 1e9, 1),
+                        rss_growth_mib=round(peak_mib, 1))
 
 
 if __name__ == '__main__':
