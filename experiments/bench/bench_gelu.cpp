@@ -1,7 +1,10 @@
-// The gelu-6272x512 workloads: exact GELU (x Φ(x), torch's approximate="none") over the
-// hidden activations of the Fashion-MNIST Mixer's channel MLPs, (128 x 49, 512) float32:
-//   gelu-6272x512          the forward alone, without grad mode;
-//   gelu-6272x512-fwd-bwd  forward and backward (y.backward(g) with a fixed g), one step.
+// The gelu-6272x512 workloads: GELU over the hidden activations of the Fashion-MNIST
+// Mixer's channel MLPs, (128 x 49, 512) float32:
+//   gelu-6272x512          exact GELU (x Φ(x), torch's approximate="none", the Mixer's),
+//                          the forward alone, without grad mode;
+//   gelu-6272x512-fwd-bwd  forward and backward (y.backward(g) with a fixed g), one step;
+//   gelu-tanh-6272x512, gelu-tanh-6272x512-fwd-bwd  the same for approximate="tanh"
+//                          (GPT-2's).
 // torch_gelu.py beside this file times F.gelu on the same steps; compare.sh gelu runs both.
 //
 // Bytes each must move at least: the forward reads x and writes y (2 x 12.8 MB); the step
@@ -14,6 +17,7 @@
 #include <omp.h>
 
 #include <cstdio>
+#include <string>
 
 #include "experiments/bench/timing.h"
 #include "mumoe.h"
@@ -28,23 +32,26 @@ int main(int argc, char** argv) {
   manual_seed(0);
   Tensor x = randn({rows, n}).requires_grad_();
   Tensor g = randn({rows, n});
-  bench::Timing fwd = bench::time_it([&] {
-    NoGradGuard no_grad;
-    gelu(x);
-  }, opt.reps, opt.warmup);
-  bench::Timing step = bench::time_it([&] {
-    x.zero_grad();
-    gelu(x).backward(g);
-  }, opt.reps, opt.warmup);
-  struct Row {
-    const char* workload;
-    bench::Timing t;
-    double bytes;
-  } rows_out[] = {{"gelu-6272x512", fwd, 2 * tensor_bytes}, {"gelu-6272x512-fwd-bwd", step, 5 * tensor_bytes}};
-  for (const Row& r : rows_out)
-    std::printf("{\"workload\": \"%s\", \"impl\": \"mumoe\", \"threads\": %d, \"median_ms\": %.3f, \"min_ms\": %.3f, "
-                "\"max_ms\": %.3f, \"bytes\": %.0f, \"gbps\": %.2f}\n",
-                r.workload, omp_get_max_threads(), r.t.median_ms, r.t.min_ms, r.t.max_ms, r.bytes,
-                r.bytes / (r.t.median_ms * 1e-3) / 1e9);
+  for (const std::string approximate : {"none", "tanh"}) {
+    bench::Timing fwd = bench::time_it([&] {
+      NoGradGuard no_grad;
+      gelu(x, approximate);
+    }, opt.reps, opt.warmup);
+    bench::Timing step = bench::time_it([&] {
+      x.zero_grad();
+      gelu(x, approximate).backward(g);
+    }, opt.reps, opt.warmup);
+    const std::string name = approximate == "tanh" ? "gelu-tanh-6272x512" : "gelu-6272x512";
+    struct Row {
+      std::string workload;
+      bench::Timing t;
+      double bytes;
+    } rows_out[] = {{name, fwd, 2 * tensor_bytes}, {name + "-fwd-bwd", step, 5 * tensor_bytes}};
+    for (const Row& r : rows_out)
+      std::printf("{\"workload\": \"%s\", \"impl\": \"mumoe\", \"threads\": %d, \"median_ms\": %.3f, "
+                  "\"min_ms\": %.3f, \"max_ms\": %.3f, \"bytes\": %.0f, \"gbps\": %.2f}\n",
+                  r.workload.c_str(), omp_get_max_threads(), r.t.median_ms, r.t.min_ms, r.t.max_ms, r.bytes,
+                  r.bytes / (r.t.median_ms * 1e-3) / 1e9);
+  }
   return 0;
 }

@@ -15,8 +15,9 @@
 #                         softmax-1024x50257, log-softmax-1024x50257 (forward + backward over a
 #                         language model's logits), against experiments/bench/torch_softmax.py
 #   experiments/bench/compare.sh gelu [BUILD_DIR]
-#                         gelu-6272x512, gelu-6272x512-fwd-bwd (exact GELU over the Fashion-MNIST
-#                         Mixer's channel-MLP activations), against experiments/bench/torch_gelu.py
+#                         gelu-6272x512, gelu-tanh-6272x512, each also -fwd-bwd (exact and tanh GELU
+#                         over the Fashion-MNIST Mixer's channel-MLP activations), against
+#                         experiments/bench/torch_gelu.py
 #   experiments/bench/compare.sh lm_head [BUILD_DIR]   lm-head-loss: gpt2-mini's head and loss
 #                         (1024 x 256 by 50257), unfused and linear_cross_entropy in chunks, against
 #                         F.cross_entropy(F.linear(x, W), t) of experiments/bench/torch_lm_head.py
