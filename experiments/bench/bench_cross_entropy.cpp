@@ -66,16 +66,11 @@ int main(int argc, char** argv) {
   MemoryStats after = cpu_allocator::stats();
 
   const double logits_bytes = double(N) * double(C) * double(element_size(x.dtype()));
-  struct Row {
-    const char* workload;
-    bench::Timing t;
-    double bytes;
-  } rows[] = {{"cross-entropy-fwd", fwd, logits_bytes}, {"cross-entropy-fwd-bwd", step, 3 * logits_bytes}};
-  for (const Row& r : rows)
-    std::printf("{\"workload\": \"%s%s\", \"impl\": \"mumoe\", \"threads\": %d, \"n\": %lld, \"c\": %lld, "
-                "\"median_ms\": %.3f, \"min_ms\": %.3f, \"max_ms\": %.3f, \"bytes\": %.0f, \"gbps\": %.2f}\n",
-                r.workload, bf16 ? "-bf16" : "", omp_get_max_threads(), (long long)N, (long long)C, r.t.median_ms,
-                r.t.min_ms, r.t.max_ms, r.bytes, r.bytes / (r.t.median_ms * 1e-3) / 1e9);
+  const std::string suffix = bf16 ? "-bf16" : "";
+  const std::string sizes = ", \"n\": " + std::to_string(N) + ", \"c\": " + std::to_string(C);
+  bench::print_bytes_result("cross-entropy-fwd" + suffix, fwd, omp_get_max_threads(), logits_bytes, "mumoe", sizes);
+  bench::print_bytes_result("cross-entropy-fwd-bwd" + suffix, step, omp_get_max_threads(), 3 * logits_bytes, "mumoe",
+                            sizes);
   // Whether the timed steps went back to the system for memory: the cache should have
   // served them (peak unchanged, the cached bytes still there).
   std::fprintf(stderr, "bench_cross_entropy: allocator peak %.1f MB before the steps, %.1f MB after; cached %.1f MB\n",

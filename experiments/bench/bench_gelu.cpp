@@ -16,7 +16,6 @@
 //   bench_gelu [--reps 20] [--warmup 3]
 #include <omp.h>
 
-#include <cstdio>
 #include <string>
 
 #include "experiments/bench/timing.h"
@@ -42,16 +41,8 @@ int main(int argc, char** argv) {
       gelu(x, approximate).backward(g);
     }, opt.reps, opt.warmup);
     const std::string name = approximate == "tanh" ? "gelu-tanh-6272x512" : "gelu-6272x512";
-    struct Row {
-      std::string workload;
-      bench::Timing t;
-      double bytes;
-    } rows_out[] = {{name, fwd, 2 * tensor_bytes}, {name + "-fwd-bwd", step, 5 * tensor_bytes}};
-    for (const Row& r : rows_out)
-      std::printf("{\"workload\": \"%s\", \"impl\": \"mumoe\", \"threads\": %d, \"median_ms\": %.3f, "
-                  "\"min_ms\": %.3f, \"max_ms\": %.3f, \"bytes\": %.0f, \"gbps\": %.2f}\n",
-                  r.workload.c_str(), omp_get_max_threads(), r.t.median_ms, r.t.min_ms, r.t.max_ms, r.bytes,
-                  r.bytes / (r.t.median_ms * 1e-3) / 1e9);
+    bench::print_bytes_result(name, fwd, omp_get_max_threads(), 2 * tensor_bytes);
+    bench::print_bytes_result(name + "-fwd-bwd", step, omp_get_max_threads(), 5 * tensor_bytes);
   }
   return 0;
 }

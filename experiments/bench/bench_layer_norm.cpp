@@ -65,14 +65,11 @@ int main(int argc, char** argv) {
     };
     bench::Timing t = bench::time_it(step, reps, warmup);
     if (impl == "fused") fused_ms = t.median_ms;
-    std::printf("{\"workload\": \"layer-norm-1024x768\", \"impl\": \"mumoe-%s\", \"threads\": %d, \"median_ms\": %.3f, "
-                "\"min_ms\": %.3f, \"max_ms\": %.3f, \"bytes\": %.0f, \"gbps\": %.2f",
-                impl.c_str(), omp_get_max_threads(), t.median_ms, t.min_ms, t.max_ms, bytes,
-                bytes / (t.median_ms * 1e-3) / 1e9);
     // How many times slower than the fused op, when it ran first.
-    if (impl != "fused" && fused_ms > 0) std::printf(", \"vs_fused\": %.2f", t.median_ms / fused_ms);
-    std::printf("}\n");
-    std::fflush(stdout);
+    char vs_fused[64] = "";
+    if (impl != "fused" && fused_ms > 0)
+      std::snprintf(vs_fused, sizeof vs_fused, ", \"vs_fused\": %.2f", t.median_ms / fused_ms);
+    bench::print_bytes_result("layer-norm-1024x768", t, omp_get_max_threads(), bytes, "mumoe-" + impl, vs_fused);
   }
   return 0;
 }

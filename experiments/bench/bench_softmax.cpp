@@ -43,11 +43,7 @@ int main(int argc, char** argv) {
       (log ? x.log_softmax(-1) : x.softmax(-1)).backward(g);
     };
     bench::Timing t = bench::time_it(step, opt.reps, opt.warmup);
-    std::printf("{\"workload\": \"%s\", \"impl\": \"mumoe\", \"threads\": %d, \"median_ms\": %.3f, \"min_ms\": %.3f, "
-                "\"max_ms\": %.3f, \"bytes\": %.0f, \"gbps\": %.2f}\n",
-                workload.c_str(), omp_get_max_threads(), t.median_ms, t.min_ms, t.max_ms, bytes,
-                bytes / (t.median_ms * 1e-3) / 1e9);
-    std::fflush(stdout);
+    bench::print_bytes_result(workload, t, omp_get_max_threads(), bytes);
   }
   return 0;
 }

@@ -102,6 +102,18 @@ inline void print_step_result(const std::string& workload, const Timing& t, int 
   std::fflush(stdout);
 }
 
+// One result line of a memory-bound kernel's benchmark: its times, `bytes` (the least a
+// call must move) and the rate they imply at the median, then `extra` (further JSON
+// fields, each written as ", \"name\": value").
+inline void print_bytes_result(const std::string& workload, const Timing& t, int threads, double bytes,
+                               const std::string& impl = "mumoe", const std::string& extra = "") {
+  std::printf("{\"workload\": \"%s\", \"impl\": \"%s\", \"threads\": %d, \"median_ms\": %.3f, \"min_ms\": %.3f, "
+              "\"max_ms\": %.3f, \"bytes\": %.0f, \"gbps\": %.2f%s}\n",
+              workload.c_str(), impl.c_str(), threads, t.median_ms, t.min_ms, t.max_ms, bytes,
+              bytes / (t.median_ms * 1e-3) / 1e9, extra.c_str());
+  std::fflush(stdout);
+}
+
 // The most bytes host tensors held at once during one call of `step` (the allocator's
 // count of live tensors, caches excluded).
 template <class F>
